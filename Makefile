@@ -1,0 +1,32 @@
+# Every target creates the local virtualenv (.venv) on first use, so a fresh clone needs only `make`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed-dev
+	$(BIN)/agentfsm demo
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check agentfsm tests examples
+	$(BIN)/ruff format --check agentfsm tests examples
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy --strict agentfsm
+
+check: test lint typecheck
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

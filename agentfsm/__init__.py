@@ -1,0 +1,71 @@
+"""agentfsm: tool-using LLM agents as explicit, declared finite-state machines."""
+
+from agentfsm.agent import Agent
+from agentfsm.errors import (
+    AgentFSMError,
+    ConfigurationError,
+    ConfigurationTypeError,
+    DeserializationError,
+    MachineError,
+    ModelClientError,
+    SchemaError,
+    SchemaGenerationError,
+    ScriptExhaustedError,
+    SerializationError,
+    ToolArgumentsError,
+    ToolError,
+    ToolInvocationError,
+    ToolNotFoundError,
+)
+from agentfsm.logs import configure_logging
+from agentfsm.machine import TRANSITIONS, Phase, Transition
+from agentfsm.messages import (
+    ChatMessage,
+    ChatRole,
+    ReasoningContent,
+    StreamingChunk,
+    TextContent,
+    ToolCall,
+    ToolCallResult,
+)
+from agentfsm.runtime import TransitionRecord
+from agentfsm.state import State, merge_lists, replace_values
+from agentfsm.tools import Tool, ToolInvoker, Toolset, create_tool_from_function, tool
+
+__all__ = [
+    "TRANSITIONS",
+    "Agent",
+    "AgentFSMError",
+    "ChatMessage",
+    "ChatRole",
+    "ConfigurationError",
+    "ConfigurationTypeError",
+    "DeserializationError",
+    "MachineError",
+    "ModelClientError",
+    "Phase",
+    "ReasoningContent",
+    "SchemaError",
+    "SchemaGenerationError",
+    "ScriptExhaustedError",
+    "SerializationError",
+    "State",
+    "StreamingChunk",
+    "TextContent",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolError",
+    "ToolInvocationError",
+    "ToolInvoker",
+    "ToolNotFoundError",
+    "Toolset",
+    "Transition",
+    "TransitionRecord",
+    "configure_logging",
+    "create_tool_from_function",
+    "merge_lists",
+    "replace_values",
+    "tool",
+]

@@ -1,0 +1,274 @@
+"""Agent: the configuration of a tool-using agent and its ``run`` / ``run_async`` entry points."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.generators.base import ChatGenerator, StreamingCallback
+from agentfsm.messages import ChatMessage
+from agentfsm.runtime import AgentRun, RunConfig, drive_async, drive_sync
+from agentfsm.serialization import deserialize_callable, import_path, object_path, serialize_callable
+from agentfsm.state import State, schema_from_dict, schema_to_dict, validate_schema
+from agentfsm.tools.invoker import ToolInvoker
+from agentfsm.tools.tool import Tool, tool_from_dict
+from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools, toolset_from_dict
+
+#: State keys the runtime maintains itself.
+RUNTIME_STATE_SCHEMA: dict[str, dict[str, Any]] = {
+    "step_count": {"type": int},
+    "tool_call_counts": {"type": dict[str, int]},
+}
+#: Result keys that are not State keys; a state schema may not use them.
+RESULT_KEYS = frozenset({"last_message", "exit_reason", "trace"})
+
+ToolSelection = Sequence[Tool] | Toolset | Sequence[str]
+
+
+class Agent:
+    """A tool-using agent run as a declared state machine (see ``agentfsm.machine``).
+
+    >>> from agentfsm.generators import ScriptedChatGenerator
+    >>> agent = Agent(chat_generator=ScriptedChatGenerator(["Hi there."]))
+    >>> agent.run([ChatMessage.from_user("Hello")])["last_message"].text
+    'Hi there.'
+    """
+
+    def __init__(
+        self,
+        *,
+        chat_generator: ChatGenerator,
+        tools: Sequence[Tool | Toolset] | Toolset | None = None,
+        system_prompt: str | None = None,
+        exit_conditions: list[str] | None = None,
+        state_schema: dict[str, Any] | None = None,
+        max_agent_steps: int = 100,
+        streaming_callback: StreamingCallback | None = None,
+        raise_on_tool_invocation_failure: bool = False,
+        tool_invoker_kwargs: dict[str, Any] | None = None,
+        tool_concurrency: int = 4,
+        tool_streaming_callback_passthrough: bool = False,
+    ) -> None:
+        _check_generator(chat_generator)
+        if isinstance(max_agent_steps, bool) or not isinstance(max_agent_steps, int) or max_agent_steps < 1:
+            raise ConfigurationError(f"max_agent_steps must be an int >= 1, got {max_agent_steps!r}.")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ConfigurationTypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}.")
+        self.chat_generator = chat_generator
+        self.tools = tools
+        self._tools = flatten_tools(tools if isinstance(tools, Toolset) or tools is None else list(tools))
+        check_unique_names(self._tools)
+        self.system_prompt = system_prompt
+        self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
+        _check_exit_conditions(self.exit_conditions, self._tools)
+        self.state_schema = dict(state_schema or {})
+        _check_state_schema(self.state_schema)
+        self._full_schema = {**self.state_schema, **RUNTIME_STATE_SCHEMA}
+        _check_tool_state_keys(self._tools, self._full_schema)
+        self.max_agent_steps = max_agent_steps
+        self.streaming_callback = streaming_callback
+        self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
+        self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
+        self.tool_concurrency = tool_concurrency
+        self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
+        invoker_kwargs = {
+            "tool_concurrency": tool_concurrency,
+            "tool_streaming_callback_passthrough": tool_streaming_callback_passthrough,
+            **self.tool_invoker_kwargs,
+            "raise_on_failure": raise_on_tool_invocation_failure,
+        }
+        try:
+            self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
+        except TypeError as exc:
+            raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
+        self._is_warmed_up = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Warm up the chat generator and the tools; idempotent. ``run`` calls it when needed."""
+        if self._is_warmed_up:
+            return
+        warm = getattr(self.chat_generator, "warm_up", None)
+        if callable(warm):
+            warm()
+        for t in self._tools:
+            t.warm_up()
+        self._is_warmed_up = True
+
+    def close(self) -> None:
+        """Release resources held by the agent (the tool thread pool)."""
+        self._invoker.close()
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def _select_tools(self, tools: ToolSelection | None) -> list[Tool]:
+        if tools is None:
+            return self._tools
+        if isinstance(tools, Toolset):
+            selected = list(tools)
+        elif all(isinstance(t, str) for t in tools):
+            by_name = {t.name: t for t in self._tools}
+            unknown = [name for name in tools if name not in by_name]
+            if unknown:
+                raise ConfigurationError(
+                    f"Unknown tool names {unknown} in run(tools=...). The agent's tools are: {sorted(by_name)}."
+                )
+            selected = [by_name[name] for name in tools]  # type: ignore[index]
+        else:
+            selected = flatten_tools(tools)  # type: ignore[arg-type]
+        check_unique_names(selected)
+        _check_tool_state_keys(selected, self._full_schema)
+        for t in selected:
+            t.warm_up()
+        return selected
+
+    def _new_run(
+        self,
+        messages: list[ChatMessage],
+        system_prompt: str | None,
+        tools: ToolSelection | None,
+        state_data: dict[str, Any],
+    ) -> AgentRun:
+        self.warm_up()
+        if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
+            raise ConfigurationTypeError("messages must be a list of ChatMessage.")
+        reserved = sorted((set(state_data) & set(RUNTIME_STATE_SCHEMA)) | (set(state_data) & {"messages"}))
+        if reserved:
+            raise ConfigurationError(f"{reserved} are maintained by the agent; pass the conversation as `messages`.")
+        prompt = system_prompt if system_prompt is not None else self.system_prompt
+        conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
+        state = State(self._full_schema, {**state_data, "messages": conversation})
+        selected = self._select_tools(tools)
+        config = RunConfig(
+            tools={t.name: t for t in selected},
+            exit_conditions=frozenset(self.exit_conditions),
+            max_agent_steps=self.max_agent_steps,
+            invoker=self._invoker,
+        )
+        return AgentRun(config, state)
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallback | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: ToolSelection | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
+
+        Returns ``{"messages": [...], "last_message": ChatMessage, <state keys>..., "step_count": int,
+        "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``.
+        ``kwargs`` initialise State keys declared in ``state_schema``.
+        """
+        callback = streaming_callback or self.streaming_callback
+        if callback is not None and inspect.iscoroutinefunction(callback):
+            raise ConfigurationTypeError("An async streaming_callback needs run_async(); pass a sync callback to run().")
+        run = self._new_run(messages, system_prompt, tools, kwargs)
+        return drive_sync(run, self.chat_generator, callback)  # type: ignore[arg-type]
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        streaming_callback: StreamingCallback | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: ToolSelection | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
+        run = self._new_run(messages, system_prompt, tools, kwargs)
+        return await drive_async(run, self.chat_generator, streaming_callback or self.streaming_callback)
+
+    # -- serialization ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the agent's configuration (generator, tools, schema, settings)."""
+        generator_to_dict = getattr(self.chat_generator, "to_dict", None)
+        if not callable(generator_to_dict):
+            raise ConfigurationTypeError(
+                f"{type(self.chat_generator).__name__} has no to_dict(); give it to_dict/from_dict to serialize the agent."
+            )
+        if isinstance(self.tools, Toolset):
+            tools: Any = self.tools.to_dict()
+        else:
+            tools = [t.to_dict() for t in self.tools or []]
+        return {
+            "type": object_path(type(self)),
+            "init_parameters": {
+                "chat_generator": generator_to_dict(),
+                "tools": tools,
+                "system_prompt": self.system_prompt,
+                "exit_conditions": self.exit_conditions,
+                "state_schema": schema_to_dict(self.state_schema),
+                "max_agent_steps": self.max_agent_steps,
+                "streaming_callback": serialize_callable(self.streaming_callback) if self.streaming_callback else None,
+                "raise_on_tool_invocation_failure": self.raise_on_tool_invocation_failure,
+                "tool_invoker_kwargs": self.tool_invoker_kwargs,
+                "tool_concurrency": self.tool_concurrency,
+                "tool_streaming_callback_passthrough": self.tool_streaming_callback_passthrough,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Agent:
+        """Rebuild an agent from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``."""
+        params = dict(data["init_parameters"])
+        generator = params["chat_generator"]
+        generator_cls = import_path(generator["type"], allowed_modules)
+        params["chat_generator"] = generator_cls.from_dict(generator, allowed_modules=allowed_modules)
+        tools = params.get("tools")
+        if isinstance(tools, dict):
+            params["tools"] = toolset_from_dict(tools, allowed_modules)
+        else:
+            params["tools"] = [
+                toolset_from_dict(t, allowed_modules) if "tools" in t["data"] else tool_from_dict(t, allowed_modules)
+                for t in tools or []
+            ]
+        params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
+        if params.get("streaming_callback"):
+            params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
+        return cls(**params)
+
+
+def _check_generator(generator: Any) -> None:
+    run = getattr(generator, "run", None)
+    if not callable(run):
+        raise ConfigurationTypeError(f"chat_generator must have a run() method, got {type(generator).__name__}.")
+    parameters = inspect.signature(run).parameters
+    if "tools" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        raise ConfigurationTypeError(
+            f"{type(generator).__name__}.run() does not accept a 'tools' parameter; the agent's chat generator "
+            "must support tools."
+        )
+
+
+def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> None:
+    valid = ["text", *(t.name for t in tools)]
+    if not exit_conditions or not all(c in valid for c in exit_conditions):
+        raise ConfigurationError(
+            f"Invalid exit conditions provided: {exit_conditions}. Valid exit conditions must be a subset of "
+            f"{valid}. Ensure that each exit condition corresponds to either 'text' or a valid tool name."
+        )
+
+
+def _check_state_schema(schema: dict[str, Any]) -> None:
+    validate_schema(schema)
+    clash = sorted((set(schema) & RESULT_KEYS) | (set(schema) & set(RUNTIME_STATE_SCHEMA)))
+    if clash:
+        raise ConfigurationError(f"state_schema keys {clash} are reserved by the agent's result; rename them.")
+
+
+def _check_tool_state_keys(tools: list[Tool], schema: dict[str, Any]) -> None:
+    known = {*schema, "messages"}
+    for t in tools:
+        for key in [*(t.outputs_to_state or {}), *(t.inputs_from_state or {})]:
+            if key not in known:
+                raise ConfigurationError(
+                    f"Tool {t.name!r} maps State key {key!r}, which is not in the agent's state_schema; "
+                    f"declare it, e.g. state_schema={{'{key}': {{'type': ...}}}}."
+                )

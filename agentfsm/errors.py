@@ -1,0 +1,64 @@
+"""The exception hierarchy of agentfsm.
+
+Every error raised by the library derives from :class:`AgentFSMError`. Where the documented API
+names a built-in exception (``ValueError``, ``TypeError``, ``RuntimeError``), the agentfsm error
+subclasses it too, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class AgentFSMError(Exception):
+    """Base class of every error raised by agentfsm."""
+
+
+class ConfigurationError(AgentFSMError, ValueError):
+    """An agent, tool or state schema was configured with invalid values."""
+
+
+class ConfigurationTypeError(AgentFSMError, TypeError):
+    """A configuration value has the wrong type (for example a chat generator without ``tools``)."""
+
+
+class SchemaError(ConfigurationError):
+    """A tool's parameter schema or a state schema is invalid."""
+
+
+class SchemaGenerationError(SchemaError):
+    """A JSON schema could not be generated from a function's signature."""
+
+
+class SerializationError(AgentFSMError, TypeError):
+    """A value could not be converted to its serialized (JSON-compatible) form."""
+
+
+class DeserializationError(AgentFSMError, ValueError):
+    """Serialized data could not be turned back into objects (unknown, refused or malformed)."""
+
+
+class ToolError(AgentFSMError):
+    """Base class of errors raised while preparing or running a tool call."""
+
+
+class ToolNotFoundError(ToolError, ValueError):
+    """The model asked for a tool that is not available in this run."""
+
+
+class ToolArgumentsError(ToolError, ValueError):
+    """The model's arguments for a tool call are not valid JSON or do not match the tool's schema."""
+
+
+class ToolInvocationError(ToolError, RuntimeError):
+    """A tool's function raised an exception."""
+
+
+class ModelClientError(AgentFSMError, RuntimeError):
+    """The chat generator failed to produce a reply."""
+
+
+class ScriptExhaustedError(ModelClientError):
+    """A ScriptedChatGenerator was asked for more replies than its script holds."""
+
+
+class MachineError(AgentFSMError, RuntimeError):
+    """The runtime tried to take an edge that the transition table does not declare (a bug)."""

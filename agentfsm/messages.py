@@ -1,0 +1,353 @@
+"""Chat messages and their parts: the data that flows between the model, the tools and State.
+
+Messages are slotted, frozen dataclasses: cheap to create on the hot path and safe to share.
+``to_dict``/``from_dict`` round-trip exactly; ``to_openai_dict_format``/``from_openai_dict_format``
+convert to and from the OpenAI chat-completions wire format.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Union
+
+import orjson
+
+from agentfsm.errors import DeserializationError
+
+
+class ChatRole(str, Enum):
+    """Who a message is from."""
+
+    USER = "user"
+    SYSTEM = "system"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+    @staticmethod
+    def from_str(value: str) -> ChatRole:
+        """Return the role named by ``value``; raise ``DeserializationError`` for unknown roles."""
+        try:
+            return ChatRole(value)
+        except ValueError:
+            roles = ", ".join(r.value for r in ChatRole)
+            raise DeserializationError(f"Unknown chat role {value!r}; expected one of: {roles}.") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TextContent:
+    """A piece of text in a message."""
+
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a dictionary."""
+        return {"text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call prepared by the model: which tool, with which arguments."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+    extra: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a dictionary."""
+        data: dict[str, Any] = {"tool_name": self.tool_name, "arguments": self.arguments, "id": self.id}
+        if self.extra is not None:
+            data["extra"] = self.extra
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        return cls(
+            tool_name=data["tool_name"], arguments=data["arguments"], id=data.get("id"), extra=data.get("extra")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallResult:
+    """The result of running a tool call; ``error`` is True when the call failed."""
+
+    result: str
+    origin: ToolCall
+    error: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a dictionary."""
+        return {"result": self.result, "origin": self.origin.to_dict(), "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCallResult:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        return cls(result=data["result"], origin=ToolCall.from_dict(data["origin"]), error=data["error"])
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningContent:
+    """The model's reasoning text, kept apart from the answer."""
+
+    reasoning_text: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a dictionary."""
+        return {"reasoning_text": self.reasoning_text, "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReasoningContent:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        return cls(reasoning_text=data["reasoning_text"], extra=data.get("extra", {}))
+
+
+ChatMessageContent = Union[TextContent, ToolCall, ToolCallResult, ReasoningContent]
+
+
+def _content_to_dict(part: ChatMessageContent) -> dict[str, Any]:
+    if isinstance(part, TextContent):
+        return {"text": part.text}
+    if isinstance(part, ToolCall):
+        return {"tool_call": part.to_dict()}
+    if isinstance(part, ToolCallResult):
+        return {"tool_call_result": part.to_dict()}
+    return {"reasoning": part.to_dict()}
+
+
+def _content_from_dict(part: dict[str, Any]) -> ChatMessageContent:
+    if "text" in part:
+        return TextContent(part["text"])
+    if "tool_call" in part:
+        return ToolCall.from_dict(part["tool_call"])
+    if "tool_call_result" in part:
+        return ToolCallResult.from_dict(part["tool_call_result"])
+    if "reasoning" in part:
+        return ReasoningContent.from_dict(part["reasoning"])
+    raise DeserializationError(
+        f"Unknown message content part with keys {sorted(part)}; "
+        "expected one of 'text', 'tool_call', 'tool_call_result', 'reasoning'."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a conversation. Create messages with the ``from_*`` class methods."""
+
+    _role: ChatRole
+    _content: tuple[ChatMessageContent, ...]
+    _name: str | None = None
+    _meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- constructors -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_user(cls, text: str, meta: dict[str, Any] | None = None, name: str | None = None) -> ChatMessage:
+        """A message from the user."""
+        return cls(ChatRole.USER, (TextContent(text),), name, meta or {})
+
+    @classmethod
+    def from_system(cls, text: str, meta: dict[str, Any] | None = None, name: str | None = None) -> ChatMessage:
+        """A system message (instructions for the model)."""
+        return cls(ChatRole.SYSTEM, (TextContent(text),), name, meta or {})
+
+    @classmethod
+    def from_assistant(
+        cls,
+        text: str | None = None,
+        meta: dict[str, Any] | None = None,
+        name: str | None = None,
+        tool_calls: Sequence[ToolCall] | None = None,
+        reasoning: str | ReasoningContent | None = None,
+    ) -> ChatMessage:
+        """A reply of the model: text and/or tool calls, optionally with its reasoning."""
+        parts: list[ChatMessageContent] = []
+        if reasoning is not None:
+            parts.append(ReasoningContent(reasoning) if isinstance(reasoning, str) else reasoning)
+        if text is not None:
+            parts.append(TextContent(text))
+        if tool_calls:
+            parts.extend(tool_calls)
+        return cls(ChatRole.ASSISTANT, tuple(parts), name, meta or {})
+
+    @classmethod
+    def from_tool(
+        cls, tool_result: str, origin: ToolCall, error: bool = False, meta: dict[str, Any] | None = None
+    ) -> ChatMessage:
+        """The result of a tool call, sent back to the model."""
+        return cls(ChatRole.TOOL, (ToolCallResult(tool_result, origin, error),), None, meta or {})
+
+    # -- accessors --------------------------------------------------------------------------------
+
+    @property
+    def role(self) -> ChatRole:
+        """Who the message is from."""
+        return self._role
+
+    @property
+    def name(self) -> str | None:
+        """The optional name of the participant."""
+        return self._name
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Free-form metadata (model name, token usage, ...)."""
+        return self._meta
+
+    @property
+    def texts(self) -> list[str]:
+        """All text parts."""
+        return [p.text for p in self._content if isinstance(p, TextContent)]
+
+    @property
+    def text(self) -> str | None:
+        """The first text part, or None."""
+        for p in self._content:
+            if isinstance(p, TextContent):
+                return p.text
+        return None
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """All tool calls."""
+        return [p for p in self._content if isinstance(p, ToolCall)]
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        """The first tool call, or None."""
+        for p in self._content:
+            if isinstance(p, ToolCall):
+                return p
+        return None
+
+    @property
+    def tool_call_results(self) -> list[ToolCallResult]:
+        """All tool call results."""
+        return [p for p in self._content if isinstance(p, ToolCallResult)]
+
+    @property
+    def tool_call_result(self) -> ToolCallResult | None:
+        """The first tool call result, or None."""
+        for p in self._content:
+            if isinstance(p, ToolCallResult):
+                return p
+        return None
+
+    @property
+    def reasonings(self) -> list[ReasoningContent]:
+        """All reasoning parts."""
+        return [p for p in self._content if isinstance(p, ReasoningContent)]
+
+    @property
+    def reasoning(self) -> ReasoningContent | None:
+        """The first reasoning part, or None."""
+        for p in self._content:
+            if isinstance(p, ReasoningContent):
+                return p
+        return None
+
+    def is_from(self, role: ChatRole | str) -> bool:
+        """Whether the message is from ``role``."""
+        return self._role == ChatRole(role)
+
+    # -- serialization ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a JSON-compatible dictionary."""
+        return {
+            "role": self._role.value,
+            "content": [_content_to_dict(p) for p in self._content],
+            "name": self._name,
+            "meta": self._meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChatMessage:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        try:
+            content = tuple(_content_from_dict(p) for p in data["content"])
+            return cls(ChatRole.from_str(data["role"]), content, data.get("name"), dict(data.get("meta") or {}))
+        except (KeyError, TypeError) as exc:
+            raise DeserializationError(f"Malformed chat message {data!r}: {exc!r}") from exc
+
+    def to_openai_dict_format(self) -> dict[str, Any]:
+        """Convert to the OpenAI chat-completions message format."""
+        msg: dict[str, Any] = {"role": self._role.value}
+        if self._name is not None:
+            msg["name"] = self._name
+        if self._role is ChatRole.TOOL:
+            result = self.tool_call_result
+            if result is None or result.origin.id is None:
+                raise ValueError("A tool message needs a tool call result whose origin has an id for OpenAI.")
+            msg["content"] = result.result
+            msg["tool_call_id"] = result.origin.id
+            return msg
+        texts = self.texts
+        msg["content"] = "\n".join(texts) if texts else None
+        if self.tool_calls:
+            calls = []
+            for tc in self.tool_calls:
+                if tc.id is None:
+                    raise ValueError(f"Tool call to {tc.tool_name!r} needs an id for the OpenAI format.")
+                arguments = orjson.dumps(tc.arguments).decode()
+                calls.append({"id": tc.id, "type": "function", "function": {"name": tc.tool_name, "arguments": arguments}})
+            msg["tool_calls"] = calls
+        return msg
+
+    @classmethod
+    def from_openai_dict_format(cls, message: dict[str, Any]) -> ChatMessage:
+        """Build a message from the OpenAI chat-completions format.
+
+        Tool-call arguments that are not valid JSON are kept as ``{"__raw__": "<text>"}`` so that the
+        tool invoker can report the problem to the model instead of losing it.
+        """
+        role = ChatRole.from_str(message.get("role", ""))
+        name = message.get("name")
+        content = message.get("content")
+        if role is ChatRole.TOOL:
+            call_id = message.get("tool_call_id")
+            origin = ToolCall(tool_name=message.get("name") or "", arguments={}, id=call_id)
+            return cls(role, (ToolCallResult(str(content or ""), origin),), None, {})
+        if role is ChatRole.ASSISTANT:
+            tool_calls = [
+                ToolCall(
+                    tool_name=tc["function"]["name"],
+                    arguments=parse_tool_arguments(tc["function"].get("arguments") or "{}"),
+                    id=tc.get("id") or str(uuid.uuid4()),
+                )
+                for tc in message.get("tool_calls") or []
+            ]
+            return cls.from_assistant(text=content, name=name, tool_calls=tool_calls)
+        if not isinstance(content, str):
+            content = "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+        return cls(role, (TextContent(content),), name, {})
+
+
+RAW_ARGUMENTS_KEY = "__raw__"
+
+
+def parse_tool_arguments(raw: str) -> dict[str, Any]:
+    """Parse the JSON arguments of a tool call; keep unparsable text under ``__raw__``."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {RAW_ARGUMENTS_KEY: raw}
+    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS_KEY: raw}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamingChunk:
+    """A piece of a streamed reply (text delta, tool call, or a finished tool's result)."""
+
+    content: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    index: int | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_result: ToolCallResult | None = None
+    start: bool = False
+    finish_reason: str | None = None
+    reasoning: ReasoningContent | None = None

@@ -1,0 +1,319 @@
+"""One agent run as a sans-I/O state machine, and the two thin drivers that perform its I/O.
+
+``AgentRun`` never calls a model or a tool. It says what to do next as data
+(``CallModel``, ``RunTools``, ``Finish``), takes the results (``model_replied``, ``tools_ran``),
+and moves between phases only through the declared table in ``agentfsm.machine``. ``drive_sync``
+and ``drive_async`` are the only places where I/O happens; they share every decision.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.logs import logger, transitions_enabled
+from agentfsm.machine import DISPATCH, TERMINAL_PHASES, Phase, Transition
+from agentfsm.messages import ChatMessage, StreamingChunk, ToolCall
+from agentfsm.state import State, merge_lists
+from agentfsm.tools.invoker import PreparedCall, ToolInvoker
+from agentfsm.tools.tool import Tool
+
+StreamingCallback = Callable[[StreamingChunk], None | Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """One edge taken by a run: at which step, from where to where, by which trigger, after how long."""
+
+    step: int
+    source: Phase
+    dest: Phase
+    trigger: str
+    duration_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to JSON-compatible values."""
+        return {
+            "step": self.step,
+            "source": self.source.value,
+            "dest": self.dest.value,
+            "trigger": self.trigger,
+            "duration_us": self.duration_us,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What a run needs from its agent, fixed for the run's duration."""
+
+    tools: dict[str, Tool]
+    exit_conditions: frozenset[str]
+    max_agent_steps: int
+    invoker: ToolInvoker
+
+
+# -- actions: what the driver must do next ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Call the chat generator with these messages and tools, then ``model_replied``."""
+
+    messages: list[ChatMessage]
+    tools: list[Tool]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Execute these prepared tool calls, then ``tools_ran``."""
+
+    prepared: list[PreparedCall]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The run is over; ``result`` is what ``Agent.run`` returns."""
+
+    result: dict[str, Any]
+
+
+Action = CallModel | RunTools | Finish
+
+
+class AgentRun:
+    """The state of one run and the decisions that move it along the declared transitions."""
+
+    def __init__(self, config: RunConfig, state: State, run_id: str | None = None) -> None:
+        self.config = config
+        self.state = state
+        self.run_id = run_id or uuid.uuid4().hex
+        self.phase = Phase.IDLE
+        self.step = 0
+        self.exit_reason: str | None = None
+        self.trace: list[TransitionRecord] = []
+        self.pending: list[PreparedCall] = []
+        self._tool_calls_pending = False
+        self._last_calls: list[ToolCall] = []
+        self._entered = time.perf_counter()
+
+    # -- facts read by the guards in agentfsm.machine --------------------------------------------
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """The last reply asked for tool calls and this run has tools to run them."""
+        return self._tool_calls_pending
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Whether a confirmation strategy covers a pending call: no strategies are configurable yet."""
+        return False
+
+    @property
+    def strategy_paused(self) -> bool:
+        """Whether a confirmation strategy paused the run: no strategies are configurable yet."""
+        return False
+
+    @property
+    def exit_reached(self) -> bool:
+        """An exit condition is met (``exit_reason`` says which)."""
+        return self.exit_reason is not None
+
+    @property
+    def steps_left(self) -> bool:
+        """Fewer than ``max_agent_steps`` model calls have been made."""
+        return self.step < self.config.max_agent_steps
+
+    # -- moving through the table ----------------------------------------------------------------
+
+    def _take(self, transition: Transition) -> None:
+        DISPATCH.check(self.phase, transition.trigger, transition.dest)
+        now = time.perf_counter()
+        record = TransitionRecord(self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6)
+        self.trace.append(record)
+        if transitions_enabled():
+            logger.debug(
+                "transition",
+                run_id=self.run_id,
+                step=record.step,
+                source=record.source.value,
+                dest=record.dest.value,
+                trigger=record.trigger,
+                duration_us=round(record.duration_us, 1),
+            )
+        self.phase = transition.dest
+        self._entered = now
+
+    def _advance(self) -> None:
+        self._take(DISPATCH.next(self.phase, self))
+
+    def _expect(self, phase: Phase, what: str) -> None:
+        if self.phase is not phase:
+            raise MachineError(f"{what} is only valid in {phase.value}, but the run is in {self.phase.value}.")
+
+    def _append_messages(self, messages: list[ChatMessage]) -> None:
+        if self.state.schema["messages"]["handler"] is merge_lists:
+            # Same result as State.set with merge_lists, without copying the history on every step.
+            self.state.data.setdefault("messages", []).extend(messages)
+        else:
+            self.state.set("messages", messages)
+
+    # -- the protocol with the drivers ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Leave IDLE: the first model call is next."""
+        self._expect(Phase.IDLE, "start")
+        self.state.set("step_count", 0)
+        self._advance()
+
+    def next_action(self) -> Action:
+        """Advance through phases that need no I/O and say which I/O comes next."""
+        while True:
+            phase = self.phase
+            if phase is Phase.LLM_CALL:
+                return CallModel(self.state.data["messages"], list(self.config.tools.values()))
+            if phase is Phase.TOOL_RUN:
+                return RunTools(self.pending)
+            if phase is Phase.DONE:
+                return Finish(self.result())
+            if phase is Phase.TOOL_PENDING:
+                self._advance()
+                if self.phase is Phase.TOOL_RUN:
+                    self._prepare_tools()
+            elif phase is Phase.CONFIRM:
+                # Without confirmation strategies every pending call is approved as prepared.
+                self._advance()
+                self._prepare_tools()
+            elif phase is Phase.EXIT_CHECK:
+                self._advance()
+                if self.phase is Phase.DONE and self.exit_reason is None:
+                    self.exit_reason = "max_agent_steps"
+                    logger.warning(
+                        "max_agent_steps reached",
+                        run_id=self.run_id,
+                        max_agent_steps=self.config.max_agent_steps,
+                    )
+            else:
+                raise MachineError(f"The run cannot continue from {phase.value}.")
+
+    def model_replied(self, output: Any) -> None:
+        """Record the chat generator's output and move to the tools or to the exit check."""
+        self._expect(Phase.LLM_CALL, "model_replied")
+        replies = output.get("replies") if isinstance(output, dict) else None
+        if not replies or not all(isinstance(r, ChatMessage) for r in replies):
+            raise ModelClientError(
+                f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, "
+                f"got {output!r}."
+            )
+        self.step += 1
+        self.state.set("step_count", self.step)
+        self._append_messages(replies)
+        calls = [tc for reply in replies for tc in reply.tool_calls]
+        self._tool_calls_pending = bool(calls) and bool(self.config.tools)
+        self._last_calls = calls
+        self.exit_reason = None if self._tool_calls_pending else "text"
+        self._advance()
+
+    def _prepare_tools(self) -> None:
+        self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.config.tools)
+
+    def tools_ran(self, outcomes: list[Any]) -> list[ChatMessage]:
+        """Record the tool outcomes as messages and move to the exit check; returns the new messages."""
+        self._expect(Phase.TOOL_RUN, "tools_ran")
+        messages = self.config.invoker.finish(self.pending, outcomes, self.state)
+        self._append_messages(messages)
+        self.exit_reason = self._tool_exit(messages)
+        self.pending = []
+        self._advance()
+        return messages
+
+    def _tool_exit(self, tool_messages: list[ChatMessage]) -> str | None:
+        """The first exit-condition tool that ran in this step without an error, if any."""
+        errors: dict[str, bool] = {}
+        for message in tool_messages:
+            result = message.tool_call_result
+            if result is not None:
+                name = result.origin.tool_name
+                errors[name] = errors.get(name, False) or result.error
+        matched = [name for name in errors if name in self.config.exit_conditions]
+        if matched and not any(errors[name] for name in matched):
+            return f"tool:{matched[0]}"
+        return None
+
+    def fail(self, error: BaseException) -> None:
+        """Take the ``fail`` edge after ``error`` escaped from an active phase."""
+        if self.phase in TERMINAL_PHASES or self.phase in (Phase.IDLE, Phase.PAUSED):
+            return
+        self._take(Transition("fail", self.phase, Phase.FAILED, interrupt=True))
+        logger.error("run failed", run_id=self.run_id, step=self.step, error=repr(error))
+
+    def result(self) -> dict[str, Any]:
+        """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
+        data = dict(self.state.data)
+        messages = data.get("messages") or []
+        data["last_message"] = messages[-1] if messages else None
+        data["exit_reason"] = self.exit_reason
+        data["trace"] = list(self.trace)
+        return data
+
+
+def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
+    return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
+
+
+def drive_sync(run: AgentRun, generator: Any, streaming_callback: Callable[[StreamingChunk], Any] | None) -> dict[str, Any]:
+    """Perform a run's I/O synchronously until it finishes."""
+    invoker = run.config.invoker
+    try:
+        run.start()
+        while True:
+            action = run.next_action()
+            if isinstance(action, CallModel):
+                run.model_replied(
+                    generator.run(messages=action.messages, tools=action.tools or None, streaming_callback=streaming_callback)
+                )
+            elif isinstance(action, RunTools):
+                messages = run.tools_ran(invoker.execute_sync(action.prepared, streaming_callback))
+                if streaming_callback is not None:
+                    for chunk in _tool_chunks(messages):
+                        streaming_callback(chunk)
+            else:
+                return action.result
+    except BaseException as exc:
+        run.fail(exc)
+        raise
+
+
+async def drive_async(run: AgentRun, generator: Any, streaming_callback: StreamingCallback | None) -> dict[str, Any]:
+    """Perform a run's I/O on the event loop until it finishes; same decisions as ``drive_sync``."""
+    import asyncio
+
+    invoker = run.config.invoker
+    run_async = getattr(generator, "run_async", None)
+    try:
+        run.start()
+        while True:
+            action = run.next_action()
+            if isinstance(action, CallModel):
+                kwargs = {"messages": action.messages, "tools": action.tools or None, "streaming_callback": streaming_callback}
+                if run_async is not None:
+                    output = await run_async(**kwargs)
+                else:
+                    output = await asyncio.to_thread(generator.run, **kwargs)
+                run.model_replied(output)
+            elif isinstance(action, RunTools):
+                messages = run.tools_ran(await invoker.execute_async(action.prepared, streaming_callback))
+                if streaming_callback is not None:
+                    for chunk in _tool_chunks(messages):
+                        pending = streaming_callback(chunk)
+                        if inspect.isawaitable(pending):
+                            await pending
+            else:
+                return action.result
+    except BaseException as exc:
+        run.fail(exc)
+        raise

@@ -1,0 +1,242 @@
+"""Turning configuration and data into JSON-compatible values and back, safely.
+
+Nothing here ever unpickles or imports a module just because serialized data names it: class,
+type and function paths are resolved only inside an allow-list of module prefixes. agentfsm's own
+modules, ``builtins`` and ``typing`` are always allowed; users allow their own modules in one of
+three ways:
+
+- process-wide: ``agentfsm.serialization.allow_modules("myapp.tools")``
+- per call: ``Agent.from_dict(data, allowed_modules=["myapp.tools"])``
+- by environment: ``AGENTFSM_ALLOWED_MODULES=myapp.tools,myapp.hooks``
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import os
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentfsm.errors import DeserializationError, SerializationError
+
+ENV_ALLOWED_MODULES = "AGENTFSM_ALLOWED_MODULES"
+_ALWAYS_ALLOWED = ("agentfsm", "builtins", "typing")
+_user_allowed: set[str] = set()
+
+#: Key that marks a tagged (non-plain-JSON) value in serialized data.
+TAG = "__agentfsm__"
+
+
+def allow_modules(*prefixes: str) -> None:
+    """Allow deserialization to resolve classes and functions from modules under ``prefixes``."""
+    for prefix in prefixes:
+        if not prefix or not all(part.isidentifier() for part in prefix.split(".")):
+            raise ValueError(f"{prefix!r} is not a module path; pass dotted names such as 'myapp.tools'.")
+        _user_allowed.add(prefix)
+
+
+def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
+    """All module prefixes currently allowed (built-in, process-wide, environment and ``extra``)."""
+    env = [p.strip() for p in os.environ.get(ENV_ALLOWED_MODULES, "").split(",") if p.strip()]
+    return (*_ALWAYS_ALLOWED, *sorted(_user_allowed), *env, *(extra or ()))
+
+
+def _check_allowed(module: str, extra: Iterable[str] | None) -> None:
+    prefixes = allowed_prefixes(extra)
+    if any(module == p or module.startswith(p + ".") for p in prefixes):
+        return
+    raise DeserializationError(
+        f"Refusing to import from module {module!r}: it is not in the allow-list. Allow it with "
+        f"agentfsm.serialization.allow_modules({module!r}), or allowed_modules=[{module!r}] on the "
+        f"from_dict/load call, or the environment variable {ENV_ALLOWED_MODULES}={module}."
+    )
+
+
+def import_path(path: str, allowed_modules: Iterable[str] | None = None) -> Any:
+    """Resolve ``"package.module.Qual.name"`` to an object, importing only allow-listed modules."""
+    if not isinstance(path, str) or not path or "." not in path:
+        raise DeserializationError(f"{path!r} is not a dotted import path such as 'myapp.tools.search'.")
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        _check_allowed(module_name, allowed_modules)
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue
+        try:
+            for attr in parts[split:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            raise DeserializationError(f"Module {module_name!r} has no attribute path {path!r}.") from None
+        return obj
+    raise DeserializationError(f"Could not import {path!r}: no importable module in that path.")
+
+
+def object_path(obj: Any) -> str:
+    """The import path of a class or module-level function."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
+        raise SerializationError(
+            f"{obj!r} cannot be serialized by reference: define it at module level (not a lambda or a "
+            "function nested in another function) so that it can be imported by name."
+        )
+    return f"{module}.{qualname}"
+
+
+# -- callables ------------------------------------------------------------------------------------
+
+
+def serialize_callable(fn: Callable[..., Any]) -> str:
+    """Serialize a module-level function (or class) as its import path."""
+    return object_path(fn)
+
+
+def deserialize_callable(path: str, allowed_modules: Iterable[str] | None = None) -> Callable[..., Any]:
+    """Resolve a path made by ``serialize_callable``."""
+    obj = import_path(path, allowed_modules)
+    if not callable(obj):
+        raise DeserializationError(f"{path!r} does not name a callable.")
+    return typing.cast(Callable[..., Any], obj)
+
+
+# -- types ----------------------------------------------------------------------------------------
+
+_BUILTIN_TYPES: dict[str, Any] = {
+    t.__name__: t for t in (str, int, float, bool, bytes, list, dict, tuple, set, frozenset, type(None), object)
+}
+_BUILTIN_TYPES["None"] = type(None)
+_TYPING_NAMES = {"Any", "Union", "Optional", "Literal", "List", "Dict", "Tuple", "Set"}
+
+
+def serialize_type(tp: Any) -> str:
+    """Serialize a type annotation (``str``, ``list[ChatMessage]``, ``int | None``...) to a string."""
+    if tp is typing.Any:
+        return "typing.Any"
+    if tp is type(None) or tp is None:
+        return "None"
+    origin = typing.get_origin(tp)
+    if origin is None:
+        if isinstance(tp, type):
+            return tp.__name__ if tp.__module__ == "builtins" else object_path(tp)
+        raise SerializationError(f"Cannot serialize the type annotation {tp!r}.")
+    args = typing.get_args(tp)
+    if origin is typing.Literal:
+        return f"typing.Literal[{', '.join(repr(a) for a in args)}]"
+    if origin in (typing.Union, types.UnionType):
+        return f"typing.Union[{', '.join(serialize_type(a) for a in args)}]"
+    head = serialize_type(origin)
+    return f"{head}[{', '.join(serialize_type(a) for a in args)}]" if args else head
+
+
+def deserialize_type(text: str, allowed_modules: Iterable[str] | None = None) -> Any:
+    """Parse a string made by ``serialize_type`` without evaluating code."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise DeserializationError(f"{text!r} is not a type annotation.") from None
+    return _type_from_ast(tree, text, allowed_modules)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> Any:
+    if isinstance(node, ast.Constant) and node.value is None:
+        return type(None)
+    if isinstance(node, ast.Subscript):
+        head = _type_from_ast(node.value, text, allowed)
+        elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if head is typing.Literal:
+            values = tuple(ast.literal_eval(e) for e in elts)
+            return typing.Literal.__getitem__(values)
+        args = tuple(_type_from_ast(e, text, allowed) for e in elts)
+        try:
+            return head[args if len(args) > 1 else args[0]]
+        except TypeError as exc:
+            raise DeserializationError(f"Invalid type annotation {text!r}: {exc}") from None
+    name = _dotted(node)
+    if name is None:
+        raise DeserializationError(f"Unsupported construct in type annotation {text!r}.")
+    if name in _BUILTIN_TYPES:
+        return _BUILTIN_TYPES[name]
+    if name.startswith("typing.") and name.removeprefix("typing.") in _TYPING_NAMES:
+        return getattr(typing, name.removeprefix("typing."))
+    return import_path(name, allowed)
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def serialize_value(value: Any) -> Any:
+    """Convert a State value to JSON-compatible data; non-JSON values are tagged with ``TAG``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [serialize_value(v) for v in value]
+    if isinstance(value, dict):
+        if TAG not in value and all(isinstance(k, str) for k in value):
+            return {k: serialize_value(v) for k, v in value.items()}
+        return {TAG: "dict", "items": [[serialize_value(k), serialize_value(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {TAG: "tuple", "items": [serialize_value(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        kind = "set" if isinstance(value, set) else "frozenset"
+        return {TAG: kind, "items": [serialize_value(v) for v in value]}
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and callable(getattr(type(value), "from_dict", None)):
+        return {TAG: "object", "type": object_path(type(value)), "data": serialize_value(to_dict())}
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return {TAG: "pydantic", "type": object_path(type(value)), "data": model_dump(mode="json")}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: serialize_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {TAG: "dataclass", "type": object_path(type(value)), "data": fields}
+    raise SerializationError(
+        f"Cannot serialize a value of type {type(value).__qualname__}: use JSON types, tuples, sets, "
+        "dataclasses, pydantic models, or give the class to_dict() and a from_dict() classmethod."
+    )
+
+
+def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -> Any:
+    """Invert ``serialize_value``."""
+    if isinstance(data, list):
+        return [deserialize_value(v, allowed_modules) for v in data]
+    if not isinstance(data, dict):
+        return data
+    kind = data.get(TAG)
+    if kind is None:
+        return {k: deserialize_value(v, allowed_modules) for k, v in data.items()}
+    try:
+        if kind == "dict":
+            return {
+                deserialize_value(k, allowed_modules): deserialize_value(v, allowed_modules)
+                for k, v in data["items"]
+            }
+        if kind in ("tuple", "set", "frozenset"):
+            items = [deserialize_value(v, allowed_modules) for v in data["items"]]
+            return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+        cls = import_path(data["type"], allowed_modules)
+        if kind == "object":
+            return cls.from_dict(deserialize_value(data["data"], allowed_modules))
+        if kind == "pydantic":
+            return cls.model_validate(data["data"])
+        if kind == "dataclass":
+            fields = {k: deserialize_value(v, allowed_modules) for k, v in data["data"].items()}
+            return cls(**fields)
+    except DeserializationError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DeserializationError(f"Malformed tagged value {data!r}: {exc!r}") from exc
+    raise DeserializationError(f"Unknown value tag {kind!r} in {data!r}.")

@@ -1,0 +1,166 @@
+"""State: the schema-checked data an agent, its tools and its hooks share during a run.
+
+Each schema entry is ``{"type": <type>, "handler": <callable or None>}``. ``State.set`` merges
+a new value into the current one with the entry's handler: ``merge_lists`` for list types,
+``replace_values`` otherwise. A ``messages`` entry of type ``list[ChatMessage]`` is always present.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentfsm.errors import ConfigurationError, SchemaError
+from agentfsm.messages import ChatMessage
+from agentfsm.serialization import (
+    deserialize_callable,
+    deserialize_type,
+    deserialize_value,
+    serialize_callable,
+    serialize_type,
+    serialize_value,
+)
+
+Handler = Callable[[Any, Any], Any]
+
+
+def merge_lists(current: Any, new: Any) -> list[Any]:
+    """Concatenate ``current`` and ``new``; a non-list value counts as a one-item list."""
+    current_list = [] if current is None else current if isinstance(current, list) else [current]
+    new_list = new if isinstance(new, list) else [new]
+    return current_list + new_list
+
+
+def replace_values(current: Any, new: Any) -> Any:  # noqa: ARG001 - the handler signature is fixed
+    """Replace ``current`` with ``new``."""
+    return new
+
+
+def _is_list_type(tp: Any) -> bool:
+    return tp is list or typing.get_origin(tp) is list
+
+
+def _is_valid_type(tp: Any) -> bool:
+    return isinstance(tp, type) or tp is Any or typing.get_origin(tp) is not None
+
+
+def default_handler(tp: Any) -> Handler:
+    """The handler used when a schema entry does not name one."""
+    return merge_lists if _is_list_type(tp) else replace_values
+
+
+MESSAGES_SCHEMA: dict[str, Any] = {"type": list[ChatMessage], "handler": merge_lists}
+
+
+def validate_schema(schema: dict[str, Any]) -> None:
+    """Raise ``SchemaError`` (a ``ValueError``) naming the first invalid entry of ``schema``."""
+    if not isinstance(schema, dict):
+        raise SchemaError(f"A state schema must be a dict of key -> {{'type': ...}}, got {type(schema).__name__}.")
+    for key, definition in schema.items():
+        if not isinstance(key, str):
+            raise SchemaError(f"StateSchema: key {key!r} must be a string.")
+        if not isinstance(definition, dict) or "type" not in definition:
+            raise SchemaError(f"StateSchema: Key '{key}' is missing a 'type' entry.")
+        if not _is_valid_type(definition["type"]):
+            raise SchemaError(f"StateSchema: 'type' for key '{key}' must be a Python type, got {definition['type']!r}.")
+        handler = definition.get("handler")
+        if handler is not None and not callable(handler):
+            raise SchemaError(f"StateSchema: 'handler' for key '{key}' must be callable or None, got {handler!r}.")
+        unknown = set(definition) - {"type", "handler"}
+        if unknown:
+            raise SchemaError(f"StateSchema: key '{key}' has unknown entries {sorted(unknown)}; use 'type' and 'handler'.")
+        if key == "messages" and not _is_list_type(definition["type"]):
+            raise SchemaError("StateSchema: 'messages' must be of type list[ChatMessage].")
+
+
+class State:
+    """Schema-checked run data shared by the agent, its tools and its hooks.
+
+    >>> s = State({"docs": {"type": list[str]}}, {"docs": ["a"]})
+    >>> s.set("docs", ["b"]); s.get("docs")
+    ['a', 'b']
+    """
+
+    __slots__ = ("_data", "schema")
+
+    def __init__(self, schema: dict[str, Any], data: dict[str, Any] | None = None) -> None:
+        validate_schema(schema)
+        self.schema: dict[str, dict[str, Any]] = {k: dict(v) for k, v in schema.items()}
+        self.schema.setdefault("messages", dict(MESSAGES_SCHEMA))
+        for definition in self.schema.values():
+            if definition.get("handler") is None:
+                definition["handler"] = default_handler(definition["type"])
+        self._data: dict[str, Any] = {}
+        for key, value in (data or {}).items():
+            self.set(key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A copy of the value of ``key``, or ``default`` when it is not set."""
+        return copy.deepcopy(self._data.get(key, default))
+
+    def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
+        """Merge ``value`` into ``key`` with the schema's handler (or ``handler_override``)."""
+        definition = self.schema.get(key)
+        if definition is None:
+            raise ConfigurationError(
+                f"State: Key '{key}' not found in schema. Declare it in the state_schema, e.g. "
+                f"{{'{key}': {{'type': {type(value).__name__}}}}}. Known keys: {sorted(self.schema)}."
+            )
+        handler: Handler = handler_override or definition["handler"]
+        self._data[key] = handler(self._data.get(key), value)
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` has a value."""
+        return key in self._data
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """All current data (the live dictionary, not a copy)."""
+        return self._data
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize schema and data to JSON-compatible values."""
+        return {"schema": schema_to_dict(self.schema), "data": serialize_value(self._data)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> State:
+        """Rebuild a State from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``."""
+        schema = schema_from_dict(data.get("schema", {}), allowed_modules)
+        state = cls(schema)
+        # Values were produced by the handlers already: restore them as they are, without merging again.
+        state._data = deserialize_value(data.get("data", {}), allowed_modules)
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return self.schema == other.schema and self._data == other._data
+
+    __hash__ = None  # type: ignore[assignment]  # mutable container
+
+    def __repr__(self) -> str:
+        return f"State(keys={sorted(self._data)})"
+
+
+def schema_to_dict(schema: dict[str, Any]) -> dict[str, Any]:
+    """Serialize a state schema: types as strings, handlers as import paths."""
+    out: dict[str, Any] = {}
+    for key, definition in schema.items():
+        entry: dict[str, Any] = {"type": serialize_type(definition["type"])}
+        if definition.get("handler") is not None:
+            entry["handler"] = serialize_callable(definition["handler"])
+        out[key] = entry
+    return out
+
+
+def schema_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> dict[str, Any]:
+    """Invert ``schema_to_dict``."""
+    schema: dict[str, Any] = {}
+    for key, entry in data.items():
+        definition: dict[str, Any] = {"type": deserialize_type(entry["type"], allowed_modules)}
+        if entry.get("handler") is not None:
+            definition["handler"] = deserialize_callable(entry["handler"], allowed_modules)
+        schema[key] = definition
+    return schema

@@ -1,0 +1,136 @@
+"""Build a Tool from a typed Python function: the JSON schema comes from its signature."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, overload
+
+from pydantic import ConfigDict, Field, create_model
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+
+from agentfsm.errors import ConfigurationError, SchemaGenerationError
+from agentfsm.tools.tool import Tool
+
+
+def _strip_titles(node: Any) -> Any:
+    """Remove pydantic's auto-generated titles: noise for the model."""
+    if isinstance(node, dict):
+        return {k: _strip_titles(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+def _strip_property_titles(schema: dict[str, Any]) -> dict[str, Any]:
+    schema = dict(schema)
+    schema.pop("title", None)
+    if "properties" in schema:
+        schema["properties"] = {name: _strip_titles(prop) for name, prop in schema["properties"].items()}
+    if "$defs" in schema:
+        schema["$defs"] = {name: _strip_titles(d) for name, d in schema["$defs"].items()}
+    return schema
+
+
+def function_parameters_schema(function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The JSON schema of ``function``'s parameters, except those in ``skip``.
+
+    ``Annotated[T, "text"]`` gives a description; parameters with defaults are not required.
+    """
+    name = getattr(function, "__name__", repr(function))
+    signature = inspect.signature(function)
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except NameError as exc:
+        raise SchemaGenerationError(f"Cannot resolve the type hints of {name!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    for param_name, param in signature.parameters.items():
+        if param_name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param_name not in hints:
+            raise ConfigurationError(
+                f"Function {name!r}: parameter {param_name!r} has no type hint; every parameter of a tool "
+                "function needs one (e.g. `city: str`)."
+            )
+        hint = hints[param_name]
+        description = None
+        if typing.get_origin(hint) is typing.Annotated:
+            base, *metadata = typing.get_args(hint)
+            description = next((m for m in metadata if isinstance(m, str)), None)
+            hint = base
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param_name] = (hint, Field(default=default, description=description))
+    try:
+        model = create_model(f"{name}_parameters", __config__=ConfigDict(arbitrary_types_allowed=False), **fields)
+        schema = model.model_json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
+        raise SchemaGenerationError(
+            f"Cannot generate a JSON schema for function {name!r}: {exc}. Use JSON-friendly parameter types "
+            "(str, int, float, bool, list, dict, Literal, Optional, dataclasses, pydantic models)."
+        ) from exc
+    return _strip_property_titles(schema)
+
+
+def create_tool_from_function(
+    function: Callable[..., Any],
+    name: str | None = None,
+    description: str | None = None,
+    inputs_from_state: dict[str, str] | None = None,
+    outputs_to_state: dict[str, dict[str, Any]] | None = None,
+    outputs_to_string: dict[str, Any] | None = None,
+) -> Tool:
+    """Create a Tool from a typed function; name and description default to its name and docstring.
+
+    Parameters fed from State (``inputs_from_state``) are left out of the schema the model sees.
+    """
+    skip = frozenset((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else frozenset()
+    return Tool(
+        name=name or function.__name__,
+        description=description if description is not None else inspect.getdoc(function) or "",
+        parameters=function_parameters_schema(function, skip),
+        function=function,
+        inputs_from_state=inputs_from_state,
+        outputs_to_state=outputs_to_state,
+        outputs_to_string=outputs_to_string,
+    )
+
+
+@overload
+def tool(function: Callable[..., Any]) -> Tool: ...
+
+
+@overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    inputs_from_state: dict[str, str] | None = None,
+    outputs_to_state: dict[str, dict[str, Any]] | None = None,
+    outputs_to_string: dict[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    inputs_from_state: dict[str, str] | None = None,
+    outputs_to_state: dict[str, dict[str, Any]] | None = None,
+    outputs_to_string: dict[str, Any] | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator that turns a typed function into a Tool; use bare (``@tool``) or with options."""
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return create_tool_from_function(
+            fn,
+            name=name,
+            description=description,
+            inputs_from_state=inputs_from_state,
+            outputs_to_state=outputs_to_state,
+            outputs_to_string=outputs_to_string,
+        )
+
+    return decorate(function) if function is not None else decorate

@@ -1,0 +1,223 @@
+"""ToolInvoker: turns the tool calls of one model reply into tool-result messages.
+
+The work is split so that the runtime stays free of I/O: ``prepare`` (resolve tools, check
+arguments, inject State inputs), ``execute_sync`` / ``execute_async`` (run the functions, in
+parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outputs_to_state`` and
+``tool_call_counts`` applied in call order whatever the completion order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agentfsm.errors import ConfigurationError, ToolArgumentsError, ToolError, ToolInvocationError, ToolNotFoundError
+from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingChunk, ToolCall, ToolCallResult
+from agentfsm.state import State
+from agentfsm.tools.tool import Tool, default_output_to_string
+from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
+
+StreamingCallback = Callable[[StreamingChunk], Any]
+
+
+@dataclass(slots=True)
+class PreparedCall:
+    """A tool call ready to run, or the error that stops it from running."""
+
+    call: ToolCall
+    tool: Tool | None
+    arguments: dict[str, Any]
+    error: ToolError | None = None
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """What running one prepared call produced: a value or an exception."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
+def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
+    try:
+        return "streaming_callback" in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class ToolInvoker:
+    """Runs tool calls against a set of tools.
+
+    ``raise_on_failure`` turns every failing call (unknown tool, bad arguments, tool exception) into
+    a typed exception instead of an error result the model can react to.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[Tool] | Toolset,
+        raise_on_failure: bool = True,
+        tool_concurrency: int = 4,
+        tool_streaming_callback_passthrough: bool = False,
+    ) -> None:
+        if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
+            raise ConfigurationError(f"tool_concurrency must be an int >= 1, got {tool_concurrency!r}.")
+        self.tools = flatten_tools(tools)
+        check_unique_names(self.tools)
+        self.raise_on_failure = raise_on_failure
+        self.tool_concurrency = tool_concurrency
+        self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
+        self._by_name = {t.name: t for t in self.tools}
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- prepare ----------------------------------------------------------------------------------
+
+    def prepare(self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None) -> list[PreparedCall]:
+        """Resolve and check each call; ``tools`` overrides the invoker's tools for this run."""
+        by_name = self._by_name if tools is None else tools
+        return [self._prepare_one(call, state, by_name) for call in calls]
+
+    def _prepare_one(self, call: ToolCall, state: State, by_name: dict[str, Tool]) -> PreparedCall:
+        tool = by_name.get(call.tool_name)
+        if tool is None:
+            available = ", ".join(sorted(by_name)) or "none"
+            error = ToolNotFoundError(f"Tool {call.tool_name!r} not found. Available tools: {available}.")
+            return self._failed(call, None, error)
+        if RAW_ARGUMENTS_KEY in call.arguments:
+            error = ToolArgumentsError(
+                f"The arguments for tool {call.tool_name!r} are not a valid JSON object: "
+                f"{call.arguments[RAW_ARGUMENTS_KEY]!r}. Send the arguments as a JSON object."
+            )
+            return self._failed(call, tool, error)
+        try:
+            tool.validate_arguments(call.arguments)
+        except ToolArgumentsError as error:
+            return self._failed(call, tool, error)
+        arguments = dict(call.arguments)
+        for state_key, param in (tool.inputs_from_state or {}).items():
+            if param not in arguments and state.has(state_key):
+                arguments[param] = state.get(state_key)
+        return PreparedCall(call, tool, arguments)
+
+    def _failed(self, call: ToolCall, tool: Tool | None, error: ToolError) -> PreparedCall:
+        if self.raise_on_failure:
+            raise error
+        return PreparedCall(call, tool, dict(call.arguments), error)
+
+    # -- execute ----------------------------------------------------------------------------------
+
+    def _call(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None) -> CallOutcome:
+        assert prepared.tool is not None
+        arguments = prepared.arguments
+        if (
+            streaming_callback is not None
+            and self.tool_streaming_callback_passthrough
+            and _accepts_streaming_callback(prepared.tool.function)
+        ):
+            arguments = {**arguments, "streaming_callback": streaming_callback}
+        try:
+            return CallOutcome(value=prepared.tool.invoke(**arguments))
+        except Exception as exc:
+            return CallOutcome(error=exc)
+
+    def execute_sync(
+        self, prepared: Sequence[PreparedCall], streaming_callback: StreamingCallback | None = None
+    ) -> list[CallOutcome]:
+        """Run the runnable calls, in a thread pool when there are several; outcomes in call order."""
+        runnable = [i for i, p in enumerate(prepared) if p.error is None]
+        outcomes = [CallOutcome() for _ in prepared]
+        if len(runnable) > 1 and self.tool_concurrency > 1:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
+            futures = [(i, self._executor.submit(self._call, prepared[i], streaming_callback)) for i in runnable]
+            for i, future in futures:
+                outcomes[i] = future.result()
+        else:
+            for i in runnable:
+                outcomes[i] = self._call(prepared[i], streaming_callback)
+        return outcomes
+
+    async def execute_async(
+        self, prepared: Sequence[PreparedCall], streaming_callback: StreamingCallback | None = None
+    ) -> list[CallOutcome]:
+        """Run the runnable calls in worker threads, at most ``tool_concurrency`` at once."""
+        semaphore = asyncio.Semaphore(self.tool_concurrency)
+
+        async def run_one(p: PreparedCall) -> CallOutcome:
+            if p.error is not None:
+                return CallOutcome()
+            async with semaphore:
+                return await asyncio.to_thread(self._call, p, streaming_callback)
+
+        return list(await asyncio.gather(*(run_one(p) for p in prepared)))
+
+    def close(self) -> None:
+        """Release the worker threads of the sync thread pool."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # -- finish -----------------------------------------------------------------------------------
+
+    def finish(self, prepared: Sequence[PreparedCall], outcomes: Sequence[CallOutcome], state: State) -> list[ChatMessage]:
+        """Tool-result messages in call order; State updated through its handlers."""
+        messages = []
+        counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
+        for p, outcome in zip(prepared, outcomes, strict=True):
+            result = self._result(p, outcome, state)
+            if p.tool is not None and p.error is None:
+                counts[p.tool.name] = counts.get(p.tool.name, 0) + 1
+            messages.append(ChatMessage.from_tool(result.result, result.origin, result.error))
+        if "tool_call_counts" in state.schema:
+            state.set("tool_call_counts", counts)
+        return messages
+
+    def _result(self, p: PreparedCall, outcome: CallOutcome, state: State) -> ToolCallResult:
+        if p.error is not None:
+            return ToolCallResult(str(p.error), p.call, error=True)
+        assert p.tool is not None
+        if outcome.error is not None:
+            error = ToolInvocationError(
+                f"Failed to invoke tool {p.tool.name!r} with arguments {p.call.arguments}: "
+                f"{type(outcome.error).__name__}: {outcome.error}"
+            )
+            if self.raise_on_failure:
+                raise error from outcome.error
+            return ToolCallResult(str(error), p.call, error=True)
+        try:
+            self._write_state(p.tool, outcome.value, state)
+            text = self._to_string(p.tool, outcome.value)
+        except (KeyError, TypeError, ValueError) as exc:
+            error = ToolInvocationError(f"Tool {p.tool.name!r} returned a result that could not be used: {exc}")
+            if self.raise_on_failure:
+                raise error from exc
+            return ToolCallResult(str(error), p.call, error=True)
+        return ToolCallResult(text, p.call)
+
+    @staticmethod
+    def _pick(result: Any, source: str | None) -> Any:
+        if source is None:
+            return result
+        if not isinstance(result, dict) or source not in result:
+            raise KeyError(f"the result has no key {source!r}")
+        return result[source]
+
+    def _write_state(self, tool: Tool, result: Any, state: State) -> None:
+        for state_key, spec in (tool.outputs_to_state or {}).items():
+            state.set(state_key, self._pick(result, spec.get("source")), handler_override=spec.get("handler"))
+
+    def _to_string(self, tool: Tool, result: Any) -> str:
+        config = tool.outputs_to_string
+        if not config:
+            return default_output_to_string(result)
+        if "source" in config or "handler" in config or "raw_result" in config:
+            handler = config.get("handler") or default_output_to_string
+            return str(handler(self._pick(result, config.get("source"))))
+        parts = {
+            key: (spec.get("handler") or default_output_to_string)(self._pick(result, spec.get("source")))
+            for key, spec in config.items()
+        }
+        return default_output_to_string(parts)

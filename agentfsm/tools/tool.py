@@ -1,0 +1,200 @@
+"""Tool: a named function with a JSON-schema description that a model can prepare calls for."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError as JSONSchemaError
+
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaError, ToolArgumentsError
+from agentfsm.serialization import deserialize_callable, import_path, object_path, serialize_callable
+
+_OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
+
+
+def default_output_to_string(result: Any) -> str:
+    """Strings pass through; other results become JSON (or ``str()`` when not JSON-encodable)."""
+    if isinstance(result, str):
+        return result
+    try:
+        return orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+    except TypeError:
+        return str(result)
+
+
+def _check_mapping(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, dict):
+        raise ConfigurationTypeError(f"{name} must be a dict or None, got {type(value).__name__}.")
+
+
+def _check_spec(name: str, key: str, spec: Any) -> None:
+    if not isinstance(spec, dict):
+        raise ConfigurationTypeError(f"{name}[{key!r}] must be a dict with 'source' and/or 'handler', got {type(spec).__name__}.")
+    source = spec.get("source")
+    if source is not None and not isinstance(source, str):
+        raise ConfigurationTypeError(f"{name}[{key!r}]['source'] must be a string, got {type(source).__name__}.")
+    handler = spec.get("handler")
+    if handler is not None and not callable(handler):
+        raise ConfigurationTypeError(f"{name}[{key!r}]['handler'] must be callable, got {type(handler).__name__}.")
+
+
+def validate_tool_config(
+    outputs_to_string: dict[str, Any] | None,
+    inputs_from_state: dict[str, str] | None,
+    outputs_to_state: dict[str, dict[str, Any]] | None,
+) -> None:
+    """Check the three state/string mappings: ``TypeError`` for wrong types, ``ValueError`` otherwise."""
+    _check_mapping("outputs_to_string", outputs_to_string)
+    _check_mapping("inputs_from_state", inputs_from_state)
+    _check_mapping("outputs_to_state", outputs_to_state)
+    for state_key, param in (inputs_from_state or {}).items():
+        if not isinstance(param, str):
+            raise ConfigurationTypeError(f"inputs_from_state[{state_key!r}] must name a parameter (str), got {type(param).__name__}.")
+    for state_key, spec in (outputs_to_state or {}).items():
+        _check_spec("outputs_to_state", state_key, spec)
+    if outputs_to_string:
+        if set(outputs_to_string) <= _OUTPUTS_TO_STRING_SINGLE_KEYS:
+            _check_spec("outputs_to_string", "", outputs_to_string)
+            raw = outputs_to_string.get("raw_result", False)
+            if not isinstance(raw, bool):
+                raise ConfigurationTypeError(f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}.")
+            if raw:
+                raise ConfigurationError(
+                    "outputs_to_string raw_result=True is not supported: agentfsm tool results are strings."
+                )
+        else:
+            for key, spec in outputs_to_string.items():
+                _check_spec("outputs_to_string", key, spec)
+                if "raw_result" in spec:
+                    raise ConfigurationError("raw_result is not supported in the multiple-output format.")
+
+
+def _serialize_specs(specs: dict[str, Any] | None) -> dict[str, Any] | None:
+    if specs is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in specs.items():
+        if key == "handler" and callable(value):
+            out[key] = serialize_callable(value)
+        elif isinstance(value, dict):
+            out[key] = _serialize_specs(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _deserialize_specs(specs: dict[str, Any] | None, allowed: Iterable[str] | None) -> dict[str, Any] | None:
+    if specs is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in specs.items():
+        if key == "handler" and isinstance(value, str):
+            out[key] = deserialize_callable(value, allowed)
+        elif isinstance(value, dict):
+            out[key] = _deserialize_specs(value, allowed)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class Tool:
+    """A function the model can call, described by a name, a description and a JSON schema.
+
+    >>> add = Tool("add", "Add two numbers.", {"type": "object", "properties": {"a": {"type": "number"},
+    ...     "b": {"type": "number"}}, "required": ["a", "b"]}, lambda a, b: a + b)
+    >>> add.invoke(a=1, b=2)
+    3
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+    outputs_to_string: dict[str, Any] | None = None
+    inputs_from_state: dict[str, str] | None = None
+    outputs_to_state: dict[str, dict[str, Any]] | None = None
+    _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError(f"A tool needs a non-empty string name, got {self.name!r}.")
+        if inspect.iscoroutinefunction(self.function):
+            raise ConfigurationError(
+                f"Tool {self.name!r}: async functions are not supported; pass a synchronous function "
+                "(agentfsm runs sync tools in a thread pool under run_async)."
+            )
+        if not callable(self.function):
+            raise ConfigurationError(f"Tool {self.name!r}: function must be callable, got {self.function!r}.")
+        try:
+            Draft202012Validator.check_schema(self.parameters)
+        except JSONSchemaError as exc:
+            path = "/".join(str(p) for p in exc.path) or "<root>"
+            raise SchemaError(
+                f"Tool {self.name!r}: parameters is not a valid JSON schema at {path}: {exc.message}"
+            ) from None
+        if self.parameters.get("type", "object") != "object":
+            raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
+        validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
+        self._validator = Draft202012Validator(self.parameters)
+
+    @property
+    def tool_spec(self) -> dict[str, Any]:
+        """The specification sent to the model: name, description and parameters."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def warm_up(self) -> None:
+        """Prepare the tool for use; idempotent. Override for expensive set-up."""
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> None:
+        """Raise ``ToolArgumentsError`` listing every way ``arguments`` breaks the schema."""
+        if self._validator.is_valid(arguments):
+            return
+        problems = []
+        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
+            where = "/".join(str(p) for p in error.path)
+            problems.append(f"{where}: {error.message}" if where else error.message)
+        raise ToolArgumentsError(f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems))
+
+    def invoke(self, **kwargs: Any) -> Any:
+        """Call the tool's function with ``kwargs``."""
+        return self.function(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the function is stored as its import path."""
+        return {
+            "type": object_path(type(self)),
+            "data": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+                "function": serialize_callable(self.function),
+                "outputs_to_string": _serialize_specs(self.outputs_to_string),
+                "inputs_from_state": self.inputs_from_state,
+                "outputs_to_state": _serialize_specs(self.outputs_to_state),
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool:
+        """Deserialize; see ``agentfsm.serialization`` for ``allowed_modules``."""
+        fields = dict(data["data"])
+        function = deserialize_callable(fields["function"], allowed_modules)
+        # A module-level ``@tool`` replaces the function's name with the Tool: take its function back.
+        fields["function"] = function.function if isinstance(function, Tool) else function
+        fields["outputs_to_string"] = _deserialize_specs(fields.get("outputs_to_string"), allowed_modules)
+        fields["outputs_to_state"] = _deserialize_specs(fields.get("outputs_to_state"), allowed_modules)
+        return cls(**fields)
+
+
+def tool_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool:
+    """Deserialize any Tool subclass from its ``to_dict`` output."""
+    cls = import_path(data["type"], allowed_modules)
+    if not (isinstance(cls, type) and issubclass(cls, Tool)):
+        raise ConfigurationError(f"{data['type']!r} is not a Tool class.")
+    return cls.from_dict(data, allowed_modules)

@@ -1,0 +1,92 @@
+"""Toolset: a named-unique collection of tools that is passed around as one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from agentfsm.errors import ConfigurationError
+from agentfsm.serialization import import_path, object_path
+from agentfsm.tools.tool import Tool, tool_from_dict
+
+
+def check_unique_names(tools: Iterable[Tool]) -> None:
+    """Raise ``ConfigurationError`` (a ``ValueError``) naming any duplicated tool names."""
+    counts = Counter(t.name for t in tools)
+    duplicates = sorted(name for name, n in counts.items() if n > 1)
+    if duplicates:
+        raise ConfigurationError(f"Duplicate tool names: {duplicates}. Every tool given to an agent needs its own name.")
+
+
+class Toolset:
+    """A collection of tools: iterable, sized, indexable, ``in`` by tool or name, combinable with ``+``."""
+
+    def __init__(self, tools: Iterable[Tool] | None = None) -> None:
+        self.tools: list[Tool] = list(tools or [])
+        check_unique_names(self.tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __getitem__(self, index: int) -> Tool:
+        return self.tools[index]
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return any(t.name == item for t in self.tools)
+        return item in self.tools
+
+    def __add__(self, other: Toolset | Tool | Iterable[Tool]) -> Toolset:
+        extra = [other] if isinstance(other, Tool) else list(other)
+        return Toolset([*self.tools, *extra])
+
+    def add(self, tool: Tool | Toolset) -> None:
+        """Add a tool (or every tool of a toolset); a duplicate name raises ``ValueError``."""
+        new = list(tool) if isinstance(tool, Toolset) else [tool]
+        check_unique_names([*self.tools, *new])
+        self.tools.extend(new)
+
+    def warm_up(self) -> None:
+        """Warm up every tool."""
+        for t in self.tools:
+            t.warm_up()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the toolset and its tools."""
+        return {"type": object_path(type(self)), "data": {"tools": [t.to_dict() for t in self.tools]}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Toolset:
+        """Deserialize; see ``agentfsm.serialization`` for ``allowed_modules``."""
+        return cls([tool_from_dict(t, allowed_modules) for t in data["data"]["tools"]])
+
+    def __repr__(self) -> str:
+        return f"Toolset({[t.name for t in self.tools]})"
+
+
+ToolsArg = list[Tool] | Toolset
+
+
+def flatten_tools(tools: Iterable[Tool | Toolset] | Toolset | None) -> list[Tool]:
+    """A flat list of tools from a list of tools/toolsets or one toolset."""
+    flat: list[Tool] = []
+    for item in tools or []:
+        if isinstance(item, Toolset):
+            flat.extend(item)
+        elif isinstance(item, Tool):
+            flat.append(item)
+        else:
+            raise ConfigurationError(f"Expected a Tool or a Toolset, got {type(item).__name__}: {item!r}.")
+    return flat
+
+
+def toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Toolset:
+    """Deserialize any Toolset subclass."""
+    cls = import_path(data["type"], allowed_modules)
+    if not (isinstance(cls, type) and issubclass(cls, Toolset)):
+        raise ConfigurationError(f"{data['type']!r} is not a Toolset class.")
+    return cls.from_dict(data, allowed_modules)
