@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators.base import ChatGenerator, StreamingCallback
@@ -24,7 +24,7 @@ RUNTIME_STATE_SCHEMA: dict[str, dict[str, Any]] = {
 #: Result keys that are not State keys; a state schema may not use them.
 RESULT_KEYS = frozenset({"last_message", "exit_reason", "trace"})
 
-ToolSelection = Sequence[Tool] | Toolset | Sequence[str]
+ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
 
 
 class Agent:
@@ -107,18 +107,19 @@ class Agent:
     def _select_tools(self, tools: ToolSelection | None) -> list[Tool]:
         if tools is None:
             return self._tools
-        if isinstance(tools, Toolset):
-            selected = list(tools)
-        elif all(isinstance(t, str) for t in tools):
+        names = [t for t in tools if isinstance(t, str)]
+        if not names:
+            selected = flatten_tools(cast("Sequence[Tool | Toolset] | Toolset", tools))
+        elif len(names) == len(tools):
             by_name = {t.name: t for t in self._tools}
-            unknown = [name for name in tools if name not in by_name]
+            unknown = [name for name in names if name not in by_name]
             if unknown:
                 raise ConfigurationError(
                     f"Unknown tool names {unknown} in run(tools=...). The agent's tools are: {sorted(by_name)}."
                 )
-            selected = [by_name[name] for name in tools]  # type: ignore[index]
+            selected = [by_name[name] for name in names]
         else:
-            selected = flatten_tools(tools)  # type: ignore[arg-type]
+            raise ConfigurationTypeError("run(tools=...) takes Tool objects, a Toolset, or tool names, not a mix.")
         check_unique_names(selected)
         _check_tool_state_keys(selected, self._full_schema)
         for t in selected:
@@ -167,9 +168,11 @@ class Agent:
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
-            raise ConfigurationTypeError("An async streaming_callback needs run_async(); pass a sync callback to run().")
+            raise ConfigurationTypeError(
+                "An async streaming_callback needs run_async(); pass a sync callback to run()."
+            )
         run = self._new_run(messages, system_prompt, tools, kwargs)
-        return drive_sync(run, self.chat_generator, callback)  # type: ignore[arg-type]
+        return drive_sync(run, self.chat_generator, callback)
 
     async def run_async(
         self,

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 from agentfsm.errors import MachineError
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """The states of an agent run."""
 
     IDLE = "IDLE"
@@ -128,7 +128,13 @@ TRANSITIONS: tuple[Transition, ...] = (
         "max_agent_steps reached",
         lambda f: not f.exit_reached and not f.steps_left,
     ),
-    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, "not met, steps left", lambda f: not f.exit_reached and f.steps_left),
+    _edge(
+        "continue",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        "not met, steps left",
+        lambda f: not f.exit_reached and f.steps_left,
+    ),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[Transition("resume", P.PAUSED, dest, "phase recorded in snapshot", interrupt=True) for dest in ACTIVE_PHASES],
     *_interrupts("fail", P.FAILED, "unhandled error"),

@@ -10,15 +10,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Union
+from enum import StrEnum
+from typing import Any
 
 import orjson
 
 from agentfsm.errors import DeserializationError
 
 
-class ChatRole(str, Enum):
+class ChatRole(StrEnum):
     """Who a message is from."""
 
     USER = "user"
@@ -67,7 +67,10 @@ class ToolCall:
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:
         """Deserialize from a dictionary made by ``to_dict``."""
         return cls(
-            tool_name=data["tool_name"], arguments=data["arguments"], id=data.get("id"), extra=data.get("extra")
+            tool_name=data["tool_name"],
+            arguments=data["arguments"],
+            id=data.get("id"),
+            extra=data.get("extra"),
         )
 
 
@@ -106,7 +109,7 @@ class ReasoningContent:
         return cls(reasoning_text=data["reasoning_text"], extra=data.get("extra", {}))
 
 
-ChatMessageContent = Union[TextContent, ToolCall, ToolCallResult, ReasoningContent]
+ChatMessageContent = TextContent | ToolCall | ToolCallResult | ReasoningContent
 
 
 def _content_to_dict(part: ChatMessageContent) -> dict[str, Any]:
@@ -294,7 +297,13 @@ class ChatMessage:
                 if tc.id is None:
                     raise ValueError(f"Tool call to {tc.tool_name!r} needs an id for the OpenAI format.")
                 arguments = orjson.dumps(tc.arguments).decode()
-                calls.append({"id": tc.id, "type": "function", "function": {"name": tc.tool_name, "arguments": arguments}})
+                calls.append(
+                    {
+                        "id": tc.id,
+                        "type": "function",
+                        "function": {"name": tc.tool_name, "arguments": arguments},
+                    }
+                )
             msg["tool_calls"] = calls
         return msg
 

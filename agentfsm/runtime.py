@@ -23,7 +23,7 @@ from agentfsm.state import State, merge_lists
 from agentfsm.tools.invoker import PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 
-StreamingCallback = Callable[[StreamingChunk], None | Awaitable[None]]
+StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,9 @@ class AgentRun:
     def _take(self, transition: Transition) -> None:
         DISPATCH.check(self.phase, transition.trigger, transition.dest)
         now = time.perf_counter()
-        record = TransitionRecord(self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6)
+        record = TransitionRecord(
+            self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
+        )
         self.trace.append(record)
         if transitions_enabled():
             logger.debug(
@@ -265,7 +267,9 @@ def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
     return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
 
 
-def drive_sync(run: AgentRun, generator: Any, streaming_callback: Callable[[StreamingChunk], Any] | None) -> dict[str, Any]:
+def drive_sync(
+    run: AgentRun, generator: Any, streaming_callback: Callable[[StreamingChunk], Any] | None
+) -> dict[str, Any]:
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
     try:
@@ -274,7 +278,11 @@ def drive_sync(run: AgentRun, generator: Any, streaming_callback: Callable[[Stre
             action = run.next_action()
             if isinstance(action, CallModel):
                 run.model_replied(
-                    generator.run(messages=action.messages, tools=action.tools or None, streaming_callback=streaming_callback)
+                    generator.run(
+                        messages=action.messages,
+                        tools=action.tools or None,
+                        streaming_callback=streaming_callback,
+                    )
                 )
             elif isinstance(action, RunTools):
                 messages = run.tools_ran(invoker.execute_sync(action.prepared, streaming_callback))
@@ -299,7 +307,11 @@ async def drive_async(run: AgentRun, generator: Any, streaming_callback: Streami
         while True:
             action = run.next_action()
             if isinstance(action, CallModel):
-                kwargs = {"messages": action.messages, "tools": action.tools or None, "streaming_callback": streaming_callback}
+                kwargs = {
+                    "messages": action.messages,
+                    "tools": action.tools or None,
+                    "streaming_callback": streaming_callback,
+                }
                 if run_async is not None:
                     output = await run_async(**kwargs)
                 else:

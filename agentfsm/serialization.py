@@ -221,8 +221,7 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
     try:
         if kind == "dict":
             return {
-                deserialize_value(k, allowed_modules): deserialize_value(v, allowed_modules)
-                for k, v in data["items"]
+                deserialize_value(k, allowed_modules): deserialize_value(v, allowed_modules) for k, v in data["items"]
             }
         if kind in ("tuple", "set", "frozenset"):
             items = [deserialize_value(v, allowed_modules) for v in data["items"]]

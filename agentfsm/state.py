@@ -33,7 +33,7 @@ def merge_lists(current: Any, new: Any) -> list[Any]:
     return current_list + new_list
 
 
-def replace_values(current: Any, new: Any) -> Any:  # noqa: ARG001 - the handler signature is fixed
+def replace_values(current: Any, new: Any) -> Any:
     """Replace ``current`` with ``new``."""
     return new
 
@@ -70,7 +70,9 @@ def validate_schema(schema: dict[str, Any]) -> None:
             raise SchemaError(f"StateSchema: 'handler' for key '{key}' must be callable or None, got {handler!r}.")
         unknown = set(definition) - {"type", "handler"}
         if unknown:
-            raise SchemaError(f"StateSchema: key '{key}' has unknown entries {sorted(unknown)}; use 'type' and 'handler'.")
+            raise SchemaError(
+                f"StateSchema: key '{key}' has unknown entries {sorted(unknown)}; use 'type' and 'handler'."
+            )
         if key == "messages" and not _is_list_type(definition["type"]):
             raise SchemaError("StateSchema: 'messages' must be of type list[ChatMessage].")
 

@@ -9,7 +9,7 @@ from agentfsm.messages import ChatMessage, StreamingChunk
 from agentfsm.tools.tool import Tool
 
 #: Called with each streamed chunk; under ``run_async`` it may also be a coroutine function.
-StreamingCallback = Callable[[StreamingChunk], None | Awaitable[None]]
+StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ from typing import Any
 
 from agentfsm.errors import ConfigurationError, ScriptExhaustedError
 from agentfsm.generators.base import StreamingCallback
-from agentfsm.messages import ChatMessage, ChatRole, StreamingChunk, ToolCall
+from agentfsm.messages import ChatMessage, ChatMessageContent, ChatRole, StreamingChunk, ToolCall
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 
@@ -21,14 +21,14 @@ def _with_call_ids(reply: ChatMessage, position: int) -> ChatMessage:
     """Give tool calls without an id a deterministic one (``call_<reply>_<index>``)."""
     if all(tc.id is not None for tc in reply.tool_calls):
         return reply
-    parts = []
+    parts: list[ChatMessageContent] = []
     index = 0
     for part in reply._content:
         if isinstance(part, ToolCall):
-            if part.id is None:
-                part = replace(part, id=f"call_{position}_{index}")
+            parts.append(part if part.id is not None else replace(part, id=f"call_{position}_{index}"))
             index += 1
-        parts.append(part)
+        else:
+            parts.append(part)
     return replace(reply, _content=tuple(parts))
 
 
@@ -49,7 +49,9 @@ class ScriptedChatGenerator:
         for i, reply in enumerate(replies):
             message = ChatMessage.from_assistant(reply) if isinstance(reply, str) else reply
             if not isinstance(message, ChatMessage) or not message.is_from(ChatRole.ASSISTANT):
-                raise ConfigurationError(f"Script entry {i} must be a string or an assistant ChatMessage, got {reply!r}.")
+                raise ConfigurationError(
+                    f"Script entry {i} must be a string or an assistant ChatMessage, got {reply!r}."
+                )
             script.append(_with_call_ids(message, i))
         if not 0 <= position <= len(script):
             raise ConfigurationError(f"position must be between 0 and {len(script)}, got {position}.")
@@ -75,7 +77,9 @@ class ScriptedChatGenerator:
 
     @staticmethod
     def _chunks(reply: ChatMessage) -> list[StreamingChunk]:
-        chunks = [StreamingChunk(content=w, index=0, start=i == 0) for i, w in enumerate(_WORDS.findall(reply.text or ""))]
+        chunks = [
+            StreamingChunk(content=w, index=0, start=i == 0) for i, w in enumerate(_WORDS.findall(reply.text or ""))
+        ]
         if reply.tool_calls:
             chunks.append(StreamingChunk(tool_calls=reply.tool_calls, index=len(chunks), start=not chunks))
         finish = "tool_calls" if reply.tool_calls else "stop"

@@ -33,7 +33,9 @@ def _strip_property_titles(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def function_parameters_schema(function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def function_parameters_schema(
+    function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The JSON schema of ``function``'s parameters, except those in ``skip``.
 
     ``Annotated[T, "text"]`` gives a description; parameters with defaults are not required.

@@ -15,7 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentfsm.errors import ConfigurationError, ToolArgumentsError, ToolError, ToolInvocationError, ToolNotFoundError
+from agentfsm.errors import (
+    ConfigurationError,
+    ToolArgumentsError,
+    ToolError,
+    ToolInvocationError,
+    ToolNotFoundError,
+)
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingChunk, ToolCall, ToolCallResult
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
@@ -75,7 +81,9 @@ class ToolInvoker:
 
     # -- prepare ----------------------------------------------------------------------------------
 
-    def prepare(self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None) -> list[PreparedCall]:
+    def prepare(
+        self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
+    ) -> list[PreparedCall]:
         """Resolve and check each call; ``tools`` overrides the invoker's tools for this run."""
         by_name = self._by_name if tools is None else tools
         return [self._prepare_one(call, state, by_name) for call in calls]
@@ -87,11 +95,11 @@ class ToolInvoker:
             error = ToolNotFoundError(f"Tool {call.tool_name!r} not found. Available tools: {available}.")
             return self._failed(call, None, error)
         if RAW_ARGUMENTS_KEY in call.arguments:
-            error = ToolArgumentsError(
+            bad_json = ToolArgumentsError(
                 f"The arguments for tool {call.tool_name!r} are not a valid JSON object: "
                 f"{call.arguments[RAW_ARGUMENTS_KEY]!r}. Send the arguments as a JSON object."
             )
-            return self._failed(call, tool, error)
+            return self._failed(call, tool, bad_json)
         try:
             tool.validate_arguments(call.arguments)
         except ToolArgumentsError as error:
@@ -162,7 +170,9 @@ class ToolInvoker:
 
     # -- finish -----------------------------------------------------------------------------------
 
-    def finish(self, prepared: Sequence[PreparedCall], outcomes: Sequence[CallOutcome], state: State) -> list[ChatMessage]:
+    def finish(
+        self, prepared: Sequence[PreparedCall], outcomes: Sequence[CallOutcome], state: State
+    ) -> list[ChatMessage]:
         """Tool-result messages in call order; State updated through its handlers."""
         messages = []
         counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})

@@ -34,7 +34,9 @@ def _check_mapping(name: str, value: Any) -> None:
 
 def _check_spec(name: str, key: str, spec: Any) -> None:
     if not isinstance(spec, dict):
-        raise ConfigurationTypeError(f"{name}[{key!r}] must be a dict with 'source' and/or 'handler', got {type(spec).__name__}.")
+        raise ConfigurationTypeError(
+            f"{name}[{key!r}] must be a dict with 'source' and/or 'handler', got {type(spec).__name__}."
+        )
     source = spec.get("source")
     if source is not None and not isinstance(source, str):
         raise ConfigurationTypeError(f"{name}[{key!r}]['source'] must be a string, got {type(source).__name__}.")
@@ -54,7 +56,9 @@ def validate_tool_config(
     _check_mapping("outputs_to_state", outputs_to_state)
     for state_key, param in (inputs_from_state or {}).items():
         if not isinstance(param, str):
-            raise ConfigurationTypeError(f"inputs_from_state[{state_key!r}] must name a parameter (str), got {type(param).__name__}.")
+            raise ConfigurationTypeError(
+                f"inputs_from_state[{state_key!r}] must name a parameter (str), got {type(param).__name__}."
+            )
     for state_key, spec in (outputs_to_state or {}).items():
         _check_spec("outputs_to_state", state_key, spec)
     if outputs_to_string:
@@ -62,7 +66,9 @@ def validate_tool_config(
             _check_spec("outputs_to_string", "", outputs_to_string)
             raw = outputs_to_string.get("raw_result", False)
             if not isinstance(raw, bool):
-                raise ConfigurationTypeError(f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}.")
+                raise ConfigurationTypeError(
+                    f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}."
+                )
             if raw:
                 raise ConfigurationError(
                     "outputs_to_string raw_result=True is not supported: agentfsm tool results are strings."

@@ -16,7 +16,9 @@ def check_unique_names(tools: Iterable[Tool]) -> None:
     counts = Counter(t.name for t in tools)
     duplicates = sorted(name for name, n in counts.items() if n > 1)
     if duplicates:
-        raise ConfigurationError(f"Duplicate tool names: {duplicates}. Every tool given to an agent needs its own name.")
+        raise ConfigurationError(
+            f"Duplicate tool names: {duplicates}. Every tool given to an agent needs its own name."
+        )
 
 
 class Toolset:
