@@ -180,21 +180,25 @@ DISPATCH = Dispatch(TRANSITIONS)
 def build_machine(model: Any, initial: Phase = Phase.IDLE) -> Any:
     """Build the table as a ``transitions.Machine`` on ``model``.
 
-    Guards receive the facts as the ``facts`` keyword of the trigger call:
-    ``model.trigger("tool_calls", facts=run)``. Auto transitions are off: only declared edges exist.
+    Guards read the facts passed to the trigger: ``model.trigger("tool_calls", facts=run)``; a
+    resume names its destination: ``model.trigger("resume", to=Phase.TOOL_RUN)``. Auto transitions
+    are off, so only declared edges exist.
     """
     from transitions import Machine
 
-    def condition(guard: Guard) -> Callable[..., bool]:
-        return lambda facts=None, **_: guard(facts)
+    def guarded(guard: Guard) -> Callable[..., bool]:
+        return lambda **kwargs: guard(kwargs["facts"])
+
+    def resumes_to(dest: Phase) -> Callable[..., bool]:
+        return lambda **kwargs: kwargs.get("to") is dest
 
     specs = []
     for t in TRANSITIONS:
         spec: dict[str, Any] = {"trigger": t.trigger, "source": t.source.value, "dest": t.dest.value}
         if t.guard is not None:
-            spec["conditions"] = [condition(t.guard)]
+            spec["conditions"] = [guarded(t.guard)]
         elif t.trigger == "resume":
-            spec["conditions"] = [lambda facts=None, dest=t.dest.value, **_: facts == dest]
+            spec["conditions"] = [resumes_to(t.dest)]
         specs.append(spec)
     return Machine(
         model=model,

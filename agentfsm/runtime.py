@@ -183,13 +183,12 @@ class AgentRun:
             if phase is Phase.DONE:
                 return Finish(self.result())
             if phase is Phase.TOOL_PENDING:
+                # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
+                self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.config.tools)
                 self._advance()
-                if self.phase is Phase.TOOL_RUN:
-                    self._prepare_tools()
             elif phase is Phase.CONFIRM:
                 # Without confirmation strategies every pending call is approved as prepared.
                 self._advance()
-                self._prepare_tools()
             elif phase is Phase.EXIT_CHECK:
                 self._advance()
                 if self.phase is Phase.DONE and self.exit_reason is None:
@@ -219,9 +218,6 @@ class AgentRun:
         self._last_calls = calls
         self.exit_reason = None if self._tool_calls_pending else "text"
         self._advance()
-
-    def _prepare_tools(self) -> None:
-        self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.config.tools)
 
     def tools_ran(self, outcomes: list[Any]) -> list[ChatMessage]:
         """Record the tool outcomes as messages and move to the exit check; returns the new messages."""

@@ -120,6 +120,8 @@ def serialize_type(tp: Any) -> str:
         return "typing.Any"
     if tp is type(None) or tp is None:
         return "None"
+    if tp is Ellipsis:
+        return "..."
     origin = typing.get_origin(tp)
     if origin is None:
         if isinstance(tp, type):
@@ -155,6 +157,8 @@ def _dotted(node: ast.expr) -> str | None:
 def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> Any:
     if isinstance(node, ast.Constant) and node.value is None:
         return type(None)
+    if isinstance(node, ast.Constant) and node.value is Ellipsis:
+        return Ellipsis
     if isinstance(node, ast.Subscript):
         head = _type_from_ast(node.value, text, allowed)
         elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -177,6 +181,9 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 
 
 # -- values ---------------------------------------------------------------------------------------
+
+
+_VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass"})
 
 
 def serialize_value(value: Any) -> Any:
@@ -218,6 +225,8 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
     kind = data.get(TAG)
     if kind is None:
         return {k: deserialize_value(v, allowed_modules) for k, v in data.items()}
+    if kind not in _VALUE_TAGS:
+        raise DeserializationError(f"Unknown value tag {kind!r} in {data!r}; expected one of {sorted(_VALUE_TAGS)}.")
     try:
         if kind == "dict":
             return {
@@ -231,11 +240,9 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
             return cls.from_dict(deserialize_value(data["data"], allowed_modules))
         if kind == "pydantic":
             return cls.model_validate(data["data"])
-        if kind == "dataclass":
-            fields = {k: deserialize_value(v, allowed_modules) for k, v in data["data"].items()}
-            return cls(**fields)
+        fields = {k: deserialize_value(v, allowed_modules) for k, v in data["data"].items()}  # a dataclass
+        return cls(**fields)
     except DeserializationError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DeserializationError(f"Malformed tagged value {data!r}: {exc!r}") from exc
-    raise DeserializationError(f"Unknown value tag {kind!r} in {data!r}.")

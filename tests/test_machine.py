@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from transitions.core import MachineError as TransitionsMachineError
+
+from agentfsm import Agent, ChatMessage, MachineError, Phase, ToolInvocationError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, build_machine
+from tests.helpers import add, call, calls, fail, finish
+
+
+@dataclass(frozen=True)
+class FixedFacts:
+    has_tool_calls: bool = False
+    needs_confirmation: bool = False
+    strategy_paused: bool = False
+    exit_reached: bool = False
+    steps_left: bool = True
+
+
+ALL_FACTS = [FixedFacts(*bits) for bits in itertools.product([False, True], repeat=5)]
+facts_strategy = st.builds(FixedFacts, st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+
+
+def test_table_shape() -> None:
+    sources = {t.source for t in TRANSITIONS}
+    assert not sources & TERMINAL_PHASES, "terminal phases have no way out"
+    assert {t.trigger for t in TRANSITIONS if t.source is Phase.IDLE} == {"start"}
+    reachable, frontier = {Phase.IDLE}, [Phase.IDLE]
+    while frontier:
+        phase = frontier.pop()
+        for t in TRANSITIONS:
+            if t.source is phase and t.dest not in reachable:
+                reachable.add(t.dest)
+                frontier.append(t.dest)
+    assert reachable == set(Phase)
+    assert len({(t.source, t.trigger, t.dest) for t in TRANSITIONS}) == len(TRANSITIONS), "no duplicated edge"
+
+
+@pytest.mark.parametrize("phase", [p for p in Phase if p not in TERMINAL_PHASES and p is not Phase.PAUSED])
+def test_exactly_one_guarded_edge_holds_for_every_combination_of_facts(phase: Phase) -> None:
+    edges = [t for t in TRANSITIONS if t.source is phase and not t.interrupt]
+    for facts in ALL_FACTS:
+        holding = [t for t in edges if t.guard is None or t.guard(facts)]
+        assert len(holding) == 1, (phase, facts, holding)
+        assert DISPATCH.next(phase, facts) == holding[0]
+
+
+def test_undeclared_edges_raise() -> None:
+    with pytest.raises(MachineError, match="Undeclared transition IDLE --pause--> PAUSED"):
+        DISPATCH.check(Phase.IDLE, "pause", Phase.PAUSED)
+    with pytest.raises(MachineError):
+        DISPATCH.check(Phase.LLM_CALL, "tools_done", Phase.EXIT_CHECK)
+    with pytest.raises(MachineError, match="No declared transition leaves DONE"):
+        DISPATCH.next(Phase.DONE, FixedFacts())
+    for t in TRANSITIONS:
+        DISPATCH.check(t.source, t.trigger, t.dest)
+
+
+class Model:
+    state: str
+
+
+# A step of a random walk: either the facts the guards see, or an interrupt the runtime fires.
+walk_steps = st.lists(
+    st.one_of(
+        facts_strategy,
+        st.sampled_from(["pause", "fail"]),
+        st.tuples(st.just("resume"), st.sampled_from(list(Phase))),
+    ),
+    max_size=30,
+)
+
+
+@given(walk_steps)
+def test_dispatch_agrees_with_the_transitions_machine(steps: list[Any]) -> None:
+    """The compiled hot-path dispatch and the transitions.Machine built from the same table agree."""
+    model = Model()
+    build_machine(model)
+    phase = Phase.IDLE
+    for step in steps:
+        assert model.state == phase.value
+        if isinstance(step, FixedFacts):
+            if phase in TERMINAL_PHASES or phase is Phase.PAUSED:
+                continue
+            expected = DISPATCH.next(phase, step)
+            triggers = {e.trigger for e in TRANSITIONS if e.source is phase and not e.interrupt}
+            fired = next(t for t in sorted(triggers) if model.trigger(t, facts=step))
+            assert fired == expected.trigger
+            assert model.state == expected.dest.value
+            phase = expected.dest
+        else:
+            trigger, dest = (step, Phase.PAUSED if step == "pause" else Phase.FAILED) if isinstance(step, str) else step
+            try:
+                DISPATCH.check(phase, trigger, dest)
+                declared = True
+            except MachineError:
+                declared = False
+            try:
+                moved = model.trigger(trigger, to=dest)
+            except TransitionsMachineError:
+                moved = False
+            assert moved == declared, (phase, trigger, dest)
+            if declared:
+                phase = dest
+
+
+# -- every declared edge is taken by a real run (or, for features that fire them from outside the
+#    agent loop, by the machine itself) ---------------------------------------------------------------
+
+
+def _edges_of(result: dict[str, Any]) -> set[tuple[Phase, str, Phase]]:
+    return {(r.source, r.trigger, r.dest) for r in result["trace"]}
+
+
+def _failed_edges(agent: Agent) -> set[tuple[Phase, str, Phase]]:
+    from agentfsm.runtime import AgentRun, drive_sync
+
+    run: AgentRun = agent._new_run([ChatMessage.from_user("go")], None, None, {})
+    with pytest.raises(Exception):  # noqa: PT011 - each scenario raises its own error
+        drive_sync(run, agent.chat_generator, None)
+    assert run.phase is Phase.FAILED
+    return {(r.source, r.trigger, r.dest) for r in run.trace}
+
+
+def agent_runs_edges() -> set[tuple[Phase, str, Phase]]:
+    edges: set[tuple[Phase, str, Phase]] = set()
+    tools_then_text = ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"])
+    edges |= _edges_of(Agent(chat_generator=tools_then_text, tools=[add]).run([ChatMessage.from_user("go")]))
+    capped = ScriptedChatGenerator([calls(call("add", a=1, b=2))])
+    edges |= _edges_of(Agent(chat_generator=capped, tools=[add], max_agent_steps=1).run([ChatMessage.from_user("go")]))
+    edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]))
+    edges |= _failed_edges(
+        Agent(
+            chat_generator=ScriptedChatGenerator([calls(call("fail", reason="x"))]),
+            tools=[fail],
+            raise_on_tool_invocation_failure=True,
+        )
+    )
+    edges |= _failed_edges(
+        Agent(
+            chat_generator=ScriptedChatGenerator([calls(call("add", a="x", b=1))]),
+            tools=[add],
+            raise_on_tool_invocation_failure=True,
+        )
+    )
+    return edges
+
+
+#: Edges fired by features whose triggers come from outside the loop: confirmation strategies
+#: (CONFIRM), breakpoints (pause) and snapshots (resume). They are exercised on the machine below.
+NOT_YET_REACHABLE_FROM_RUNS = {
+    (t.source, t.trigger, t.dest)
+    for t in TRANSITIONS
+    if t.source is Phase.CONFIRM or t.dest is Phase.CONFIRM or t.trigger in {"pause", "resume"}
+} | {(Phase.EXIT_CHECK, "fail", Phase.FAILED)}
+
+
+def test_every_declared_edge_is_taken() -> None:
+    declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
+    taken = agent_runs_edges()
+    assert taken <= declared
+    assert declared - taken == NOT_YET_REACHABLE_FROM_RUNS
+
+    for source, trigger, dest in NOT_YET_REACHABLE_FROM_RUNS:
+        model = Model()
+        build_machine(model, initial=source)
+        facts = FixedFacts(needs_confirmation=True, strategy_paused=dest is Phase.PAUSED)
+        assert model.trigger(trigger, facts=facts, to=dest), (source, trigger, dest)
+        assert model.state == dest.value
+
+
+def test_fail_edges_raise_the_original_error() -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("fail", reason="boom"))]),
+        tools=[fail],
+        raise_on_tool_invocation_failure=True,
+    )
+    with pytest.raises(ToolInvocationError, match="boom"):
+        agent.run([ChatMessage.from_user("go")])
+
+
+def test_active_phases_can_pause_and_fail() -> None:
+    for phase in ACTIVE_PHASES:
+        DISPATCH.check(phase, "pause", Phase.PAUSED)
+        DISPATCH.check(phase, "fail", Phase.FAILED)
+        DISPATCH.check(Phase.PAUSED, "resume", phase)

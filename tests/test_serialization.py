@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import pydantic
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentfsm import ChatMessage, DeserializationError, SerializationError
+from agentfsm.serialization import (
+    ENV_ALLOWED_MODULES,
+    TAG,
+    allow_modules,
+    deserialize_callable,
+    deserialize_type,
+    deserialize_value,
+    import_path,
+    serialize_callable,
+    serialize_type,
+    serialize_value,
+)
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Model(pydantic.BaseModel):
+    name: str
+    tags: list[str]
+
+
+def test_refused_module_names_the_three_ways_to_allow_it() -> None:
+    with pytest.raises(DeserializationError) as info:
+        import_path("os.system")
+    message = str(info.value)
+    assert "'os'" in message
+    assert "allow_modules('os')" in message
+    assert "allowed_modules=['os']" in message
+    assert ENV_ALLOWED_MODULES in message
+
+
+def test_allow_list_per_call_env_and_process(monkeypatch: pytest.MonkeyPatch, allow_tests_modules: None) -> None:
+    assert import_path("json.dumps", allowed_modules=["json"]).__name__ == "dumps"
+    monkeypatch.setenv(ENV_ALLOWED_MODULES, "json, textwrap")
+    assert import_path("textwrap.dedent").__name__ == "dedent"
+    assert import_path("tests.test_serialization.Point") is Point  # allowed by the fixture
+
+
+def test_prefix_must_match_whole_module_names() -> None:
+    with pytest.raises(DeserializationError):
+        import_path("jsonschema.validate", allowed_modules=["json"])
+
+
+def test_allow_modules_rejects_non_module_names() -> None:
+    with pytest.raises(ValueError, match="not a module path"):
+        allow_modules("my app")
+
+
+def test_import_path_errors() -> None:
+    with pytest.raises(DeserializationError, match="not a dotted import path"):
+        import_path("nodots")
+    with pytest.raises(DeserializationError, match="has no attribute"):
+        import_path("agentfsm.messages.Nope")
+    with pytest.raises(DeserializationError, match="does not name a callable"):
+        deserialize_callable("agentfsm.serialization.TAG")
+
+
+def local_function() -> None:
+    """Module-level: serializable."""
+
+
+def test_callables_by_reference() -> None:
+    assert serialize_callable(local_function) == "tests.test_serialization.local_function"
+    assert deserialize_callable("tests.test_serialization.local_function", ["tests"]) is local_function
+    with pytest.raises(SerializationError, match="define it at module level"):
+        serialize_callable(lambda: None)
+
+    def nested() -> None: ...
+
+    with pytest.raises(SerializationError, match="module level"):
+        serialize_callable(nested)
+
+
+@pytest.mark.parametrize(
+    "tp",
+    [str, int, list[ChatMessage], dict[str, int], int | None, Literal["a", 1], Any, tuple[int, ...], list[Point], None],
+)
+def test_type_round_trip(tp: Any) -> None:
+    expected = type(None) if tp is None else tp
+    assert deserialize_type(serialize_type(tp), ["tests"]) == expected
+
+
+def test_deserialize_type_never_evaluates_code() -> None:
+    with pytest.raises(DeserializationError):
+        deserialize_type("__import__('os').system('true')")
+    with pytest.raises(DeserializationError):
+        deserialize_type("os.path")
+    with pytest.raises(DeserializationError, match="not a type annotation"):
+        deserialize_type("list[")
+
+
+def test_tagged_values_round_trip() -> None:
+    value = {
+        "point": Point(1, 2),
+        "model": Model(name="a", tags=["x"]),
+        "message": ChatMessage.from_user("hi"),
+        "tuple": (1, "a"),
+        "set": {1, 2},
+        "frozen": frozenset({"a"}),
+        "int_keys": {1: "one"},
+        "looks_tagged": {TAG: "not really"},
+    }
+    assert deserialize_value(serialize_value(value), ["tests"]) == value
+
+
+def test_unserializable_value_explains_what_to_do() -> None:
+    with pytest.raises(SerializationError, match="give the class to_dict"):
+        serialize_value(object())
+
+
+def test_malformed_tagged_values() -> None:
+    with pytest.raises(DeserializationError, match="Unknown value tag"):
+        deserialize_value({TAG: "pickle"})
+    with pytest.raises(DeserializationError, match="Malformed"):
+        deserialize_value({TAG: "tuple"})
+    with pytest.raises(DeserializationError, match="not in the allow-list"):
+        deserialize_value({TAG: "object", "type": "subprocess.Popen", "data": {}})
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(json_like)
+def test_plain_json_passes_through_unchanged(value: Any) -> None:
+    assert serialize_value(value) == value
+    assert deserialize_value(value) == value
