@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
 from agentfsm.messages import ChatMessage
 
 
+class _TransitionPrinter(logging.Handler):
+    """Prints agentfsm's structured transition events as they happen, one aligned line each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = record.msg
+        if isinstance(event, dict) and event.get("event") == "transition":
+            edge = f"{event['source']:>12} --{event['trigger']}--> {event['dest']}"
+            print(f"  step {event['step']}  {edge:<48} {event['duration_us']:>8.1f} µs", flush=True)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from agentfsm.demo import DEMO_QUESTION, demo_agent
-    from agentfsm.logs import configure_logging
+    from agentfsm.logs import stdlib_logger
 
+    printer = _TransitionPrinter()
     if not args.quiet:
-        configure_logging(stream=sys.stdout)
+        stdlib_logger.addHandler(printer)
+        stdlib_logger.setLevel(logging.DEBUG)
     print(f"user: {DEMO_QUESTION}\n")
-    result = demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)])
+    try:
+        result = demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)])
+    finally:
+        stdlib_logger.removeHandler(printer)
     print()
     for message in result["messages"][1:]:
         for call in message.tool_calls:

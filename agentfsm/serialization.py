@@ -79,7 +79,8 @@ def import_path(path: str, allowed_modules: Iterable[str] | None = None) -> Any:
 
 def object_path(obj: Any) -> str:
     """The import path of a class or module-level function."""
-    module = getattr(obj, "__module__", None)
+    # Methods of built-in types (``str.upper``) have no __module__ of their own: take their class's.
+    module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
     if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
         raise SerializationError(

@@ -67,7 +67,9 @@ def test_result_shape_and_trace() -> None:
 
 
 def test_exit_on_tool_name_after_it_ran_without_error() -> None:
-    agent = make_agent([calls(call("add", a=1, b=1)), calls(call("finish", answer="42")), "unused"], exit_conditions=["finish"])
+    agent = make_agent(
+        [calls(call("add", a=1, b=1)), calls(call("finish", answer="42")), "unused"], exit_conditions=["finish"]
+    )
     result = agent.run(USER)
     assert result["exit_reason"] == "tool:finish"
     assert result["last_message"].tool_call_result.result == "42"
@@ -233,7 +235,9 @@ def test_generator_errors() -> None:
 
 def test_streaming_callback_receives_text_tool_calls_and_results() -> None:
     chunks: list[StreamingChunk] = []
-    agent = make_agent([calls(call("add", "c1", a=1, b=2), text="adding"), "three is the answer"], streaming_callback=chunks.append)
+    agent = make_agent(
+        [calls(call("add", "c1", a=1, b=2), text="adding"), "three is the answer"], streaming_callback=chunks.append
+    )
     agent.run(USER)
     text = "".join(c.content for c in chunks)
     assert text == "addingthree is the answer"
@@ -284,7 +288,7 @@ async def test_run_async_with_a_sync_only_generator() -> None:
 # -- sync and async runs make the same decisions ---------------------------------------------------
 
 replies = st.one_of(
-    st.text(max_size=8).map(lambda t: ChatMessage.from_assistant(t)),
+    st.text(max_size=8).map(ChatMessage.from_assistant),
     st.lists(
         st.one_of(
             st.builds(lambda a, b: call("add", a=a, b=b), st.integers(-5, 5), st.integers(-5, 5)),
@@ -343,7 +347,9 @@ def list_files(repository: str, pattern: str) -> dict[str, Any]:
 def test_tools_read_and_write_state() -> None:
     assert "repository" not in list_files.parameters["properties"]
     agent = Agent(
-        chat_generator=ScriptedChatGenerator([calls(call("list_files", pattern="*.py"), call("list_files", pattern="*.md")), "ok"]),
+        chat_generator=ScriptedChatGenerator(
+            [calls(call("list_files", pattern="*.py"), call("list_files", pattern="*.md")), "ok"]
+        ),
         tools=[list_files],
         state_schema={"repo": {"type": str}, "found": {"type": list[str]}, "last": {"type": dict[str, Any]}},
     )

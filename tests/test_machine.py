@@ -12,7 +12,7 @@ from transitions.core import MachineError as TransitionsMachineError
 from agentfsm import Agent, ChatMessage, MachineError, Phase, ToolInvocationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, build_machine
-from tests.helpers import add, call, calls, fail, finish
+from tests.helpers import add, call, calls, fail
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _failed_edges(agent: Agent) -> set[tuple[Phase, str, Phase]]:
     from agentfsm.runtime import AgentRun, drive_sync
 
     run: AgentRun = agent._new_run([ChatMessage.from_user("go")], None, None, {})
-    with pytest.raises(Exception):  # noqa: PT011 - each scenario raises its own error
+    with pytest.raises(Exception):  # each scenario raises its own error
         drive_sync(run, agent.chat_generator, None)
     assert run.phase is Phase.FAILED
     return {(r.source, r.trigger, r.dest) for r in run.trace}

@@ -46,7 +46,9 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3),
     max_leaves=8,
 )
-tool_calls = st.builds(ToolCall, st.text(min_size=1), st.dictionaries(st.text(), json_values, max_size=3), st.none() | st.text())
+tool_calls = st.builds(
+    ToolCall, st.text(min_size=1), st.dictionaries(st.text(), json_values, max_size=3), st.none() | st.text()
+)
 messages = st.one_of(
     st.builds(ChatMessage.from_user, st.text()),
     st.builds(ChatMessage.from_system, st.text()),
@@ -88,7 +90,11 @@ def test_openai_format_round_trip() -> None:
     assert ChatMessage.from_openai_dict_format(wire) == reply
     tool_message = ChatMessage.from_tool("3", call).to_openai_dict_format()
     assert tool_message == {"role": "tool", "content": "3", "tool_call_id": "call_1"}
-    assert ChatMessage.from_user("hi", name="ann").to_openai_dict_format() == {"role": "user", "name": "ann", "content": "hi"}
+    assert ChatMessage.from_user("hi", name="ann").to_openai_dict_format() == {
+        "role": "user",
+        "name": "ann",
+        "content": "hi",
+    }
     assert ChatMessage.from_openai_dict_format({"role": "user", "content": [{"type": "text", "text": "a"}]}).text == "a"
 
 
@@ -98,7 +104,11 @@ def test_openai_format_needs_ids() -> None:
 
 
 def test_invalid_json_arguments_are_kept_not_lost() -> None:
-    wire = {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "function": {"name": "add", "arguments": "{oops"}}]}
+    wire = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "x", "function": {"name": "add", "arguments": "{oops"}}],
+    }
     message = ChatMessage.from_openai_dict_format(wire)
     assert message.tool_call is not None
     assert message.tool_call.arguments == {RAW_ARGUMENTS_KEY: "{oops"}

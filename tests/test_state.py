@@ -103,13 +103,17 @@ def test_to_dict_is_readable_json() -> None:
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    | st.tuples(inner, inner)
-    | st.dictionaries(st.integers(), inner, max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.integers(), inner, max_size=2)
+    ),
     max_leaves=10,
 )
-types = st.sampled_from([int, str, float, bool, list[int], dict[str, Any], list[str], Any, int | None, Literal["a", "b"], tuple[int, str]])
+types = st.sampled_from(
+    [int, str, float, bool, list[int], dict[str, Any], list[str], Any, int | None, Literal["a", "b"], tuple[int, str]]
+)
 handlers = st.sampled_from([None, merge_lists, replace_values, concat_strings])
 messages = st.lists(st.builds(ChatMessage.from_user, st.text(max_size=5)), max_size=3)
 

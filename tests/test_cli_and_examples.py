@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+
+
+def test_demo_prints_every_transition_and_the_answer() -> None:
+    done = run("-m", "agentfsm.cli", "demo")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    edges = [line.split() for line in out.splitlines() if line.startswith("  step ")]
+    assert len(edges) == 11
+    assert edges[0][:4] == ["step", "0", "IDLE", "--start-->"]
+    assert edges[3][:5] == ["step", "1", "TOOL_RUN", "--tools_done-->", "EXIT_CHECK"]
+    assert edges[-1][:5] == ["step", "3", "EXIT_CHECK", "--exit-->", "DONE"]
+    assert "tool result get_weather -> " in out
+    assert out.rstrip().endswith("(3 model calls, 11 transitions, exit: text)")
+    assert "Lisbon is 5.5 °C warmer" in out
+
+
+def test_demo_quiet() -> None:
+    done = run("-m", "agentfsm.cli", "demo", "--quiet")
+    assert done.returncode == 0
+    assert "  step " not in done.stdout
+    assert "(3 model calls, 11 transitions, exit: text)" in done.stdout
+
+
+def test_cli_usage_errors() -> None:
+    done = run("-m", "agentfsm.cli")
+    assert done.returncode == 2
+    assert "usage: agentfsm" in done.stderr
+    assert run("-m", "agentfsm.cli", "--help").returncode == 0
+    assert run("-m", "agentfsm.cli", "demo", "--help").returncode == 0
+
+
+def test_quickstart_example_runs() -> None:
+    done = run("examples/quickstart.py")
+    assert done.returncode == 0, done.stderr
+    assert "Rome is warmer" in done.stdout
+    assert "visited: ['Rome']" in done.stdout
+    assert "path: IDLE -> LLM_CALL -> TOOL_PENDING -> TOOL_RUN -> EXIT_CHECK -> LLM_CALL" in done.stdout
+    assert "trigger=tools_done" in done.stderr

@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentfsm import ChatMessage, State, ToolCall, ToolInvoker, tool
+from agentfsm.errors import ConfigurationError
+
+SLEEP = 0.2
+
+
+class Overlap:
+    """Counts how many calls run at the same time."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.active -= 1
+
+
+overlap = Overlap()
+
+
+@tool(outputs_to_state={"order": {"source": "index"}})
+def slow(index: int) -> dict[str, Any]:
+    """Sleep, then report which call this was."""
+    with overlap:
+        time.sleep(SLEEP if index % 2 == 0 else SLEEP / 4)  # odd calls finish first
+    return {"index": index}
+
+
+def fresh_state() -> State:
+    return State({"order": {"type": list[int]}, "tool_call_counts": {"type": dict[str, int]}})
+
+
+def calls(n: int) -> list[ToolCall]:
+    return [ToolCall("slow", {"index": i}, id=str(i)) for i in range(n)]
+
+
+def reset_peak() -> None:
+    overlap.peak = 0
+
+
+def run_sync(invoker: ToolInvoker, n: int) -> tuple[list[ChatMessage], State, float]:
+    state = fresh_state()
+    prepared = invoker.prepare(calls(n), state)
+    started = time.perf_counter()
+    outcomes = invoker.execute_sync(prepared)
+    elapsed = time.perf_counter() - started
+    return invoker.finish(prepared, outcomes, state), state, elapsed
+
+
+def test_parallel_sync_calls_overlap_and_results_stay_in_call_order() -> None:
+    reset_peak()
+    invoker = ToolInvoker([slow], tool_concurrency=4)
+    messages, state, elapsed = run_sync(invoker, 4)
+    invoker.close()
+    assert overlap.peak == 4
+    assert elapsed < 2 * SLEEP  # four calls of up to 0.2 s each, run side by side
+    assert [m.tool_call_result.origin.id for m in messages] == ["0", "1", "2", "3"]  # type: ignore[union-attr]
+    assert state.get("order") == [0, 1, 2, 3], "state writes follow call order, not completion order"
+    assert state.get("tool_call_counts") == {"slow": 4}
+
+
+def test_concurrency_one_is_sequential() -> None:
+    reset_peak()
+    _, state, _ = run_sync(ToolInvoker([slow], tool_concurrency=1), 3)
+    assert overlap.peak == 1
+    assert state.get("order") == [0, 1, 2]
+
+
+async def test_parallel_async_calls_respect_the_limit() -> None:
+    reset_peak()
+    invoker = ToolInvoker([slow], tool_concurrency=2)
+    state = fresh_state()
+    prepared = invoker.prepare(calls(4), state)
+    outcomes = await invoker.execute_async(prepared)
+    messages = invoker.finish(prepared, outcomes, state)
+    assert overlap.peak == 2
+    assert [m.tool_call_result.origin.id for m in messages] == ["0", "1", "2", "3"]  # type: ignore[union-attr]
+    assert state.get("order") == [0, 1, 2, 3]
+
+
+async def test_async_run_does_not_block_the_event_loop() -> None:
+    invoker = ToolInvoker([slow], tool_concurrency=1)
+    state = fresh_state()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    await invoker.execute_async(invoker.prepare(calls(1), state))
+    task.cancel()
+    assert ticks >= 5
+
+
+@pytest.mark.parametrize("bad", [0, -2, "4"])
+def test_tool_concurrency_must_be_positive(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="tool_concurrency"):
+        ToolInvoker([slow], tool_concurrency=bad)
+
+
+def upper(text: str) -> str:
+    return text.upper()
+
+
+@tool(outputs_to_string={"source": "text", "handler": upper})
+def single(text: str) -> dict[str, str]:
+    """Echo."""
+    return {"text": text, "ignored": "x"}
+
+
+@tool(outputs_to_string={"loud": {"source": "text", "handler": upper}, "raw": {"source": "text"}})
+def multi(text: str) -> dict[str, str]:
+    """Echo."""
+    return {"text": text}
+
+
+def test_outputs_to_string_formats() -> None:
+    invoker = ToolInvoker([single, multi])
+    state = State({})
+    prepared = invoker.prepare([ToolCall("single", {"text": "hi"}), ToolCall("multi", {"text": "hi"})], state)
+    messages = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    assert [m.tool_call_result.result for m in messages] == ["HI", '{"loud":"HI","raw":"hi"}']  # type: ignore[union-attr]
+
+
+def test_streaming_callback_passthrough() -> None:
+    seen: list[Any] = []
+
+    @tool
+    def streamer(text: str, streaming_callback: Any = None) -> str:
+        """Streams its input."""
+        if streaming_callback is not None:
+            streaming_callback(text)
+        return text
+
+    for passthrough, expected in ((False, []), (True, ["x"])):
+        seen.clear()
+        invoker = ToolInvoker([streamer], tool_streaming_callback_passthrough=passthrough)
+        prepared = invoker.prepare([ToolCall("streamer", {"text": "x"})], State({}))
+        invoker.execute_sync(prepared, seen.append)
+        assert seen == expected
