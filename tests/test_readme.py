@@ -1,0 +1,42 @@
+"""The README's Python snippets run as written, and its set-up commands exist."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfsm.logs import stdlib_logger
+from agentfsm.serialization import _user_allowed
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+SNIPPETS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+RUNNABLE = [s for s in SNIPPETS if not s.lstrip().startswith("Agent(")]  # the signature block is not code to run
+
+
+@pytest.fixture
+def isolated_globals() -> Iterator[None]:
+    """Snippets may configure logging or the allow-list: undo it afterwards."""
+    handlers, level = list(stdlib_logger.handlers), stdlib_logger.level
+    allowed = set(_user_allowed)
+    yield
+    stdlib_logger.handlers[:] = handlers
+    stdlib_logger.setLevel(level)
+    _user_allowed.clear()
+    _user_allowed.update(allowed)
+
+
+@pytest.mark.parametrize("snippet", RUNNABLE, ids=[f"snippet{i}" for i in range(len(RUNNABLE))])
+def test_readme_snippet_runs(snippet: str, isolated_globals: None) -> None:
+    exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.DOTALL)
+    assert first_block is not None
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert commands == ["make demo", "make test"]
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text(encoding="utf-8")
+    assert "\ndemo:" in makefile and "\ntest:" in makefile
