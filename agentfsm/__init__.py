@@ -3,6 +3,7 @@
 from agentfsm.agent import Agent
 from agentfsm.errors import (
     AgentFSMError,
+    BreakpointException,
     ConfigurationError,
     ConfigurationTypeError,
     DeserializationError,
@@ -12,6 +13,7 @@ from agentfsm.errors import (
     SchemaGenerationError,
     ScriptExhaustedError,
     SerializationError,
+    SnapshotError,
     ToolArgumentsError,
     ToolError,
     ToolInvocationError,
@@ -29,13 +31,18 @@ from agentfsm.messages import (
     ToolCallResult,
 )
 from agentfsm.runtime import TransitionRecord
+from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, ToolBreakpoint
 from agentfsm.state import State, merge_lists, replace_values
 from agentfsm.tools import Tool, ToolInvoker, Toolset, create_tool_from_function, tool
 
 __all__ = [
     "TRANSITIONS",
     "Agent",
+    "AgentBreakpoint",
     "AgentFSMError",
+    "AgentSnapshot",
+    "Breakpoint",
+    "BreakpointException",
     "ChatMessage",
     "ChatRole",
     "ConfigurationError",
@@ -49,11 +56,13 @@ __all__ = [
     "SchemaGenerationError",
     "ScriptExhaustedError",
     "SerializationError",
+    "SnapshotError",
     "State",
     "StreamingChunk",
     "TextContent",
     "Tool",
     "ToolArgumentsError",
+    "ToolBreakpoint",
     "ToolCall",
     "ToolCallResult",
     "ToolError",

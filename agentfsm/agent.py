@@ -6,11 +6,19 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DeserializationError, SnapshotError
 from agentfsm.generators.base import ChatGenerator, StreamingCallback
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import AgentRun, RunConfig, drive_async, drive_sync
-from agentfsm.serialization import deserialize_callable, import_path, object_path, serialize_callable
+from agentfsm.logs import logger
+from agentfsm.serialization import (
+    deserialize_callable,
+    deserialize_value,
+    import_path,
+    object_path,
+    serialize_callable,
+)
+from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
 from agentfsm.state import State, schema_from_dict, schema_to_dict, validate_schema
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool, tool_from_dict
@@ -126,14 +134,48 @@ class Agent:
             t.warm_up()
         return selected
 
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
+        shape = {
+            "generator": f"{type(self.chat_generator).__module__}.{type(self.chat_generator).__qualname__}",
+            "tools": [
+                {
+                    **t.tool_spec,
+                    "inputs_from_state": t.inputs_from_state,
+                    "outputs_to_state": sorted(t.outputs_to_state or {}),
+                }
+                for t in self._tools
+            ],
+            "exit_conditions": self.exit_conditions,
+            "state_schema": {key: repr(definition["type"]) for key, definition in self.state_schema.items()},
+            "max_agent_steps": self.max_agent_steps,
+            "system_prompt": self.system_prompt,
+        }
+        return fingerprint(shape)
+
     def _new_run(
         self,
-        messages: list[ChatMessage],
+        messages: list[ChatMessage] | None,
         system_prompt: str | None,
         tools: ToolSelection | None,
         state_data: dict[str, Any],
+        break_point: AgentBreakpoint | Breakpoint | None = None,
+        snapshot: AgentSnapshot | dict[str, Any] | None = None,
+        strict: bool = False,
     ) -> AgentRun:
         self.warm_up()
+        selected = self._select_tools(tools)
+        config = RunConfig(
+            tools={t.name: t for t in selected},
+            exit_conditions=frozenset(self.exit_conditions),
+            max_agent_steps=self.max_agent_steps,
+            invoker=self._invoker,
+            fingerprint=self.fingerprint,
+            break_point=_unwrap(break_point),
+        )
+        if snapshot is not None:
+            return self._resume(config, snapshot, messages, system_prompt, state_data, strict)
         if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
         reserved = sorted((set(state_data) & set(RUNTIME_STATE_SCHEMA)) | (set(state_data) & {"messages"}))
@@ -142,49 +184,86 @@ class Agent:
         prompt = system_prompt if system_prompt is not None else self.system_prompt
         conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
         state = State(self._full_schema, {**state_data, "messages": conversation})
-        selected = self._select_tools(tools)
-        config = RunConfig(
-            tools={t.name: t for t in selected},
-            exit_conditions=frozenset(self.exit_conditions),
-            max_agent_steps=self.max_agent_steps,
-            invoker=self._invoker,
-        )
         return AgentRun(config, state)
+
+    def _resume(
+        self,
+        config: RunConfig,
+        snapshot: AgentSnapshot | dict[str, Any],
+        messages: list[ChatMessage] | None,
+        system_prompt: str | None,
+        state_data: dict[str, Any],
+        strict: bool,
+    ) -> AgentRun:
+        if messages or system_prompt is not None or state_data:
+            raise ConfigurationError(
+                "A resumed run continues the snapshot's conversation and State: do not pass messages, "
+                "system_prompt or state values together with snapshot=."
+            )
+        snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
+        if snap.agent_fingerprint != config.fingerprint:
+            message = (
+                f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
+                f"(fingerprint {snap.agent_fingerprint}, this agent {config.fingerprint}): tools, state schema, "
+                "exit conditions or limits changed."
+            )
+            if strict:
+                raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
+            logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
+        try:
+            data = deserialize_value(snap.state)
+            data["messages"] = [ChatMessage.from_dict(m) for m in snap.messages]
+            state = State(self._full_schema)
+            for key, value in data.items():
+                if key not in state.schema:
+                    raise SnapshotError(f"Snapshot State key {key!r} is not in this agent's state_schema.")
+                state.data[key] = value  # restored as stored: the handlers already merged these values
+        except (DeserializationError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"Cannot restore the State of snapshot {snap.run_id}: {exc}") from exc
+        return AgentRun.from_snapshot(config, state, snap)
 
     def run(
         self,
-        messages: list[ChatMessage],
+        messages: list[ChatMessage] | None = None,
         streaming_callback: StreamingCallback | None = None,
         *,
+        break_point: AgentBreakpoint | Breakpoint | None = None,
+        snapshot: AgentSnapshot | dict[str, Any] | None = None,
         system_prompt: str | None = None,
         tools: ToolSelection | None = None,
+        strict: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
 
         Returns ``{"messages": [...], "last_message": ChatMessage, <state keys>..., "step_count": int,
         "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``.
-        ``kwargs`` initialise State keys declared in ``state_schema``.
+        ``kwargs`` initialise State keys declared in ``state_schema``. ``break_point`` pauses the run
+        by raising ``BreakpointException`` (its ``snapshot`` resumes it: ``run(snapshot=...)``); a
+        snapshot from a differently configured agent logs a warning, or raises with ``strict=True``.
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
             raise ConfigurationTypeError(
                 "An async streaming_callback needs run_async(); pass a sync callback to run()."
             )
-        run = self._new_run(messages, system_prompt, tools, kwargs)
+        run = self._new_run(messages, system_prompt, tools, kwargs, break_point, snapshot, strict)
         return drive_sync(run, self.chat_generator, callback)
 
     async def run_async(
         self,
-        messages: list[ChatMessage],
+        messages: list[ChatMessage] | None = None,
         streaming_callback: StreamingCallback | None = None,
         *,
+        break_point: AgentBreakpoint | Breakpoint | None = None,
+        snapshot: AgentSnapshot | dict[str, Any] | None = None,
         system_prompt: str | None = None,
         tools: ToolSelection | None = None,
+        strict: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
-        run = self._new_run(messages, system_prompt, tools, kwargs)
+        run = self._new_run(messages, system_prompt, tools, kwargs, break_point, snapshot, strict)
         return await drive_async(run, self.chat_generator, streaming_callback or self.streaming_callback)
 
     # -- serialization ----------------------------------------------------------------------------
@@ -236,6 +315,16 @@ class Agent:
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
         return cls(**params)
+
+
+def _unwrap(break_point: AgentBreakpoint | Breakpoint | None) -> Breakpoint | None:
+    if break_point is None or isinstance(break_point, Breakpoint):
+        return break_point
+    if isinstance(break_point, AgentBreakpoint):
+        return break_point.break_point
+    raise ConfigurationTypeError(
+        f"break_point must be an AgentBreakpoint or a Breakpoint, got {type(break_point).__name__}."
+    )
 
 
 def _check_generator(generator: Any) -> None:

@@ -7,6 +7,8 @@ subclasses it too, so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgentFSMError(Exception):
     """Base class of every error raised by agentfsm."""
@@ -34,6 +36,19 @@ class SerializationError(AgentFSMError, TypeError):
 
 class DeserializationError(AgentFSMError, ValueError):
     """Serialized data could not be turned back into objects (unknown, refused or malformed)."""
+
+
+class SnapshotError(AgentFSMError, ValueError):
+    """A snapshot is malformed, truncated, tampered with, of an unknown version, or cannot resume here."""
+
+
+class BreakpointException(AgentFSMError):  # noqa: N818 - the documented name
+    """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it."""
+
+    def __init__(self, message: str, snapshot: Any = None, snapshot_file_path: str | None = None) -> None:
+        super().__init__(message)
+        self.snapshot = snapshot
+        self.snapshot_file_path = snapshot_file_path
 
 
 class ToolError(AgentFSMError):

@@ -20,7 +20,9 @@ from agentfsm.logs import logger, transitions_enabled
 from agentfsm.machine import DISPATCH, TERMINAL_PHASES, Phase, Transition
 from agentfsm.messages import ChatMessage, StreamingChunk, ToolCall
 from agentfsm.state import State, merge_lists
-from agentfsm.tools.invoker import PreparedCall, ToolInvoker
+from agentfsm.serialization import serialize_value
+from agentfsm.snapshot import AgentSnapshot, Breakpoint, now_iso, pause_exception
+from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 
 StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
@@ -46,6 +48,15 @@ class TransitionRecord:
             "duration_us": self.duration_us,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TransitionRecord:
+        """Invert ``to_dict``."""
+        return cls(data["step"], Phase(data["source"]), Phase(data["dest"]), data["trigger"], data["duration_us"])
+
+
+#: Called after every transition a run takes (durable snapshot stores listen here).
+TransitionListener = Callable[["AgentRun", TransitionRecord], None]
+
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
@@ -55,6 +66,9 @@ class RunConfig:
     exit_conditions: frozenset[str]
     max_agent_steps: int
     invoker: ToolInvoker
+    fingerprint: str = ""
+    break_point: Breakpoint | None = None
+    listeners: tuple[TransitionListener, ...] = ()
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -70,9 +84,9 @@ class CallModel:
 
 @dataclass(frozen=True, slots=True)
 class RunTools:
-    """Execute these prepared tool calls, then ``tools_ran``."""
+    """Execute these calls (``None``: already completed), report each to ``tool_completed``, then ``tools_ran``."""
 
-    prepared: list[PreparedCall]
+    calls: list[PreparedCall | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +96,14 @@ class Finish:
     result: dict[str, Any]
 
 
-Action = CallModel | RunTools | Finish
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A breakpoint matched; the driver raises ``BreakpointException`` with this snapshot."""
+
+    snapshot: AgentSnapshot
+
+
+Action = CallModel | RunTools | Finish | Pause
 
 
 class AgentRun:
@@ -97,6 +118,8 @@ class AgentRun:
         self.exit_reason: str | None = None
         self.trace: list[TransitionRecord] = []
         self.pending: list[PreparedCall] = []
+        self.completed: dict[str, CallOutcome] = {}
+        self.snapshot: AgentSnapshot | None = None
         self._tool_calls_pending = False
         self._last_calls: list[ToolCall] = []
         self._entered = time.perf_counter()
@@ -130,7 +153,7 @@ class AgentRun:
 
     # -- moving through the table ----------------------------------------------------------------
 
-    def _take(self, transition: Transition) -> None:
+    def _take(self, transition: Transition, check_breakpoint: bool = True) -> None:
         DISPATCH.check(self.phase, transition.trigger, transition.dest)
         now = time.perf_counter()
         record = TransitionRecord(
@@ -149,6 +172,61 @@ class AgentRun:
             )
         self.phase = transition.dest
         self._entered = now
+        for listener in self.config.listeners:
+            listener(self, record)
+        bp = self.config.break_point
+        if (
+            check_breakpoint
+            and bp is not None
+            and bp.matches(self.phase, self.step, self._visits(), self._pending_names())
+        ):
+            self._pause(bp)
+
+    def _visits(self) -> int:
+        """How many times the current phase was entered before (resumes do not count)."""
+        return sum(1 for r in self.trace if r.dest is self.phase and r.trigger != "resume") - 1
+
+    def _pending_names(self) -> list[str]:
+        return [c.tool_name for c in self._last_calls]
+
+    def _pause(self, bp: Breakpoint) -> None:
+        resume_into = self.phase
+        self._take(Transition("pause", resume_into, Phase.PAUSED, interrupt=True), check_breakpoint=False)
+        self.snapshot = self.make_snapshot(resume_into, bp.to_dict())
+
+    def make_snapshot(self, phase: Phase | None = None, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
+        """The run as data, to be resumed in ``phase`` (default: the current phase)."""
+        data = self.state.data
+        return AgentSnapshot(
+            run_id=self.run_id,
+            phase=phase or self.phase,
+            step=self.step,
+            messages=[m.to_dict() for m in data.get("messages") or []],
+            state=serialize_value({k: v for k, v in data.items() if k != "messages"}),
+            pending_tool_calls=[c.to_dict() for c in self._last_calls] if self._tool_calls_pending else [],
+            completed_tool_results={key: outcome.to_dict() for key, outcome in self.completed.items()},
+            exit_reason=self.exit_reason,
+            trace=[r.to_dict() for r in self.trace],
+            break_point=break_point,
+            agent_fingerprint=self.config.fingerprint,
+            created_at=now_iso(),
+        )
+
+    @classmethod
+    def from_snapshot(cls, config: RunConfig, state: State, snapshot: AgentSnapshot) -> AgentRun:
+        """Rebuild a paused run; the resume edge is taken without re-running what led to it."""
+        run = cls(config, state, snapshot.run_id)
+        run.phase = Phase.PAUSED
+        run.step = snapshot.step
+        run.exit_reason = snapshot.exit_reason
+        run.trace = [TransitionRecord.from_dict(r) for r in snapshot.trace]
+        run._last_calls = [ToolCall.from_dict(c) for c in snapshot.pending_tool_calls]
+        run._tool_calls_pending = bool(run._last_calls)
+        run.completed = {key: CallOutcome.from_dict(o) for key, o in snapshot.completed_tool_results.items()}
+        run._take(Transition("resume", Phase.PAUSED, snapshot.phase, interrupt=True), check_breakpoint=False)
+        if run.phase in (Phase.CONFIRM, Phase.TOOL_RUN):
+            run.pending = config.invoker.prepare(run._last_calls, state, config.tools)
+        return run
 
     def _advance(self) -> None:
         self._take(DISPATCH.next(self.phase, self))
@@ -179,9 +257,12 @@ class AgentRun:
             if phase is Phase.LLM_CALL:
                 return CallModel(self.state.data["messages"], list(self.config.tools.values()))
             if phase is Phase.TOOL_RUN:
-                return RunTools(self.pending)
+                return RunTools(self.to_execute())
             if phase is Phase.DONE:
                 return Finish(self.result())
+            if phase is Phase.PAUSED:
+                assert self.snapshot is not None
+                return Pause(self.snapshot)
             if phase is Phase.TOOL_PENDING:
                 # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
                 self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.config.tools)
@@ -189,6 +270,8 @@ class AgentRun:
             elif phase is Phase.CONFIRM:
                 # Without confirmation strategies every pending call is approved as prepared.
                 self._advance()
+            elif phase is Phase.IDLE:
+                self.start()
             elif phase is Phase.EXIT_CHECK:
                 self._advance()
                 if self.phase is Phase.DONE and self.exit_reason is None:
@@ -219,13 +302,23 @@ class AgentRun:
         self.exit_reason = None if self._tool_calls_pending else "text"
         self._advance()
 
-    def tools_ran(self, outcomes: list[Any]) -> list[ChatMessage]:
-        """Record the tool outcomes as messages and move to the exit check; returns the new messages."""
+    def to_execute(self) -> list[PreparedCall | None]:
+        """The pending calls still to run: ``None`` where a call already completed before a pause or crash."""
+        return [None if call_key(p.call, i) in self.completed else p for i, p in enumerate(self.pending)]
+
+    def tool_completed(self, index: int, outcome: CallOutcome) -> None:
+        """Record one finished call (listeners may persist it, so a crash does not run it again)."""
+        self.completed[call_key(self.pending[index].call, index)] = outcome
+
+    def tools_ran(self) -> list[ChatMessage]:
+        """Turn the completed calls into messages and move to the exit check; returns the new messages."""
         self._expect(Phase.TOOL_RUN, "tools_ran")
+        outcomes = [self.completed.get(call_key(p.call, i), CallOutcome()) for i, p in enumerate(self.pending)]
         messages = self.config.invoker.finish(self.pending, outcomes, self.state)
         self._append_messages(messages)
         self.exit_reason = self._tool_exit(messages)
         self.pending = []
+        self.completed = {}
         self._advance()
         return messages
 
@@ -259,6 +352,11 @@ class AgentRun:
         return data
 
 
+def call_key(call: ToolCall, index: int) -> str:
+    """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
+    return call.id if call.id is not None else f"#{index}"
+
+
 def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
     return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
 
@@ -269,7 +367,6 @@ def drive_sync(
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
     try:
-        run.start()
         while True:
             action = run.next_action()
             if isinstance(action, CallModel):
@@ -281,10 +378,13 @@ def drive_sync(
                     )
                 )
             elif isinstance(action, RunTools):
-                messages = run.tools_ran(invoker.execute_sync(action.prepared, streaming_callback))
+                invoker.execute_sync(action.calls, streaming_callback, run.tool_completed)
+                messages = run.tools_ran()
                 if streaming_callback is not None:
                     for chunk in _tool_chunks(messages):
                         streaming_callback(chunk)
+            elif isinstance(action, Pause):
+                raise pause_exception(action.snapshot)
             else:
                 return action.result
     except BaseException as exc:
@@ -299,7 +399,6 @@ async def drive_async(run: AgentRun, generator: Any, streaming_callback: Streami
     invoker = run.config.invoker
     run_async = getattr(generator, "run_async", None)
     try:
-        run.start()
         while True:
             action = run.next_action()
             if isinstance(action, CallModel):
@@ -314,12 +413,15 @@ async def drive_async(run: AgentRun, generator: Any, streaming_callback: Streami
                     output = await asyncio.to_thread(generator.run, **kwargs)
                 run.model_replied(output)
             elif isinstance(action, RunTools):
-                messages = run.tools_ran(await invoker.execute_async(action.prepared, streaming_callback))
+                await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)
+                messages = run.tools_ran()
                 if streaming_callback is not None:
                     for chunk in _tool_chunks(messages):
                         pending = streaming_callback(chunk)
                         if inspect.isawaitable(pending):
                             await pending
+            elif isinstance(action, Pause):
+                raise pause_exception(action.snapshot)
             else:
                 return action.result
     except BaseException as exc:

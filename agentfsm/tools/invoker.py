@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from agentfsm.errors import (
     ToolNotFoundError,
 )
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingChunk, ToolCall, ToolCallResult
+from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
@@ -46,6 +47,35 @@ class CallOutcome:
 
     value: Any = None
     error: Exception | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize (kept in snapshots so that a finished call is not run again)."""
+        if self.error is not None:
+            return {"error_type": error_type_name(self.error), "error": str(self.error)}
+        return {"value": serialize_value(self.value)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CallOutcome:
+        """Invert ``to_dict``; a recorded exception comes back as a ``RecordedToolError``."""
+        if "error_type" in data:
+            return cls(error=RecordedToolError(data["error_type"], data["error"]))
+        return cls(value=deserialize_value(data["value"]))
+
+
+class RecordedToolError(Exception):
+    """An exception a tool raised before the run was paused, restored from a snapshot."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
+def error_type_name(error: Exception) -> str:
+    """The exception's class name, also for errors restored from a snapshot."""
+    return error.type_name if isinstance(error, RecordedToolError) else type(error).__name__
+
+
+OnComplete = Callable[[int, CallOutcome], None]
 
 
 def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
@@ -132,35 +162,51 @@ class ToolInvoker:
             return CallOutcome(error=exc)
 
     def execute_sync(
-        self, prepared: Sequence[PreparedCall], streaming_callback: StreamingCallback | None = None
+        self,
+        prepared: Sequence[PreparedCall | None],
+        streaming_callback: StreamingCallback | None = None,
+        on_complete: OnComplete | None = None,
     ) -> list[CallOutcome]:
-        """Run the runnable calls, in a thread pool when there are several; outcomes in call order."""
-        runnable = [i for i, p in enumerate(prepared) if p.error is None]
+        """Run the runnable calls (in a thread pool when there are several); outcomes in call order.
+
+        ``None`` entries and calls that failed preparation are skipped. ``on_complete(index, outcome)``
+        is called in the calling thread as each call finishes.
+        """
+        runnable = [i for i, p in enumerate(prepared) if p is not None and p.error is None]
         outcomes = [CallOutcome() for _ in prepared]
+        report = on_complete or (lambda _i, _o: None)
         if len(runnable) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
-            futures = [(i, self._executor.submit(self._call, prepared[i], streaming_callback)) for i in runnable]
-            for i, future in futures:
-                outcomes[i] = future.result()
+            futures = {self._executor.submit(self._call, prepared[i], streaming_callback): i for i in runnable}  # type: ignore[arg-type]
+            for future in as_completed(futures):
+                outcomes[futures[future]] = outcome = future.result()
+                report(futures[future], outcome)
         else:
             for i in runnable:
-                outcomes[i] = self._call(prepared[i], streaming_callback)
+                outcomes[i] = outcome = self._call(prepared[i], streaming_callback)  # type: ignore[arg-type]
+                report(i, outcome)
         return outcomes
 
     async def execute_async(
-        self, prepared: Sequence[PreparedCall], streaming_callback: StreamingCallback | None = None
+        self,
+        prepared: Sequence[PreparedCall | None],
+        streaming_callback: StreamingCallback | None = None,
+        on_complete: OnComplete | None = None,
     ) -> list[CallOutcome]:
         """Run the runnable calls in worker threads, at most ``tool_concurrency`` at once."""
         semaphore = asyncio.Semaphore(self.tool_concurrency)
 
-        async def run_one(p: PreparedCall) -> CallOutcome:
-            if p.error is not None:
+        async def run_one(i: int, p: PreparedCall | None) -> CallOutcome:
+            if p is None or p.error is not None:
                 return CallOutcome()
             async with semaphore:
-                return await asyncio.to_thread(self._call, p, streaming_callback)
+                outcome = await asyncio.to_thread(self._call, p, streaming_callback)
+            if on_complete is not None:
+                on_complete(i, outcome)
+            return outcome
 
-        return list(await asyncio.gather(*(run_one(p) for p in prepared)))
+        return list(await asyncio.gather(*(run_one(i, p) for i, p in enumerate(prepared))))
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""
@@ -192,7 +238,7 @@ class ToolInvoker:
         if outcome.error is not None:
             error = ToolInvocationError(
                 f"Failed to invoke tool {p.tool.name!r} with arguments {p.call.arguments}: "
-                f"{type(outcome.error).__name__}: {outcome.error}"
+                f"{error_type_name(outcome.error)}: {outcome.error}"
             )
             if self.raise_on_failure:
                 raise error from outcome.error
