@@ -6,11 +6,11 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DeserializationError, SnapshotError
+from agentfsm.errors import AgentFSMError, ConfigurationError, ConfigurationTypeError, SnapshotError
 from agentfsm.generators.base import ChatGenerator, StreamingCallback
+from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import AgentRun, RunConfig, drive_async, drive_sync
-from agentfsm.logs import logger
 from agentfsm.serialization import (
     deserialize_callable,
     deserialize_value,
@@ -212,15 +212,19 @@ class Agent:
             logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
         try:
             data = deserialize_value(snap.state)
+            if not isinstance(data, dict):
+                raise SnapshotError("the snapshot's state must be an object of State keys")
             data["messages"] = [ChatMessage.from_dict(m) for m in snap.messages]
             state = State(self._full_schema)
             for key, value in data.items():
                 if key not in state.schema:
                     raise SnapshotError(f"Snapshot State key {key!r} is not in this agent's state_schema.")
                 state.data[key] = value  # restored as stored: the handlers already merged these values
-        except (DeserializationError, KeyError, TypeError) as exc:
-            raise SnapshotError(f"Cannot restore the State of snapshot {snap.run_id}: {exc}") from exc
-        return AgentRun.from_snapshot(config, state, snap)
+            return AgentRun.from_snapshot(config, state, snap)
+        except SnapshotError:
+            raise
+        except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
 
     def run(
         self,

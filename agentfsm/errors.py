@@ -42,7 +42,7 @@ class SnapshotError(AgentFSMError, ValueError):
     """A snapshot is malformed, truncated, tampered with, of an unknown version, or cannot resume here."""
 
 
-class BreakpointException(AgentFSMError):  # noqa: N818 - the documented name
+class BreakpointException(AgentFSMError):
     """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it."""
 
     def __init__(self, message: str, snapshot: Any = None, snapshot_file_path: str | None = None) -> None:

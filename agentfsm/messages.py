@@ -8,7 +8,7 @@ convert to and from the OpenAI chat-completions wire format.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -64,7 +64,7 @@ class ToolCall:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         """Deserialize from a dictionary made by ``to_dict``."""
         return cls(
             tool_name=data["tool_name"],

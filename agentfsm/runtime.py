@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,9 @@ from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, transitions_enabled
 from agentfsm.machine import DISPATCH, TERMINAL_PHASES, Phase, Transition
 from agentfsm.messages import ChatMessage, StreamingChunk, ToolCall
-from agentfsm.state import State, merge_lists
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, Breakpoint, now_iso, pause_exception
+from agentfsm.state import State, merge_lists
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 
@@ -39,17 +39,17 @@ class TransitionRecord:
     duration_us: float
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize to JSON-compatible values."""
+        """Serialize to JSON-compatible values (phases are ``str`` enums)."""
         return {
             "step": self.step,
-            "source": self.source.value,
-            "dest": self.dest.value,
+            "source": self.source,
+            "dest": self.dest,
             "trigger": self.trigger,
             "duration_us": self.duration_us,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransitionRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> TransitionRecord:
         """Invert ``to_dict``."""
         return cls(data["step"], Phase(data["source"]), Phase(data["dest"]), data["trigger"], data["duration_us"])
 
@@ -197,7 +197,8 @@ class AgentRun:
     def make_snapshot(self, phase: Phase | None = None, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
         """The run as data, to be resumed in ``phase`` (default: the current phase)."""
         data = self.state.data
-        return AgentSnapshot(
+        # Built from the run's own data, valid by construction: validation is for snapshots being loaded.
+        return AgentSnapshot.model_construct(
             run_id=self.run_id,
             phase=phase or self.phase,
             step=self.step,

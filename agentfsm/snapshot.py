@@ -14,13 +14,15 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing_extensions import TypedDict
 
-from agentfsm.errors import BreakpointException, ConfigurationError, SnapshotError
+from agentfsm.errors import BreakpointException, ConfigurationError, DeserializationError, SnapshotError
 from agentfsm.machine import ACTIVE_PHASES, Phase
+from agentfsm.messages import ChatMessage
 
 #: The snapshot format written by this version. Older versions are migrated on load (none yet);
 #: newer ones are refused with a message saying which agentfsm can read them.
@@ -137,6 +139,38 @@ class AgentBreakpoint:
 
 # -- the snapshot -----------------------------------------------------------------------------------
 
+_STRICT = ConfigDict(extra="forbid")
+
+
+class ToolCallData(TypedDict):
+    """A pending tool call, as stored."""
+
+    __pydantic_config__ = _STRICT  # type: ignore[misc]
+    tool_name: str
+    arguments: dict[str, Any]
+    id: NotRequired[str | None]
+    extra: NotRequired[dict[str, Any] | None]
+
+
+class TraceData(TypedDict):
+    """One transition of the run so far, as stored."""
+
+    __pydantic_config__ = _STRICT  # type: ignore[misc]
+    step: int
+    source: Phase
+    dest: Phase
+    trigger: str
+    duration_us: float
+
+
+class OutcomeData(TypedDict, total=False):
+    """A tool call that finished before the pause: its value, or the error it raised."""
+
+    __pydantic_config__ = _STRICT  # type: ignore[misc]
+    value: Any
+    error_type: str
+    error: str
+
 
 class AgentSnapshot(BaseModel):
     """Everything needed to continue a run, as validated, JSON-compatible data."""
@@ -149,11 +183,11 @@ class AgentSnapshot(BaseModel):
     step: int = Field(ge=0)
     messages: list[dict[str, Any]]
     state: dict[str, Any]
-    pending_tool_calls: list[dict[str, Any]] = []
+    pending_tool_calls: list[ToolCallData] = []
     decisions: list[dict[str, Any]] = []
-    completed_tool_results: dict[str, dict[str, Any]] = {}
+    completed_tool_results: dict[str, OutcomeData] = {}
     exit_reason: str | None = None
-    trace: list[dict[str, Any]] = []
+    trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None
     agent_fingerprint: str
     created_at: str
@@ -176,6 +210,24 @@ class AgentSnapshot(BaseModel):
         if phase not in ACTIVE_PHASES:
             raise ValueError(f"a run resumes into an active phase, not {phase.value}")
         return phase
+
+    @field_validator("messages")
+    @classmethod
+    def _valid_messages(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, message in enumerate(messages):
+            try:
+                ChatMessage.from_dict(message)
+            except DeserializationError as exc:
+                raise ValueError(f"message {index}: {exc}") from None
+        return messages
+
+    @field_validator("completed_tool_results")
+    @classmethod
+    def _valid_outcomes(cls, outcomes: dict[str, OutcomeData]) -> dict[str, OutcomeData]:
+        for key, outcome in outcomes.items():
+            if ("value" in outcome) == ("error_type" in outcome) or ("error_type" in outcome) != ("error" in outcome):
+                raise ValueError(f"completed tool result {key!r} needs either 'value' or 'error_type' and 'error'")
+        return outcomes
 
     @field_validator("created_at")
     @classmethod

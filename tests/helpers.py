@@ -36,3 +36,13 @@ def call(name: str, call_id: str | None = None, **arguments: object) -> ToolCall
 def calls(*tool_calls: ToolCall, text: str | None = None) -> ChatMessage:
     """An assistant reply with tool calls."""
     return ChatMessage.from_assistant(text, tool_calls=list(tool_calls))
+
+
+@tool(outputs_to_state={"notes": {"source": "note"}}, inputs_from_state={"prefix": "prefix"})
+def remember(text: str, prefix: str = "") -> dict[str, str]:
+    """Write a note into State."""
+    SIDE_EFFECTS.append(f"remember({text})")
+    return {"note": prefix + text}
+
+
+RESUME_SCHEMA = {"notes": {"type": list[str]}, "prefix": {"type": str}}

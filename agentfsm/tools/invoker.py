@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +55,7 @@ class CallOutcome:
         return {"value": serialize_value(self.value)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CallOutcome:
+    def from_dict(cls, data: Mapping[str, Any]) -> CallOutcome:
         """Invert ``to_dict``; a recorded exception comes back as a ``RecordedToolError``."""
         if "error_type" in data:
             return cls(error=RecordedToolError(data["error_type"], data["error"]))
