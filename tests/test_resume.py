@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -99,9 +100,6 @@ def test_divergence_is_reported_with_the_transition_and_a_diff() -> None:
         counter["n"] += 1
         return Agent(chat_generator=ScriptedChatGenerator([f"answer {counter['n']}"]))
 
-    class Drifting(ScriptedChatGenerator):
-        pass
-
     with pytest.raises(
         ResumeDivergence, match=r"Resuming at transition 0 \(IDLE --start--> LLM_CALL, step 0\)"
     ) as info:
@@ -158,7 +156,7 @@ def test_phase_breakpoints_reach_every_active_phase() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: Breakpoint(), "needs component_name"),
+        (Breakpoint, "needs component_name"),
         (lambda: Breakpoint("llm"), "Unknown component_name"),
         (lambda: Breakpoint("chat_generator", phase=Phase.LLM_CALL), "not both"),
         (lambda: Breakpoint(phase=Phase.DONE), "only pause before an active phase"),
@@ -335,10 +333,8 @@ def test_fuzzed_bytes_only_raise_snapshot_error(snapshot_bytes: bytes, data: st.
         snapshot = AgentSnapshot.from_bytes(candidate)
     except SnapshotError:
         return
-    try:
+    with contextlib.suppress(SnapshotError):
         agent().run(snapshot=snapshot)
-    except (SnapshotError, BreakpointException):
-        pass
 
 
 @given(st.binary(max_size=200))
