@@ -20,6 +20,7 @@ from agentfsm.serialization import (
 )
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
 from agentfsm.state import State, schema_from_dict, schema_to_dict, validate_schema
+from agentfsm.stores import SnapshotStore, StoreObserver
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool, tool_from_dict
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools, toolset_from_dict
@@ -58,6 +59,7 @@ class Agent:
         tool_invoker_kwargs: dict[str, Any] | None = None,
         tool_concurrency: int = 4,
         tool_streaming_callback_passthrough: bool = False,
+        snapshot_store: SnapshotStore | None = None,
     ) -> None:
         _check_generator(chat_generator)
         if isinstance(max_agent_steps, bool) or not isinstance(max_agent_steps, int) or max_agent_steps < 1:
@@ -91,6 +93,12 @@ class Agent:
             self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
         except TypeError as exc:
             raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
+        if snapshot_store is not None and not isinstance(snapshot_store, SnapshotStore):
+            raise ConfigurationTypeError(
+                f"snapshot_store must be a SnapshotStore, got {type(snapshot_store).__name__}."
+            )
+        self.snapshot_store = snapshot_store
+        self._observers = (StoreObserver(snapshot_store),) if snapshot_store is not None else ()
         self._is_warmed_up = False
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -173,6 +181,7 @@ class Agent:
             invoker=self._invoker,
             fingerprint=self.fingerprint,
             break_point=_unwrap(break_point),
+            observers=self._observers,
         )
         if snapshot is not None:
             return self._resume(config, snapshot, messages, system_prompt, state_data, strict)

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, transitions_enabled
@@ -54,8 +54,14 @@ class TransitionRecord:
         return cls(data["step"], Phase(data["source"]), Phase(data["dest"]), data["trigger"], data["duration_us"])
 
 
-#: Called after every transition a run takes (durable snapshot stores listen here).
-TransitionListener = Callable[["AgentRun", TransitionRecord], None]
+class RunObserver(Protocol):
+    """Told about every transition and every finished tool call (durable snapshot stores listen here)."""
+
+    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
+        """``run`` just took ``record``'s edge; its phase's work has not started."""
+
+    def tool_completed(self, run: AgentRun, key: str) -> None:
+        """The call known as ``key`` finished; its outcome is in ``run.completed``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,7 @@ class RunConfig:
     invoker: ToolInvoker
     fingerprint: str = ""
     break_point: Breakpoint | None = None
-    listeners: tuple[TransitionListener, ...] = ()
+    observers: tuple[RunObserver, ...] = ()
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -172,8 +178,8 @@ class AgentRun:
             )
         self.phase = transition.dest
         self._entered = now
-        for listener in self.config.listeners:
-            listener(self, record)
+        for observer in self.config.observers:
+            observer.transition(self, record)
         bp = self.config.break_point
         if (
             check_breakpoint
@@ -190,28 +196,33 @@ class AgentRun:
         return [c.tool_name for c in self._last_calls]
 
     def _pause(self, bp: Breakpoint) -> None:
-        resume_into = self.phase
-        self._take(Transition("pause", resume_into, Phase.PAUSED, interrupt=True), check_breakpoint=False)
-        self.snapshot = self.make_snapshot(resume_into, bp.to_dict())
+        # The snapshot exists before the pause edge is taken, so observers of that edge can store it.
+        self.snapshot = self.make_snapshot(self.phase, bp.to_dict())
+        self._take(Transition("pause", self.phase, Phase.PAUSED, interrupt=True), check_breakpoint=False)
 
     def make_snapshot(self, phase: Phase | None = None, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
         """The run as data, to be resumed in ``phase`` (default: the current phase)."""
-        data = self.state.data
         # Built from the run's own data, valid by construction: validation is for snapshots being loaded.
         return AgentSnapshot.model_construct(
-            run_id=self.run_id,
-            phase=phase or self.phase,
-            step=self.step,
-            messages=[m.to_dict() for m in data.get("messages") or []],
-            state=serialize_value({k: v for k, v in data.items() if k != "messages"}),
-            pending_tool_calls=[c.to_dict() for c in self._last_calls] if self._tool_calls_pending else [],
-            completed_tool_results={key: outcome.to_dict() for key, outcome in self.completed.items()},
-            exit_reason=self.exit_reason,
+            **self.snapshot_body(phase or self.phase, break_point),
+            messages=[m.to_dict() for m in self.state.data.get("messages") or []],
             trace=[r.to_dict() for r in self.trace],
-            break_point=break_point,
-            agent_fingerprint=self.config.fingerprint,
-            created_at=now_iso(),
         )
+
+    def snapshot_body(self, phase: Phase, break_point: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The snapshot fields except ``messages`` and ``trace``, which grow with the run."""
+        return {
+            "run_id": self.run_id,
+            "phase": phase,
+            "step": self.step,
+            "state": serialize_value({k: v for k, v in self.state.data.items() if k != "messages"}),
+            "pending_tool_calls": [c.to_dict() for c in self._last_calls] if self._tool_calls_pending else [],
+            "completed_tool_results": {key: outcome.to_dict() for key, outcome in self.completed.items()},
+            "exit_reason": self.exit_reason,
+            "break_point": break_point,
+            "agent_fingerprint": self.config.fingerprint,
+            "created_at": now_iso(),
+        }
 
     @classmethod
     def from_snapshot(cls, config: RunConfig, state: State, snapshot: AgentSnapshot) -> AgentRun:
@@ -308,8 +319,11 @@ class AgentRun:
         return [None if call_key(p.call, i) in self.completed else p for i, p in enumerate(self.pending)]
 
     def tool_completed(self, index: int, outcome: CallOutcome) -> None:
-        """Record one finished call (listeners may persist it, so a crash does not run it again)."""
-        self.completed[call_key(self.pending[index].call, index)] = outcome
+        """Record one finished call (observers may persist it, so a crash does not run it again)."""
+        key = call_key(self.pending[index].call, index)
+        self.completed[key] = outcome
+        for observer in self.config.observers:
+            observer.tool_completed(self, key)
 
     def tools_ran(self) -> list[ChatMessage]:
         """Turn the completed calls into messages and move to the exit check; returns the new messages."""

@@ -46,3 +46,31 @@ def remember(text: str, prefix: str = "") -> dict[str, str]:
 
 
 RESUME_SCHEMA = {"notes": {"type": list[str]}, "prefix": {"type": str}}
+
+
+CRASH_ON: set[str] = set()
+
+
+@tool
+def flaky(label: str) -> str:
+    """Record the call; crash the process-like way (KeyboardInterrupt) when told to."""
+    if label in CRASH_ON:
+        CRASH_ON.discard(label)
+        raise KeyboardInterrupt(f"crash while running {label}")
+    SIDE_EFFECTS.append(f"flaky({label})")
+    return label.upper()
+
+
+@tool
+def logged_step(label: str) -> str:
+    """Append ``label`` to the file named by $AGENTFSM_TEST_LOG; exit the process if it equals $AGENTFSM_TEST_KILL."""
+    import os
+
+    if os.environ.get("AGENTFSM_TEST_KILL") == label:
+        os._exit(9)
+    with open(os.environ["AGENTFSM_TEST_LOG"], "a", encoding="utf-8") as log:
+        log.write(label + "\n")
+    return label
+
+
+KILL_SCRIPT = [calls(call("logged_step", "s1", label="one"), call("logged_step", "s2", label="two")), "done"]

@@ -1,0 +1,366 @@
+"""Where snapshots live: a directory of JSON files, or an embedded SQLite database.
+
+Both keep every snapshot saved for a run (``history``), return the newest (``latest``) and list
+runs (``runs``). The SQLite store also has a *durable* mode: it records a snapshot at every
+transition and every finished tool call, storing only what changed (new messages, new trace
+entries and the small rest), so the cost per transition does not grow with the conversation.
+After a crash, ``latest(run_id)`` resumes the run without repeating finished tool calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from agentfsm.errors import SnapshotError
+from agentfsm.machine import ACTIVE_PHASES, Phase
+from agentfsm.runtime import AgentRun, TransitionRecord
+from agentfsm.snapshot import AgentSnapshot, now_iso
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """One stored snapshot of a run: its position in the run's history and where it resumes."""
+
+    run_id: str
+    seq: int
+    phase: Phase
+    step: int
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """A run known to a store: its newest snapshot and its status (active, paused, done or failed)."""
+
+    run_id: str
+    status: str
+    phase: Phase | None
+    step: int
+    snapshots: int
+    updated_at: str
+
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """A place to keep snapshots. ``durable`` stores are also told about every transition."""
+
+    durable: bool
+
+    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
+        """Keep ``snapshot`` as the newest of its run."""
+        ...
+
+    def latest(self, run_id: str) -> AgentSnapshot:
+        """The newest snapshot of ``run_id``; ``SnapshotError`` if there is none."""
+        ...
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """The snapshot number ``seq`` of ``run_id`` (time travel: resume or fork from any point)."""
+        ...
+
+    def history(self, run_id: str) -> list[SnapshotInfo]:
+        """Every snapshot of ``run_id``, oldest first."""
+        ...
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, most recently updated first."""
+        ...
+
+
+@runtime_checkable
+class DurableSnapshotStore(SnapshotStore, Protocol):
+    """A store that records the run at every transition and every finished tool call."""
+
+    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
+        """See ``RunObserver.transition``."""
+        ...
+
+    def tool_completed(self, run: AgentRun, key: str) -> None:
+        """See ``RunObserver.tool_completed``."""
+        ...
+
+
+class StoreObserver:
+    """Connects a store to a run: saves the snapshot of a pause, and forwards every event to durable stores."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        if store.durable and not isinstance(store, DurableSnapshotStore):
+            raise TypeError(f"{type(store).__name__} says durable=True but has no transition/tool_completed methods.")
+        self.store = store
+
+    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
+        """Save pause snapshots; let a durable store record the transition."""
+        if record.dest is Phase.PAUSED and run.snapshot is not None:
+            self.store.save(run.snapshot)
+        if isinstance(self.store, DurableSnapshotStore) and self.store.durable:
+            self.store.transition(run, record)
+
+    def tool_completed(self, run: AgentRun, key: str) -> None:
+        """Let a durable store record the finished call."""
+        if isinstance(self.store, DurableSnapshotStore) and self.store.durable:
+            self.store.tool_completed(run, key)
+
+
+# -- JSON files -------------------------------------------------------------------------------------
+
+
+class JsonFileStore:
+    """One readable JSON file per snapshot: ``<directory>/<run id>/<seq>_<step>_<phase>.json``."""
+
+    durable = False
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def _files(self, run_id: str) -> list[Path]:
+        return sorted((self.directory / run_id).glob("*.json"))
+
+    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
+        """Write the snapshot atomically as the next file of its run."""
+        seq = len(self._files(snapshot.run_id))
+        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
+        snapshot.to_file(self.directory / snapshot.run_id / name)
+        return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+
+    def latest(self, run_id: str) -> AgentSnapshot:
+        """The newest snapshot file of the run."""
+        files = self._files(run_id)
+        if not files:
+            raise SnapshotError(f"No snapshot of run {run_id!r} in {self.directory}.")
+        return AgentSnapshot.from_file(files[-1])
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """The ``seq``-th snapshot file of the run."""
+        files = self._files(run_id)
+        if not 0 <= seq < len(files):
+            raise SnapshotError(f"Run {run_id!r} has {len(files)} snapshots; there is no number {seq}.")
+        return AgentSnapshot.from_file(files[seq])
+
+    def history(self, run_id: str) -> list[SnapshotInfo]:
+        """Every snapshot file of the run, read and validated."""
+        infos = []
+        for seq, path in enumerate(self._files(run_id)):
+            snapshot = AgentSnapshot.from_file(path)
+            infos.append(SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at))
+        return infos
+
+    def runs(self) -> list[RunInfo]:
+        """Runs with at least one snapshot file."""
+        found = []
+        for folder in self.directory.iterdir() if self.directory.exists() else []:
+            files = self._files(folder.name)
+            if files:
+                newest = AgentSnapshot.from_file(files[-1])
+                found.append(RunInfo(folder.name, "paused", newest.phase, newest.step, len(files), newest.created_at))
+        return sorted(found, key=lambda r: r.updated_at, reverse=True)
+
+
+# -- SQLite -----------------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    phase TEXT,
+    step INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    seq INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    full INTEGER NOT NULL,      -- 1: messages/trace hold the whole history; 0: only what is new
+    messages BLOB NOT NULL,
+    trace BLOB NOT NULL,
+    body BLOB NOT NULL,         -- every other snapshot field
+    PRIMARY KEY (run_id, seq)
+);
+"""
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """What the store already holds of a live run, so the next row stores only what is new."""
+
+    messages_list_id: int
+    messages: int
+    trace: int
+
+
+class SQLiteSnapshotStore:
+    """Snapshots in one SQLite file (WAL mode); ``durable=True`` records every transition.
+
+    >>> store = SQLiteSnapshotStore(":memory:", durable=True)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.durable = durable
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # WAL + NORMAL: a commit survives a crash of the process (not of the machine) without an fsync each time.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._cursors: dict[str, _Cursor] = {}
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _insert(
+        self,
+        run_id: str,
+        phase: Phase,
+        step: int,
+        created_at: str,
+        full: bool,
+        messages: list[dict[str, Any]],
+        trace: list[dict[str, Any]],
+        body: dict[str, Any],
+    ) -> int:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM snapshots WHERE run_id = ?", (run_id,))
+                seq = int(row.fetchone()[0])
+                self._db.execute(
+                    "INSERT INTO runs VALUES (?, 'active', ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
+                    "status = 'active', phase = excluded.phase, step = excluded.step, updated_at = excluded.updated_at",
+                    (run_id, phase.value, step, created_at, created_at),
+                )
+                self._db.execute(
+                    "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        seq,
+                        phase.value,
+                        step,
+                        created_at,
+                        int(full),
+                        orjson.dumps(messages),
+                        orjson.dumps(trace),
+                        orjson.dumps(body),
+                    ),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return seq
+
+    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
+        """Store a whole snapshot as the newest of its run."""
+        data = snapshot.to_dict()
+        messages, trace = data.pop("messages"), data.pop("trace")
+        seq = self._insert(
+            snapshot.run_id, snapshot.phase, snapshot.step, snapshot.created_at, True, messages, trace, data
+        )
+        self._cursors.pop(snapshot.run_id, None)
+        return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+
+    def _record(self, run: AgentRun, phase: Phase) -> None:
+        history = run.state.data.get("messages") or []
+        cursor = self._cursors.get(run.run_id)
+        # Append-only since the last row (the runtime extends the same list): store the new part only.
+        full = cursor is None or cursor.messages_list_id != id(history) or cursor.messages > len(history)
+        since = 0 if cursor is None or full else cursor.messages
+        trace_since = 0 if cursor is None or full else cursor.trace
+        body = run.snapshot_body(phase)
+        self._insert(
+            run.run_id,
+            phase,
+            run.step,
+            body["created_at"],
+            full,
+            [m.to_dict() for m in history[since:]],
+            [r.to_dict() for r in run.trace[trace_since:]],
+            body,
+        )
+        self._cursors[run.run_id] = _Cursor(id(history), len(history), len(run.trace))
+
+    def _set_status(self, run_id: str, status: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?", (status, now_iso(), run_id))
+        self._cursors.pop(run_id, None)
+
+    # RunObserver: called by the runtime when the store is durable.
+
+    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
+        """Record a snapshot on entering an active phase; mark the run on reaching an end or a pause."""
+        if record.dest in ACTIVE_PHASES:
+            self._record(run, record.dest)
+        elif record.dest is Phase.DONE:
+            self._set_status(run.run_id, "done")
+        elif record.dest is Phase.FAILED:
+            self._set_status(run.run_id, "failed")
+        elif record.dest is Phase.PAUSED:
+            self._set_status(run.run_id, "paused")
+
+    def tool_completed(self, run: AgentRun, key: str) -> None:
+        """Record the finished call, so that a crash later in TOOL_RUN does not run it again."""
+        self._record(run, Phase.TOOL_RUN)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """Rebuild snapshot ``seq`` of the run from its last full row and the deltas after it."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT full, messages, trace, body FROM snapshots WHERE run_id = ? AND seq <= ? AND seq >= "
+                "(SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE run_id = ? AND seq <= ? AND full = 1) "
+                "ORDER BY seq",
+                (run_id, seq, run_id, seq),
+            ).fetchall()
+        if not rows or self._seq_count(run_id) <= seq:
+            raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+        messages: list[Any] = []
+        trace: list[Any] = []
+        for _full, message_blob, trace_blob, _body in rows:
+            messages.extend(orjson.loads(message_blob))
+            trace.extend(orjson.loads(trace_blob))
+        body = orjson.loads(rows[-1][3])
+        return AgentSnapshot.from_dict({**body, "messages": messages, "trace": trace})
+
+    def _seq_count(self, run_id: str) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM snapshots WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+    def latest(self, run_id: str) -> AgentSnapshot:
+        """The newest snapshot of the run."""
+        count = self._seq_count(run_id)
+        if count == 0:
+            raise SnapshotError(f"No snapshot of run {run_id!r} in {self.path}.")
+        return self.load(run_id, count - 1)
+
+    def history(self, run_id: str) -> list[SnapshotInfo]:
+        """Every snapshot of the run, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, phase, step, created_at FROM snapshots WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+        return [SnapshotInfo(run_id, seq, Phase(phase), step, created) for seq, phase, step, created in rows]
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, most recently updated first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.run_id, r.status, r.phase, r.step, r.updated_at, COUNT(s.seq) FROM runs r "
+                "LEFT JOIN snapshots s ON s.run_id = r.run_id GROUP BY r.run_id ORDER BY r.updated_at DESC"
+            ).fetchall()
+        return [
+            RunInfo(run_id, status, Phase(phase) if phase else None, step, count, updated)
+            for run_id, status, phase, step, updated, count in rows
+        ]

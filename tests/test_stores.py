@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.stores import JsonFileStore, RunInfo, SnapshotStore, SQLiteSnapshotStore
+from agentfsm.testing import comparable_result
+from tests.helpers import (
+    CRASH_ON,
+    KILL_SCRIPT,
+    RESUME_SCHEMA,
+    SIDE_EFFECTS,
+    add,
+    call,
+    calls,
+    flaky,
+    logged_step,
+    remember,
+)
+
+USER = [ChatMessage.from_user("go")]
+SCRIPT = [
+    calls(call("add", "a1", a=1, b=2)),
+    calls(call("remember", "r1", text="x"), call("add", "a2", a=3, b=4)),
+    "done",
+]
+
+
+def agent(store: SnapshotStore | None = None, script: list[Any] = SCRIPT, position: int = 0, **kwargs: Any) -> Agent:
+    return Agent(
+        chat_generator=ScriptedChatGenerator(script, position=position),
+        tools=[add, remember, flaky],
+        state_schema=RESUME_SCHEMA,
+        snapshot_store=store,
+        **kwargs,
+    )
+
+
+def pause(a: Agent, break_point: Breakpoint) -> AgentSnapshot:
+    with pytest.raises(BreakpointException) as info:
+        a.run(USER, break_point=break_point)
+    return info.value.snapshot  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["json", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> SnapshotStore:
+    if request.param == "json":
+        return JsonFileStore(tmp_path / "snapshots")
+    return SQLiteSnapshotStore(tmp_path / "runs.db")
+
+
+def test_stores_keep_pause_snapshots(store: SnapshotStore) -> None:
+    assert isinstance(store, SnapshotStore)
+    first = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
+    assert store.latest(first.run_id) == first
+    resumed_agent = agent(store, position=1)
+    with pytest.raises(BreakpointException):
+        resumed_agent.run(snapshot=store.latest(first.run_id), break_point=Breakpoint(phase=Phase.TOOL_RUN, step=2))
+    history = store.history(first.run_id)
+    assert [(h.seq, h.phase, h.step) for h in history] == [(0, Phase.LLM_CALL, 1), (1, Phase.TOOL_RUN, 2)]
+    assert store.load(first.run_id, 0) == first
+    assert [r.run_id for r in store.runs()] == [first.run_id]
+    with pytest.raises(SnapshotError):
+        store.latest("no-such-run")
+    with pytest.raises(SnapshotError):
+        store.load(first.run_id, 7)
+
+
+def test_json_store_files_are_readable(tmp_path: Path) -> None:
+    store = JsonFileStore(tmp_path)
+    snapshot = pause(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=2))
+    files = sorted((tmp_path / snapshot.run_id).iterdir())
+    assert [f.name for f in files] == ["000000_0002_TOOL_RUN.json"]
+    assert json.loads(files[0].read_text())["pending_tool_calls"][0]["tool_name"] == "remember"
+
+
+def test_json_store_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JsonFileStore(tmp_path)
+    snapshot = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
+
+    def crash(*args: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        store.save(snapshot.model_copy(update={"step": 2}))
+    monkeypatch.undo()
+    assert store.latest(snapshot.run_id) == snapshot
+    assert [p.name for p in (tmp_path / snapshot.run_id).iterdir()] == ["000000_0001_LLM_CALL.json"], (
+        "no temp files left"
+    )
+
+
+# -- durable mode -----------------------------------------------------------------------------------
+
+
+def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    baseline = comparable_result(agent().run(USER))
+    result = agent(store).run(USER)
+    run_id = store.runs()[0].run_id
+    history = store.history(run_id)
+    p = Phase
+    # One row per transition into an active phase, plus one per finished tool call inside TOOL_RUN.
+    assert [(h.phase, h.step) for h in history] == [
+        (p.LLM_CALL, 0),
+        (p.TOOL_PENDING, 1),
+        (p.TOOL_RUN, 1),
+        (p.TOOL_RUN, 1),  # a1 finished
+        (p.EXIT_CHECK, 1),
+        (p.LLM_CALL, 1),
+        (p.TOOL_PENDING, 2),
+        (p.TOOL_RUN, 2),
+        (p.TOOL_RUN, 2),  # r1 finished
+        (p.TOOL_RUN, 2),  # a2 finished
+        (p.EXIT_CHECK, 2),
+        (p.LLM_CALL, 2),
+        (p.EXIT_CHECK, 3),
+    ]
+    assert len(history) == sum(1 for r in result["trace"] if r.dest is not p.DONE) + 3
+    assert store.runs() == [
+        RunInfo(run_id, "done", history[-1].phase, history[-1].step, len(history), store.runs()[0].updated_at)
+    ]
+    for info in history:
+        snapshot = store.load(run_id, info.seq)
+        assert (snapshot.phase, snapshot.step) == (info.phase, info.step)
+        resumed = agent(position=snapshot.step).run(snapshot=snapshot)
+        assert comparable_result(resumed) == baseline, f"resuming from snapshot {info.seq} ({info.phase})"
+
+
+def test_durable_rows_hold_only_what_changed(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    history = [ChatMessage.from_user(f"old message {i}") for i in range(1000)]
+    script = [calls(call("add", f"c{i}", a=i, b=1)) for i in range(5)] + ["done"]
+    a = agent(store, script=script)
+    a.run(history)
+    db = sqlite3.connect(tmp_path / "runs.db")
+    rows = db.execute("SELECT full, messages, trace FROM snapshots ORDER BY seq").fetchall()
+    assert rows[0][0] == 1 and len(orjson.loads(rows[0][1])) == 1000, "the first row holds the history"
+    for full, messages, trace in rows[1:]:
+        assert full == 0
+        assert len(orjson.loads(messages)) <= 2 and len(orjson.loads(trace)) <= 2
+    run_id = store.runs()[0].run_id
+    assert len(store.latest(run_id).messages) == 1000 + 2 * 5 + 1  # five (call, result) pairs and the answer
+
+
+def test_crash_inside_tool_run_resumes_only_unfinished_calls(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    script = [
+        calls(call("flaky", "f1", label="one"), call("flaky", "f2", label="two"), call("flaky", "f3", label="three")),
+        "done",
+    ]
+    SIDE_EFFECTS.clear()
+    CRASH_ON.add("two")
+    crashing = agent(store, script=script, tool_concurrency=1)
+    with pytest.raises(KeyboardInterrupt):
+        crashing.run(USER)
+    assert SIDE_EFFECTS == ["flaky(one)"]
+    run = store.runs()[0]
+    assert run.status == "failed"
+    snapshot = store.latest(run.run_id)
+    assert snapshot.phase is Phase.TOOL_RUN
+    assert snapshot.completed_tool_results == {"f1": {"value": "ONE"}}
+    result = agent(store, script=script, position=1, tool_concurrency=1).run(snapshot=snapshot)
+    assert SIDE_EFFECTS == ["flaky(one)", "flaky(two)", "flaky(three)"], "each call ran exactly once"
+    assert [m.tool_call_result.result for m in result["messages"] if m.tool_call_result] == ["ONE", "TWO", "THREE"]
+    assert store.runs()[0].status == "done"
+
+
+KILLED_PROGRAM = """
+import sys
+from agentfsm import Agent, ChatMessage
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.stores import SQLiteSnapshotStore
+from tests.helpers import KILL_SCRIPT, logged_step
+
+store = SQLiteSnapshotStore(sys.argv[1], durable=True)
+agent = Agent(chat_generator=ScriptedChatGenerator(KILL_SCRIPT), tools=[logged_step], snapshot_store=store, tool_concurrency=1)
+agent.run([ChatMessage.from_user("go")])
+"""
+
+
+def test_a_killed_process_resumes_from_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = Path(__file__).resolve().parent.parent
+    db, log = tmp_path / "runs.db", tmp_path / "log.txt"
+    env = {**os.environ, "AGENTFSM_TEST_LOG": str(log), "AGENTFSM_TEST_KILL": "two"}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_PROGRAM, str(db)], cwd=root, env=env, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 9, done.stderr
+    assert log.read_text() == "one\n"
+    store = SQLiteSnapshotStore(db, durable=True)
+    run = store.runs()[0]
+    assert run.status == "active", "nobody marked the killed run: it is still active"
+    snapshot = store.latest(run.run_id)
+    assert snapshot.phase is Phase.TOOL_RUN and list(snapshot.completed_tool_results) == ["s1"]
+    assert [c["id"] for c in snapshot.pending_tool_calls] == ["s1", "s2"]
+
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    resumed = Agent(
+        chat_generator=ScriptedChatGenerator(KILL_SCRIPT, position=snapshot.step),
+        tools=[logged_step],
+        snapshot_store=store,
+        tool_concurrency=1,
+    ).run(snapshot=snapshot)
+    assert log.read_text() == "one\ntwo\n", "the finished call did not run again"
+    assert [m.tool_call_result.result for m in resumed["messages"] if m.tool_call_result] == ["one", "two"]
+    assert store.runs()[0].status == "done"
