@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test lint typecheck check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,16 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check agentfsm tests examples
-	$(BIN)/ruff format --check agentfsm tests examples
+	$(BIN)/ruff check agentfsm tests examples bench
+	$(BIN)/ruff format --check agentfsm tests examples bench
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict agentfsm
 
 check: test lint typecheck
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -94,18 +94,22 @@ class StoreObserver:
         if store.durable and not isinstance(store, DurableSnapshotStore):
             raise TypeError(f"{type(store).__name__} says durable=True but has no transition/tool_completed methods.")
         self.store = store
+        # Decided once: a runtime-checkable isinstance costs tens of microseconds per call.
+        self.durable: DurableSnapshotStore | None = (
+            store if isinstance(store, DurableSnapshotStore) and store.durable else None
+        )
 
     def transition(self, run: AgentRun, record: TransitionRecord) -> None:
         """Save pause snapshots; let a durable store record the transition."""
         if record.dest is Phase.PAUSED and run.snapshot is not None:
             self.store.save(run.snapshot)
-        if isinstance(self.store, DurableSnapshotStore) and self.store.durable:
-            self.store.transition(run, record)
+        if self.durable is not None:
+            self.durable.transition(run, record)
 
     def tool_completed(self, run: AgentRun, key: str) -> None:
         """Let a durable store record the finished call."""
-        if isinstance(self.store, DurableSnapshotStore) and self.store.durable:
-            self.store.tool_completed(run, key)
+        if self.durable is not None:
+            self.durable.tool_completed(run, key)
 
 
 # -- JSON files -------------------------------------------------------------------------------------
@@ -167,9 +171,7 @@ class JsonFileStore:
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    phase TEXT,
-    step INTEGER NOT NULL,
+    status TEXT NOT NULL,       -- active, paused, done, failed
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
@@ -192,13 +194,16 @@ CREATE TABLE IF NOT EXISTS snapshots (
 class _Cursor:
     """What the store already holds of a live run, so the next row stores only what is new."""
 
-    messages_list_id: int
-    messages: int
-    trace: int
+    next_seq: int
+    messages_list_id: int = 0
+    messages: int = -1  # -1: the next row must be full
+    trace: int = 0
 
 
 class SQLiteSnapshotStore:
     """Snapshots in one SQLite file (WAL mode); ``durable=True`` records every transition.
+
+    One process writes a given run at a time (the next row number is kept in memory).
 
     >>> store = SQLiteSnapshotStore(":memory:", durable=True)
     """
@@ -220,81 +225,59 @@ class SQLiteSnapshotStore:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def _insert(
-        self,
-        run_id: str,
-        phase: Phase,
-        step: int,
-        created_at: str,
-        full: bool,
-        messages: list[dict[str, Any]],
-        trace: list[dict[str, Any]],
-        body: dict[str, Any],
-    ) -> int:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+    def _cursor(self, run_id: str) -> _Cursor:
+        """The run's cursor; the first write of a run in this process marks it active."""
+        cursor = self._cursors.get(run_id)
+        if cursor is None:
+            with self._lock:
                 row = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM snapshots WHERE run_id = ?", (run_id,))
-                seq = int(row.fetchone()[0])
-                self._db.execute(
-                    "INSERT INTO runs VALUES (?, 'active', ?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
-                    "status = 'active', phase = excluded.phase, step = excluded.step, updated_at = excluded.updated_at",
-                    (run_id, phase.value, step, created_at, created_at),
-                )
-                self._db.execute(
-                    "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        seq,
-                        phase.value,
-                        step,
-                        created_at,
-                        int(full),
-                        orjson.dumps(messages),
-                        orjson.dumps(trace),
-                        orjson.dumps(body),
-                    ),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                cursor = _Cursor(next_seq=int(row.fetchone()[0]))
+            self._set_status(run_id, "active")
+            self._cursors[run_id] = cursor
+        return cursor
+
+    def _insert(self, run_id: str, phase: Phase, step: int, created_at: str, full: bool, parts: tuple[Any, ...]) -> int:
+        cursor = self._cursor(run_id)
+        seq = cursor.next_seq
+        messages, trace, body = (orjson.dumps(part) for part in parts)
+        with self._lock:
+            # One statement in autocommit mode: atomic on its own, and one write per transition.
+            self._db.execute(
+                "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, seq, phase.value, step, created_at, int(full), messages, trace, body),
+            )
+        cursor.next_seq = seq + 1
         return seq
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run."""
         data = snapshot.to_dict()
-        messages, trace = data.pop("messages"), data.pop("trace")
-        seq = self._insert(
-            snapshot.run_id, snapshot.phase, snapshot.step, snapshot.created_at, True, messages, trace, data
-        )
-        self._cursors.pop(snapshot.run_id, None)
+        parts = (data.pop("messages"), data.pop("trace"), data)
+        seq = self._insert(snapshot.run_id, snapshot.phase, snapshot.step, snapshot.created_at, True, parts)
+        self._cursors[snapshot.run_id].messages = -1  # the next durable row starts from a full one
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
     def _record(self, run: AgentRun, phase: Phase) -> None:
         history = run.state.data.get("messages") or []
-        cursor = self._cursors.get(run.run_id)
+        cursor = self._cursor(run.run_id)
         # Append-only since the last row (the runtime extends the same list): store the new part only.
-        full = cursor is None or cursor.messages_list_id != id(history) or cursor.messages > len(history)
-        since = 0 if cursor is None or full else cursor.messages
-        trace_since = 0 if cursor is None or full else cursor.trace
+        full = cursor.messages < 0 or cursor.messages_list_id != id(history) or cursor.messages > len(history)
+        since, trace_since = (0, 0) if full else (cursor.messages, cursor.trace)
         body = run.snapshot_body(phase)
-        self._insert(
-            run.run_id,
-            phase,
-            run.step,
-            body["created_at"],
-            full,
-            [m.to_dict() for m in history[since:]],
-            [r.to_dict() for r in run.trace[trace_since:]],
-            body,
-        )
-        self._cursors[run.run_id] = _Cursor(id(history), len(history), len(run.trace))
+        parts = ([m.to_dict() for m in history[since:]], [r.to_dict() for r in run.trace[trace_since:]], body)
+        self._insert(run.run_id, phase, run.step, body["created_at"], full, parts)
+        cursor.messages_list_id, cursor.messages, cursor.trace = id(history), len(history), len(run.trace)
 
     def _set_status(self, run_id: str, status: str) -> None:
+        now = now_iso()
         with self._lock:
-            self._db.execute("UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?", (status, now_iso(), run_id))
-        self._cursors.pop(run_id, None)
+            self._db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
+                "status = excluded.status, updated_at = excluded.updated_at",
+                (run_id, status, now, now),
+            )
+        if status != "active":
+            self._cursors.pop(run_id, None)
 
     # RunObserver: called by the runtime when the store is durable.
 
@@ -319,28 +302,27 @@ class SQLiteSnapshotStore:
         """Rebuild snapshot ``seq`` of the run from its last full row and the deltas after it."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT full, messages, trace, body FROM snapshots WHERE run_id = ? AND seq <= ? AND seq >= "
+                "SELECT messages, trace, body FROM snapshots WHERE run_id = ? AND seq <= ? AND seq >= "
                 "(SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE run_id = ? AND seq <= ? AND full = 1) "
                 "ORDER BY seq",
                 (run_id, seq, run_id, seq),
             ).fetchall()
-        if not rows or self._seq_count(run_id) <= seq:
+        if not rows or self._count(run_id) <= seq:
             raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
         messages: list[Any] = []
         trace: list[Any] = []
-        for _full, message_blob, trace_blob, _body in rows:
+        for message_blob, trace_blob, _body in rows:
             messages.extend(orjson.loads(message_blob))
             trace.extend(orjson.loads(trace_blob))
-        body = orjson.loads(rows[-1][3])
-        return AgentSnapshot.from_dict({**body, "messages": messages, "trace": trace})
+        return AgentSnapshot.from_dict({**orjson.loads(rows[-1][2]), "messages": messages, "trace": trace})
 
-    def _seq_count(self, run_id: str) -> int:
+    def _count(self, run_id: str) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM snapshots WHERE run_id = ?", (run_id,)).fetchone()[0])
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot of the run."""
-        count = self._seq_count(run_id)
+        count = self._count(run_id)
         if count == 0:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.path}.")
         return self.load(run_id, count - 1)
@@ -357,10 +339,12 @@ class SQLiteSnapshotStore:
         """Every run, most recently updated first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.run_id, r.status, r.phase, r.step, r.updated_at, COUNT(s.seq) FROM runs r "
-                "LEFT JOIN snapshots s ON s.run_id = r.run_id GROUP BY r.run_id ORDER BY r.updated_at DESC"
+                "SELECT r.run_id, r.status, s.phase, s.step, r.updated_at, c.n FROM runs r "
+                "JOIN (SELECT run_id, MAX(seq) AS last, COUNT(*) AS n FROM snapshots GROUP BY run_id) c "
+                "ON c.run_id = r.run_id JOIN snapshots s ON s.run_id = r.run_id AND s.seq = c.last "
+                "ORDER BY r.updated_at DESC"
             ).fetchall()
         return [
-            RunInfo(run_id, status, Phase(phase) if phase else None, step, count, updated)
+            RunInfo(run_id, status, Phase(phase), step, count, updated)
             for run_id, status, phase, step, updated, count in rows
         ]

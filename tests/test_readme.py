@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +31,17 @@ def isolated_globals() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[f"snippet{i}" for i in range(len(RUNNABLE))])
-def test_readme_snippet_runs(snippet: str, isolated_globals: None) -> None:
-    exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})
+def test_readme_snippet_runs(
+    snippet: str, isolated_globals: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each snippet runs as an importable module, as user code does: serialization refers to it by name.
+    (tmp_path / "readme_snippet.py").write_text(snippet, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("readme_snippet", None)
+    try:
+        importlib.import_module("readme_snippet")
+    finally:
+        sys.modules.pop("readme_snippet", None)
 
 
 def test_readme_opens_with_the_two_setup_commands() -> None:

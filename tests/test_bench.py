@@ -1,0 +1,32 @@
+"""The benchmark runs (on a tiny workload: its figures are not checked, only that it works)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmark_smoke(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["overhead"]) == {
+        "plain",
+        "logging",
+        "snapshot_every_transition",
+        "sqlite_durable",
+        "peak_memory_kib",
+    }
+    assert set(results["growth"]) == {"10", "100"}
+    assert (tmp_path / "RESULTS.md").read_text().startswith("Measured ")
