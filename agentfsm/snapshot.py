@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -279,6 +280,10 @@ class AgentSnapshot(BaseModel):
         except OSError as exc:
             raise SnapshotError(f"Cannot read snapshot file {os.fspath(path)!r}: {exc.strerror}.") from None
         return cls.from_bytes(data)
+
+    def fork(self, run_id: str | None = None) -> AgentSnapshot:
+        """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
+        return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso()})
 
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""

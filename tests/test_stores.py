@@ -216,3 +216,18 @@ def test_a_killed_process_resumes_from_the_database(tmp_path: Path, monkeypatch:
     assert log.read_text() == "one\ntwo\n", "the finished call did not run again"
     assert [m.tool_call_result.result for m in resumed["messages"] if m.tool_call_result] == ["one", "two"]
     assert store.runs()[0].status == "done"
+
+
+def test_fork_an_earlier_point_of_a_durable_run(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    original = agent(store).run(USER)
+    run_id = store.runs()[0].run_id
+    before_second_call = next(h for h in store.history(run_id) if (h.phase, h.step) == (Phase.LLM_CALL, 1))
+    branch = store.load(run_id, before_second_call.seq).fork()
+    assert branch.run_id != run_id and branch.phase is Phase.LLM_CALL
+    other_ending = [calls(call("add", "b1", a=10, b=20)), "a different ending"]
+    forked = agent(store, script=[SCRIPT[0], *other_ending], position=1).run(snapshot=branch)
+    assert forked["last_message"].text == "a different ending"
+    assert forked["messages"][:3] == original["messages"][:3], "the branch shares the history up to the fork"
+    assert {r.run_id: r.status for r in store.runs()} == {run_id: "done", branch.run_id: "done"}
+    assert len(store.history(run_id)) == 13, "the original run is untouched"
