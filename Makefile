@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check bench diagrams clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,16 @@ test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check agentfsm tests examples bench
-	$(BIN)/ruff format --check agentfsm tests examples bench
+	$(BIN)/ruff check agentfsm tests examples bench diagrams
+	$(BIN)/ruff format --check agentfsm tests examples bench diagrams
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict agentfsm
 
 check: test lint typecheck
+
+diagrams: $(VENV)/.installed-dev
+	$(BIN)/python diagrams/generate.py
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py

@@ -279,6 +279,12 @@ class Agent:
         run = self._new_run(messages, system_prompt, tools, kwargs, break_point, snapshot, strict)
         return await drive_async(run, self.chat_generator, streaming_callback or self.streaming_callback)
 
+    def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
+        """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""
+        from agentfsm.diagrams import machine_diagram
+
+        return machine_diagram(format, agent=self, trace=trace, snapshot=snapshot)  # type: ignore[arg-type]
+
     # -- serialization ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,12 +1,18 @@
-"""The ``agentfsm`` command line."""
+"""The ``agentfsm`` command line: demo, diagrams, snapshots, resume and stored runs."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+import orjson
+
+from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
 
 
@@ -18,6 +24,44 @@ class _TransitionPrinter(logging.Handler):
         if isinstance(event, dict) and event.get("event") == "transition":
             edge = f"{event['source']:>12} --{event['trigger']}--> {event['dest']}"
             print(f"  step {event['step']}  {edge:<48} {event['duration_us']:>8.1f} µs", flush=True)
+
+
+class CLIError(Exception):
+    """A problem with the command's input, reported as ``agentfsm: error: ...`` and exit code 1."""
+
+
+def load_agent(spec: str) -> Any:
+    """``module:attr`` -> an Agent (``attr`` may also be a function that returns one)."""
+    from agentfsm.agent import Agent
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CLIError(f"--agent takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CLIError(f"cannot import {module_name!r}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise CLIError(f"module {module_name!r} has no attribute {attr!r}.") from None
+    if callable(obj) and not isinstance(obj, Agent):
+        obj = obj()
+    if not isinstance(obj, Agent):
+        raise CLIError(f"{spec} is a {type(obj).__name__}, not an Agent (or a function returning one).")
+    return obj
+
+
+def _load_snapshot(path: str) -> Any:
+    from agentfsm.snapshot import AgentSnapshot
+
+    return AgentSnapshot.from_file(path)
+
+
+# -- commands ---------------------------------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -44,20 +88,132 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diagram(args: argparse.Namespace) -> int:
+    from agentfsm.diagrams import machine_diagram, write_diagram
+
+    agent = load_agent(args.agent) if args.agent else None
+    snapshot = _load_snapshot(args.snapshot) if args.snapshot else None
+    write_diagram(args.output, machine_diagram(args.format, agent=agent, snapshot=snapshot))
+    return 0
+
+
+def _snapshot_show(args: argparse.Namespace) -> int:
+    snapshot = _load_snapshot(args.file)
+    if args.json:
+        sys.stdout.write(orjson.dumps(snapshot.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"run          {snapshot.run_id}")
+    print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
+    if snapshot.break_point:
+        described = ", ".join(f"{k}={v}" for k, v in snapshot.break_point.items() if k != "type" and v is not None)
+        print(f"break point  {snapshot.break_point.get('type')}({described})")
+    print(f"agent        fingerprint {snapshot.agent_fingerprint}")
+    if snapshot.pending_tool_calls:
+        print("pending tool calls:")
+        for call in snapshot.pending_tool_calls:
+            done = " (finished)" if call.get("id") in snapshot.completed_tool_results else ""
+            print(f"  {call.get('id')}: {call['tool_name']}({orjson.dumps(call['arguments']).decode()}){done}")
+    shown = snapshot.messages[-args.last :] if args.last else []
+    if shown:
+        print(f"last {len(shown)} of {len(snapshot.messages)} messages:")
+        for message in map(ChatMessage.from_dict, shown):
+            text = message.text or ""
+            calls = ", ".join(c.tool_name for c in message.tool_calls)
+            result = message.tool_call_result
+            body = (text + (f" [calls: {calls}]" if calls else "")) or (result.result if result else "")
+            print(f"  {message.role.value:>9}: {body[:200]}")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    agent = load_agent(args.agent)
+    if args.db:
+        from agentfsm.stores import SQLiteSnapshotStore
+
+        store = SQLiteSnapshotStore(args.db)
+        snapshot = store.latest(args.file)
+    else:
+        snapshot = _load_snapshot(args.file)
+    result = agent.run(snapshot=snapshot)
+    last = result["last_message"]
+    print(last.text if last is not None and last.text is not None else "")
+    print(f"(exit: {result['exit_reason']}, {result['step_count']} model calls)", file=sys.stderr)
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from agentfsm.stores import SQLiteSnapshotStore
+
+    if not os.path.exists(args.db):
+        raise CLIError(f"no database at {args.db!r}.")
+    runs = SQLiteSnapshotStore(args.db).runs()
+    if args.json:
+        rows = [
+            {
+                "run_id": r.run_id,
+                "status": r.status,
+                "phase": r.phase,
+                "step": r.step,
+                "snapshots": r.snapshots,
+                "updated_at": r.updated_at,
+            }
+            for r in runs
+        ]
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  updated")
+    for r in runs:
+        print(f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     demo = commands.add_parser("demo", help="run a two-tool agent on the scripted model and print every transition")
     demo.add_argument("-q", "--quiet", action="store_true", help="do not print the transitions")
     demo.set_defaults(handler=_demo)
+
+    diagram = commands.add_parser("diagram", help="draw the machine, an agent, or where a paused run stands")
+    diagram.add_argument("--agent", metavar="MODULE:ATTR", help="an Agent (or a function returning one) to draw")
+    diagram.add_argument("--format", choices=["mermaid", "dot", "svg", "png"], default="mermaid")
+    diagram.add_argument("--snapshot", metavar="FILE", help="highlight where this snapshot's run stands")
+    diagram.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default: stdout)")
+    diagram.set_defaults(handler=_diagram)
+
+    snapshot = commands.add_parser("snapshot", help="inspect snapshot files")
+    snapshot_commands = snapshot.add_subparsers(dest="snapshot_command", required=True, metavar="COMMAND")
+    show = snapshot_commands.add_parser("show", help="phase, step, pending tool calls, last messages, break point")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("--json", action="store_true", help="print the whole snapshot as JSON")
+    show.add_argument(
+        "--last", type=int, default=5, metavar="N", help="how many of the last messages to show (default 5)"
+    )
+    show.set_defaults(handler=_snapshot_show)
+
+    resume = commands.add_parser("resume", help="resume a paused or crashed run and print its answer")
+    resume.add_argument("file", metavar="FILE", help="a snapshot file, or a run id with --db")
+    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
+    resume.add_argument("--db", metavar="FILE", help="resume the latest snapshot of run FILE from this SQLite store")
+    resume.set_defaults(handler=_resume)
+
+    runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store")
+    runs.add_argument("--db", required=True, metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
+    runs.add_argument("--json", action="store_true", help="print JSON")
+    runs.set_defaults(handler=_runs)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentfsm`` command."""
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except (CLIError, AgentFSMError) as exc:
+        print(f"agentfsm: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

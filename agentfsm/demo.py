@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from agentfsm.agent import Agent
 from agentfsm.generators.scripted import ScriptedChatGenerator
@@ -48,13 +48,14 @@ def demo_script() -> list[ChatMessage]:
     ]
 
 
-def demo_agent() -> Agent:
-    """A fresh demo agent with its script."""
+def demo_agent(**agent_kwargs: Any) -> Agent:
+    """A fresh demo agent with its script; ``agent_kwargs`` add Agent options (a snapshot store...)."""
     return Agent(
         chat_generator=ScriptedChatGenerator(demo_script()),
         tools=[get_weather, calculator],
         system_prompt="You are a concise weather assistant.",
         max_agent_steps=5,
+        **agent_kwargs,
     )
 
 

@@ -1,0 +1,68 @@
+"""Regenerate the committed diagrams and the Mermaid diagram embedded in README.md: ``make diagrams``."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from agentfsm import BreakpointException, ChatMessage, Phase
+from agentfsm.demo import DEMO_QUESTION, demo_agent
+from agentfsm.diagrams import machine_diagram
+from agentfsm.snapshot import Breakpoint
+
+HERE = Path(__file__).resolve().parent
+README = HERE.parent / "README.md"
+README_BLOCK = re.compile(
+    r"(<!-- machine-diagram:start -->\n```mermaid\n)(.*?)(```\n<!-- machine-diagram:end -->)", re.DOTALL
+)
+
+
+def _paused_demo_snapshot() -> object:
+    try:
+        demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)], break_point=Breakpoint(phase=Phase.TOOL_RUN, step=2))
+    except BreakpointException as exc:
+        return exc.snapshot
+    raise AssertionError("the demo run did not pause")
+
+
+def expected_files() -> dict[str, str | bytes]:
+    """File name in diagrams/ -> content."""
+    demo = demo_agent()
+    demo_result = demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)])
+    paused = _paused_demo_snapshot()
+    views = {
+        "machine": {},
+        "demo-agent": {"agent": demo},
+        "demo-run": {"agent": demo, "trace": demo_result["trace"]},
+        "demo-paused": {"agent": demo, "snapshot": paused},
+    }
+    files: dict[str, str | bytes] = {}
+    for name, view in views.items():
+        files[f"{name}.mmd"] = machine_diagram("mermaid", **view)  # type: ignore[arg-type]
+        files[f"{name}.svg"] = machine_diagram("svg", **view)  # type: ignore[arg-type]
+    return files
+
+
+def expected_readme() -> str:
+    """README.md with the machine's Mermaid diagram embedded."""
+    text = README.read_text(encoding="utf-8")
+    mermaid = machine_diagram("mermaid")
+    assert isinstance(mermaid, str)
+    return README_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), text)
+
+
+def main() -> int:
+    """Write every diagram and the README block."""
+    for name, content in expected_files().items():
+        path = HERE / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    README.write_text(expected_readme(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

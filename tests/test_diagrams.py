@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase
+from agentfsm.demo import DEMO_QUESTION, demo_agent
+from agentfsm.diagrams import ANY_ACTIVE, MissingRendererError, build_model, machine_diagram
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.machine import TRANSITIONS
+from agentfsm.snapshot import Breakpoint
+from tests.helpers import add, finish
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "diagrams"))
+import generate  # noqa: E402 - the repository's diagram script
+
+
+def paused_demo() -> Any:
+    with pytest.raises(BreakpointException) as info:
+        demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)], break_point=Breakpoint(phase=Phase.TOOL_RUN, step=2))
+    return info.value.snapshot
+
+
+def test_every_declared_transition_is_drawn() -> None:
+    mermaid = machine_diagram("mermaid")
+    assert isinstance(mermaid, str)
+    assert mermaid.startswith("---\ntitle: agentfsm machine\n---\nstateDiagram-v2\n")
+    for t in TRANSITIONS:
+        source = ANY_ACTIVE if t.trigger in ("pause", "fail") else t.source.value
+        dest = ANY_ACTIVE if t.trigger == "resume" else t.dest.value
+        assert f"    {source} --> {dest} : {t.label}\n" in mermaid, t
+    dot = machine_diagram("dot")
+    assert isinstance(dot, str) and dot.startswith("digraph agentfsm {") and "rankdir=LR" in dot
+    edges = len(build_model().edges)
+    assert edges == len(TRANSITIONS) - 3 * 5 + 3, "pause, fail and resume are drawn once each"
+    assert mermaid.count(" --> ") == edges + 3, "plus [*] --> IDLE, DONE --> [*], FAILED --> [*]"
+    assert dot.count(" -> ") == edges + 1, "plus the start arrow"
+
+
+def agent_with(**kwargs: Any) -> Agent:
+    return Agent(chat_generator=ScriptedChatGenerator([]), **kwargs)
+
+
+def test_agent_diagrams_show_the_agents_configuration() -> None:
+    one = agent_with(tools=[add], max_agent_steps=3).draw()
+    other = agent_with(tools=[add, finish], exit_conditions=["finish"], max_agent_steps=9).draw()
+    assert one != other
+    assert "note right of TOOL_RUN : tools - add, up to 4 in parallel" in one  # type: ignore[operator]
+    assert "exit [text reply]" in one and "max_steps [3 model calls made]" in one  # type: ignore[operator]
+    assert "exit [finish ran]" in other and "tools - add, finish" in other  # type: ignore[operator]
+    assert "CONFIRM" not in one, "no confirmation strategy can send a call to CONFIRM"  # type: ignore[operator]
+    assert "ANY_ACTIVE --> PAUSED" in one  # type: ignore[operator]
+    no_tools = agent_with().draw()
+    assert "tool_calls [never - the agent has no tools]" in no_tools  # type: ignore[operator]
+
+
+def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
+    result = demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)])
+    model = build_model(demo_agent(), trace=result["trace"])
+    taken = {(e.source, e.trigger): n for e, n in model.taken.items()}
+    assert taken == {
+        ("IDLE", "start"): 1,
+        ("LLM_CALL", "tool_calls"): 2,
+        ("TOOL_PENDING", "run_tools"): 2,
+        ("TOOL_RUN", "tools_done"): 2,
+        ("EXIT_CHECK", "continue"): 2,
+        ("LLM_CALL", "text_reply"): 1,
+        ("EXIT_CHECK", "exit"): 1,
+    }
+    assert model.current == "DONE" and model.current_note == "ended here, step 3"
+    paused = build_model(demo_agent(), snapshot=paused_demo())
+    assert paused.current == "TOOL_RUN" and paused.current_note == "paused here, step 2"
+    mermaid = demo_agent().draw(snapshot=paused_demo())
+    assert "class TOOL_RUN current" in mermaid and "note left of TOOL_RUN : paused here, step 2" in mermaid  # type: ignore[operator]
+    assert "tool_calls [reply has tool calls] \u00d72" in mermaid  # type: ignore[operator]
+    dot = demo_agent().draw("dot", trace=[r.to_dict() for r in result["trace"]])
+    assert (
+        'EXIT_CHECK -> LLM_CALL [label="continue [not met, steps left] \u00d72", color="#1565c0", penwidth=2];' in dot
+    )  # type: ignore[operator]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_svg_and_png_render_left_to_right() -> None:
+    svg = machine_diagram("svg")
+    assert isinstance(svg, bytes) and b"<svg" in svg and b"TOOL_PENDING" in svg
+    for png in (machine_diagram("png"), demo_agent().draw("png", snapshot=paused_demo())):
+        width, height = png_size(png)  # type: ignore[arg-type]
+        assert width > 2 * height, "the main loop is laid out left to right"
+
+
+def test_missing_renderer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agentfsm.diagrams.find_renderer", lambda: None)
+    with pytest.raises(MissingRendererError, match=r"pip install 'agentfsm\[diagrams\]'"):
+        machine_diagram("svg")
+    assert machine_diagram("mermaid")  # needs nothing
+
+
+def test_unknown_format() -> None:
+    with pytest.raises(ValueError, match="Unknown diagram format 'gif'"):
+        machine_diagram("gif")  # type: ignore[arg-type]
+
+
+def test_committed_diagrams_are_current() -> None:
+    stale = []
+    for name, content in generate.expected_files().items():
+        path = ROOT / "diagrams" / name
+        current = path.read_bytes() if isinstance(content, bytes) else path.read_text(encoding="utf-8")
+        if not path.exists() or current != content:
+            stale.append(name)
+    readme_current = (ROOT / "README.md").read_text(encoding="utf-8") == generate.expected_readme()
+    assert not stale and readme_current, f"diagrams/ {stale} or README.md are out of date: run `make diagrams`"
