@@ -114,6 +114,38 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
     return results
 
 
+class TimedStore(SQLiteSnapshotStore):
+    """A durable store that times each write after the first (full) row of a run: the delta rows."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, durable=True)
+        self.delta_us: list[float] = []
+        self._rows = 0
+
+    def _record(self, run: AgentRun, phase: Phase) -> None:
+        started = time.perf_counter()
+        super()._record(run, phase)
+        self._rows += 1
+        if self._rows > 1:
+            self.delta_us.append((time.perf_counter() - started) * 1e6)
+
+
+def durable_write_us(size: int, steps: int, runs: int, tmp: Path) -> dict[str, float]:
+    """Median and min cost of one durable write (a transition or a finished tool call) after the first row."""
+    samples: list[float] = []
+    for i in range(runs):
+        store = TimedStore(tmp / f"timed-{size}-{i}.db")
+        Agent(
+            chat_generator=ScriptedChatGenerator(script(steps)),
+            tools=[add],
+            max_agent_steps=steps + 1,
+            snapshot_store=store,
+        ).run(history(size))
+        samples.extend(store.delta_us)
+        store.close()
+    return {"median_us": round(statistics.median(samples), 1), "min_us": round(min(samples), 1)}
+
+
 def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
     """Per-step cost, plain and durable, starting from conversations of different lengths."""
     out: dict[str, Any] = {}
@@ -138,8 +170,9 @@ def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
 
             out[str(size)] = {
                 "plain": per_step_us(plain, steps, runs, start),
-                # A step is 4 transitions plus one tool completion: 5 durable rows.
+                # A step is 4 transitions plus one tool completion: 5 durable rows, the first of a run full.
                 "sqlite_durable": per_step_us(durable, steps, runs, start),
+                "durable_write": durable_write_us(size, steps, runs, Path(tmp)),
             }
     return out
 
@@ -201,11 +234,15 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Peak memory of one plain run: {results['overhead']['peak_memory_kib']} KiB.",
         "",
-        "| history (messages) | plain µs/step | SQLite durable µs/step |",
-        "|---:|---:|---:|",
+        "| history (messages) | plain µs/step | SQLite durable µs/step | one durable write µs (median / min) |",
+        "|---:|---:|---:|---:|",
     ]
     for size, row in results["growth"].items():
-        lines.append(f"| {size} | {row['plain']['median_us']} | {row['sqlite_durable']['median_us']} |")
+        write = row["durable_write"]
+        lines.append(
+            f"| {size} | {row['plain']['median_us']} | {row['sqlite_durable']['median_us']} | "
+            f"{write['median_us']} / {write['min_us']} |"
+        )
     lines += [
         "",
         "| history (messages) | snapshot bytes | encode µs | decode µs | resume from file µs | resume from SQLite µs |",
@@ -236,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": steps,
         "runs": runs,
         "overhead": overhead(steps, runs),
-        "growth": growth(sizes, max(steps // 5, 2), runs),
+        "growth": growth(sizes, steps, max(runs // 2, 2)),
         "snapshots": snapshot_costs(sizes, runs),
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -29,4 +29,5 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "peak_memory_kib",
     }
     assert set(results["growth"]) == {"10", "100"}
+    assert set(results["growth"]["10"]) == {"plain", "sqlite_durable", "durable_write"}
     assert (tmp_path / "RESULTS.md").read_text().startswith("Measured ")
