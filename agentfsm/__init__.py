@@ -33,7 +33,7 @@ from agentfsm.messages import (
 from agentfsm.runtime import TransitionRecord
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, ToolBreakpoint
 from agentfsm.state import State, merge_lists, replace_values
-from agentfsm.tools import Tool, ToolInvoker, Toolset, create_tool_from_function, tool
+from agentfsm.tools import ComponentTool, PipelineTool, Tool, ToolInvoker, Toolset, create_tool_from_function, tool
 
 __all__ = [
     "TRANSITIONS",
@@ -45,12 +45,14 @@ __all__ = [
     "BreakpointException",
     "ChatMessage",
     "ChatRole",
+    "ComponentTool",
     "ConfigurationError",
     "ConfigurationTypeError",
     "DeserializationError",
     "MachineError",
     "ModelClientError",
     "Phase",
+    "PipelineTool",
     "ReasoningContent",
     "SchemaError",
     "SchemaGenerationError",

@@ -1,8 +1,9 @@
 """Tools the model can call, collections of them, and the invoker that runs them."""
 
+from agentfsm.tools.component import ComponentTool, PipelineTool
 from agentfsm.tools.from_function import create_tool_from_function, tool
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
 
-__all__ = ["Tool", "ToolInvoker", "Toolset", "create_tool_from_function", "tool"]
+__all__ = ["ComponentTool", "PipelineTool", "Tool", "ToolInvoker", "Toolset", "create_tool_from_function", "tool"]

@@ -7,7 +7,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, overload
 
-from pydantic import ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
@@ -72,6 +72,24 @@ def function_parameters_schema(
             "(str, int, float, bool, list, dict, Literal, Optional, dataclasses, pydantic models)."
         ) from exc
     return _strip_property_titles(schema)
+
+
+def json_schema_for(tp: Any, name: str) -> dict[str, Any]:
+    """The JSON schema of one type (``SchemaGenerationError`` if JSON schema cannot describe it)."""
+    try:
+        schema = TypeAdapter(tp).json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
+        raise SchemaGenerationError(f"Cannot describe {name!r} of type {tp!r} as JSON schema: {exc}") from exc
+    return _strip_property_titles(schema)
+
+
+def add_property(schema: dict[str, Any], name: str, property_schema: dict[str, Any]) -> None:
+    """Add a property to an object schema, moving its ``$defs`` up so that references still resolve."""
+    property_schema = dict(property_schema)
+    defs = property_schema.pop("$defs", None)
+    if defs:
+        schema.setdefault("$defs", {}).update(defs)
+    schema.setdefault("properties", {})[name] = property_schema
 
 
 def create_tool_from_function(

@@ -1,0 +1,342 @@
+"""ComponentTool and PipelineTool: objects with a ``run`` method, used as tools.
+
+A *component* is any object with ``run(**kwargs) -> dict`` whose signature and type hints
+describe its inputs (Haystack components are such objects; nothing here imports Haystack). An
+``Agent`` is a component too: its tool takes ``messages`` (and its State keys), so an agent can be
+a tool of another agent. A *pipeline* is any object with ``run(data: dict) -> dict``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
+from agentfsm.messages import ChatMessage
+from agentfsm.serialization import import_path, object_path
+from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
+from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs
+
+CHAT_MESSAGES_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "description": "The conversation to send, oldest first.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string", "enum": ["user", "system", "assistant"]},
+            "content": {"type": "string"},
+        },
+        "required": ["role", "content"],
+    },
+}
+
+
+def snake_case(name: str) -> str:
+    """``SerperDevWebSearch`` -> ``serper_dev_web_search``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def _to_chat_messages(value: Any) -> list[ChatMessage]:
+    builders = {
+        "user": ChatMessage.from_user,
+        "system": ChatMessage.from_system,
+        "assistant": ChatMessage.from_assistant,
+    }
+    return [builders[item["role"]](item["content"]) for item in value]
+
+
+def _is_chat_messages(hint: Any) -> bool:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
+        hint = args[0]
+    return hint is ChatMessage or (typing.get_origin(hint) is list and typing.get_args(hint) == (ChatMessage,))
+
+
+def _last_message_text(message: ChatMessage | None) -> str:
+    return "" if message is None else message.text or ""
+
+
+class ComponentTool(Tool):
+    """A Tool that calls a component's ``run``; the schema comes from ``run``'s signature.
+
+    Parameters typed ``ChatMessage`` / ``list[ChatMessage]`` are offered to the model as a list of
+    ``{"role", "content"}`` objects. Parameters with defaults whose types JSON schema cannot
+    describe (callbacks, snapshots...) are not offered to the model.
+    """
+
+    def __init__(
+        self,
+        component: Any,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: dict[str, Any] | None = None,
+        *,
+        outputs_to_string: dict[str, Any] | None = None,
+        inputs_from_state: dict[str, str] | None = None,
+        outputs_to_state: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        run = getattr(component, "run", None)
+        if isinstance(component, type) or not callable(run):
+            raise ConfigurationTypeError(
+                f"{component!r} is not a component: pass an instance with a run(**kwargs) -> dict method."
+            )
+        from agentfsm.agent import Agent
+
+        self.component = component
+        self._message_params: set[str] = set()
+        skip = set((inputs_from_state or {}).values())
+        if parameters is None:
+            if isinstance(component, Agent):
+                parameters = self._agent_parameters(component, skip)
+            else:
+                parameters = self._run_parameters(run, skip)
+        if outputs_to_string is None and isinstance(component, Agent):
+            outputs_to_string = {"source": "last_message", "handler": _last_message_text}
+        super().__init__(
+            name=name or snake_case(type(component).__name__),
+            description=description if description is not None else inspect.getdoc(component) or "",
+            parameters=parameters,
+            function=self._call_component,
+            outputs_to_string=outputs_to_string,
+            inputs_from_state=inputs_from_state,
+            outputs_to_state=outputs_to_state,
+        )
+
+    def _agent_parameters(self, agent: Any, skip: set[str]) -> dict[str, Any]:
+        """An agent takes the conversation, and the keys of its State schema."""
+        self._message_params = {"messages"}
+        properties: dict[str, Any] = {"messages": CHAT_MESSAGES_SCHEMA}
+        schema: dict[str, Any] = {"type": "object", "properties": properties, "required": ["messages"]}
+        for key, definition in agent.state_schema.items():
+            if key not in skip:
+                add_property(schema, key, json_schema_for(definition["type"], key))
+        return schema
+
+    def _run_parameters(self, run: Callable[..., Any], skip: set[str]) -> dict[str, Any]:
+        signature = inspect.signature(run)
+        try:
+            hints = typing.get_type_hints(run, include_extras=True)
+        except NameError as exc:
+            raise SchemaGenerationError(f"Cannot resolve the type hints of {run!r}: {exc}") from exc
+        undescribable = set()
+        for name, param in signature.parameters.items():
+            hint = hints.get(name)
+            if hint is not None and _is_chat_messages(hint):
+                self._message_params.add(name)
+                continue
+            if param.default is not inspect.Parameter.empty and hint is not None:
+                try:
+                    json_schema_for(hint, name)
+                except SchemaGenerationError:
+                    undescribable.add(name)
+        schema = function_parameters_schema(run, skip | self._message_params | undescribable)
+        for name in sorted(self._message_params):
+            schema.setdefault("properties", {})[name] = CHAT_MESSAGES_SCHEMA
+            if signature.parameters[name].default is inspect.Parameter.empty:
+                schema.setdefault("required", []).append(name)
+        return schema
+
+    def _call_component(self, **kwargs: Any) -> Any:
+        for name in self._message_params & set(kwargs):
+            kwargs[name] = _to_chat_messages(kwargs[name])
+        return self.component.run(**kwargs)
+
+    def warm_up(self) -> None:
+        """Warm up the component (if it has ``warm_up``)."""
+        warm = getattr(self.component, "warm_up", None)
+        if callable(warm):
+            warm()
+
+    @staticmethod
+    def _dump(obj: Any) -> dict[str, Any]:
+        to_dict = getattr(obj, "to_dict", None)
+        if not callable(to_dict):
+            raise ConfigurationTypeError(f"{type(obj).__name__} has no to_dict(): it cannot be serialized.")
+        return {"type": object_path(type(obj)), "data": to_dict()}
+
+    def _config(self) -> dict[str, Any]:
+        return {"component": self._dump(self.component), **self._tool_config()}
+
+    def _tool_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "outputs_to_string": _serialize_specs(self.outputs_to_string),
+            "inputs_from_state": self.inputs_from_state,
+            "outputs_to_state": _serialize_specs(self.outputs_to_state),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the tool and its component (which needs ``to_dict``/``from_dict``)."""
+        return {"type": object_path(type(self)), "data": self._config()}
+
+    @staticmethod
+    def _load_component(data: dict[str, Any], allowed_modules: Iterable[str] | None) -> Any:
+        cls = import_path(data["type"], allowed_modules)
+        from_dict = getattr(cls, "from_dict", None)
+        if not callable(from_dict):
+            raise ConfigurationTypeError(f"{data['type']} has no from_dict(): it cannot be deserialized.")
+        try:
+            return from_dict(data["data"], allowed_modules=allowed_modules)
+        except TypeError:
+            return from_dict(data["data"])
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ComponentTool:
+        """Deserialize; the component's class is resolved through the allow-list."""
+        body = dict(data["data"])
+        return cls(
+            component=cls._load_component(body.pop("component"), allowed_modules),
+            name=body["name"],
+            description=body["description"],
+            parameters=body["parameters"],
+            outputs_to_string=_deserialize_specs(body.get("outputs_to_string"), allowed_modules),
+            inputs_from_state=body.get("inputs_from_state"),
+            outputs_to_state=_deserialize_specs(body.get("outputs_to_state"), allowed_modules),
+        )
+
+
+class PipelineTool(ComponentTool):
+    """A Tool that runs a pipeline: ``run(data: dict) -> dict`` with ``{component: {input: value}}`` data.
+
+    ``input_mapping`` maps each tool parameter to pipeline inputs (``{"query": ["embedder.text"]}``)
+    and ``output_mapping`` pipeline outputs to result keys (``{"retriever.documents": "documents"}``).
+    Without them, a pipeline that describes itself (``inputs()``/``outputs()``, as Haystack's do)
+    exposes all its inputs and outputs.
+    """
+
+    def __init__(
+        self,
+        pipeline: Any,
+        *,
+        name: str,
+        description: str,
+        input_mapping: dict[str, list[str]] | None = None,
+        output_mapping: dict[str, str] | None = None,
+        parameters: dict[str, Any] | None = None,
+        outputs_to_string: dict[str, Any] | None = None,
+        inputs_from_state: dict[str, str] | None = None,
+        outputs_to_state: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        if isinstance(pipeline, type) or not callable(getattr(pipeline, "run", None)):
+            raise ConfigurationError(f"{pipeline!r} is not a pipeline: pass an object with run(data: dict) -> dict.")
+        self.pipeline = pipeline
+        sockets = self._sockets(pipeline)
+        self.input_mapping = input_mapping if input_mapping is not None else self._default_inputs(sockets)
+        self.output_mapping = output_mapping if output_mapping is not None else self._default_outputs(pipeline)
+        for param, targets in self.input_mapping.items():
+            if not isinstance(targets, list) or not all(isinstance(t, str) and "." in t for t in targets):
+                raise ConfigurationError(f"input_mapping[{param!r}] must be a list of 'component.input' paths.")
+        for path in self.output_mapping:
+            if "." not in path:
+                raise ConfigurationError(f"output_mapping key {path!r} must be a 'component.output' path.")
+        if parameters is None:
+            parameters = self._parameters(sockets, set((inputs_from_state or {}).values()))
+        super().__init__(
+            _PipelineRunner(self),
+            name=name,
+            description=description,
+            parameters=parameters,
+            outputs_to_string=outputs_to_string,
+            inputs_from_state=inputs_from_state,
+            outputs_to_state=outputs_to_state,
+        )
+
+    @staticmethod
+    def _sockets(pipeline: Any) -> dict[str, dict[str, Any]]:
+        inputs = getattr(pipeline, "inputs", None)
+        return dict(inputs()) if callable(inputs) else {}
+
+    @staticmethod
+    def _default_inputs(sockets: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+        if not sockets:
+            raise ConfigurationError("This pipeline does not describe its inputs (no inputs()): pass input_mapping.")
+        mapping: dict[str, list[str]] = {}
+        for component, inputs in sockets.items():
+            for socket in inputs:
+                mapping.setdefault(socket, []).append(f"{component}.{socket}")
+        return mapping
+
+    @staticmethod
+    def _default_outputs(pipeline: Any) -> dict[str, str]:
+        outputs = getattr(pipeline, "outputs", None)
+        if not callable(outputs):
+            return {}
+        return {f"{component}.{socket}": socket for component, sockets in outputs().items() for socket in sockets}
+
+    def _parameters(self, sockets: dict[str, dict[str, Any]], skip: set[str]) -> dict[str, Any]:
+        required: list[str] = []
+        schema: dict[str, Any] = {"type": "object", "properties": {}, "required": required}
+        for param, targets in self.input_mapping.items():
+            if param in skip:
+                continue
+            component, _, socket = targets[0].partition(".")
+            info = sockets.get(component, {}).get(socket)
+            if info is None:
+                raise ConfigurationError(
+                    f"Cannot tell the type of pipeline input {targets[0]!r}: pass parameters (a JSON schema) for this tool."
+                )
+            add_property(schema, param, json_schema_for(info.get("type", Any), param))
+            if info.get("is_mandatory", True):
+                required.append(param)
+        return schema
+
+    def run_pipeline(self, **kwargs: Any) -> dict[str, Any]:
+        """Spread the tool's arguments over the pipeline inputs, run it, and map its outputs."""
+        data: dict[str, dict[str, Any]] = {}
+        for param, value in kwargs.items():
+            for target in self.input_mapping.get(param, []):
+                component, _, socket = target.partition(".")
+                data.setdefault(component, {})[socket] = value
+        result = self.pipeline.run(data)
+        if not self.output_mapping:
+            return dict(result)
+        mapped = {}
+        for path, key in self.output_mapping.items():
+            component, _, socket = path.partition(".")
+            if socket in result.get(component, {}):
+                mapped[key] = result[component][socket]
+        return mapped
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            **self._tool_config(),
+            "pipeline": self._dump(self.pipeline),
+            "input_mapping": self.input_mapping,
+            "output_mapping": self.output_mapping,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> PipelineTool:
+        """Deserialize; the pipeline's class is resolved through the allow-list."""
+        body = dict(data["data"])
+        return cls(
+            cls._load_component(body["pipeline"], allowed_modules),
+            name=body["name"],
+            description=body["description"],
+            input_mapping=body["input_mapping"],
+            output_mapping=body["output_mapping"],
+            parameters=body["parameters"],
+            outputs_to_string=_deserialize_specs(body.get("outputs_to_string"), allowed_modules),
+            inputs_from_state=body.get("inputs_from_state"),
+            outputs_to_state=_deserialize_specs(body.get("outputs_to_state"), allowed_modules),
+        )
+
+
+class _PipelineRunner:
+    """The component a PipelineTool calls: maps the arguments in and the results out."""
+
+    def __init__(self, tool: PipelineTool) -> None:
+        self._tool = tool
+
+    def run(self, **kwargs: Any) -> dict[str, Any]:
+        return self._tool.run_pipeline(**kwargs)
+
+    def warm_up(self) -> None:
+        warm = getattr(self._tool.pipeline, "warm_up", None)
+        if callable(warm):
+            warm()
