@@ -33,7 +33,16 @@ from agentfsm.messages import (
 from agentfsm.runtime import TransitionRecord
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, ToolBreakpoint
 from agentfsm.state import State, merge_lists, replace_values
-from agentfsm.tools import ComponentTool, PipelineTool, Tool, ToolInvoker, Toolset, create_tool_from_function, tool
+from agentfsm.tools import (
+    ComponentTool,
+    PipelineTool,
+    SearchableToolset,
+    Tool,
+    ToolInvoker,
+    Toolset,
+    create_tool_from_function,
+    tool,
+)
 
 __all__ = [
     "TRANSITIONS",
@@ -57,6 +66,7 @@ __all__ = [
     "SchemaError",
     "SchemaGenerationError",
     "ScriptExhaustedError",
+    "SearchableToolset",
     "SerializationError",
     "SnapshotError",
     "State",

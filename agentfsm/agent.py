@@ -68,15 +68,17 @@ class Agent:
             raise ConfigurationTypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}.")
         self.chat_generator = chat_generator
         self.tools = tools
-        self._tools = flatten_tools(tools if isinstance(tools, Toolset) or tools is None else list(tools))
-        check_unique_names(self._tools)
+        self._static_items, self._dynamic = _split_dynamic(tools)
+        self._tools = flatten_tools(self._static_items)
+        known = self._known_tools()
+        check_unique_names(known)
         self.system_prompt = system_prompt
         self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
-        _check_exit_conditions(self.exit_conditions, self._tools)
+        _check_exit_conditions(self.exit_conditions, known)
         self.state_schema = dict(state_schema or {})
         _check_state_schema(self.state_schema)
         self._full_schema = {**self.state_schema, **RUNTIME_STATE_SCHEMA}
-        _check_tool_state_keys(self._tools, self._full_schema)
+        _check_tool_state_keys(known, self._full_schema)
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
@@ -103,15 +105,22 @@ class Agent:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
+    def _known_tools(self) -> list[Tool]:
+        """Every tool this agent can call: its own and every tool its dynamic toolsets can show."""
+        return [*self._tools, *(t for toolset in self._dynamic for t in toolset.catalog_tools())]
+
     def warm_up(self) -> None:
-        """Warm up the chat generator and the tools; idempotent. ``run`` calls it when needed."""
+        """Warm up the chat generator, the toolsets and the tools; idempotent. ``run`` calls it when needed."""
         if self._is_warmed_up:
             return
         warm = getattr(self.chat_generator, "warm_up", None)
         if callable(warm):
             warm()
-        for t in self._tools:
-            t.warm_up()
+        for item in [*self._static_items, *self._dynamic]:
+            item.warm_up()
+        # Toolsets may build their tools in warm_up.
+        self._tools = flatten_tools(self._static_items)
+        check_unique_names(self._known_tools())
         self._is_warmed_up = True
 
     def close(self) -> None:
@@ -120,12 +129,16 @@ class Agent:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def _select_tools(self, tools: ToolSelection | None) -> list[Tool]:
+    def _select_tools(self, tools: ToolSelection | None) -> tuple[list[Tool], tuple[Toolset, ...]]:
         if tools is None:
-            return self._tools
+            return self._tools, self._dynamic
         names = [t for t in tools if isinstance(t, str)]
+        dynamic: tuple[Toolset, ...] = ()
         if not names:
-            selected = flatten_tools(cast("Sequence[Tool | Toolset] | Toolset", tools))
+            static, dynamic = _split_dynamic(cast("Sequence[Tool | Toolset] | Toolset", tools))
+            for toolset in dynamic:
+                toolset.warm_up()
+            selected = flatten_tools(static)
         elif len(names) == len(tools):
             by_name = {t.name: t for t in self._tools}
             unknown = [name for name in names if name not in by_name]
@@ -136,11 +149,12 @@ class Agent:
             selected = [by_name[name] for name in names]
         else:
             raise ConfigurationTypeError("run(tools=...) takes Tool objects, a Toolset, or tool names, not a mix.")
-        check_unique_names(selected)
-        _check_tool_state_keys(selected, self._full_schema)
+        every = [*selected, *(t for toolset in dynamic for t in toolset.catalog_tools())]
+        check_unique_names(every)
+        _check_tool_state_keys(every, self._full_schema)
         for t in selected:
             t.warm_up()
-        return selected
+        return selected, dynamic
 
     @property
     def fingerprint(self) -> str:
@@ -153,7 +167,7 @@ class Agent:
                     "inputs_from_state": t.inputs_from_state,
                     "outputs_to_state": sorted(t.outputs_to_state or {}),
                 }
-                for t in self._tools
+                for t in self._known_tools()
             ],
             "exit_conditions": self.exit_conditions,
             "state_schema": {key: repr(definition["type"]) for key, definition in self.state_schema.items()},
@@ -173,9 +187,10 @@ class Agent:
         strict: bool = False,
     ) -> AgentRun:
         self.warm_up()
-        selected = self._select_tools(tools)
+        selected, dynamic = self._select_tools(tools)
         config = RunConfig(
             tools={t.name: t for t in selected},
+            dynamic=dynamic,
             exit_conditions=frozenset(self.exit_conditions),
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
@@ -229,6 +244,10 @@ class Agent:
                 if key not in state.schema:
                     raise SnapshotError(f"Snapshot State key {key!r} is not in this agent's state_schema.")
                 state.data[key] = value  # restored as stored: the handlers already merged these values
+            for toolset in config.dynamic:
+                restore = getattr(toolset, "restore", None)
+                if callable(restore):
+                    restore(data["messages"])
             return AgentRun.from_snapshot(config, state, snap)
         except SnapshotError:
             raise
@@ -334,6 +353,15 @@ class Agent:
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
         return cls(**params)
+
+
+def _split_dynamic(
+    tools: Sequence[Tool | Toolset] | Toolset | None,
+) -> tuple[list[Tool | Toolset], tuple[Toolset, ...]]:
+    """Tools and static toolsets, and the dynamic toolsets (asked for their tools at every step)."""
+    items: list[Tool | Toolset] = [tools] if isinstance(tools, Toolset) else list(tools or [])
+    dynamic = tuple(i for i in items if isinstance(i, Toolset) and i.dynamic)
+    return [i for i in items if not (isinstance(i, Toolset) and i.dynamic)], dynamic
 
 
 def _unwrap(break_point: AgentBreakpoint | Breakpoint | None) -> Breakpoint | None:

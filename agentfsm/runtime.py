@@ -24,6 +24,7 @@ from agentfsm.snapshot import AgentSnapshot, Breakpoint, now_iso, pause_exceptio
 from agentfsm.state import State, merge_lists
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
+from agentfsm.tools.toolset import Toolset
 
 StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
@@ -72,6 +73,7 @@ class RunConfig:
     exit_conditions: frozenset[str]
     max_agent_steps: int
     invoker: ToolInvoker
+    dynamic: tuple[Toolset, ...] = ()
     fingerprint: str = ""
     break_point: Breakpoint | None = None
     observers: tuple[RunObserver, ...] = ()
@@ -237,8 +239,17 @@ class AgentRun:
         run.completed = {key: CallOutcome.from_dict(o) for key, o in snapshot.completed_tool_results.items()}
         run._take(Transition("resume", Phase.PAUSED, snapshot.phase, interrupt=True), check_breakpoint=False)
         if run.phase in (Phase.CONFIRM, Phase.TOOL_RUN):
-            run.pending = config.invoker.prepare(run._last_calls, state, config.tools)
+            run.pending = config.invoker.prepare(run._last_calls, state, run.current_tools())
         return run
+
+    def current_tools(self) -> dict[str, Tool]:
+        """The tools the model can call now: the run's tools and what its dynamic toolsets show."""
+        if not self.config.dynamic:
+            return self.config.tools
+        tools = dict(self.config.tools)
+        for toolset in self.config.dynamic:
+            tools.update((t.name, t) for t in toolset)
+        return tools
 
     def _advance(self) -> None:
         self._take(DISPATCH.next(self.phase, self))
@@ -267,7 +278,7 @@ class AgentRun:
         while True:
             phase = self.phase
             if phase is Phase.LLM_CALL:
-                return CallModel(self.state.data["messages"], list(self.config.tools.values()))
+                return CallModel(self.state.data["messages"], list(self.current_tools().values()))
             if phase is Phase.TOOL_RUN:
                 return RunTools(self.to_execute())
             if phase is Phase.DONE:
@@ -277,7 +288,7 @@ class AgentRun:
                 return Pause(self.snapshot)
             if phase is Phase.TOOL_PENDING:
                 # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
-                self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.config.tools)
+                self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.current_tools())
                 self._advance()
             elif phase is Phase.CONFIRM:
                 # Without confirmation strategies every pending call is approved as prepared.
@@ -309,7 +320,7 @@ class AgentRun:
         self.state.set("step_count", self.step)
         self._append_messages(replies)
         calls = [tc for reply in replies for tc in reply.tool_calls]
-        self._tool_calls_pending = bool(calls) and bool(self.config.tools)
+        self._tool_calls_pending = bool(calls) and bool(self.config.tools or self.config.dynamic)
         self._last_calls = calls
         self.exit_reason = None if self._tool_calls_pending else "text"
         self._advance()

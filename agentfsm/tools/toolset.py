@@ -22,7 +22,15 @@ def check_unique_names(tools: Iterable[Tool]) -> None:
 
 
 class Toolset:
-    """A collection of tools: iterable, sized, indexable, ``in`` by tool or name, combinable with ``+``."""
+    """A collection of tools: iterable, sized, indexable, ``in`` by tool or name, combinable with ``+``.
+
+    Subclasses may build their tools in ``__init__`` or ``warm_up``. A toolset whose visible tools
+    change during a run (``dynamic = True``, like ``SearchableToolset``) is asked for its tools again
+    before every model call.
+    """
+
+    #: Whether the tools this toolset shows can change between the steps of a run.
+    dynamic = False
 
     def __init__(self, tools: Iterable[Tool] | None = None) -> None:
         self.tools: list[Tool] = list(tools or [])
@@ -56,6 +64,10 @@ class Toolset:
         """Warm up every tool."""
         for t in self.tools:
             t.warm_up()
+
+    def catalog_tools(self) -> list[Tool]:
+        """Every tool this toolset can show (the same as its tools, unless it is dynamic)."""
+        return list(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the toolset and its tools."""

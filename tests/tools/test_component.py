@@ -51,7 +51,10 @@ def test_component_tool_schema_name_and_description() -> None:
     assert tool.component.warmed
 
 
-@pytest.mark.parametrize(("name", "snake"), [("SerperDevWebSearch", "serper_dev_web_search"), ("HTMLParser", "html_parser"), ("Agent", "agent")])
+@pytest.mark.parametrize(
+    ("name", "snake"),
+    [("SerperDevWebSearch", "serper_dev_web_search"), ("HTMLParser", "html_parser"), ("Agent", "agent")],
+)
 def test_snake_case(name: str, snake: str) -> None:
     assert snake_case(name) == snake
 
@@ -173,7 +176,7 @@ def test_pipeline_without_self_description_needs_mappings_and_parameters() -> No
         parameters={"type": "object", "properties": {"v": {"type": "string"}}},
     )
     assert tool.invoke(v="hi") == {"echo": {"value": "hi"}}, "without output_mapping the whole result is returned"
-    with pytest.raises(ConfigurationError, match="list of 'component.input' paths"):
+    with pytest.raises(ConfigurationError, match=r"list of .component\.input. paths"):
         PipelineTool(PlainPipeline(), name="p", description="d", input_mapping={"v": "echo.value"}, parameters={})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="is not a pipeline"):
         PipelineTool(object(), name="p", description="d")
