@@ -16,6 +16,7 @@ from agentfsm.serialization import (
     deserialize_value,
     import_path,
     object_path,
+    rebuild,
     serialize_callable,
 )
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
@@ -340,7 +341,7 @@ class Agent:
         params = dict(data["init_parameters"])
         generator = params["chat_generator"]
         generator_cls = import_path(generator["type"], allowed_modules)
-        params["chat_generator"] = generator_cls.from_dict(generator, allowed_modules=allowed_modules)
+        params["chat_generator"] = rebuild(generator_cls, generator, allowed_modules)
         tools = params.get("tools")
         if isinstance(tools, dict):
             params["tools"] = toolset_from_dict(tools, allowed_modules)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
 import os
 import types
 import typing
@@ -88,6 +89,18 @@ def object_path(obj: Any) -> str:
             "function nested in another function) so that it can be imported by name."
         )
     return f"{module}.{qualname}"
+
+
+def rebuild(cls: Any, data: Any, allowed_modules: Iterable[str] | None = None) -> Any:
+    """``cls.from_dict(data)``, passing ``allowed_modules`` on when that ``from_dict`` accepts it."""
+    from_dict = getattr(cls, "from_dict", None)
+    if not callable(from_dict):
+        raise DeserializationError(f"{object_path(cls)} has no from_dict(): it cannot be deserialized.")
+    try:
+        accepts = "allowed_modules" in inspect.signature(from_dict).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    return from_dict(data, allowed_modules=allowed_modules) if accepts else from_dict(data)
 
 
 # -- callables ------------------------------------------------------------------------------------

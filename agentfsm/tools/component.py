@@ -16,7 +16,7 @@ from typing import Any
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
 from agentfsm.messages import ChatMessage
-from agentfsm.serialization import import_path, object_path
+from agentfsm.serialization import import_path, object_path, rebuild
 from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
 from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs
 
@@ -176,14 +176,7 @@ class ComponentTool(Tool):
 
     @staticmethod
     def _load_component(data: dict[str, Any], allowed_modules: Iterable[str] | None) -> Any:
-        cls = import_path(data["type"], allowed_modules)
-        from_dict = getattr(cls, "from_dict", None)
-        if not callable(from_dict):
-            raise ConfigurationTypeError(f"{data['type']} has no from_dict(): it cannot be deserialized.")
-        try:
-            return from_dict(data["data"], allowed_modules=allowed_modules)
-        except TypeError:
-            return from_dict(data["data"])
+        return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ComponentTool:

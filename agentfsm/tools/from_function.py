@@ -62,6 +62,9 @@ def function_parameters_schema(
             description = next((m for m in metadata if isinstance(m, str)), None)
             hint = base
         default = ... if param.default is inspect.Parameter.empty else param.default
+        if default is None and hint is not Any and type(None) not in typing.get_args(hint):
+            # `x: int = None` accepts None: say so in the schema (PEP 484's implicit Optional).
+            hint = hint | None
         fields[param_name] = (hint, Field(default=default, description=description))
     try:
         model = create_model(f"{name}_parameters", __config__=ConfigDict(arbitrary_types_allowed=False), **fields)

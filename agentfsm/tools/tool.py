@@ -5,14 +5,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaError, ToolArgumentsError
-from agentfsm.serialization import deserialize_callable, import_path, object_path, serialize_callable
+from agentfsm.serialization import deserialize_callable, import_path, object_path, rebuild, serialize_callable
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
 
@@ -203,4 +203,4 @@ def tool_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None =
     cls = import_path(data["type"], allowed_modules)
     if not (isinstance(cls, type) and issubclass(cls, Tool)):
         raise ConfigurationError(f"{data['type']!r} is not a Tool class.")
-    return cls.from_dict(data, allowed_modules)
+    return cast(Tool, rebuild(cls, data, allowed_modules))

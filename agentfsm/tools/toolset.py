@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
-from agentfsm.errors import ConfigurationError
-from agentfsm.serialization import import_path, object_path
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.serialization import import_path, object_path, rebuild
 from agentfsm.tools.tool import Tool, tool_from_dict
 
 
@@ -56,6 +56,8 @@ class Toolset:
 
     def add(self, tool: Tool | Toolset) -> None:
         """Add a tool (or every tool of a toolset); a duplicate name raises ``ValueError``."""
+        if not isinstance(tool, (Tool, Toolset)):
+            raise ConfigurationTypeError(f"Toolset.add takes a Tool or a Toolset, got {type(tool).__name__}.")
         new = list(tool) if isinstance(tool, Toolset) else [tool]
         check_unique_names([*self.tools, *new])
         self.tools.extend(new)
@@ -103,4 +105,4 @@ def toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | Non
     cls = import_path(data["type"], allowed_modules)
     if not (isinstance(cls, type) and issubclass(cls, Toolset)):
         raise ConfigurationError(f"{data['type']!r} is not a Toolset class.")
-    return cls.from_dict(data, allowed_modules)
+    return cast(Toolset, rebuild(cls, data, allowed_modules))
