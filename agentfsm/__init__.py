@@ -24,6 +24,7 @@ from agentfsm.machine import TRANSITIONS, Phase, Transition
 from agentfsm.messages import (
     ChatMessage,
     ChatRole,
+    ImageContent,
     ReasoningContent,
     StreamingChunk,
     TextContent,
@@ -58,6 +59,7 @@ __all__ = [
     "ConfigurationError",
     "ConfigurationTypeError",
     "DeserializationError",
+    "ImageContent",
     "MachineError",
     "ModelClientError",
     "Phase",

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -46,6 +46,51 @@ class TextContent:
         """Serialize to a dictionary."""
         return {"text": self.text}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TextContent:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        return cls(data["text"])
+
+
+@dataclass(frozen=True, slots=True)
+class ImageContent:
+    """An image, base64-encoded (what a tool with ``raw_result`` may return)."""
+
+    base64_image: str
+    mime_type: str | None = None
+    detail: Literal["auto", "high", "low"] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize to a dictionary."""
+        return {
+            "base64_image": self.base64_image,
+            "mime_type": self.mime_type,
+            "detail": self.detail,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ImageContent:
+        """Deserialize from a dictionary made by ``to_dict``."""
+        return cls(data["base64_image"], data.get("mime_type"), data.get("detail"), dict(data.get("meta") or {}))
+
+
+#: A tool result: text, or (``raw_result`` tools) a list of text and image parts.
+ToolResultContent = str | list[TextContent | ImageContent]
+
+
+def _result_to_dict(result: ToolResultContent) -> Any:
+    if isinstance(result, str):
+        return result
+    return [{"text": p.text} if isinstance(p, TextContent) else {"image": p.to_dict()} for p in result]
+
+
+def _result_from_dict(data: Any) -> ToolResultContent:
+    if isinstance(data, str):
+        return data
+    return [TextContent(p["text"]) if "text" in p else ImageContent.from_dict(p["image"]) for p in data]
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -78,18 +123,20 @@ class ToolCall:
 class ToolCallResult:
     """The result of running a tool call; ``error`` is True when the call failed."""
 
-    result: str
+    result: ToolResultContent
     origin: ToolCall
     error: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize to a dictionary."""
-        return {"result": self.result, "origin": self.origin.to_dict(), "error": self.error}
+        return {"result": _result_to_dict(self.result), "origin": self.origin.to_dict(), "error": self.error}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCallResult:
         """Deserialize from a dictionary made by ``to_dict``."""
-        return cls(result=data["result"], origin=ToolCall.from_dict(data["origin"]), error=data["error"])
+        return cls(
+            result=_result_from_dict(data["result"]), origin=ToolCall.from_dict(data["origin"]), error=data["error"]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +226,7 @@ class ChatMessage:
 
     @classmethod
     def from_tool(
-        cls, tool_result: str, origin: ToolCall, error: bool = False, meta: dict[str, Any] | None = None
+        cls, tool_result: ToolResultContent, origin: ToolCall, error: bool = False, meta: dict[str, Any] | None = None
     ) -> ChatMessage:
         """The result of a tool call, sent back to the model."""
         return cls(ChatRole.TOOL, (ToolCallResult(tool_result, origin, error),), None, meta or {})
@@ -286,7 +333,9 @@ class ChatMessage:
             result = self.tool_call_result
             if result is None or result.origin.id is None:
                 raise ValueError("A tool message needs a tool call result whose origin has an id for OpenAI.")
-            msg["content"] = result.result
+            msg["content"] = (
+                result.result if isinstance(result.result, str) else [_openai_part(p) for p in result.result]
+            )
             msg["tool_call_id"] = result.origin.id
             return msg
         texts = self.texts
@@ -334,6 +383,14 @@ class ChatMessage:
         if not isinstance(content, str):
             content = "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
         return cls(role, (TextContent(content),), name, {})
+
+
+def _openai_part(part: TextContent | ImageContent) -> dict[str, Any]:
+    if isinstance(part, TextContent):
+        return {"type": "text", "text": part.text}
+    url = f"data:{part.mime_type or 'image/png'};base64,{part.base64_image}"
+    image: dict[str, Any] = {"url": url} if part.detail is None else {"url": url, "detail": part.detail}
+    return {"type": "image_url", "image_url": image}
 
 
 RAW_ARGUMENTS_KEY = "__raw__"

@@ -22,7 +22,16 @@ from agentfsm.errors import (
     ToolInvocationError,
     ToolNotFoundError,
 )
-from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingChunk, ToolCall, ToolCallResult
+from agentfsm.messages import (
+    RAW_ARGUMENTS_KEY,
+    ChatMessage,
+    ImageContent,
+    StreamingChunk,
+    TextContent,
+    ToolCall,
+    ToolCallResult,
+    ToolResultContent,
+)
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
@@ -265,10 +274,17 @@ class ToolInvoker:
         for state_key, spec in (tool.outputs_to_state or {}).items():
             state.set(state_key, self._pick(result, spec.get("source")), handler_override=spec.get("handler"))
 
-    def _to_string(self, tool: Tool, result: Any) -> str:
+    def _to_string(self, tool: Tool, result: Any) -> ToolResultContent:
         config = tool.outputs_to_string
         if not config:
             return default_output_to_string(result)
+        if config.get("raw_result"):
+            handler = config.get("handler")
+            raw = self._pick(result, config.get("source"))
+            raw = handler(raw) if handler else raw
+            if not isinstance(raw, list) or not all(isinstance(p, (TextContent, ImageContent)) for p in raw):
+                raise TypeError("a raw_result tool (or its handler) must return a list of TextContent/ImageContent")
+            return raw
         if "source" in config or "handler" in config or "raw_result" in config:
             handler = config.get("handler") or default_output_to_string
             return str(handler(self._pick(result, config.get("source"))))

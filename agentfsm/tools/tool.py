@@ -69,10 +69,6 @@ def validate_tool_config(
                 raise ConfigurationTypeError(
                     f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}."
                 )
-            if raw:
-                raise ConfigurationError(
-                    "outputs_to_string raw_result=True is not supported: agentfsm tool results are strings."
-                )
         else:
             for key, spec in outputs_to_string.items():
                 _check_spec("outputs_to_string", key, spec)

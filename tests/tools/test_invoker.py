@@ -157,3 +157,47 @@ def test_streaming_callback_passthrough() -> None:
         prepared = invoker.prepare([ToolCall("streamer", {"text": "x"})], State({}))
         invoker.execute_sync(prepared, seen.append)
         assert seen == expected
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+
+
+def render_chart(title: str) -> list[Any]:
+    """A tool that returns an image with a caption."""
+    from agentfsm import ImageContent, TextContent
+
+    return [TextContent(f"chart: {title}"), ImageContent(PIXEL, mime_type="image/png")]
+
+
+def test_raw_result_tools_return_content_parts() -> None:
+    from agentfsm import Agent, BreakpointException, ImageContent, Phase, TextContent, create_tool_from_function
+    from agentfsm.generators import ScriptedChatGenerator
+    from agentfsm.snapshot import AgentSnapshot, Breakpoint
+    from tests.helpers import call, calls
+
+    chart = create_tool_from_function(render_chart, outputs_to_string={"raw_result": True})
+    script = [calls(call("render_chart", "c1", title="sales")), "Here is the chart."]
+    result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[chart]).run([ChatMessage.from_user("chart")])
+    message = result["messages"][2]
+    assert message.tool_call_result.result == [TextContent("chart: sales"), ImageContent(PIXEL, mime_type="image/png")]  # type: ignore[union-attr]
+    assert ChatMessage.from_dict(message.to_dict()) == message
+    wire = message.to_openai_dict_format()
+    assert wire["content"][1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[chart])
+    with pytest.raises(BreakpointException) as info:
+        agent.run([ChatMessage.from_user("chart")], break_point=Breakpoint(phase=Phase.EXIT_CHECK, step=1))
+    resumed = agent.run(snapshot=AgentSnapshot.from_bytes(info.value.snapshot.to_bytes()))
+    assert resumed["messages"] == result["messages"]
+
+
+def test_raw_result_must_be_content_parts() -> None:
+    text_tool = tool(outputs_to_string={"raw_result": True})(upper)
+    invoker = ToolInvoker([text_tool], raise_on_failure=False)
+    state = State({})
+    prepared = invoker.prepare([ToolCall("upper", {"text": "hi"})], state)
+    [message] = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    assert message.tool_call_result.error  # type: ignore[union-attr]
+    assert "must return a list of TextContent/ImageContent" in message.tool_call_result.result  # type: ignore[union-attr,operator]
+    with pytest.raises(ConfigurationError, match="raw_result is not supported in the multiple-output format"):
+        tool(outputs_to_string={"a": {"source": "x", "raw_result": True}})(upper)
