@@ -100,7 +100,10 @@ def test_create_tool_from_function_matches_the_documented_example() -> None:
 
 
 def test_tool_decorator_bare_and_with_options() -> None:
-    assert isinstance(tool(get_weather), Tool)
+    decorated = tool(get_weather)
+    assert isinstance(decorated, Tool)
+    assert decorated.name == "get_weather"
+    assert decorated.parameters == create_tool_from_function(get_weather).parameters, "the documented @tool output"
     named = tool(name="weather", description="")(get_weather)
     assert (named.name, named.description) == ("weather", "")
 
