@@ -30,11 +30,6 @@ logger: Any = structlog.wrap_logger(
 )
 
 
-def transitions_enabled() -> bool:
-    """Whether transition events would be emitted (checked before building one, on the hot path)."""
-    return stdlib_logger.isEnabledFor(logging.DEBUG)
-
-
 def configure_logging(level: int | str = logging.DEBUG, *, json: bool = False, stream: IO[str] | None = None) -> None:
     """Print agentfsm's events to ``stream`` (stderr by default), readable or as JSON lines."""
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)

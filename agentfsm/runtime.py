@@ -13,10 +13,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from logging import DEBUG
+from typing import Any, NamedTuple, Protocol
 
 from agentfsm.errors import MachineError, ModelClientError
-from agentfsm.logs import logger, transitions_enabled
+from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import DISPATCH, TERMINAL_PHASES, Phase, Transition
 from agentfsm.messages import ChatMessage, StreamingChunk, ToolCall
 from agentfsm.serialization import serialize_value
@@ -29,8 +30,7 @@ from agentfsm.tools.toolset import Toolset
 StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
 
-@dataclass(frozen=True, slots=True)
-class TransitionRecord:
+class TransitionRecord(NamedTuple):
     """One edge taken by a run: at which step, from where to where, by which trigger, after how long."""
 
     step: int
@@ -82,7 +82,7 @@ class RunConfig:
 # -- actions: what the driver must do next ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallModel:
     """Call the chat generator with these messages and tools, then ``model_replied``."""
 
@@ -90,21 +90,21 @@ class CallModel:
     tools: list[Tool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunTools:
     """Execute these calls (``None``: already completed), report each to ``tool_completed``, then ``tools_ran``."""
 
     calls: list[PreparedCall | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish:
     """The run is over; ``result`` is what ``Agent.run`` returns."""
 
     result: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pause:
     """A breakpoint matched; the driver raises ``BreakpointException`` with this snapshot."""
 
@@ -162,13 +162,16 @@ class AgentRun:
     # -- moving through the table ----------------------------------------------------------------
 
     def _take(self, transition: Transition, check_breakpoint: bool = True) -> None:
-        DISPATCH.check(self.phase, transition.trigger, transition.dest)
+        if transition.interrupt:
+            # Interrupt edges are built by the runtime: check them against the table. Other edges
+            # come from Dispatch.next, which only returns declared ones.
+            DISPATCH.check(self.phase, transition.trigger, transition.dest)
         now = time.perf_counter()
         record = TransitionRecord(
             self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
         )
         self.trace.append(record)
-        if transitions_enabled():
+        if stdlib_logger.isEnabledFor(DEBUG):
             logger.debug(
                 "transition",
                 run_id=self.run_id,

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import fastjsonschema
 import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
@@ -15,6 +16,46 @@ from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaEr
 from agentfsm.serialization import deserialize_callable, import_path, object_path, rebuild, serialize_callable
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
+
+#: Keywords of JSON Schema 2020-12 that the compiled validator (drafts 4 to 7) would ignore.
+_NEWER_KEYWORDS = frozenset(
+    {
+        "prefixItems",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "dependentRequired",
+        "dependentSchemas",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "minContains",
+        "maxContains",
+        "$recursiveRef",
+    }
+)
+
+
+def _uses_newer_keywords(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(k in _NEWER_KEYWORDS or _uses_newer_keywords(v) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_uses_newer_keywords(v) for v in node)
+    return False
+
+
+def compile_validator(schema: dict[str, Any], reference: Draft202012Validator) -> Callable[[Any], bool]:
+    """A fast ``is_valid`` for ``schema``: compiled code where that is exact, ``jsonschema`` otherwise."""
+    if _uses_newer_keywords(schema):
+        return reference.is_valid
+    compiled = fastjsonschema.compile(schema)
+
+    def is_valid(arguments: Any) -> bool:
+        try:
+            compiled(arguments)
+        except fastjsonschema.JsonSchemaException:
+            return False
+        return True
+
+    return is_valid
 
 
 def default_output_to_string(result: Any) -> str:
@@ -122,6 +163,7 @@ class Tool:
     inputs_from_state: dict[str, str] | None = None
     outputs_to_state: dict[str, dict[str, Any]] | None = None
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+    _is_valid: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -144,6 +186,8 @@ class Tool:
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
         self._validator = Draft202012Validator(self.parameters)
+        # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
+        self._is_valid = compile_validator(self.parameters, self._validator)
 
     @property
     def tool_spec(self) -> dict[str, Any]:
@@ -155,7 +199,7 @@ class Tool:
 
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Raise ``ToolArgumentsError`` listing every way ``arguments`` breaks the schema."""
-        if self._validator.is_valid(arguments):
+        if self._is_valid(arguments):
             return
         problems = []
         for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):

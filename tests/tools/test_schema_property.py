@@ -8,7 +8,7 @@ from typing import Any, Literal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import create_tool_from_function
+from agentfsm import ToolArgumentsError, create_tool_from_function
 
 
 def _int(v: Any) -> bool:
@@ -83,6 +83,12 @@ def test_schema_accepts_exactly_the_valid_argument_sets(spec: list[tuple[str, bo
         return bool(TYPES[kind][1](value)) or (value is None and has_default)
 
     expected = required_given and all(accepted(name, value) for name, value in arguments.items())
-    assert tool._validator.is_valid(arguments) == expected, (spec, arguments, tool.parameters)
+    try:
+        tool.validate_arguments(arguments)
+        valid = True
+    except ToolArgumentsError:
+        valid = False
+    assert valid == expected, (spec, arguments, tool.parameters)
+    assert tool._validator.is_valid(arguments) == expected, "the compiled validator agrees with jsonschema"
     if expected:
         assert tool.invoke(**arguments) == arguments

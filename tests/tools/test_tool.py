@@ -166,3 +166,15 @@ def test_to_dict_from_dict() -> None:
     assert restored == t
     with pytest.raises(ConfigurationError, match="not a Tool class"):
         tool_from_dict({**data, "type": "agentfsm.state.State"})
+
+
+def test_schemas_with_2020_12_keywords_are_still_checked_exactly() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"point": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}},
+        "required": ["point"],
+    }
+    t = Tool("p", "d", schema, lambda point: point)
+    t.validate_arguments({"point": [1, "a"]})
+    with pytest.raises(ToolArgumentsError, match="point/1: 2 is not of type 'string'"):
+        t.validate_arguments({"point": [1, 2]})
