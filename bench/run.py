@@ -7,11 +7,14 @@ the test suite to check that the benchmark works; its figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import json
 import logging
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +46,13 @@ def script(steps: int) -> list[ChatMessage | str]:
         ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": i, "b": 1}, id=f"c{i}")]) for i in range(steps)
     ]
     return [*calls, "done"]
+
+
+def workload_agent(steps: int, **agent_kwargs: Any) -> Agent:
+    """An agent on a fresh scripted model for the ``steps``-step workload."""
+    return Agent(
+        chat_generator=ScriptedChatGenerator(script(steps)), tools=[add], max_agent_steps=steps + 1, **agent_kwargs
+    )
 
 
 def history(n: int) -> list[ChatMessage]:
@@ -79,7 +89,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
     user = [ChatMessage.from_user("go")]
 
     def plain() -> Agent:
-        return Agent(chat_generator=ScriptedChatGenerator(script(steps)), tools=[add], max_agent_steps=steps + 1)
+        return workload_agent(steps)
 
     def in_memory_snapshots() -> Agent:
         agent = plain()
@@ -98,12 +108,8 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
         counter = iter(range(10**9))
 
         def durable() -> Agent:
-            store = SQLiteSnapshotStore(Path(tmp) / f"bench{next(counter)}.db", durable=True)
-            return Agent(
-                chat_generator=ScriptedChatGenerator(script(steps)),
-                tools=[add],
-                max_agent_steps=steps + 1,
-                snapshot_store=store,
+            return workload_agent(
+                steps, snapshot_store=SQLiteSnapshotStore(Path(tmp) / f"bench{next(counter)}.db", durable=True)
             )
 
         results["sqlite_durable"] = per_step_us(durable, steps, runs, user)
@@ -135,15 +141,144 @@ def durable_write_us(size: int, steps: int, runs: int, tmp: Path) -> dict[str, f
     samples: list[float] = []
     for i in range(runs):
         store = TimedStore(tmp / f"timed-{size}-{i}.db")
-        Agent(
-            chat_generator=ScriptedChatGenerator(script(steps)),
-            tools=[add],
-            max_agent_steps=steps + 1,
-            snapshot_store=store,
-        ).run(history(size))
+        workload_agent(steps, snapshot_store=store).run(history(size))
         samples.extend(store.delta_us)
         store.close()
     return {"median_us": round(statistics.median(samples), 1), "min_us": round(min(samples), 1)}
+
+
+def bare_loop_us(steps: int, runs: int) -> dict[str, float]:
+    """The same workload as a hand-written ``while`` loop over plain dicts: the floor."""
+
+    def add_numbers(a: int, b: int) -> int:
+        return a + b
+
+    replies = [
+        {"role": "assistant", "tool_calls": [{"name": "add", "args": {"a": i, "b": 1}, "id": f"c{i}"}]}
+        for i in range(steps)
+    ]
+    replies.append({"role": "assistant", "content": "done"})
+    functions = {"add": add_numbers}
+
+    def once() -> None:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        i = 0
+        while True:
+            reply = replies[i]
+            i += 1
+            messages.append(reply)
+            calls = reply.get("tool_calls")
+            if not calls:
+                break
+            for c in calls:
+                messages.append({"role": "tool", "content": str(functions[c["name"]](**c["args"])), "id": c["id"]})
+
+    once()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        once()
+        samples.append((time.perf_counter() - started) / (steps + 1) * 1e6)
+    return {"median_us": round(statistics.median(samples), 2), "min_us": round(min(samples), 2)}
+
+
+def import_time_ms(runs: int) -> float:
+    """Median time to ``import agentfsm`` in a fresh interpreter, minus the interpreter's own start."""
+
+    def start(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - started
+
+    samples = [start("import agentfsm") - start("pass") for _ in range(max(runs // 4, 3))]
+    return round(statistics.median(samples) * 1000, 1)
+
+
+class SleepyModel:
+    """A model that takes 10 ms per call: ``steps - 1`` replies calling ``add``, then a text answer."""
+
+    def __init__(self, index: int, steps: int) -> None:
+        self.index, self.steps, self.calls = index, steps, 0
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, list[ChatMessage]]:
+        raise NotImplementedError("the concurrency benchmark runs agents with run_async")
+
+    async def run_async(
+        self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any
+    ) -> dict[str, list[ChatMessage]]:
+        await asyncio.sleep(0.01)
+        step = self.calls
+        self.calls += 1
+        if step < self.steps - 1:
+            call = ToolCall("add", {"a": self.index, "b": step}, id=f"{self.index}-{step}")
+            return {"replies": [ChatMessage.from_assistant(tool_calls=[call])]}
+        return {"replies": [ChatMessage.from_assistant(f"agent {self.index} done")]}
+
+
+def concurrency(agents: int, steps: int) -> dict[str, Any]:
+    """``agents`` concurrent run_async runs on one event loop; wall time, memory, and a cross-talk check."""
+
+    async def run_all() -> list[dict[str, Any]]:
+        runs = [
+            Agent(chat_generator=SleepyModel(i, steps), tools=[add], max_agent_steps=steps).run_async(
+                [ChatMessage.from_user(f"agent {i}")]
+            )
+            for i in range(agents)
+        ]
+        return list(await asyncio.gather(*runs))
+
+    started = time.perf_counter()
+    results = asyncio.run(run_all())
+    wall = time.perf_counter() - started
+    for i, result in enumerate(results):  # every run saw only its own messages and results
+        assert result["messages"][0].text == f"agent {i}"
+        assert result["last_message"].text == f"agent {i} done"
+        tool_results = [m.tool_call_result for m in result["messages"] if m.tool_call_result]
+        assert [r.result for r in tool_results] == [str(i + step) for step in range(steps - 1)]
+        assert all(r.origin.id.startswith(f"{i}-") for r in tool_results)
+    tracemalloc.start()
+    asyncio.run(run_all())
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    ideal = steps * 0.01
+    return {
+        "agents": agents,
+        "steps": steps,
+        "wall_s": round(wall, 3),
+        "ideal_s": ideal,
+        "ratio_to_ideal": round(wall / ideal, 2),
+        "peak_kib_per_run": round(peak / agents / 1024, 1),
+        "cross_talk": "none (checked)",
+    }
+
+
+def peers(steps: int, runs: int) -> dict[str, Any]:
+    """Run the workload on Haystack, LangGraph and pydantic-ai in their own virtualenv (made on first use)."""
+    venv = HERE / ".peers-venv"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], capture_output=True, text=True, check=False
+    )
+    if install.returncode != 0:
+        reason = (install.stderr.strip().splitlines() or ["pip failed"])[-1]
+        return {name: {"error": f"not installed: {reason}"} for name in ("haystack", "langgraph", "pydantic-ai")}
+    done = subprocess.run(
+        [str(python), str(HERE / "peers" / "workloads.py"), str(steps), str(runs)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        return {
+            name: {"error": f"workload failed: {done.stderr.strip()[-300:]}"}
+            for name in ("haystack", "langgraph", "pydantic-ai")
+        }
+    return dict(json.loads(done.stdout))
+
+
+PEER_PACKAGES = ["haystack-ai", "langgraph", "langchain-core", "pydantic-ai-slim"]
 
 
 def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
@@ -155,18 +290,11 @@ def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
             start = history(size)
 
             def plain() -> Agent:
-                return Agent(
-                    chat_generator=ScriptedChatGenerator(script(steps)), tools=[add], max_agent_steps=steps + 1
-                )
+                return workload_agent(steps)
 
             def durable() -> Agent:
                 store = SQLiteSnapshotStore(Path(tmp) / f"g{next(counter)}.db", durable=True)
-                return Agent(
-                    chat_generator=ScriptedChatGenerator(script(steps)),
-                    tools=[add],
-                    max_agent_steps=steps + 1,
-                    snapshot_store=store,
-                )
+                return workload_agent(steps, snapshot_store=store)
 
             out[str(size)] = {
                 "plain": per_step_us(plain, steps, runs, start),
@@ -219,13 +347,15 @@ def _resume(path: Path | None = None, store: SQLiteSnapshotStore | None = None, 
 def markdown(results: dict[str, Any]) -> str:
     """The results as the Markdown tables the README quotes."""
     m = results["machine"]
+    plain = results["overhead"]["plain"]["median_us"]
     lines = [
         f"Measured {m['date']} on {m['machine']} ({m['cpus']} CPUs), Python {m['python']}; "
-        f"workload: {results['steps']} steps of (model call -> one `add` tool call) on the scripted model, "
-        f"median of {results['runs']} runs.",
+        f"workload: {results['steps']} steps of (model call -> one `add` tool call) on a zero-latency scripted "
+        f"model, median of {results['runs']} runs. `import agentfsm`: {results['import_ms']} ms.",
         "",
         "| configuration | median µs/step | min µs/step |",
         "|---|---:|---:|",
+        f"| bare `while` loop (the floor) | {results['bare_loop']['median_us']} | {results['bare_loop']['min_us']} |",
     ]
     for name, row in results["overhead"].items():
         if isinstance(row, dict):
@@ -253,7 +383,37 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {size} | {row['bytes']} | {row['encode_us']} | {row['decode_us']} | "
             f"{row['resume_from_file_us']} | {row['resume_from_sqlite_us']} |"
         )
+    c = results["concurrency"]
+    lines += [
+        "",
+        f"Concurrency: {c['agents']} agents with `run_async` on one event loop, {c['steps']} model calls of 10 ms each: "
+        f"{c['wall_s']} s wall ({c['ratio_to_ideal']}x the ideal {c['ideal_s']} s), "
+        f"{c['peak_kib_per_run']} KiB peak memory per run, cross-talk between runs: {c['cross_talk']}.",
+    ]
+    if results["peers"]:
+        lines += [
+            "",
+            "| framework (same workload, same process run) | median µs/step | min µs/step | vs agentfsm |",
+            "|---|---:|---:|---:|",
+        ]
+        lines.append(f"| agentfsm | {plain} | {results['overhead']['plain']['min_us']} | 1x |")
+        for name, row in results["peers"].items():
+            if "error" in row:
+                lines.append(f"| {name} | {row['error'][:120]} | | |")
+            else:
+                ratio = round(row["median_us"] / plain, 1)
+                lines.append(f"| {name} {row['version']} | {row['median_us']} | {row['min_us']} | {ratio}x slower |")
     return "\n".join(lines) + "\n"
+
+
+README = HERE.parent / "README.md"
+README_BLOCK = re.compile(r"(<!-- bench-results:start -->\n)(.*?)(<!-- bench-results:end -->)", re.DOTALL)
+
+
+def quote_in_readme(table: str) -> None:
+    """Put the new figures in README.md, between its bench-results markers."""
+    text = README.read_text(encoding="utf-8")
+    README.write_text(README_BLOCK.sub(lambda m: m.group(1) + table + m.group(3), text), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,8 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny workload, to check that the benchmark runs")
     parser.add_argument("--out", type=Path, default=HERE, help="directory for results.json and RESULTS.md")
+    parser.add_argument("--no-peers", action="store_true", help="skip Haystack, LangGraph and pydantic-ai")
     args = parser.parse_args(argv)
     steps, runs, sizes = (3, 2, [10, 100]) if args.quick else (50, 20, [10, 100, 1000])
+    agents = 20 if args.quick else 1000
     results = {
         "machine": {
             "date": datetime.now(UTC).date().isoformat(),
@@ -272,13 +434,19 @@ def main(argv: list[str] | None = None) -> int:
         },
         "steps": steps,
         "runs": runs,
+        "bare_loop": bare_loop_us(steps, runs),
+        "import_ms": import_time_ms(runs),
         "overhead": overhead(steps, runs),
         "growth": growth(sizes, steps, max(runs // 2, 2)),
         "snapshots": snapshot_costs(sizes, runs),
+        "concurrency": concurrency(agents, 10),
+        "peers": {} if args.quick or args.no_peers else peers(steps, runs),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (args.out / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
+    if not args.quick and args.out == HERE:
+        quote_in_readme(markdown(results))
     sys.stdout.write(markdown(results))
     return 0
 

@@ -31,3 +31,11 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert set(results["growth"]) == {"10", "100"}
     assert set(results["growth"]["10"]) == {"plain", "sqlite_durable", "durable_write"}
     assert (tmp_path / "RESULTS.md").read_text().startswith("Measured ")
+    assert results["concurrency"]["cross_talk"] == "none (checked)"
+    assert results["peers"] == {}, "the quick run does not install the peers"
+
+
+def test_readme_quotes_the_committed_results() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = readme.split("<!-- bench-results:start -->\n")[1].split("<!-- bench-results:end -->")[0]
+    assert quoted == (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8"), "run `make bench` to refresh both"
