@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from agentfsm.errors import AgentFSMError, ConfigurationError, ConfigurationTypeError, SnapshotError
-from agentfsm.generators.base import ChatGenerator, StreamingCallback
+from agentfsm.generators.base import ChatGenerator
 from agentfsm.logs import logger
-from agentfsm.messages import ChatMessage
+from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.runtime import AgentRun, RunConfig, drive_async, drive_sync
 from agentfsm.serialization import (
     deserialize_callable,

@@ -8,7 +8,7 @@ convert to and from the OpenAI chat-completions wire format.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -417,3 +417,7 @@ class StreamingChunk:
     start: bool = False
     finish_reason: str | None = None
     reasoning: ReasoningContent | None = None
+
+
+#: Called with each streamed chunk; under ``run_async`` it may also be a coroutine function.
+StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
@@ -19,15 +19,13 @@ from typing import Any, NamedTuple, Protocol
 from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import DISPATCH, TERMINAL_PHASES, Phase, Transition
-from agentfsm.messages import ChatMessage, StreamingChunk, ToolCall
+from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk, ToolCall
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, Breakpoint, now_iso, pause_exception
 from agentfsm.state import State, merge_lists
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
-
-StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
 
 class TransitionRecord(NamedTuple):

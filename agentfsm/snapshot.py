@@ -12,7 +12,7 @@ import hashlib
 import os
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NotRequired
@@ -120,7 +120,7 @@ class AgentBreakpoint:
     """A breakpoint addressed to a named agent (the documented form for ``Agent.run``)."""
 
     agent_name: str
-    break_point: Breakpoint = field()
+    break_point: Breakpoint
 
     def __post_init__(self) -> None:
         bp = self.break_point

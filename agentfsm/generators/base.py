@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from agentfsm.messages import ChatMessage, StreamingChunk
+from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.tools.tool import Tool
-
-#: Called with each streamed chunk; under ``run_async`` it may also be a coroutine function.
-StreamingCallback = Callable[[StreamingChunk], Awaitable[None] | None]
 
 
 @runtime_checkable

@@ -9,8 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentfsm.errors import ConfigurationError, ScriptExhaustedError
-from agentfsm.generators.base import StreamingCallback
-from agentfsm.messages import ChatMessage, ChatMessageContent, ChatRole, StreamingChunk, ToolCall
+from agentfsm.messages import ChatMessage, ChatMessageContent, ChatRole, StreamingCallback, StreamingChunk, ToolCall
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 

@@ -26,7 +26,7 @@ from agentfsm.messages import (
     RAW_ARGUMENTS_KEY,
     ChatMessage,
     ImageContent,
-    StreamingChunk,
+    StreamingCallback,
     TextContent,
     ToolCall,
     ToolCallResult,
@@ -36,8 +36,6 @@ from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
-
-StreamingCallback = Callable[[StreamingChunk], Any]
 
 
 @dataclass(slots=True)

@@ -84,9 +84,6 @@ class Toolset:
         return f"Toolset({[t.name for t in self.tools]})"
 
 
-ToolsArg = list[Tool] | Toolset
-
-
 def flatten_tools(tools: Iterable[Tool | Toolset] | Toolset | None) -> list[Tool]:
     """A flat list of tools from a list of tools/toolsets or one toolset."""
     flat: list[Tool] = []
