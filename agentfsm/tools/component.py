@@ -181,16 +181,20 @@ class ComponentTool(Tool):
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ComponentTool:
         """Deserialize; the component's class is resolved through the allow-list."""
-        body = dict(data["data"])
-        return cls(
-            component=cls._load_component(body.pop("component"), allowed_modules),
-            name=body["name"],
-            description=body["description"],
-            parameters=body["parameters"],
-            outputs_to_string=_deserialize_specs(body.get("outputs_to_string"), allowed_modules),
-            inputs_from_state=body.get("inputs_from_state"),
-            outputs_to_state=_deserialize_specs(body.get("outputs_to_state"), allowed_modules),
-        )
+        body = data["data"]
+        return cls(cls._load_component(body["component"], allowed_modules), **cls._tool_kwargs(body, allowed_modules))
+
+    @staticmethod
+    def _tool_kwargs(body: dict[str, Any], allowed_modules: Iterable[str] | None) -> dict[str, Any]:
+        """The inverse of ``_tool_config``."""
+        return {
+            "name": body["name"],
+            "description": body["description"],
+            "parameters": body["parameters"],
+            "outputs_to_string": _deserialize_specs(body.get("outputs_to_string"), allowed_modules),
+            "inputs_from_state": body.get("inputs_from_state"),
+            "outputs_to_state": _deserialize_specs(body.get("outputs_to_state"), allowed_modules),
+        }
 
 
 class PipelineTool(ComponentTool):
@@ -306,17 +310,12 @@ class PipelineTool(ComponentTool):
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> PipelineTool:
         """Deserialize; the pipeline's class is resolved through the allow-list."""
-        body = dict(data["data"])
+        body = data["data"]
         return cls(
             cls._load_component(body["pipeline"], allowed_modules),
-            name=body["name"],
-            description=body["description"],
             input_mapping=body["input_mapping"],
             output_mapping=body["output_mapping"],
-            parameters=body["parameters"],
-            outputs_to_string=_deserialize_specs(body.get("outputs_to_string"), allowed_modules),
-            inputs_from_state=body.get("inputs_from_state"),
-            outputs_to_state=_deserialize_specs(body.get("outputs_to_state"), allowed_modules),
+            **cls._tool_kwargs(body, allowed_modules),
         )
 
 
