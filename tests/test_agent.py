@@ -401,3 +401,12 @@ def test_logging_is_silent_by_default(capsys: pytest.CaptureFixture[str]) -> Non
     make_agent([calls(call("add", a=1, b=2))], max_agent_steps=1).run(USER)
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""
+
+
+def test_the_models_tool_calls_are_kept_as_sent() -> None:
+    from agentfsm.demo import get_weather
+
+    reply = calls(call("get_weather", "w", city="Oslo"))
+    result = Agent(chat_generator=ScriptedChatGenerator([reply, "ok"]), tools=[get_weather]).run(USER)
+    assert result["messages"][1].tool_calls[0].arguments == {"city": "Oslo"}
+    assert result["messages"][2].tool_call_result.origin.arguments == {"city": "Oslo"}

@@ -46,7 +46,8 @@ def compile_validator(schema: dict[str, Any], reference: Draft202012Validator) -
     """A fast ``is_valid`` for ``schema``: compiled code where that is exact, ``jsonschema`` otherwise."""
     if _uses_newer_keywords(schema):
         return reference.is_valid
-    compiled = fastjsonschema.compile(schema)
+    # use_default=False: validation must never write the schema's defaults into the model's arguments.
+    compiled = fastjsonschema.compile(schema, use_default=False)
 
     def is_valid(arguments: Any) -> bool:
         try:

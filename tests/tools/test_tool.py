@@ -178,3 +178,10 @@ def test_schemas_with_2020_12_keywords_are_still_checked_exactly() -> None:
     t.validate_arguments({"point": [1, "a"]})
     with pytest.raises(ToolArgumentsError, match="point/1: 2 is not of type 'string'"):
         t.validate_arguments({"point": [1, 2]})
+
+
+def test_validation_never_changes_the_arguments() -> None:
+    t = create_tool_from_function(get_weather)
+    arguments = {"city": "Berlin"}
+    t.validate_arguments(arguments)
+    assert arguments == {"city": "Berlin"}, "defaults are the function's business, not written into the call"
