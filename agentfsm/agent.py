@@ -23,8 +23,14 @@ from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, finger
 from agentfsm.state import State, schema_from_dict, schema_to_dict, validate_schema
 from agentfsm.stores import SnapshotStore, StoreObserver
 from agentfsm.tools.invoker import ToolInvoker
-from agentfsm.tools.tool import Tool, tool_from_dict
-from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools, toolset_from_dict
+from agentfsm.tools.tool import Tool
+from agentfsm.tools.toolset import (
+    Toolset,
+    check_unique_names,
+    flatten_tools,
+    tool_or_toolset_from_dict,
+    toolset_from_dict,
+)
 
 #: State keys the runtime maintains itself.
 RUNTIME_STATE_SCHEMA: dict[str, dict[str, Any]] = {
@@ -346,10 +352,7 @@ class Agent:
         if isinstance(tools, dict):
             params["tools"] = toolset_from_dict(tools, allowed_modules)
         else:
-            params["tools"] = [
-                toolset_from_dict(t, allowed_modules) if "tools" in t["data"] else tool_from_dict(t, allowed_modules)
-                for t in tools or []
-            ]
+            params["tools"] = [tool_or_toolset_from_dict(t, allowed_modules) for t in tools or []]
         params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)

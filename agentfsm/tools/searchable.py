@@ -12,8 +12,14 @@ from typing import Any
 from agentfsm.errors import AgentFSMError, ConfigurationError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import object_path
-from agentfsm.tools.tool import Tool, tool_from_dict
-from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools, toolset_from_dict
+from agentfsm.tools.tool import Tool
+from agentfsm.tools.toolset import (
+    Toolset,
+    check_unique_names,
+    flatten_tools,
+    tool_or_toolset_from_dict,
+    toolset_from_dict,
+)
 
 DEFAULT_SEARCH_DESCRIPTION = (
     "Search the tool catalog by keywords. The tools found become available to call in your next steps."
@@ -225,10 +231,5 @@ class SearchableToolset(Toolset):
         if isinstance(raw, dict):
             catalog: Any = toolset_from_dict(raw, allowed_modules)
         else:
-            catalog = [
-                toolset_from_dict(t, allowed_modules)
-                if "tools" in t["data"] or "catalog" in t["data"]
-                else tool_from_dict(t, allowed_modules)
-                for t in raw
-            ]
+            catalog = [tool_or_toolset_from_dict(t, allowed_modules) for t in raw]
         return cls(catalog, **body)

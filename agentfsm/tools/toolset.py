@@ -103,3 +103,11 @@ def toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | Non
     if not (isinstance(cls, type) and issubclass(cls, Toolset)):
         raise ConfigurationError(f"{data['type']!r} is not a Toolset class.")
     return cast(Toolset, rebuild(cls, data, allowed_modules))
+
+
+def tool_or_toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool | Toolset:
+    """Deserialize a Tool or a Toolset, whichever class ``data`` names."""
+    cls = import_path(data["type"], allowed_modules)
+    if isinstance(cls, type) and issubclass(cls, Toolset):
+        return toolset_from_dict(data, allowed_modules)
+    return tool_from_dict(data, allowed_modules)

@@ -147,3 +147,10 @@ def test_custom_search_tool_and_serialization() -> None:
     restored = SearchableToolset.from_dict(toolset.to_dict(), allowed_modules=["tests"])
     assert [t.name for t in restored] == ["find_tools"] and restored.top_k == 2
     assert [t.name for t in restored.search("email")] == [t.name for t in toolset.search("email")]
+
+
+def test_an_agent_with_a_searchable_toolset_in_its_tool_list_round_trips() -> None:
+    agent = Agent(chat_generator=ScriptedChatGenerator([]), tools=[SearchableToolset(catalog(), top_k=2)])
+    restored = Agent.from_dict(agent.to_dict(), allowed_modules=["tests"])
+    assert isinstance(restored.tools, list) and isinstance(restored.tools[0], SearchableToolset)
+    assert restored.tools[0].top_k == 2 and restored.to_dict() == agent.to_dict()
