@@ -119,10 +119,19 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         for message in map(ChatMessage.from_dict, shown):
             text = message.text or ""
             calls = ", ".join(c.tool_name for c in message.tool_calls)
-            result = message.tool_call_result
-            body = (text + (f" [calls: {calls}]" if calls else "")) or (result.result if result else "")
+            body = (text + (f" [calls: {calls}]" if calls else "")) or _result_text(message)
             print(f"  {message.role.value:>9}: {body[:200]}")
     return 0
+
+
+def _result_text(message: ChatMessage) -> str:
+    """A tool result as one line: its text, or its parts (``[image]`` for images)."""
+    result = message.tool_call_result
+    if result is None:
+        return ""
+    if isinstance(result.result, str):
+        return result.result
+    return " ".join(getattr(part, "text", "[image]") for part in result.result)
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -100,3 +100,12 @@ def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
     assert cli("diagram", "--format", "gif").returncode == 2
     for command in ("demo", "diagram", "snapshot", "resume", "runs"):
         assert cli(command, "--help").returncode == 0
+
+
+def test_snapshot_show_renders_content_part_results() -> None:
+    from agentfsm import ImageContent, TextContent, ToolCall
+    from agentfsm.cli import _result_text
+
+    parts = ChatMessage.from_tool([TextContent("chart"), ImageContent("AAAA")], ToolCall("c", {}, id="1"))
+    assert _result_text(parts) == "chart [image]"
+    assert _result_text(ChatMessage.from_user("no result")) == ""
