@@ -12,7 +12,7 @@ import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
@@ -75,6 +75,11 @@ class RunConfig:
     fingerprint: str = ""
     break_point: Breakpoint | None = None
     observers: tuple[RunObserver, ...] = ()
+    #: The exit conditions that name tools (derived from ``exit_conditions``).
+    tool_exits: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tool_exits", self.exit_conditions - {"text"})
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -271,7 +276,7 @@ class AgentRun:
     def start(self) -> None:
         """Leave IDLE: the first model call is next."""
         self._expect(Phase.IDLE, "start")
-        self.state.set("step_count", 0)
+        self.state.data["step_count"] = 0  # reserved key, replace_values: the same as State.set
         self._advance()
 
     def next_action(self) -> Action:
@@ -318,7 +323,7 @@ class AgentRun:
                 f"got {output!r}."
             )
         self.step += 1
-        self.state.set("step_count", self.step)
+        self.state.data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
         self._append_messages(replies)
         calls = [tc for reply in replies for tc in reply.tool_calls]
         self._tool_calls_pending = bool(calls) and bool(self.config.tools or self.config.dynamic)
@@ -351,13 +356,15 @@ class AgentRun:
 
     def _tool_exit(self, tool_messages: list[ChatMessage]) -> str | None:
         """The first exit-condition tool that ran in this step without an error, if any."""
+        if not self.config.tool_exits:
+            return None
         errors: dict[str, bool] = {}
         for message in tool_messages:
             result = message.tool_call_result
             if result is not None:
                 name = result.origin.tool_name
                 errors[name] = errors.get(name, False) or result.error
-        matched = [name for name in errors if name in self.config.exit_conditions]
+        matched = [name for name in errors if name in self.config.tool_exits]
         if matched and not any(errors[name] for name in matched):
             return f"tool:{matched[0]}"
         return None

@@ -25,6 +25,7 @@ from agentfsm.errors import (
 from agentfsm.messages import (
     RAW_ARGUMENTS_KEY,
     ChatMessage,
+    ChatRole,
     ImageContent,
     StreamingCallback,
     TextContent,
@@ -233,7 +234,7 @@ class ToolInvoker:
             result = self._result(p, outcome, state)
             if p.tool is not None and p.error is None:
                 counts[p.tool.name] = counts.get(p.tool.name, 0) + 1
-            messages.append(ChatMessage.from_tool(result.result, result.origin, result.error))
+            messages.append(ChatMessage(ChatRole.TOOL, (result,)))
         if "tool_call_counts" in state.schema:
             state.set("tool_call_counts", counts)
         return messages
