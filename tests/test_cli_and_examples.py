@@ -47,3 +47,25 @@ def test_quickstart_example_runs() -> None:
     assert "visited: ['Rome']" in done.stdout
     assert "path: IDLE -> LLM_CALL -> TOOL_PENDING -> TOOL_RUN -> EXIT_CHECK -> LLM_CALL" in done.stdout
     assert "trigger=tools_done" in done.stderr
+
+
+def test_pause_and_resume_example_runs() -> None:
+    done = run("examples/pause_and_resume.py")
+    assert done.returncode == 0, done.stderr
+    assert "paused before TOOL_RUN at step 1" in done.stdout
+    assert "pending: [('transfer', {'amount': 30, 'to': 'ann'})]" in done.stdout
+    assert done.stdout.count("-> transferring 30 to ann") == 1
+    assert done.stdout.rstrip().endswith("Done: 30 sent to Ann.")
+
+
+def test_durable_run_example_runs() -> None:
+    done = run("examples/durable_run.py")
+    assert done.returncode == 0, done.stderr
+    assert "crashed: simulated crash" in done.stdout
+    assert "finished before the crash: ['1']" in done.stdout
+    assert "each lookup ran once: ['a', 'b']" in done.stdout
+
+
+def test_every_example_is_tested() -> None:
+    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py"}
+    assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
