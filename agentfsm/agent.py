@@ -28,8 +28,8 @@ from agentfsm.tools.toolset import (
     Toolset,
     check_unique_names,
     flatten_tools,
-    tool_or_toolset_from_dict,
-    toolset_from_dict,
+    tools_from_dict,
+    tools_to_dict,
 )
 
 #: State keys the runtime maintains itself.
@@ -198,7 +198,7 @@ class Agent:
         config = RunConfig(
             tools={t.name: t for t in selected},
             dynamic=dynamic,
-            exit_conditions=frozenset(self.exit_conditions),
+            tool_exits=frozenset(self.exit_conditions) - {"text"},
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
             fingerprint=self.fingerprint,
@@ -320,15 +320,11 @@ class Agent:
             raise ConfigurationTypeError(
                 f"{type(self.chat_generator).__name__} has no to_dict(); give it to_dict/from_dict to serialize the agent."
             )
-        if isinstance(self.tools, Toolset):
-            tools: Any = self.tools.to_dict()
-        else:
-            tools = [t.to_dict() for t in self.tools or []]
         return {
             "type": object_path(type(self)),
             "init_parameters": {
                 "chat_generator": generator_to_dict(),
-                "tools": tools,
+                "tools": tools_to_dict(self.tools),
                 "system_prompt": self.system_prompt,
                 "exit_conditions": self.exit_conditions,
                 "state_schema": schema_to_dict(self.state_schema),
@@ -348,11 +344,7 @@ class Agent:
         generator = params["chat_generator"]
         generator_cls = import_path(generator["type"], allowed_modules)
         params["chat_generator"] = rebuild(generator_cls, generator, allowed_modules)
-        tools = params.get("tools")
-        if isinstance(tools, dict):
-            params["tools"] = toolset_from_dict(tools, allowed_modules)
-        else:
-            params["tools"] = [tool_or_toolset_from_dict(t, allowed_modules) for t in tools or []]
+        params["tools"] = tools_from_dict(params.get("tools"), allowed_modules)
         params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)

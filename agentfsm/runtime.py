@@ -12,7 +12,7 @@ import inspect
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
@@ -68,18 +68,14 @@ class RunConfig:
     """What a run needs from its agent, fixed for the run's duration."""
 
     tools: dict[str, Tool]
-    exit_conditions: frozenset[str]
+    #: The exit conditions that name tools (a text reply always ends the run).
+    tool_exits: frozenset[str]
     max_agent_steps: int
     invoker: ToolInvoker
     dynamic: tuple[Toolset, ...] = ()
     fingerprint: str = ""
     break_point: Breakpoint | None = None
     observers: tuple[RunObserver, ...] = ()
-    #: The exit conditions that name tools (derived from ``exit_conditions``).
-    tool_exits: frozenset[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tool_exits", self.exit_conditions - {"text"})
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -189,9 +185,11 @@ class AgentRun:
         for observer in self.config.observers:
             observer.transition(self, record)
         bp = self.config.break_point
+        # The visit count scans the trace: only worth it when entering the breakpoint's phase.
         if (
             check_breakpoint
             and bp is not None
+            and bp.target_phase is self.phase
             and bp.matches(self.phase, self.step, self._visits(), self._pending_names())
         ):
             self._pause(bp)

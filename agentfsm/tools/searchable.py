@@ -17,8 +17,8 @@ from agentfsm.tools.toolset import (
     Toolset,
     check_unique_names,
     flatten_tools,
-    tool_or_toolset_from_dict,
-    toolset_from_dict,
+    tools_from_dict,
+    tools_to_dict,
 )
 
 DEFAULT_SEARCH_DESCRIPTION = (
@@ -210,11 +210,10 @@ class SearchableToolset(Toolset):
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the catalog and the settings (not the discovered tools)."""
-        catalog = self.catalog.to_dict() if isinstance(self.catalog, Toolset) else [i.to_dict() for i in self.catalog]
         return {
             "type": object_path(type(self)),
             "data": {
-                "catalog": catalog,
+                "catalog": tools_to_dict(self.catalog),
                 "top_k": self.top_k,
                 "search_threshold": self.search_threshold,
                 "search_tool_name": self.search_tool_name,
@@ -227,9 +226,5 @@ class SearchableToolset(Toolset):
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> SearchableToolset:
         """Deserialize; the catalog's tools are resolved through the allow-list."""
         body = dict(data["data"])
-        raw = body.pop("catalog")
-        if isinstance(raw, dict):
-            catalog: Any = toolset_from_dict(raw, allowed_modules)
-        else:
-            catalog = [tool_or_toolset_from_dict(t, allowed_modules) for t in raw]
+        catalog = tools_from_dict(body.pop("catalog"), allowed_modules)
         return cls(catalog, **body)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
@@ -111,3 +111,17 @@ def tool_or_toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[st
     if isinstance(cls, type) and issubclass(cls, Toolset):
         return toolset_from_dict(data, allowed_modules)
     return tool_from_dict(data, allowed_modules)
+
+
+def tools_to_dict(tools: Sequence[Tool | Toolset] | Toolset | None) -> dict[str, Any] | list[dict[str, Any]]:
+    """Serialize what an agent or a toolset is given: one toolset, or a list of tools and toolsets."""
+    return tools.to_dict() if isinstance(tools, Toolset) else [t.to_dict() for t in tools or []]
+
+
+def tools_from_dict(
+    data: dict[str, Any] | list[dict[str, Any]] | None, allowed_modules: Iterable[str] | None = None
+) -> Toolset | list[Tool | Toolset]:
+    """Invert ``tools_to_dict``."""
+    if isinstance(data, dict):
+        return toolset_from_dict(data, allowed_modules)
+    return [tool_or_toolset_from_dict(t, allowed_modules) for t in data or []]
