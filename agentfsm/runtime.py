@@ -23,7 +23,7 @@ from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk, To
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, Breakpoint, now_iso, pause_exception
 from agentfsm.state import State, merge_lists
-from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
+from agentfsm.tools.invoker import NOT_RUN, CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
 
@@ -114,7 +114,15 @@ Action = CallModel | RunTools | Finish | Pause
 
 
 class AgentRun:
-    """The state of one run and the decisions that move it along the declared transitions."""
+    """The state of one run and the decisions that move it along the declared transitions.
+
+    The facts the guards read (``agentfsm.machine.Facts``) are plain attributes, kept up to date
+    where they change: the guards run four times a step.
+    """
+
+    #: No confirmation strategies are configurable yet: no call needs one, none pauses the run.
+    needs_confirmation = False
+    strategy_paused = False
 
     def __init__(self, config: RunConfig, state: State, run_id: str | None = None) -> None:
         self.config = config
@@ -122,41 +130,27 @@ class AgentRun:
         self.run_id = run_id or uuid.uuid4().hex
         self.phase = Phase.IDLE
         self.step = 0
-        self.exit_reason: str | None = None
         self.trace: list[TransitionRecord] = []
         self.pending: list[PreparedCall] = []
         self.completed: dict[str, CallOutcome] = {}
         self.snapshot: AgentSnapshot | None = None
-        self._tool_calls_pending = False
         self._last_calls: list[ToolCall] = []
+        self._keys: list[str] = []
+        self._data = state.data
+        self._messages_in_place = state.schema["messages"]["handler"] is merge_lists
+        self._tool_list = list(config.tools.values())
         self._entered = time.perf_counter()
+        #: Facts: the last reply asked for tool calls and this run has tools to run them.
+        self.has_tool_calls = False
+        #: Facts: fewer than ``max_agent_steps`` model calls have been made.
+        self.steps_left = config.max_agent_steps > 0
+        self._set_exit(None)
 
-    # -- facts read by the guards in agentfsm.machine --------------------------------------------
-
-    @property
-    def has_tool_calls(self) -> bool:
-        """The last reply asked for tool calls and this run has tools to run them."""
-        return self._tool_calls_pending
-
-    @property
-    def needs_confirmation(self) -> bool:
-        """Whether a confirmation strategy covers a pending call: no strategies are configurable yet."""
-        return False
-
-    @property
-    def strategy_paused(self) -> bool:
-        """Whether a confirmation strategy paused the run: no strategies are configurable yet."""
-        return False
-
-    @property
-    def exit_reached(self) -> bool:
-        """An exit condition is met (``exit_reason`` says which)."""
-        return self.exit_reason is not None
-
-    @property
-    def steps_left(self) -> bool:
-        """Fewer than ``max_agent_steps`` model calls have been made."""
-        return self.step < self.config.max_agent_steps
+    def _set_exit(self, reason: str | None) -> None:
+        """Set ``exit_reason`` and the ``exit_reached`` fact with it."""
+        self.exit_reason = reason
+        #: Facts: an exit condition is met (``exit_reason`` says which).
+        self.exit_reached = reason is not None
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -165,9 +159,9 @@ class AgentRun:
             # Interrupt edges are built by the runtime: check them against the table. Other edges
             # come from Dispatch.next, which only returns declared ones.
             DISPATCH.check(self.phase, transition.trigger, transition.dest)
-        now = time.perf_counter()
-        record = TransitionRecord(
-            self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
+        now = _perf_counter()
+        record = _new_record(
+            TransitionRecord, (self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6)
         )
         self.trace.append(record)
         if stdlib_logger.isEnabledFor(DEBUG):
@@ -201,6 +195,10 @@ class AgentRun:
     def _pending_names(self) -> list[str]:
         return [c.tool_name for c in self._last_calls]
 
+    def _prepare(self) -> None:
+        self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.current_tools())
+        self._keys = [call_key(p.call, i) for i, p in enumerate(self.pending)]
+
     def _pause(self, bp: Breakpoint) -> None:
         # The snapshot exists before the pause edge is taken, so observers of that edge can store it.
         self.snapshot = self.make_snapshot(self.phase, bp.to_dict())
@@ -222,7 +220,7 @@ class AgentRun:
             "phase": phase,
             "step": self.step,
             "state": serialize_value({k: v for k, v in self.state.data.items() if k != "messages"}),
-            "pending_tool_calls": [c.to_dict() for c in self._last_calls] if self._tool_calls_pending else [],
+            "pending_tool_calls": [c.to_dict() for c in self._last_calls] if self.has_tool_calls else [],
             "completed_tool_results": {key: outcome.to_dict() for key, outcome in self.completed.items()},
             "exit_reason": self.exit_reason,
             "break_point": break_point,
@@ -236,14 +234,15 @@ class AgentRun:
         run = cls(config, state, snapshot.run_id)
         run.phase = Phase.PAUSED
         run.step = snapshot.step
-        run.exit_reason = snapshot.exit_reason
+        run.steps_left = run.step < config.max_agent_steps
+        run._set_exit(snapshot.exit_reason)
         run.trace = [TransitionRecord.from_dict(r) for r in snapshot.trace]
         run._last_calls = [ToolCall.from_dict(c) for c in snapshot.pending_tool_calls]
-        run._tool_calls_pending = bool(run._last_calls)
+        run.has_tool_calls = bool(run._last_calls)
         run.completed = {key: CallOutcome.from_dict(o) for key, o in snapshot.completed_tool_results.items()}
         run._take(Transition("resume", Phase.PAUSED, snapshot.phase, interrupt=True), check_breakpoint=False)
         if run.phase in (Phase.CONFIRM, Phase.TOOL_RUN):
-            run.pending = config.invoker.prepare(run._last_calls, state, run.current_tools())
+            run._prepare()
         return run
 
     def current_tools(self) -> dict[str, Tool]:
@@ -255,6 +254,9 @@ class AgentRun:
             tools.update((t.name, t) for t in toolset)
         return tools
 
+    def _tools_for_model(self) -> list[Tool]:
+        return list(self.current_tools().values()) if self.config.dynamic else list(self._tool_list)
+
     def _advance(self) -> None:
         self._take(DISPATCH.next(self.phase, self))
 
@@ -263,9 +265,9 @@ class AgentRun:
             raise MachineError(f"{what} is only valid in {phase.value}, but the run is in {self.phase.value}.")
 
     def _append_messages(self, messages: list[ChatMessage]) -> None:
-        if self.state.schema["messages"]["handler"] is merge_lists:
+        if self._messages_in_place:
             # Same result as State.set with merge_lists, without copying the history on every step.
-            self.state.data.setdefault("messages", []).extend(messages)
+            self._data.setdefault("messages", []).extend(messages)
         else:
             self.state.set("messages", messages)
 
@@ -274,7 +276,7 @@ class AgentRun:
     def start(self) -> None:
         """Leave IDLE: the first model call is next."""
         self._expect(Phase.IDLE, "start")
-        self.state.data["step_count"] = 0  # reserved key, replace_values: the same as State.set
+        self._data["step_count"] = 0  # reserved key, replace_values: the same as State.set
         self._advance()
 
     def next_action(self) -> Action:
@@ -282,7 +284,7 @@ class AgentRun:
         while True:
             phase = self.phase
             if phase is Phase.LLM_CALL:
-                return CallModel(self.state.data["messages"], list(self.current_tools().values()))
+                return CallModel(self._data["messages"], self._tools_for_model())
             if phase is Phase.TOOL_RUN:
                 return RunTools(self.to_execute())
             if phase is Phase.DONE:
@@ -292,7 +294,7 @@ class AgentRun:
                 return Pause(self.snapshot)
             if phase is Phase.TOOL_PENDING:
                 # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
-                self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.current_tools())
+                self._prepare()
                 self._advance()
             elif phase is Phase.CONFIRM:
                 # Without confirmation strategies every pending call is approved as prepared.
@@ -302,7 +304,7 @@ class AgentRun:
             elif phase is Phase.EXIT_CHECK:
                 self._advance()
                 if self.phase is Phase.DONE and self.exit_reason is None:
-                    self.exit_reason = "max_agent_steps"
+                    self._set_exit("max_agent_steps")
                     logger.warning(
                         "max_agent_steps reached",
                         run_id=self.run_id,
@@ -315,27 +317,33 @@ class AgentRun:
         """Record the chat generator's output and move to the tools or to the exit check."""
         self._expect(Phase.LLM_CALL, "model_replied")
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not replies or not all(isinstance(r, ChatMessage) for r in replies):
-            raise ModelClientError(
-                f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, "
-                f"got {output!r}."
-            )
+        calls: list[ToolCall] = []
+        for reply in replies or _NO_REPLY:
+            if not isinstance(reply, ChatMessage):
+                raise ModelClientError(
+                    f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, "
+                    f"got {output!r}."
+                )
+            calls += reply.tool_calls
         self.step += 1
-        self.state.data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
-        self._append_messages(replies)
-        calls = [tc for reply in replies for tc in reply.tool_calls]
-        self._tool_calls_pending = bool(calls) and bool(self.config.tools or self.config.dynamic)
+        self.steps_left = self.step < self.config.max_agent_steps
+        self._data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
+        self._append_messages(replies)  # type: ignore[arg-type]  # checked above
+        self.has_tool_calls = bool(calls) and bool(self.config.tools or self.config.dynamic)
         self._last_calls = calls
-        self.exit_reason = None if self._tool_calls_pending else "text"
+        self._set_exit(None if self.has_tool_calls else "text")
         self._advance()
 
     def to_execute(self) -> list[PreparedCall | None]:
         """The pending calls still to run: ``None`` where a call already completed before a pause or crash."""
-        return [None if call_key(p.call, i) in self.completed else p for i, p in enumerate(self.pending)]
+        completed = self.completed
+        if not completed:
+            return list(self.pending)
+        return [None if key in completed else p for key, p in zip(self._keys, self.pending, strict=True)]
 
     def tool_completed(self, index: int, outcome: CallOutcome) -> None:
         """Record one finished call (observers may persist it, so a crash does not run it again)."""
-        key = call_key(self.pending[index].call, index)
+        key = self._keys[index]
         self.completed[key] = outcome
         for observer in self.config.observers:
             observer.tool_completed(self, key)
@@ -343,10 +351,11 @@ class AgentRun:
     def tools_ran(self) -> list[ChatMessage]:
         """Turn the completed calls into messages and move to the exit check; returns the new messages."""
         self._expect(Phase.TOOL_RUN, "tools_ran")
-        outcomes = [self.completed.get(call_key(p.call, i), CallOutcome()) for i, p in enumerate(self.pending)]
+        completed = self.completed
+        outcomes = [completed.get(key) or NOT_RUN for key in self._keys]
         messages = self.config.invoker.finish(self.pending, outcomes, self.state)
         self._append_messages(messages)
-        self.exit_reason = self._tool_exit(messages)
+        self._set_exit(self._tool_exit(messages))
         self.pending = []
         self.completed = {}
         self._advance()
@@ -382,6 +391,13 @@ class AgentRun:
         data["exit_reason"] = self.exit_reason
         data["trace"] = list(self.trace)
         return data
+
+
+#: Stands in for a missing or empty ``replies`` list, so that the reply check rejects it.
+_NO_REPLY: tuple[Any, ...] = (None,)
+#: A ``TransitionRecord`` without the keyword-argument wrapper NamedTuple puts around tuple.__new__.
+_new_record = tuple.__new__
+_perf_counter = time.perf_counter
 
 
 def call_key(call: ToolCall, index: int) -> str:

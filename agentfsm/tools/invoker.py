@@ -34,7 +34,7 @@ from agentfsm.messages import (
     ToolResultContent,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
-from agentfsm.state import State
+from agentfsm.state import State, replace_values
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
 
@@ -84,6 +84,13 @@ def error_type_name(error: Exception) -> str:
 
 
 OnComplete = Callable[[int, CallOutcome], None]
+
+#: The outcome of a call that did not run (skipped, or failed preparation); never mutated.
+NOT_RUN = CallOutcome()
+
+
+def _ignore(_index: int, _outcome: CallOutcome) -> None:
+    """The default ``on_complete``."""
 
 
 def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
@@ -143,9 +150,10 @@ class ToolInvoker:
         except ToolArgumentsError as error:
             return self._failed(call, tool, error)
         arguments = dict(call.arguments)
-        for state_key, param in (tool.inputs_from_state or {}).items():
-            if param not in arguments and state.has(state_key):
-                arguments[param] = state.get(state_key)
+        if tool.inputs_from_state:
+            for state_key, param in tool.inputs_from_state.items():
+                if param not in arguments and state.has(state_key):
+                    arguments[param] = state.get(state_key)
         return PreparedCall(call, tool, arguments)
 
     def _failed(self, call: ToolCall, tool: Tool | None, error: ToolError) -> PreparedCall:
@@ -181,8 +189,8 @@ class ToolInvoker:
         is called in the calling thread as each call finishes.
         """
         runnable = [i for i, p in enumerate(prepared) if p is not None and p.error is None]
-        outcomes = [CallOutcome() for _ in prepared]
-        report = on_complete or (lambda _i, _o: None)
+        outcomes = [NOT_RUN] * len(prepared)
+        report = on_complete or _ignore
         if len(runnable) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
@@ -207,7 +215,7 @@ class ToolInvoker:
 
         async def run_one(i: int, p: PreparedCall | None) -> CallOutcome:
             if p is None or p.error is not None:
-                return CallOutcome()
+                return NOT_RUN
             async with semaphore:
                 outcome = await asyncio.to_thread(self._call, p, streaming_callback)
             if on_complete is not None:
@@ -229,13 +237,17 @@ class ToolInvoker:
     ) -> list[ChatMessage]:
         """Tool-result messages in call order; State updated through its handlers."""
         messages = []
-        counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
+        definition = state.schema.get("tool_call_counts")
+        in_place = definition is not None and definition["handler"] is replace_values
+        current = state.data.get("tool_call_counts") if definition is not None else None
+        # With replace_values, counting into the live dict gives what State.set would, without a copy per step.
+        counts: dict[str, int] = (current if in_place else dict(current)) if isinstance(current, dict) else {}
         for p, outcome in zip(prepared, outcomes, strict=True):
             result = self._result(p, outcome, state)
             if p.tool is not None and p.error is None:
                 counts[p.tool.name] = counts.get(p.tool.name, 0) + 1
             messages.append(ChatMessage(ChatRole.TOOL, (result,)))
-        if "tool_call_counts" in state.schema:
+        if definition is not None and counts is not current:
             state.set("tool_call_counts", counts)
         return messages
 
@@ -270,7 +282,9 @@ class ToolInvoker:
         return result[source]
 
     def _write_state(self, tool: Tool, result: Any, state: State) -> None:
-        for state_key, spec in (tool.outputs_to_state or {}).items():
+        if not tool.outputs_to_state:
+            return
+        for state_key, spec in tool.outputs_to_state.items():
             state.set(state_key, self._pick(result, spec.get("source")), handler_override=spec.get("handler"))
 
     def _to_string(self, tool: Tool, result: Any) -> ToolResultContent:

@@ -42,21 +42,17 @@ def _uses_newer_keywords(node: Any) -> bool:
     return False
 
 
-def compile_validator(schema: dict[str, Any], reference: Draft202012Validator) -> Callable[[Any], bool]:
-    """A fast ``is_valid`` for ``schema``: compiled code where that is exact, ``jsonschema`` otherwise."""
-    if _uses_newer_keywords(schema):
-        return reference.is_valid
-    # use_default=False: validation must never write the schema's defaults into the model's arguments.
-    compiled = fastjsonschema.compile(schema, use_default=False)
+def compile_validator(schema: dict[str, Any], reference: Draft202012Validator) -> Callable[[Any], Any]:
+    """A fast check for ``schema`` that raises ``JsonSchemaException``: compiled code where that is exact."""
+    if not _uses_newer_keywords(schema):
+        # use_default=False: validation must never write the schema's defaults into the model's arguments.
+        return cast("Callable[[Any], Any]", fastjsonschema.compile(schema, use_default=False))
 
-    def is_valid(arguments: Any) -> bool:
-        try:
-            compiled(arguments)
-        except fastjsonschema.JsonSchemaException:
-            return False
-        return True
+    def check(arguments: Any) -> None:
+        if not reference.is_valid(arguments):
+            raise fastjsonschema.JsonSchemaException("arguments do not match the schema")
 
-    return is_valid
+    return check
 
 
 def default_output_to_string(result: Any) -> str:
@@ -164,7 +160,7 @@ class Tool:
     inputs_from_state: dict[str, str] | None = None
     outputs_to_state: dict[str, dict[str, Any]] | None = None
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
-    _is_valid: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+    _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -188,7 +184,7 @@ class Tool:
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
-        self._is_valid = compile_validator(self.parameters, self._validator)
+        self._check = compile_validator(self.parameters, self._validator)
 
     @property
     def tool_spec(self) -> dict[str, Any]:
@@ -200,13 +196,14 @@ class Tool:
 
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Raise ``ToolArgumentsError`` listing every way ``arguments`` breaks the schema."""
-        if self._is_valid(arguments):
-            return
-        problems = []
-        for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
-            where = "/".join(str(p) for p in error.path)
-            problems.append(f"{where}: {error.message}" if where else error.message)
-        raise ToolArgumentsError(f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems))
+        try:
+            self._check(arguments)
+        except fastjsonschema.JsonSchemaException:
+            problems = []
+            for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
+                where = "/".join(str(p) for p in error.path)
+                problems.append(f"{where}: {error.message}" if where else error.message)
+            raise ToolArgumentsError(f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems)) from None
 
     def invoke(self, **kwargs: Any) -> Any:
         """Call the tool's function with ``kwargs``."""
