@@ -200,8 +200,25 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 _VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass"})
 
 
+_JSON_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
 def serialize_value(value: Any) -> Any:
     """Convert a State value to JSON-compatible data; non-JSON values are tagged with ``TAG``."""
+    # Fast paths for exact JSON types (snapshots are taken at every transition of a durable run).
+    exact = type(value)
+    if exact in _JSON_SCALARS:
+        return value
+    if exact is dict and TAG not in value:
+        plain = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                break
+            plain[k] = v if type(v) in _JSON_SCALARS else serialize_value(v)
+        else:
+            return plain
+    elif exact is list:
+        return [v if type(v) in _JSON_SCALARS else serialize_value(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, list):

@@ -5,6 +5,12 @@ runs (``runs``). The SQLite store also has a *durable* mode: it records a snapsh
 transition and every finished tool call, storing only what changed (new messages, new trace
 entries and the small rest), so the cost per transition does not grow with the conversation.
 After a crash, ``latest(run_id)`` resumes the run without repeating finished tool calls.
+
+A durable store commits a run's rows when they must be durable: before the run's tools start
+(so the model reply that asked for them is never requested again), as each tool call finishes,
+and when the run ends or pauses. Snapshots of the transitions in between, which follow from the
+committed ones without any I/O, are committed with the next of those: a crash can lose them,
+and resuming re-derives them. Each commit is one row, whatever the number of snapshots it holds.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -175,35 +181,49 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS snapshots (
+CREATE TABLE IF NOT EXISTS snapshot_batches (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
-    seq INTEGER NOT NULL,
-    phase TEXT NOT NULL,
+    seq INTEGER NOT NULL,       -- number of the first snapshot held; the batch holds seq .. seq + count - 1
+    count INTEGER NOT NULL,
+    phase TEXT NOT NULL,        -- phase, step and time of the last snapshot held
     step INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    full INTEGER NOT NULL,      -- 1: messages/trace hold the whole history; 0: only what is new
-    messages BLOB NOT NULL,
-    trace BLOB NOT NULL,
-    body BLOB NOT NULL,         -- every other snapshot field
+    full INTEGER NOT NULL,      -- 1: the first snapshot's messages and trace are the whole history
+    entries BLOB NOT NULL,      -- JSON [[new messages, new trace entries, every other field], ...]
     PRIMARY KEY (run_id, seq)
 );
 """
 
+#: Entering these phases starts I/O (tool calls, confirmation): every snapshot before must be committed.
+_COMMIT_ON_ENTRY = frozenset({Phase.TOOL_RUN, Phase.CONFIRM})
+_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_RUN = (
+    "INSERT INTO runs VALUES (?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
+    "status = excluded.status, updated_at = excluded.updated_at"
+)
+
 
 @dataclass(slots=True)
 class _Cursor:
-    """What the store already holds of a live run, so the next row stores only what is new."""
+    """What the store holds of a live run (so the next snapshot stores only what is new), and what it will hold."""
 
     next_seq: int
     messages_list_id: int = 0
-    messages: int = -1  # -1: the next row must be full
+    messages: int = -1  # -1: the next snapshot must be full
     trace: int = 0
+    #: Snapshots recorded but not committed yet (they start at ``next_seq - len(entries)``), and the
+    #: run status to commit with them.
+    entries: list[list[Any]] = field(default_factory=list)
+    full: bool = False
+    status: str | None = None
 
 
 class SQLiteSnapshotStore:
     """Snapshots in one SQLite file (WAL mode); ``durable=True`` records every transition.
 
-    One process writes a given run at a time (the next row number is kept in memory).
+    Each commit writes one row, holding the snapshots recorded since the last commit (a durable
+    run commits about twice a step; see the module docstring). One process writes a given run at
+    a time (the next snapshot number is kept in memory).
 
     >>> store = SQLiteSnapshotStore(":memory:", durable=True)
     """
@@ -230,61 +250,87 @@ class SQLiteSnapshotStore:
         cursor = self._cursors.get(run_id)
         if cursor is None:
             with self._lock:
-                row = self._db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM snapshots WHERE run_id = ?", (run_id,))
-                cursor = _Cursor(next_seq=int(row.fetchone()[0]))
-            self._set_status(run_id, "active")
+                row = self._db.execute(
+                    "SELECT COALESCE(MAX(seq + count), 0) FROM snapshot_batches WHERE run_id = ?", (run_id,)
+                )
+                cursor = _Cursor(next_seq=int(row.fetchone()[0]), status="active")
             self._cursors[run_id] = cursor
         return cursor
 
-    def _insert(self, run_id: str, phase: Phase, step: int, created_at: str, full: bool, parts: tuple[Any, ...]) -> int:
+    def _add(self, run_id: str, full: bool, messages: list[Any], trace: list[Any], body: dict[str, Any]) -> int:
+        """Record a snapshot, committed by the next ``_commit``; returns its number. A full one starts a batch."""
         cursor = self._cursor(run_id)
-        seq = cursor.next_seq
-        messages, trace, body = (orjson.dumps(part) for part in parts)
+        if full and cursor.entries:
+            self._commit(run_id, cursor)
+        if not cursor.entries:
+            cursor.full = full
+        cursor.entries.append([messages, trace, body])
+        cursor.next_seq += 1
+        return cursor.next_seq - 1
+
+    def _commit(self, run_id: str, cursor: _Cursor) -> None:
+        """Commit the run's recorded snapshots as one row, with its status, in one transaction."""
+        entries, status = cursor.entries, cursor.status
+        if not entries and status is None:
+            return
+        cursor.entries, cursor.status = [], None
+        row = None
+        if entries:
+            last = entries[-1][2]
+            first_seq = cursor.next_seq - len(entries)
+            blob = orjson.dumps(entries)
+            row = (run_id, first_seq, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
         with self._lock:
-            # One statement in autocommit mode: atomic on its own, and one write per transition.
-            self._db.execute(
-                "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, seq, phase.value, step, created_at, int(full), messages, trace, body),
-            )
-        cursor.next_seq = seq + 1
-        return seq
+            if row is not None and status is None:
+                self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
+                return
+            now = now_iso()
+            self._db.execute("BEGIN")
+            try:
+                if row is not None:
+                    self._db.execute(_INSERT, row)
+                self._db.execute(_UPSERT_RUN, (run_id, status, now, now))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run."""
         data = snapshot.to_dict()
-        parts = (data.pop("messages"), data.pop("trace"), data)
-        seq = self._insert(snapshot.run_id, snapshot.phase, snapshot.step, snapshot.created_at, True, parts)
-        self._cursors[snapshot.run_id].messages = -1  # the next durable row starts from a full one
+        messages, trace = data.pop("messages"), data.pop("trace")
+        seq = self._add(snapshot.run_id, True, messages, trace, data)
+        cursor = self._cursors[snapshot.run_id]
+        self._commit(snapshot.run_id, cursor)
+        cursor.messages = -1  # the next durable snapshot starts from a full one
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
-    def _record(self, run: AgentRun, phase: Phase) -> None:
+    def _record(self, run: AgentRun, phase: Phase) -> _Cursor:
         history = run.state.data.get("messages") or []
         cursor = self._cursor(run.run_id)
-        # Append-only since the last row (the runtime extends the same list): store the new part only.
+        # Append-only since the last snapshot (the runtime extends the same list): store the new part only.
         full = cursor.messages < 0 or cursor.messages_list_id != id(history) or cursor.messages > len(history)
         since, trace_since = (0, 0) if full else (cursor.messages, cursor.trace)
-        body = run.snapshot_body(phase)
-        parts = ([m.to_dict() for m in history[since:]], [r.to_dict() for r in run.trace[trace_since:]], body)
-        self._insert(run.run_id, phase, run.step, body["created_at"], full, parts)
+        messages = [m.to_dict() for m in history[since:]]
+        self._add(run.run_id, full, messages, [r.to_dict() for r in run.trace[trace_since:]], run.snapshot_body(phase))
         cursor.messages_list_id, cursor.messages, cursor.trace = id(history), len(history), len(run.trace)
+        return cursor
 
     def _set_status(self, run_id: str, status: str) -> None:
-        now = now_iso()
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
-                "status = excluded.status, updated_at = excluded.updated_at",
-                (run_id, status, now, now),
-            )
-        if status != "active":
-            self._cursors.pop(run_id, None)
+        cursor = self._cursors.pop(run_id, None)
+        if cursor is None:
+            cursor = _Cursor(next_seq=0)
+        cursor.status = status
+        self._commit(run_id, cursor)
 
     # RunObserver: called by the runtime when the store is durable.
 
     def transition(self, run: AgentRun, record: TransitionRecord) -> None:
         """Record a snapshot on entering an active phase; mark the run on reaching an end or a pause."""
         if record.dest in ACTIVE_PHASES:
-            self._record(run, record.dest)
+            cursor = self._record(run, record.dest)
+            if record.dest in _COMMIT_ON_ENTRY:
+                self._commit(run.run_id, cursor)
         elif record.dest is Phase.DONE:
             self._set_status(run.run_id, "done")
         elif record.dest is Phase.FAILED:
@@ -293,32 +339,40 @@ class SQLiteSnapshotStore:
             self._set_status(run.run_id, "paused")
 
     def tool_completed(self, run: AgentRun, key: str) -> None:
-        """Record the finished call, so that a crash later in TOOL_RUN does not run it again."""
-        self._record(run, Phase.TOOL_RUN)
+        """Record and commit the finished call, so that a crash later in TOOL_RUN does not run it again."""
+        self._commit(run.run_id, self._record(run, Phase.TOOL_RUN))
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def load(self, run_id: str, seq: int) -> AgentSnapshot:
-        """Rebuild snapshot ``seq`` of the run from its last full row and the deltas after it."""
+    def _batches(self, run_id: str, seq: int | None = None) -> list[tuple[int, bytes]]:
+        """``(first seq, entries)`` of the batches needed to rebuild snapshot ``seq`` (default: all)."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT messages, trace, body FROM snapshots WHERE run_id = ? AND seq <= ? AND seq >= "
-                "(SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE run_id = ? AND seq <= ? AND full = 1) "
+            if seq is None:
+                query = "SELECT seq, entries FROM snapshot_batches WHERE run_id = ? ORDER BY seq"
+                return self._db.execute(query, (run_id,)).fetchall()
+            return self._db.execute(
+                "SELECT seq, entries FROM snapshot_batches WHERE run_id = ? AND seq <= ? AND seq >= "
+                "(SELECT COALESCE(MAX(seq), 0) FROM snapshot_batches WHERE run_id = ? AND seq <= ? AND full = 1) "
                 "ORDER BY seq",
                 (run_id, seq, run_id, seq),
             ).fetchall()
-        if not rows or self._count(run_id) <= seq:
-            raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """Rebuild snapshot ``seq`` of the run from its last full snapshot and the deltas after it."""
         messages: list[Any] = []
         trace: list[Any] = []
-        for message_blob, trace_blob, _body in rows:
-            messages.extend(orjson.loads(message_blob))
-            trace.extend(orjson.loads(trace_blob))
-        return AgentSnapshot.from_dict({**orjson.loads(rows[-1][2]), "messages": messages, "trace": trace})
+        for first, blob in self._batches(run_id, seq):
+            for number, (new_messages, new_trace, body) in enumerate(orjson.loads(blob), start=first):
+                messages.extend(new_messages)
+                trace.extend(new_trace)
+                if number == seq:
+                    return AgentSnapshot.from_dict({**body, "messages": messages, "trace": trace})
+        raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _count(self, run_id: str) -> int:
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM snapshots WHERE run_id = ?", (run_id,)).fetchone()[0])
+            query = "SELECT COALESCE(MAX(seq + count), 0) FROM snapshot_batches WHERE run_id = ?"
+            return int(self._db.execute(query, (run_id,)).fetchone()[0])
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot of the run."""
@@ -329,19 +383,19 @@ class SQLiteSnapshotStore:
 
     def history(self, run_id: str) -> list[SnapshotInfo]:
         """Every snapshot of the run, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, phase, step, created_at FROM snapshots WHERE run_id = ? ORDER BY seq", (run_id,)
-            ).fetchall()
-        return [SnapshotInfo(run_id, seq, Phase(phase), step, created) for seq, phase, step, created in rows]
+        infos = []
+        for first, blob in self._batches(run_id):
+            for number, (_messages, _trace, body) in enumerate(orjson.loads(blob), start=first):
+                infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], body["created_at"]))
+        return infos
 
     def runs(self) -> list[RunInfo]:
         """Every run, most recently updated first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.run_id, r.status, s.phase, s.step, r.updated_at, c.n FROM runs r "
-                "JOIN (SELECT run_id, MAX(seq) AS last, COUNT(*) AS n FROM snapshots GROUP BY run_id) c "
-                "ON c.run_id = r.run_id JOIN snapshots s ON s.run_id = r.run_id AND s.seq = c.last "
+                "SELECT r.run_id, r.status, b.phase, b.step, r.updated_at, b.seq + b.count FROM runs r "
+                "JOIN snapshot_batches b ON b.run_id = r.run_id "
+                "AND b.seq = (SELECT MAX(seq) FROM snapshot_batches WHERE run_id = r.run_id) "
                 "ORDER BY r.updated_at DESC"
             ).fetchall()
         return [

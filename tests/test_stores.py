@@ -145,11 +145,14 @@ def test_durable_rows_hold_only_what_changed(tmp_path: Path) -> None:
     a = agent(store, script=script)
     a.run(history)
     db = sqlite3.connect(tmp_path / "runs.db")
-    rows = db.execute("SELECT full, messages, trace FROM snapshots ORDER BY seq").fetchall()
-    assert rows[0][0] == 1 and len(orjson.loads(rows[0][1])) == 1000, "the first row holds the history"
-    for full, messages, trace in rows[1:]:
-        assert full == 0
-        assert len(orjson.loads(messages)) <= 2 and len(orjson.loads(trace)) <= 2
+    rows = db.execute("SELECT full, entries FROM snapshot_batches ORDER BY seq").fetchall()
+    # One row per commit: before each step's tool call, after it, and at the end.
+    assert len(rows) == 5 + 5 + 1
+    entries = [entry for _full, blob in rows for entry in orjson.loads(blob)]
+    assert rows[0][0] == 1 and len(entries[0][0]) == 1000, "the first snapshot holds the history"
+    assert all(full == 0 for full, _ in rows[1:])
+    for messages, trace, _body in entries[1:]:
+        assert len(messages) <= 2 and len(trace) <= 2
     run_id = store.runs()[0].run_id
     assert len(store.latest(run_id).messages) == 1000 + 2 * 5 + 1  # five (call, result) pairs and the answer
 
