@@ -221,14 +221,20 @@ class SleepyModel:
         return {"replies": [ChatMessage.from_assistant(f"agent {self.index} done")]}
 
 
-def concurrency(agents: int, steps: int) -> dict[str, Any]:
-    """``agents`` concurrent run_async runs on one event loop; wall time, memory, and a cross-talk check."""
+def concurrency(agents: int, steps: int, in_threads: bool = True) -> dict[str, Any]:
+    """``agents`` concurrent run_async runs on one event loop; wall time, memory, and a cross-talk check.
+
+    ``in_threads``: each sync tool call runs in a worker thread (the default), or inline on the loop.
+    """
 
     async def run_all() -> list[dict[str, Any]]:
         runs = [
-            Agent(chat_generator=SleepyModel(i, steps), tools=[add], max_agent_steps=steps).run_async(
-                [ChatMessage.from_user(f"agent {i}")]
-            )
+            Agent(
+                chat_generator=SleepyModel(i, steps),
+                tools=[add],
+                max_agent_steps=steps,
+                tool_invoker_kwargs={"sync_tools_in_threads": in_threads},
+            ).run_async([ChatMessage.from_user(f"agent {i}")])
             for i in range(agents)
         ]
         return list(await asyncio.gather(*runs))
@@ -389,12 +395,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {size} | {row['bytes']} | {row['encode_us']} | {row['decode_us']} | "
             f"{row['resume_from_file_us']} | {row['resume_from_sqlite_us']} |"
         )
-    c = results["concurrency"]
+    c, inline = results["concurrency"], results["concurrency_inline_tools"]
     lines += [
         "",
-        f"Concurrency: {c['agents']} agents with `run_async` on one event loop, {c['steps']} model calls of 10 ms each: "
-        f"{c['wall_s']} s wall ({c['ratio_to_ideal']}x the ideal {c['ideal_s']} s), "
-        f"{c['peak_kib_per_run']} KiB peak memory per run, cross-talk between runs: {c['cross_talk']}.",
+        f"Concurrency: {c['agents']} agents with `run_async` on one event loop, {c['steps']} model calls of 10 ms "
+        f"each (ideal {c['ideal_s']} s), cross-talk between runs: {c['cross_talk']}.",
+        "",
+        "| sync tool calls | wall s | x ideal | peak KiB per run |",
+        "|---|---:|---:|---:|",
+        f"| in worker threads (default) | {c['wall_s']} | {c['ratio_to_ideal']} | {c['peak_kib_per_run']} |",
+        f"| inline on the loop (`sync_tools_in_threads=False`) | {inline['wall_s']} | {inline['ratio_to_ideal']} | "
+        f"{inline['peak_kib_per_run']} |",
     ]
     if results["peers"]:
         lines += [
@@ -446,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "growth": growth(sizes, steps, max(runs // 2, 2)),
         "snapshots": snapshot_costs(sizes, runs),
         "concurrency": concurrency(agents, 10),
+        "concurrency_inline_tools": concurrency(agents, 10, in_threads=False),
         "peers": {} if args.quick or args.no_peers else peers(steps, runs),
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentfsm.errors import (
     ConfigurationError,
+    ConfigurationTypeError,
     ToolArgumentsError,
     ToolError,
     ToolInvocationError,
@@ -104,7 +105,10 @@ class ToolInvoker:
     """Runs tool calls against a set of tools.
 
     ``raise_on_failure`` turns every failing call (unknown tool, bad arguments, tool exception) into
-    a typed exception instead of an error result the model can react to.
+    a typed exception instead of an error result the model can react to. ``sync_tools_in_threads``
+    (async runs only): tool functions are synchronous, so by default each call runs in a worker
+    thread and a blocking tool never stalls the event loop; ``False`` runs them inline on the loop,
+    one after another, which saves the thread hand-off for tools that return in microseconds.
     """
 
     def __init__(
@@ -113,14 +117,18 @@ class ToolInvoker:
         raise_on_failure: bool = True,
         tool_concurrency: int = 4,
         tool_streaming_callback_passthrough: bool = False,
+        sync_tools_in_threads: bool = True,
     ) -> None:
         if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
             raise ConfigurationError(f"tool_concurrency must be an int >= 1, got {tool_concurrency!r}.")
+        if not isinstance(sync_tools_in_threads, bool):
+            raise ConfigurationTypeError(f"sync_tools_in_threads must be a bool, got {sync_tools_in_threads!r}.")
         self.tools = flatten_tools(tools)
         check_unique_names(self.tools)
         self.raise_on_failure = raise_on_failure
         self.tool_concurrency = tool_concurrency
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
+        self.sync_tools_in_threads = sync_tools_in_threads
         self._by_name = {t.name: t for t in self.tools}
         self._executor: ThreadPoolExecutor | None = None
 
@@ -188,7 +196,7 @@ class ToolInvoker:
         ``None`` entries and calls that failed preparation are skipped. ``on_complete(index, outcome)``
         is called in the calling thread as each call finishes.
         """
-        runnable = [i for i, p in enumerate(prepared) if p is not None and p.error is None]
+        runnable = self._runnable(prepared)
         outcomes = [NOT_RUN] * len(prepared)
         report = on_complete or _ignore
         if len(runnable) > 1 and self.tool_concurrency > 1:
@@ -199,10 +207,20 @@ class ToolInvoker:
                 outcomes[futures[future]] = outcome = future.result()
                 report(futures[future], outcome)
         else:
-            for i in runnable:
-                outcomes[i] = outcome = self._call(prepared[i], streaming_callback)  # type: ignore[arg-type]
-                report(i, outcome)
+            self._run_in_order(prepared, runnable, streaming_callback, report, outcomes)
         return outcomes
+
+    def _run_in_order(
+        self,
+        prepared: Sequence[PreparedCall | None],
+        runnable: list[int],
+        streaming_callback: StreamingCallback | None,
+        report: OnComplete,
+        outcomes: list[CallOutcome],
+    ) -> None:
+        for i in runnable:
+            outcomes[i] = outcome = self._call(prepared[i], streaming_callback)  # type: ignore[arg-type]
+            report(i, outcome)
 
     async def execute_async(
         self,
@@ -210,19 +228,38 @@ class ToolInvoker:
         streaming_callback: StreamingCallback | None = None,
         on_complete: OnComplete | None = None,
     ) -> list[CallOutcome]:
-        """Run the runnable calls in worker threads, at most ``tool_concurrency`` at once."""
+        """Like ``execute_sync``, on the event loop: calls run in worker threads, at most ``tool_concurrency`` at once.
+
+        With ``sync_tools_in_threads=False`` they run inline, one after another.
+        """
+        runnable = self._runnable(prepared)
+        outcomes = [NOT_RUN] * len(prepared)
+        report = on_complete or _ignore
+        if not self.sync_tools_in_threads:
+            self._run_in_order(prepared, runnable, streaming_callback, report, outcomes)
+            return outcomes
+
+        async def run_one(i: int) -> None:
+            outcomes[i] = outcome = await asyncio.to_thread(self._call, prepared[i], streaming_callback)  # type: ignore[arg-type]
+            report(i, outcome)
+
+        if len(runnable) == 1 or self.tool_concurrency == 1:
+            for i in runnable:
+                await run_one(i)
+            return outcomes
         semaphore = asyncio.Semaphore(self.tool_concurrency)
 
-        async def run_one(i: int, p: PreparedCall | None) -> CallOutcome:
-            if p is None or p.error is not None:
-                return NOT_RUN
+        async def run_limited(i: int) -> None:
             async with semaphore:
-                outcome = await asyncio.to_thread(self._call, p, streaming_callback)
-            if on_complete is not None:
-                on_complete(i, outcome)
-            return outcome
+                await run_one(i)
 
-        return list(await asyncio.gather(*(run_one(i, p) for i, p in enumerate(prepared))))
+        await asyncio.gather(*(run_limited(i) for i in runnable))
+        return outcomes
+
+    @staticmethod
+    def _runnable(prepared: Sequence[PreparedCall | None]) -> list[int]:
+        """Indexes of the calls to run: not completed before (``None``) and not failed in ``prepare``."""
+        return [i for i, p in enumerate(prepared) if p is not None and p.error is None]
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""

@@ -111,6 +111,47 @@ async def test_async_run_does_not_block_the_event_loop() -> None:
     assert ticks >= 5
 
 
+@tool
+def which_thread() -> str:
+    """Name the thread the call runs in."""
+    return threading.current_thread().name
+
+
+@pytest.mark.parametrize("in_threads", [True, False])
+async def test_async_runs_sync_tools_in_threads_unless_told_otherwise(in_threads: bool) -> None:
+    invoker = ToolInvoker([which_thread], tool_concurrency=4, sync_tools_in_threads=in_threads)
+    state = fresh_state()
+    prepared = invoker.prepare([ToolCall("which_thread", {}, id=str(i)) for i in range(3)], state)
+    reported: list[int] = []
+    outcomes = await invoker.execute_async(prepared, on_complete=lambda i, _o: reported.append(i))
+    threads = {outcome.value for outcome in outcomes}
+    loop_thread = threading.current_thread().name
+    assert (loop_thread not in threads) if in_threads else (threads == {loop_thread})
+    if not in_threads:
+        assert reported == [0, 1, 2], "inline calls run one after another, in call order"
+    assert sorted(reported) == [0, 1, 2]
+
+
+async def test_an_agent_passes_sync_tools_in_threads_to_its_invoker() -> None:
+    from agentfsm import Agent
+    from agentfsm.generators import ScriptedChatGenerator
+
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("which_thread", {}, id="t")])
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply, "done"]),
+        tools=[which_thread],
+        tool_invoker_kwargs={"sync_tools_in_threads": False},
+    )
+    result = await agent.run_async([ChatMessage.from_user("where?")])
+    assert result["messages"][2].tool_call_result.result == threading.current_thread().name
+    assert agent.to_dict()["init_parameters"]["tool_invoker_kwargs"] == {"sync_tools_in_threads": False}
+
+
+def test_sync_tools_in_threads_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="sync_tools_in_threads must be a bool"):
+        ToolInvoker([which_thread], sync_tools_in_threads="no")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("bad", [0, -2, "4"])
 def test_tool_concurrency_must_be_positive(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="tool_concurrency"):
