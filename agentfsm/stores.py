@@ -20,11 +20,11 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
-from agentfsm.errors import SnapshotError
+from agentfsm.errors import ConfigurationError, SnapshotError
 from agentfsm.machine import ACTIVE_PHASES, Phase
 from agentfsm.runtime import AgentRun, TransitionRecord
 from agentfsm.snapshot import AgentSnapshot, now_iso
@@ -225,17 +225,30 @@ class SQLiteSnapshotStore:
     run commits about twice a step; see the module docstring). One process writes a given run at
     a time (the next snapshot number is kept in memory).
 
+    ``synchronous`` is SQLite's setting, in WAL mode: with ``"NORMAL"`` (the default) a commit
+    survives a crash of the process, and a power loss may only roll back the last commits;
+    ``"FULL"`` survives a power loss too (an fsync per commit); ``"OFF"`` never waits for the disk,
+    survives a crash of the process, but a power loss may corrupt the file.
+
     >>> store = SQLiteSnapshotStore(":memory:", durable=True)
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, durable: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durable: bool = False,
+        synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL"):
+            raise ConfigurationError(f"synchronous must be 'OFF', 'NORMAL' or 'FULL', got {synchronous!r}.")
         self.path = os.fspath(path)
         self.durable = durable
+        self.synchronous = synchronous
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        # WAL + NORMAL: a commit survives a crash of the process (not of the machine) without an fsync each time.
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
         self._cursors: dict[str, _Cursor] = {}
 

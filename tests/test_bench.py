@@ -26,12 +26,14 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "logging",
         "snapshot_every_transition",
         "sqlite_durable",
+        "sqlite_durable_synchronous_off",
         "peak_memory_kib",
     }
     assert set(results["growth"]) == {"10", "100"}
     assert set(results["growth"]["10"]) == {"plain", "sqlite_durable", "durable_write"}
     assert (tmp_path / "RESULTS.md").read_text().startswith("Measured ")
     assert results["concurrency"]["cross_talk"] == "none (checked)"
+    assert results["concurrency_inline_tools"]["cross_talk"] == "none (checked)"
     assert results["peers"] == {}, "the quick run does not install the peers"
 
 

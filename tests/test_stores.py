@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -234,3 +234,18 @@ def test_fork_an_earlier_point_of_a_durable_run(tmp_path: Path) -> None:
     assert forked["messages"][:3] == original["messages"][:3], "the branch shares the history up to the fork"
     assert {r.run_id: r.status for r in store.runs()} == {run_id: "done", branch.run_id: "done"}
     assert len(store.history(run_id)) == 13, "the original run is untouched"
+
+
+@pytest.mark.parametrize("synchronous", ["OFF", "NORMAL", "FULL"])
+def test_sqlite_synchronous_setting(tmp_path: Path, synchronous: Literal["OFF", "NORMAL", "FULL"]) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True, synchronous=synchronous)
+    level = store._db.execute("PRAGMA synchronous").fetchone()[0]
+    assert level == {"OFF": 0, "NORMAL": 1, "FULL": 2}[synchronous]
+    result = agent(store).run(USER)
+    assert store.runs()[0].status == "done"
+    assert store.latest(store.runs()[0].run_id).messages[-1] == result["messages"][-1].to_dict()
+
+
+def test_sqlite_synchronous_must_be_a_known_level(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous must be"):
+        SQLiteSnapshotStore(tmp_path / "runs.db", synchronous="SOMETIMES")  # type: ignore[arg-type]
