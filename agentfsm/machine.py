@@ -144,11 +144,9 @@ TRANSITIONS: tuple[Transition, ...] = (
 class Dispatch:
     """The transition table compiled into dictionaries for the runtime's hot path."""
 
-    __slots__ = ("_allowed", "_guarded")
+    __slots__ = ("_allowed", "_guarded", "_only")
 
     def __init__(self, transitions: Iterable[Transition]) -> None:
-        self._guarded: dict[Phase, tuple[Transition, ...]] = {}
-        self._allowed: dict[tuple[Phase, str], frozenset[Phase]] = {}
         by_source: dict[Phase, list[Transition]] = {}
         allowed: dict[tuple[Phase, str], set[Phase]] = {}
         for t in transitions:
@@ -156,10 +154,17 @@ class Dispatch:
             if not t.interrupt:
                 by_source.setdefault(t.source, []).append(t)
         self._guarded = {source: tuple(edges) for source, edges in by_source.items()}
+        #: Phases with a single, unguarded way out: no guard to ask.
+        self._only = {
+            source: edges[0] for source, edges in self._guarded.items() if len(edges) == 1 and edges[0].guard is None
+        }
         self._allowed = {key: frozenset(dests) for key, dests in allowed.items()}
 
     def next(self, phase: Phase, facts: Facts) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``."""
+        only = self._only.get(phase)
+        if only is not None:
+            return only
         for t in self._guarded.get(phase, ()):
             if t.guard is None or t.guard(facts):
                 return t

@@ -301,8 +301,13 @@ class ToolInvoker:
                 raise error from outcome.error
             return ToolCallResult(str(error), p.call, error=True)
         try:
-            self._write_state(p.tool, outcome.value, state)
-            text = self._to_string(p.tool, outcome.value)
+            if p.tool.outputs_to_state:
+                self._write_state(p.tool, outcome.value, state)
+            text = (
+                self._to_string(p.tool, outcome.value)
+                if p.tool.outputs_to_string
+                else default_output_to_string(outcome.value)
+            )
         except (KeyError, TypeError, ValueError) as exc:
             error = ToolInvocationError(f"Tool {p.tool.name!r} returned a result that could not be used: {exc}")
             if self.raise_on_failure:
@@ -319,9 +324,7 @@ class ToolInvoker:
         return result[source]
 
     def _write_state(self, tool: Tool, result: Any, state: State) -> None:
-        if not tool.outputs_to_state:
-            return
-        for state_key, spec in tool.outputs_to_state.items():
+        for state_key, spec in (tool.outputs_to_state or {}).items():
             state.set(state_key, self._pick(result, spec.get("source")), handler_override=spec.get("handler"))
 
     def _to_string(self, tool: Tool, result: Any) -> ToolResultContent:

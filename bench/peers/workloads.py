@@ -1,7 +1,9 @@
 """The benchmark workload on peer frameworks: run inside the peers virtualenv made by ``bench/run.py --peers``.
 
-For each peer: a zero-latency scripted model, STEPS steps of (model call -> one ``add(a, b)`` tool
-call), then a text answer; one warm-up run, then RUNS timed runs. Prints one JSON object:
+For each peer: a zero-latency scripted model (replies built before the run, as agentfsm's
+ScriptedChatGenerator does), STEPS steps of (model call -> one ``add(a, b)`` tool call), then a text
+answer; one warm-up run, then RUNS timed runs. As for agentfsm, the agent is built before the clock
+starts and only the run is timed. Prints one JSON object:
 ``{peer: {"median_us": ..., "min_us": ..., "version": ...} or {"error": "..."}}``.
 """
 
@@ -21,10 +23,12 @@ STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 
 
-def timed(run_once: Callable[[], None]) -> dict[str, float]:
-    run_once()
+def timed(setup: Callable[[], Callable[[], None]]) -> dict[str, float]:
+    """Median and min µs per step of the runs ``setup()`` returns (one warm-up, then RUNS timed)."""
+    setup()()
     samples = []
     for _ in range(RUNS):
+        run_once = setup()
         started = time.perf_counter()
         run_once()
         samples.append((time.perf_counter() - started) / (STEPS + 1) * 1e6)
@@ -40,19 +44,15 @@ def haystack() -> dict[str, Any]:
     @component
     class ScriptedGenerator:
         def __init__(self) -> None:
+            calls = [ToolCall(tool_name="add", arguments={"a": i, "b": 1}, id=f"c{i}") for i in range(STEPS)]
+            self.replies = [ChatMessage.from_assistant(tool_calls=[call]) for call in calls]
+            self.replies.append(ChatMessage.from_assistant("done"))
             self.calls = 0
 
         @component.output_types(replies=list[ChatMessage])
         def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
-            i = self.calls
             self.calls += 1
-            if i < STEPS:
-                reply = ChatMessage.from_assistant(
-                    tool_calls=[ToolCall(tool_name="add", arguments={"a": i, "b": 1}, id=f"c{i}")]
-                )
-            else:
-                reply = ChatMessage.from_assistant("done")
-            return {"replies": [reply]}
+            return {"replies": [self.replies[self.calls - 1]]}
 
     schema = {
         "type": "object",
@@ -61,13 +61,17 @@ def haystack() -> dict[str, Any]:
     }
     add = Tool(name="add", description="Add two integers.", parameters=schema, function=lambda a, b: a + b)
 
-    def once() -> None:
+    def setup() -> Callable[[], None]:
         agent = Agent(chat_generator=ScriptedGenerator(), tools=[add], max_agent_steps=STEPS + 5)
         agent.warm_up()
-        result = agent.run(messages=[ChatMessage.from_user("go")])
-        assert result["last_message"].text == "done"
 
-    return {**timed(once), "version": version("haystack-ai")}
+        def once() -> None:
+            result = agent.run(messages=[ChatMessage.from_user("go")])
+            assert result["last_message"].text == "done"
+
+        return once
+
+    return {**timed(setup), "version": version("haystack-ai")}
 
 
 def langgraph() -> dict[str, Any]:
@@ -92,12 +96,16 @@ def langgraph() -> dict[str, Any]:
         ]
         return iter([*replies, AIMessage(content="done")])
 
-    def once() -> None:
+    def setup() -> Callable[[], None]:
         agent = create_react_agent(ScriptedModel(messages=script()), [add])
-        result = agent.invoke({"messages": [("user", "go")]}, {"recursion_limit": 4 * STEPS + 10})
-        assert result["messages"][-1].content == "done"
 
-    return {**timed(once), "version": version("langgraph")}
+        def once() -> None:
+            result = agent.invoke({"messages": [("user", "go")]}, {"recursion_limit": 4 * STEPS + 10})
+            assert result["messages"][-1].content == "done"
+
+        return once
+
+    return {**timed(setup), "version": version("langgraph")}
 
 
 def pydantic_ai() -> dict[str, Any]:
@@ -106,15 +114,16 @@ def pydantic_ai() -> dict[str, Any]:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import UsageLimits
 
-    def once() -> None:
-        calls = {"n": 0}
+    def setup() -> Callable[[], None]:
+        replies = [
+            ModelResponse(parts=[ToolCallPart(tool_name="add", args={"a": i, "b": 1}, tool_call_id=f"c{i}")])
+            for i in range(STEPS)
+        ]
+        replies.append(ModelResponse(parts=[TextPart("done")]))
+        script = iter(replies)
 
         def model(messages: Any, info: AgentInfo) -> ModelResponse:
-            i = calls["n"]
-            calls["n"] += 1
-            if i < STEPS:
-                return ModelResponse(parts=[ToolCallPart(tool_name="add", args={"a": i, "b": 1}, tool_call_id=f"c{i}")])
-            return ModelResponse(parts=[TextPart("done")])
+            return next(script)
 
         agent = Agent(FunctionModel(model))
 
@@ -123,10 +132,13 @@ def pydantic_ai() -> dict[str, Any]:
             """Add two integers."""
             return a + b
 
-        result = agent.run_sync("go", usage_limits=UsageLimits(request_limit=STEPS + 5))
-        assert result.output == "done"
+        def once() -> None:
+            result = agent.run_sync("go", usage_limits=UsageLimits(request_limit=STEPS + 5))
+            assert result.output == "done"
 
-    return {**timed(once), "version": version("pydantic-ai-slim")}
+        return once
+
+    return {**timed(setup), "version": version("pydantic-ai-slim")}
 
 
 def main() -> None:
