@@ -8,8 +8,10 @@ Two rules, after h11's ``_state.py``:
    reference implementation the tests compare ``Dispatch`` against), diagrams and snapshot
    validation read the table, and a test checks that every edge is taken.
 
-An edge is *guarded* when its source has more than one way out: the runtime asks ``Dispatch.next``
-which edge to take, and the guards (functions of ``Facts``) answer. ``pause``, ``fail`` and
+An edge is *guarded* when its source has more than one way out: its guard is data, the values some
+``Facts`` must have (``when``). ``Dispatch`` compiles the guards of each phase into a table from
+every combination of those facts to the one edge that holds, and refuses a table where some
+combination has no edge or several. The runtime asks ``Dispatch.next`` which edge to take. ``pause``, ``fail`` and
 ``resume`` are *interrupts*: the runtime fires them itself when a breakpoint matches, an error
 escapes, or a snapshot is resumed; they are declared here all the same, so that an undeclared
 pause (say, from IDLE) is refused.
@@ -17,6 +19,8 @@ pause (say, from IDLE) is refused.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -79,18 +83,21 @@ class Facts(Protocol):
         ...
 
 
+#: The names of the facts a guard may read.
+FACT_NAMES: tuple[str, ...] = ("has_tool_calls", "needs_confirmation", "strategy_paused", "exit_reached", "steps_left")
+
 Guard = Callable[[Facts], bool]
 
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One declared edge: ``trigger`` moves ``source`` to ``dest`` when ``guard`` holds."""
+    """One declared edge: ``trigger`` moves ``source`` to ``dest`` when the facts in ``when`` have those values."""
 
     trigger: str
     source: Phase
     dest: Phase
     condition: str = ""
-    guard: Guard | None = None
+    when: tuple[tuple[str, bool], ...] = ()
     interrupt: bool = False
 
     @property
@@ -98,9 +105,17 @@ class Transition:
         """``trigger [condition]``, as drawn on diagrams."""
         return f"{self.trigger} [{self.condition}]" if self.condition else self.trigger
 
+    @property
+    def guard(self) -> Guard | None:
+        """``when`` as a predicate over ``Facts`` (``None``: unguarded)."""
+        if not self.when:
+            return None
+        when = self.when
+        return lambda facts: all(bool(getattr(facts, name)) is value for name, value in when)
 
-def _edge(trigger: str, source: Phase, dest: Phase, condition: str = "", guard: Guard | None = None) -> Transition:
-    return Transition(trigger, source, dest, condition, guard)
+
+def _edge(trigger: str, source: Phase, dest: Phase, condition: str = "", **when: bool) -> Transition:
+    return Transition(trigger, source, dest, condition, tuple(when.items()))
 
 
 def _interrupts(trigger: str, dest: Phase, condition: str) -> list[Transition]:
@@ -110,31 +125,19 @@ def _interrupts(trigger: str, dest: Phase, condition: str) -> list[Transition]:
 P = Phase
 
 #: The whole control flow of an agent run. Order matters only for readability: the guards of the
-#: edges leaving one phase are mutually exclusive (a test checks it for every combination of facts).
+#: edges leaving one phase are mutually exclusive and cover every case (``Dispatch`` checks it).
 TRANSITIONS: tuple[Transition, ...] = (
     _edge("start", P.IDLE, P.LLM_CALL),
-    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, "reply has tool calls", lambda f: f.has_tool_calls),
-    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, "no tool calls to run", lambda f: not f.has_tool_calls),
-    _edge("confirm", P.TOOL_PENDING, P.CONFIRM, "a strategy covers a call", lambda f: f.needs_confirmation),
-    _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, "no strategy applies", lambda f: not f.needs_confirmation),
-    _edge("decided", P.CONFIRM, P.TOOL_RUN, "decisions made", lambda f: not f.strategy_paused),
-    _edge("hitl_pause", P.CONFIRM, P.PAUSED, "strategy pauses", lambda f: f.strategy_paused),
+    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, "reply has tool calls", has_tool_calls=True),
+    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, "no tool calls to run", has_tool_calls=False),
+    _edge("confirm", P.TOOL_PENDING, P.CONFIRM, "a strategy covers a call", needs_confirmation=True),
+    _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, "no strategy applies", needs_confirmation=False),
+    _edge("decided", P.CONFIRM, P.TOOL_RUN, "decisions made", strategy_paused=False),
+    _edge("hitl_pause", P.CONFIRM, P.PAUSED, "strategy pauses", strategy_paused=True),
     _edge("tools_done", P.TOOL_RUN, P.EXIT_CHECK),
-    _edge("exit", P.EXIT_CHECK, P.DONE, "exit condition met", lambda f: f.exit_reached),
-    _edge(
-        "max_steps",
-        P.EXIT_CHECK,
-        P.DONE,
-        "max_agent_steps reached",
-        lambda f: not f.exit_reached and not f.steps_left,
-    ),
-    _edge(
-        "continue",
-        P.EXIT_CHECK,
-        P.LLM_CALL,
-        "not met, steps left",
-        lambda f: not f.exit_reached and f.steps_left,
-    ),
+    _edge("exit", P.EXIT_CHECK, P.DONE, "exit condition met", exit_reached=True),
+    _edge("max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps reached", exit_reached=False, steps_left=False),
+    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, "not met, steps left", exit_reached=False, steps_left=True),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[Transition("resume", P.PAUSED, dest, "phase recorded in snapshot", interrupt=True) for dest in ACTIVE_PHASES],
     *_interrupts("fail", P.FAILED, "unhandled error"),
@@ -142,9 +145,14 @@ TRANSITIONS: tuple[Transition, ...] = (
 
 
 class Dispatch:
-    """The transition table compiled into dictionaries for the runtime's hot path."""
+    """The transition table compiled into dictionaries for the runtime's hot path.
 
-    __slots__ = ("_allowed", "_guarded", "_only")
+    For each phase with guarded edges: the facts its guards read (one ``operator.attrgetter``) and a
+    dictionary from each combination of their values to the edge that holds. Building it checks
+    that exactly one edge holds for every combination.
+    """
+
+    __slots__ = ("_allowed", "_decisions", "_only")
 
     def __init__(self, transitions: Iterable[Transition]) -> None:
         by_source: dict[Phase, list[Transition]] = {}
@@ -153,22 +161,30 @@ class Dispatch:
             allowed.setdefault((t.source, t.trigger), set()).add(t.dest)
             if not t.interrupt:
                 by_source.setdefault(t.source, []).append(t)
-        self._guarded = {source: tuple(edges) for source, edges in by_source.items()}
-        #: Phases with a single, unguarded way out: no guard to ask.
-        self._only = {
-            source: edges[0] for source, edges in self._guarded.items() if len(edges) == 1 and edges[0].guard is None
-        }
         self._allowed = {key: frozenset(dests) for key, dests in allowed.items()}
+        #: Phases with a single, unguarded way out: no fact to read.
+        self._only: dict[Phase, Transition] = {}
+        self._decisions: dict[Phase, tuple[Callable[[Any], Any], dict[Any, Transition]]] = {}
+        for source, edges in by_source.items():
+            if len(edges) == 1 and not edges[0].when:
+                self._only[source] = edges[0]
+            else:
+                self._decisions[source] = _decision_table(source, edges)
 
     def next(self, phase: Phase, facts: Facts) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``."""
         only = self._only.get(phase)
         if only is not None:
             return only
-        for t in self._guarded.get(phase, ()):
-            if t.guard is None or t.guard(facts):
-                return t
-        raise MachineError(f"No declared transition leaves {phase.value} for these facts; the table is incomplete.")
+        decision = self._decisions.get(phase)
+        if decision is None:
+            raise MachineError(f"No declared transition leaves {phase.value}.")
+        read, edges = decision
+        values = read(facts)
+        try:
+            return edges[values]
+        except (KeyError, TypeError):  # facts that are truthy or falsy but not bools
+            return edges[tuple(map(bool, values)) if type(values) is tuple else bool(values)]
 
     def check(self, source: Phase, trigger: str, dest: Phase) -> None:
         """Raise ``MachineError`` unless ``source --trigger--> dest`` is declared."""
@@ -177,6 +193,25 @@ class Dispatch:
                 f"Undeclared transition {source.value} --{trigger}--> {dest.value}; "
                 "every edge must be declared in agentfsm.machine.TRANSITIONS."
             )
+
+
+def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[Any], Any], dict[Any, Transition]]:
+    """The facts ``edges`` read and, for each combination of their values, the one edge that holds."""
+    names = sorted({name for t in edges for name, _ in t.when})
+    unknown = set(names) - set(FACT_NAMES)
+    if unknown:
+        raise MachineError(f"Guards out of {source.value} read unknown facts {sorted(unknown)}; facts: {FACT_NAMES}.")
+    table: dict[Any, Transition] = {}
+    for values in itertools.product((False, True), repeat=len(names)):
+        facts = dict(zip(names, values, strict=True))
+        holding = [t for t in edges if all(facts[name] is value for name, value in t.when)]
+        if len(holding) != 1:
+            raise MachineError(
+                f"Out of {source.value} with facts {facts}, {len(holding)} edges hold "
+                f"({[t.trigger for t in holding]}); the guards must hold for exactly one."
+            )
+        table[values if len(names) > 1 else values[0]] = holding[0]
+    return operator.attrgetter(*names), table
 
 
 DISPATCH = Dispatch(TRANSITIONS)

@@ -210,3 +210,26 @@ def test_active_phases_can_pause_and_fail() -> None:
         DISPATCH.check(phase, "pause", Phase.PAUSED)
         DISPATCH.check(phase, "fail", Phase.FAILED)
         DISPATCH.check(Phase.PAUSED, "resume", phase)
+
+
+def test_dispatch_refuses_guards_that_leave_a_case_open_or_overlap() -> None:
+    from agentfsm.machine import Dispatch, Transition
+
+    open_case = [Transition("go", Phase.EXIT_CHECK, Phase.DONE, when=(("exit_reached", True),))]
+    with pytest.raises(MachineError, match="0 edges hold"):
+        Dispatch(open_case)
+    overlap = [
+        Transition("a", Phase.EXIT_CHECK, Phase.DONE, when=(("exit_reached", True),)),
+        Transition("b", Phase.EXIT_CHECK, Phase.DONE, when=(("exit_reached", False),)),
+        Transition("c", Phase.EXIT_CHECK, Phase.LLM_CALL, when=(("steps_left", True),)),
+    ]
+    with pytest.raises(MachineError, match="2 edges hold"):
+        Dispatch(overlap)
+    with pytest.raises(MachineError, match="unknown facts"):
+        Dispatch([Transition("a", Phase.EXIT_CHECK, Phase.DONE, when=(("sunny", True),))])
+
+
+def test_dispatch_reads_truthy_facts_as_bools() -> None:
+    loose = FixedFacts(has_tool_calls=[1], exit_reached=0, steps_left=3)  # type: ignore[arg-type]
+    assert DISPATCH.next(Phase.LLM_CALL, loose).trigger == "tool_calls"
+    assert DISPATCH.next(Phase.EXIT_CHECK, loose).trigger == "continue"
