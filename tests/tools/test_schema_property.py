@@ -12,7 +12,8 @@ from agentfsm import ToolArgumentsError, create_tool_from_function
 
 
 def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    # JSON Schema counts a number with a zero fractional part (1.0) as an integer.
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
 # type -> does a JSON value belong to it (JSON rules: booleans are not numbers)
