@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from agentfsm.errors import AgentFSMError, ConfigurationError, ConfigurationTypeError, SnapshotError
@@ -374,12 +375,22 @@ def _check_generator(generator: Any) -> None:
     run = getattr(generator, "run", None)
     if not callable(run):
         raise ConfigurationTypeError(f"chat_generator must have a run() method, got {type(generator).__name__}.")
-    parameters = inspect.signature(run).parameters
-    if "tools" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+    function = getattr(run, "__func__", run)  # one signature per generator class, not per instance
+    try:
+        accepts = _accepts_tools(function)
+    except TypeError:  # an unhashable callable: not cached
+        accepts = _accepts_tools.__wrapped__(function)
+    if not accepts:
         raise ConfigurationTypeError(
             f"{type(generator).__name__}.run() does not accept a 'tools' parameter; the agent's chat generator "
             "must support tools."
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_tools(function: Callable[..., Any]) -> bool:
+    parameters = inspect.signature(function).parameters
+    return "tools" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> None:
