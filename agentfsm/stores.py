@@ -15,9 +15,11 @@ and resuming re-derives them. Each commit is one row, whatever the number of sna
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -218,6 +220,51 @@ class _Cursor:
     status: str | None = None
 
 
+class _Checkpointer:
+    """Checkpoints a WAL database from a background thread, every ``every`` commits and when stopped."""
+
+    def __init__(self, path: str, every: int = 256) -> None:
+        self._every = every
+        self._commits = 0
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=_checkpoint_loop,
+            args=(path, self._wake, self._stopping),
+            name="agentfsm-sqlite-checkpoint",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def committed(self) -> None:
+        """Count a commit; wake the thread every ``every`` commits."""
+        self._commits += 1
+        if self._commits % self._every == 0:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Checkpoint one last time and end the thread."""
+        self._stopping.set()
+        self._wake.set()
+        self._thread.join()
+
+
+def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        while True:
+            wake.wait()
+            wake.clear()
+            # PASSIVE: copies what it can without waiting for (or blocking) the writer. A failed
+            # checkpoint loses nothing: the WAL keeps the commits, and the next checkpoint copies them.
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            if stopping.is_set():
+                return
+    finally:
+        db.close()
+
+
 class SQLiteSnapshotStore:
     """Snapshots in one SQLite file (WAL mode); ``durable=True`` records every transition.
 
@@ -247,13 +294,22 @@ class SQLiteSnapshotStore:
         self.synchronous = synchronous
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        wal = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.executescript(_SCHEMA)
         self._cursors: dict[str, _Cursor] = {}
+        self._checkpointer: _Checkpointer | None = None
+        if wal:  # not for ":memory:"
+            # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
+            # of its own, no commit of a run pays for it (SQLite's advice for low-latency writers).
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._checkpointer = _Checkpointer(self.path)
+            self._closer = weakref.finalize(self, self._checkpointer.stop)
 
     def close(self) -> None:
-        """Close the database."""
+        """Stop the checkpoint thread and close the database."""
+        if self._checkpointer is not None:
+            self._closer()
         self._db.close()
 
     # -- writing ----------------------------------------------------------------------------------
@@ -294,6 +350,8 @@ class SQLiteSnapshotStore:
             blob = orjson.dumps(entries)
             row = (run_id, first_seq, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
         with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
             if row is not None and status is None:
                 self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
                 return

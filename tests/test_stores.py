@@ -249,3 +249,25 @@ def test_sqlite_synchronous_setting(tmp_path: Path, synchronous: Literal["OFF", 
 def test_sqlite_synchronous_must_be_a_known_level(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="synchronous must be"):
         SQLiteSnapshotStore(tmp_path / "runs.db", synchronous="SOMETIMES")  # type: ignore[arg-type]
+
+
+def test_sqlite_checkpoints_in_a_thread_and_stops_it_on_close(tmp_path: Path) -> None:
+    import threading
+
+    def checkpoint_threads() -> int:
+        return sum(t.name == "agentfsm-sqlite-checkpoint" for t in threading.enumerate())
+
+    before = checkpoint_threads()
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0, "no commit pays for a checkpoint"
+    assert checkpoint_threads() == before + 1
+    for _ in range(30):
+        agent(store).run(USER)
+    wal = tmp_path / "runs.db-wal"
+    store.close()
+    assert checkpoint_threads() == before
+    assert not wal.exists() or wal.stat().st_size == 0, "closing checkpointed the WAL into the database"
+    reopened = SQLiteSnapshotStore(tmp_path / "runs.db")
+    assert len(reopened.runs()) == 30
+    reopened.close()
+    assert SQLiteSnapshotStore(":memory:", durable=True)._checkpointer is None
