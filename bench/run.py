@@ -221,10 +221,12 @@ class SleepyModel:
         return {"replies": [ChatMessage.from_assistant(f"agent {self.index} done")]}
 
 
-def concurrency(agents: int, steps: int, in_threads: bool = True) -> dict[str, Any]:
+def concurrency(agents: int, steps: int, step_us: float, in_threads: bool = True) -> dict[str, Any]:
     """``agents`` concurrent run_async runs on one event loop; wall time, memory, and a cross-talk check.
 
     ``in_threads``: each sync tool call runs in a worker thread (the default), or inline on the loop.
+    The ideal is the model latency of one run (``steps`` x 10 ms); with ``step_us``, the CPU time
+    of a step in a sync run, the ideal plus overhead adds what all the steps cost on one core.
     """
 
     async def run_all() -> list[dict[str, Any]]:
@@ -253,12 +255,15 @@ def concurrency(agents: int, steps: int, in_threads: bool = True) -> dict[str, A
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     ideal = steps * 0.01
+    with_overhead = ideal + agents * steps * step_us / 1e6
     return {
         "agents": agents,
         "steps": steps,
         "wall_s": round(wall, 3),
         "ideal_s": ideal,
         "ratio_to_ideal": round(wall / ideal, 2),
+        "ideal_plus_overhead_s": round(with_overhead, 3),
+        "ratio_to_ideal_plus_overhead": round(wall / with_overhead, 2),
         "peak_kib_per_run": round(peak / agents / 1024, 1),
         "cross_talk": "none (checked)",
     }
@@ -393,14 +398,21 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         f"Concurrency: {c['agents']} agents with `run_async` on one event loop, {c['steps']} model calls of 10 ms "
-        f"each (ideal {c['ideal_s']} s), cross-talk between runs: {c['cross_talk']}.",
+        f"each; cross-talk between runs: {c['cross_talk']}. Ideal: {c['ideal_s']} s of model latency; plus "
+        f"overhead: {c['ideal_plus_overhead_s']} s, adding {c['agents'] * c['steps']} steps at the plain µs/step "
+        "above, all on one core.",
         "",
-        "| sync tool calls | wall s | x ideal | peak KiB per run |",
-        "|---|---:|---:|---:|",
-        f"| in worker threads (default) | {c['wall_s']} | {c['ratio_to_ideal']} | {c['peak_kib_per_run']} |",
-        f"| inline on the loop (`sync_tools_in_threads=False`) | {inline['wall_s']} | {inline['ratio_to_ideal']} | "
-        f"{inline['peak_kib_per_run']} |",
+        "| sync tool calls | wall s | x ideal | x (ideal + overhead) | peak KiB per run |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for label, row in (
+        ("in worker threads (default)", c),
+        ("inline on the loop (`sync_tools_in_threads=False`)", inline),
+    ):
+        lines.append(
+            f"| {label} | {row['wall_s']} | {row['ratio_to_ideal']} | {row['ratio_to_ideal_plus_overhead']} | "
+            f"{row['peak_kib_per_run']} |"
+        )
     if results["peers"]:
         plain_min = results["overhead"]["plain"]["min_us"]
         lines += [
@@ -452,6 +464,10 @@ def main(argv: list[str] | None = None) -> int:
     cpu = pin_to_one_cpu(args.cpu)
     steps, runs, sizes = (3, 2, [10, 100]) if args.quick else (50, 20, [10, 100, 1000])
     agents = 20 if args.quick else 1000
+    bare = bare_loop_us(steps, runs)
+    import_ms = import_time_ms(runs)
+    per_step = overhead(steps, runs)
+    step_us = per_step["plain"]["median_us"]
     results = {
         "machine": {
             "date": datetime.now(UTC).date().isoformat(),
@@ -462,13 +478,13 @@ def main(argv: list[str] | None = None) -> int:
         },
         "steps": steps,
         "runs": runs,
-        "bare_loop": bare_loop_us(steps, runs),
-        "import_ms": import_time_ms(runs),
-        "overhead": overhead(steps, runs),
+        "bare_loop": bare,
+        "import_ms": import_ms,
+        "overhead": per_step,
         "growth": growth(sizes, steps, max(runs // 2, 2)),
         "snapshots": snapshot_costs(sizes, runs),
-        "concurrency": concurrency(agents, 10),
-        "concurrency_inline_tools": concurrency(agents, 10, in_threads=False),
+        "concurrency": concurrency(agents, 10, step_us),
+        "concurrency_inline_tools": concurrency(agents, 10, step_us, in_threads=False),
         "peers": {} if args.quick or args.no_peers else peers(steps, runs),
     }
     args.out.mkdir(parents=True, exist_ok=True)
