@@ -307,7 +307,9 @@ class SQLiteSnapshotStore:
             self._closer = weakref.finalize(self, self._checkpointer.stop)
 
     def close(self) -> None:
-        """Stop the checkpoint thread and close the database."""
+        """Commit what is recorded, stop the checkpoint thread and close the database."""
+        for run_id, cursor in list(self._cursors.items()):
+            self._commit(run_id, cursor)
         if self._checkpointer is not None:
             self._closer()
         self._db.close()
@@ -342,7 +344,6 @@ class SQLiteSnapshotStore:
         entries, status = cursor.entries, cursor.status
         if not entries and status is None:
             return
-        cursor.entries, cursor.status = [], None
         row = None
         if entries:
             last = entries[-1][2]
@@ -350,21 +351,23 @@ class SQLiteSnapshotStore:
             blob = orjson.dumps(entries)
             row = (run_id, first_seq, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
         with self._lock:
-            if self._checkpointer is not None:
-                self._checkpointer.committed()
             if row is not None and status is None:
                 self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
-                return
-            now = now_iso()
-            self._db.execute("BEGIN")
-            try:
-                if row is not None:
-                    self._db.execute(_INSERT, row)
-                self._db.execute(_UPSERT_RUN, (run_id, status, now, now))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            else:
+                now = now_iso()
+                self._db.execute("BEGIN")
+                try:
+                    if row is not None:
+                        self._db.execute(_INSERT, row)
+                    self._db.execute(_UPSERT_RUN, (run_id, status, now, now))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+        # Only once written: a failed commit keeps the snapshots for the next one.
+        cursor.entries, cursor.status = [], None
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run."""
@@ -388,11 +391,10 @@ class SQLiteSnapshotStore:
         return cursor
 
     def _set_status(self, run_id: str, status: str) -> None:
-        cursor = self._cursors.pop(run_id, None)
-        if cursor is None:
-            cursor = _Cursor(next_seq=0)
+        cursor = self._cursors.get(run_id) or _Cursor(next_seq=0)
         cursor.status = status
         self._commit(run_id, cursor)
+        self._cursors.pop(run_id, None)  # the run is no longer written by this process
 
     # RunObserver: called by the runtime when the store is durable.
 

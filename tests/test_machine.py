@@ -233,3 +233,11 @@ def test_dispatch_reads_truthy_facts_as_bools() -> None:
     loose = FixedFacts(has_tool_calls=[1], exit_reached=0, steps_left=3)  # type: ignore[arg-type]
     assert DISPATCH.next(Phase.LLM_CALL, loose).trigger == "tool_calls"
     assert DISPATCH.next(Phase.EXIT_CHECK, loose).trigger == "continue"
+
+
+def test_fact_names_are_the_facts_protocol() -> None:
+    from agentfsm.machine import FACT_NAMES, Facts
+
+    declared = {name for name, value in vars(Facts).items() if isinstance(value, property)}
+    assert set(FACT_NAMES) == declared
+    assert {name for t in TRANSITIONS for name, _ in t.when} <= declared

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import orjson
 import pytest
 
-from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError
+from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.stores import JsonFileStore, RunInfo, SnapshotStore, SQLiteSnapshotStore
 from agentfsm.testing import comparable_result
@@ -271,3 +271,35 @@ def test_sqlite_checkpoints_in_a_thread_and_stops_it_on_close(tmp_path: Path) ->
     assert len(reopened.runs()) == 30
     reopened.close()
     assert SQLiteSnapshotStore(":memory:", durable=True)._checkpointer is None
+
+
+def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> None:
+    import sqlite3 as sqlite
+
+    from agentfsm import tool
+
+    db = tmp_path / "runs.db"
+    store = SQLiteSnapshotStore(db, durable=True)
+    store._db.execute("PRAGMA busy_timeout=0")  # fail at once instead of waiting for the other writer
+    other = sqlite.connect(db, isolation_level=None)
+
+    @tool
+    def grab_the_database() -> str:
+        """Another writer takes the database while this call runs."""
+        other.execute("BEGIN IMMEDIATE")
+        return "taken"
+
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("grab_the_database", {}, id="g1")])
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply, "done"]), tools=[grab_the_database], snapshot_store=store
+    )
+    with pytest.raises(sqlite.OperationalError, match="locked"):
+        agent.run(USER)
+    run_id = store.runs()[0].run_id
+    assert store.latest(run_id).completed_tool_results == {}, "the finished call could not be committed"
+    other.execute("ROLLBACK")
+    store.close()  # commits what the failed commits kept
+    reopened = SQLiteSnapshotStore(db)
+    assert reopened.runs()[0].status == "failed"
+    assert reopened.latest(run_id).completed_tool_results == {"g1": {"value": "taken"}}
+    reopened.close()
