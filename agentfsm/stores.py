@@ -176,39 +176,44 @@ class JsonFileStore:
 
 # -- SQLite -----------------------------------------------------------------------------------------
 
-_SCHEMA = """
+#: ``PRAGMA user_version`` of the database layout below.
+_LAYOUT_VERSION = 2
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
+    number INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL UNIQUE,
     status TEXT NOT NULL,       -- active, paused, done, failed
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
 );
+-- The key packs the run's number and the number of the batch's first snapshot: a batch is one row
+-- of one B-tree (no separate index to update), and a run's batches are one key range.
 CREATE TABLE IF NOT EXISTS snapshot_batches (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    seq INTEGER NOT NULL,       -- number of the first snapshot held; the batch holds seq .. seq + count - 1
+    key INTEGER PRIMARY KEY,    -- (run number << 32) + seq; the batch holds seq .. seq + count - 1
     count INTEGER NOT NULL,
     phase TEXT NOT NULL,        -- phase, step and time of the last snapshot held
     step INTEGER NOT NULL,
     created_at TEXT NOT NULL,
     full INTEGER NOT NULL,      -- 1: the first snapshot's messages and trace are the whole history
-    entries BLOB NOT NULL,      -- JSON [[new messages, new trace entries, every other field], ...]
-    PRIMARY KEY (run_id, seq)
+    entries BLOB NOT NULL       -- JSON [[new messages, new trace entries, every other field], ...]
 );
+PRAGMA user_version = {_LAYOUT_VERSION};
 """
+#: Snapshot numbers within a run's key range.
+_SEQ_BITS = 32
+_LAST_SEQ = (1 << _SEQ_BITS) - 1
 
 #: Entering these phases starts I/O (tool calls, confirmation): every snapshot before must be committed.
 _COMMIT_ON_ENTRY = frozenset({Phase.TOOL_RUN, Phase.CONFIRM})
-_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_UPSERT_RUN = (
-    "INSERT INTO runs VALUES (?, ?, ?, ?) ON CONFLICT(run_id) DO UPDATE SET "
-    "status = excluded.status, updated_at = excluded.updated_at"
-)
+_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?, ?)"
+_SET_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE number = ?"
 
 
 @dataclass(slots=True)
 class _Cursor:
     """What the store holds of a live run (so the next snapshot stores only what is new), and what it will hold."""
 
+    number: int  # the run's row in ``runs``
     next_seq: int
     messages_list_id: int = 0
     messages: int = -1  # -1: the next snapshot must be full
@@ -294,9 +299,15 @@ class SQLiteSnapshotStore:
         self.synchronous = synchronous
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            new = self._check_layout()  # before any change to a file that may not be ours
+        except BaseException:
+            self._db.close()
+            raise
         wal = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
         self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.executescript(_SCHEMA)
+        if new:
+            self._db.executescript(_SCHEMA)
         self._cursors: dict[str, _Cursor] = {}
         self._checkpointer: _Checkpointer | None = None
         if wal:  # not for ":memory:"
@@ -305,6 +316,26 @@ class SQLiteSnapshotStore:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._checkpointer = _Checkpointer(self.path)
             self._closer = weakref.finalize(self, self._checkpointer.stop)
+
+    def _check_layout(self) -> bool:
+        """True for an empty database (the tables are to be made); SnapshotError for someone else's."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        if version == _LAYOUT_VERSION:
+            return False
+        if version == 0 and tables == 0:
+            return True
+        raise SnapshotError(
+            f"{self.path} is not a snapshot database of this agentfsm version (layout {version}, "
+            f"expected {_LAYOUT_VERSION}). Use a new file; older snapshots can be moved with "
+            "load() and save() from the agentfsm version that wrote them."
+        )
+
+    def _number(self, run_id: str) -> int | None:
+        """The run's row number in ``runs``, or None for a run this database does not know."""
+        with self._lock:
+            row = self._db.execute("SELECT number FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else int(row[0])
 
     def close(self) -> None:
         """Commit what is recorded, stop the checkpoint thread and close the database."""
@@ -320,11 +351,18 @@ class SQLiteSnapshotStore:
         """The run's cursor; the first write of a run in this process marks it active."""
         cursor = self._cursors.get(run_id)
         if cursor is None:
-            with self._lock:
-                row = self._db.execute(
-                    "SELECT COALESCE(MAX(seq + count), 0) FROM snapshot_batches WHERE run_id = ?", (run_id,)
-                )
-                cursor = _Cursor(next_seq=int(row.fetchone()[0]), status="active")
+            number = self._number(run_id)
+            if number is None:
+                now = now_iso()
+                with self._lock:
+                    inserted = self._db.execute(
+                        "INSERT INTO runs (run_id, status, created_at, updated_at) VALUES (?, 'active', ?, ?) "
+                        "RETURNING number",
+                        (run_id, now, now),
+                    ).fetchone()
+                cursor = _Cursor(number=int(inserted[0]), next_seq=0)
+            else:
+                cursor = _Cursor(number=number, next_seq=self._count(run_id), status="active")
             self._cursors[run_id] = cursor
         return cursor
 
@@ -349,7 +387,8 @@ class SQLiteSnapshotStore:
             last = entries[-1][2]
             first_seq = cursor.next_seq - len(entries)
             blob = orjson.dumps(entries)
-            row = (run_id, first_seq, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
+            key = (cursor.number << _SEQ_BITS) + first_seq
+            row = (key, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
         with self._lock:
             if row is not None and status is None:
                 self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
@@ -359,7 +398,7 @@ class SQLiteSnapshotStore:
                 try:
                     if row is not None:
                         self._db.execute(_INSERT, row)
-                    self._db.execute(_UPSERT_RUN, (run_id, status, now, now))
+                    self._db.execute(_SET_STATUS, (status, now, cursor.number))
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
@@ -391,7 +430,7 @@ class SQLiteSnapshotStore:
         return cursor
 
     def _set_status(self, run_id: str, status: str) -> None:
-        cursor = self._cursors.get(run_id) or _Cursor(next_seq=0)
+        cursor = self._cursor(run_id)
         cursor.status = status
         self._commit(run_id, cursor)
         self._cursors.pop(run_id, None)  # the run is no longer written by this process
@@ -419,15 +458,20 @@ class SQLiteSnapshotStore:
 
     def _batches(self, run_id: str, seq: int | None = None) -> list[tuple[int, bytes]]:
         """``(first seq, entries)`` of the batches needed to rebuild snapshot ``seq`` (default: all)."""
+        number = self._number(run_id)
+        if number is None:
+            return []
+        first = number << _SEQ_BITS
         with self._lock:
             if seq is None:
-                query = "SELECT seq, entries FROM snapshot_batches WHERE run_id = ? ORDER BY seq"
-                return self._db.execute(query, (run_id,)).fetchall()
+                query = "SELECT key - ?, entries FROM snapshot_batches WHERE key BETWEEN ? AND ? ORDER BY key"
+                return self._db.execute(query, (first, first, first + _LAST_SEQ)).fetchall()
+            upto = first + min(seq, _LAST_SEQ)
             return self._db.execute(
-                "SELECT seq, entries FROM snapshot_batches WHERE run_id = ? AND seq <= ? AND seq >= "
-                "(SELECT COALESCE(MAX(seq), 0) FROM snapshot_batches WHERE run_id = ? AND seq <= ? AND full = 1) "
-                "ORDER BY seq",
-                (run_id, seq, run_id, seq),
+                "SELECT key - ?, entries FROM snapshot_batches WHERE key <= ? AND key >= "
+                "(SELECT COALESCE(MAX(key), ?) FROM snapshot_batches WHERE key BETWEEN ? AND ? AND full = 1) "
+                "ORDER BY key",
+                (first, upto, first, first, upto),
             ).fetchall()
 
     def load(self, run_id: str, seq: int) -> AgentSnapshot:
@@ -443,9 +487,16 @@ class SQLiteSnapshotStore:
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _count(self, run_id: str) -> int:
+        number = self._number(run_id)
+        if number is None:
+            return 0
+        first = number << _SEQ_BITS
         with self._lock:
-            query = "SELECT COALESCE(MAX(seq + count), 0) FROM snapshot_batches WHERE run_id = ?"
-            return int(self._db.execute(query, (run_id,)).fetchone()[0])
+            row = self._db.execute(
+                "SELECT key - ? + count FROM snapshot_batches WHERE key BETWEEN ? AND ? ORDER BY key DESC LIMIT 1",
+                (first, first, first + _LAST_SEQ),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot of the run."""
@@ -466,10 +517,11 @@ class SQLiteSnapshotStore:
         """Every run, most recently updated first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.run_id, r.status, b.phase, b.step, r.updated_at, b.seq + b.count FROM runs r "
-                "JOIN snapshot_batches b ON b.run_id = r.run_id "
-                "AND b.seq = (SELECT MAX(seq) FROM snapshot_batches WHERE run_id = r.run_id) "
-                "ORDER BY r.updated_at DESC"
+                "SELECT r.run_id, r.status, b.phase, b.step, r.updated_at, b.key - (r.number << ?) + b.count "
+                "FROM runs r JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
+                "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
+                "ORDER BY r.updated_at DESC",
+                (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
             ).fetchall()
         return [
             RunInfo(run_id, status, Phase(phase), step, count, updated)

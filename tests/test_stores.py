@@ -145,7 +145,7 @@ def test_durable_rows_hold_only_what_changed(tmp_path: Path) -> None:
     a = agent(store, script=script)
     a.run(history)
     db = sqlite3.connect(tmp_path / "runs.db")
-    rows = db.execute("SELECT full, entries FROM snapshot_batches ORDER BY seq").fetchall()
+    rows = db.execute("SELECT full, entries FROM snapshot_batches ORDER BY key").fetchall()
     # One row per commit: before each step's tool call, after it, and at the end.
     assert len(rows) == 5 + 5 + 1
     entries = [entry for _full, blob in rows for entry in orjson.loads(blob)]
@@ -302,4 +302,22 @@ def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> Non
     reopened = SQLiteSnapshotStore(db)
     assert reopened.runs()[0].status == "failed"
     assert reopened.latest(run_id).completed_tool_results == {"g1": {"value": "taken"}}
+    reopened.close()
+
+
+def test_sqlite_refuses_a_database_of_another_layout(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (text TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(SnapshotError, match="not a snapshot database of this agentfsm version"):
+        SQLiteSnapshotStore(other)
+    db = sqlite3.connect(other)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "the refused file was not changed"
+    db.close()
+    fresh = SQLiteSnapshotStore(tmp_path / "fresh.db")
+    fresh.close()
+    reopened = SQLiteSnapshotStore(tmp_path / "fresh.db")  # its own layout opens again
+    assert reopened.runs() == []
     reopened.close()
