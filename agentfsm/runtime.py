@@ -334,18 +334,17 @@ class AgentRun:
         if self.phase is not LLM_CALL:
             self._expect(LLM_CALL, "model_replied")
         replies = output.get("replies") if isinstance(output, dict) else None
+        if not isinstance(replies, list) or not replies:
+            raise _bad_output(output)
         calls: list[ToolCall] = []
-        for reply in replies or _NO_REPLY:
+        for reply in replies:
             if not isinstance(reply, ChatMessage):
-                raise ModelClientError(
-                    f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, "
-                    f"got {output!r}."
-                )
+                raise _bad_output(output)
             calls += reply.tool_calls
         self.step += 1
         self.steps_left = self.step < self.config.max_agent_steps
         self._data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
-        self._append_messages(replies)  # type: ignore[arg-type]  # checked above
+        self._append_messages(replies)
         self.has_tool_calls = bool(calls) and bool(self.config.tools or self.config.dynamic)
         self._last_calls = calls
         self._set_exit(None if self.has_tool_calls else "text")
@@ -411,12 +410,16 @@ class AgentRun:
         return data
 
 
-#: Stands in for a missing or empty ``replies`` list, so that the reply check rejects it.
-_NO_REPLY: tuple[Any, ...] = (None,)
 #: A ``TransitionRecord`` without the keyword-argument wrapper NamedTuple puts around tuple.__new__.
 _new_record = tuple.__new__
 _perf_counter = time.perf_counter
 _log_enabled = stdlib_logger.isEnabledFor
+
+
+def _bad_output(output: Any) -> ModelClientError:
+    return ModelClientError(
+        f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, got {output!r}."
+    )
 
 
 def call_key(call: ToolCall, index: int) -> str:

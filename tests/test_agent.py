@@ -226,11 +226,24 @@ def test_generator_errors() -> None:
         Agent(chat_generator=NoTools())  # type: ignore[arg-type]
 
     class Broken:
-        def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> Any:
-            return {"replies": ["not a message"]}
+        def __init__(self, output: Any) -> None:
+            self.output = output
 
-    with pytest.raises(ModelClientError, match="must return"):
-        Agent(chat_generator=Broken()).run(USER)
+        def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> Any:
+            return self.output
+
+    reply = ChatMessage.from_assistant("hi")
+    for output in (
+        {"replies": ["not a message"]},
+        {"replies": []},
+        {},
+        None,
+        {"replies": reply},
+        {"replies": (m for m in [reply])},
+        {"replies": [reply, "not a message"]},
+    ):
+        with pytest.raises(ModelClientError, match="must return"):
+            Agent(chat_generator=Broken(output)).run(USER)
 
 
 def test_streaming_callback_receives_text_tool_calls_and_results() -> None:

@@ -50,7 +50,7 @@ class PreparedCall:
     error: ToolError | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CallOutcome:
     """What running one prepared call produced: a value or an exception."""
 
