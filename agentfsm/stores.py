@@ -319,8 +319,11 @@ class SQLiteSnapshotStore:
 
     def _check_layout(self) -> bool:
         """True for an empty database (the tables are to be made); SnapshotError for someone else's."""
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        try:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise SnapshotError(f"{self.path} is not an SQLite database: {exc}.") from exc
         if version == _LAYOUT_VERSION:
             return False
         if version == 0 and tables == 0:

@@ -316,6 +316,10 @@ def test_sqlite_refuses_a_database_of_another_layout(tmp_path: Path) -> None:
     db = sqlite3.connect(other)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "the refused file was not changed"
     db.close()
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database, but a long enough text to fill the sqlite header space " * 3)
+    with pytest.raises(SnapshotError, match="not an SQLite database"):
+        SQLiteSnapshotStore(text)
     fresh = SQLiteSnapshotStore(tmp_path / "fresh.db")
     fresh.close()
     reopened = SQLiteSnapshotStore(tmp_path / "fresh.db")  # its own layout opens again
