@@ -372,7 +372,7 @@ class AgentRun:
         outcomes = [completed.get(key) or NOT_RUN for key in self._keys]
         messages = self.config.invoker.finish(self.pending, outcomes, self.state)
         self._append_messages(messages)
-        self._set_exit(self._tool_exit(messages))
+        self._set_exit(self._tool_exit(messages) if self.config.tool_exits else None)
         self.pending = []
         self.completed = {}
         self._advance()
@@ -380,8 +380,6 @@ class AgentRun:
 
     def _tool_exit(self, tool_messages: list[ChatMessage]) -> str | None:
         """The first exit-condition tool that ran in this step without an error, if any."""
-        if not self.config.tool_exits:
-            return None
         errors: dict[str, bool] = {}
         for message in tool_messages:
             result = message.tool_call_result

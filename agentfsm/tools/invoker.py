@@ -196,9 +196,16 @@ class ToolInvoker:
         ``None`` entries and calls that failed preparation are skipped. ``on_complete(index, outcome)``
         is called in the calling thread as each call finishes.
         """
+        report = on_complete or _ignore
+        if len(prepared) == 1:  # the common case: no lists of indexes, no pool
+            only = prepared[0]
+            if only is None or only.error is not None:
+                return [NOT_RUN]
+            outcome = self._call(only, streaming_callback)
+            report(0, outcome)
+            return [outcome]
         runnable = self._runnable(prepared)
         outcomes = [NOT_RUN] * len(prepared)
-        report = on_complete or _ignore
         if len(runnable) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
