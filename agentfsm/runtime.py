@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
@@ -105,7 +105,7 @@ class CallModel:
 class RunTools:
     """Execute these calls (``None``: already completed), report each to ``tool_completed``, then ``tools_ran``."""
 
-    calls: list[PreparedCall | None]
+    calls: Sequence[PreparedCall | None]
 
 
 @dataclass(slots=True)
@@ -350,19 +350,20 @@ class AgentRun:
         self._set_exit(None if self.has_tool_calls else "text")
         self._advance()
 
-    def to_execute(self) -> list[PreparedCall | None]:
+    def to_execute(self) -> Sequence[PreparedCall | None]:
         """The pending calls still to run: ``None`` where a call already completed before a pause or crash."""
         completed = self.completed
         if not completed:
-            return list(self.pending)
+            return self.pending
         return [None if key in completed else p for key, p in zip(self._keys, self.pending, strict=True)]
 
     def tool_completed(self, index: int, outcome: CallOutcome) -> None:
         """Record one finished call (observers may persist it, so a crash does not run it again)."""
         key = self._keys[index]
         self.completed[key] = outcome
-        for observer in self.config.observers:
-            observer.tool_completed(self, key)
+        if self._observers:
+            for observer in self._observers:
+                observer.tool_completed(self, key)
 
     def tools_ran(self) -> list[ChatMessage]:
         """Turn the completed calls into messages and move to the exit check; returns the new messages."""

@@ -86,6 +86,7 @@ def error_type_name(error: Exception) -> str:
 
 OnComplete = Callable[[int, CallOutcome], None]
 
+_TOOL_ROLE = ChatRole.TOOL  # an enum attribute lookup costs ~0.1 µs; this is one per tool call
 #: The outcome of a call that did not run (skipped, or failed preparation); never mutated.
 NOT_RUN = CallOutcome()
 
@@ -290,7 +291,7 @@ class ToolInvoker:
             result = self._result(p, outcome, state)
             if p.tool is not None and p.error is None:
                 counts[p.tool.name] = counts.get(p.tool.name, 0) + 1
-            messages.append(ChatMessage(ChatRole.TOOL, (result,)))
+            messages.append(ChatMessage(_TOOL_ROLE, (result,)))
         if definition is not None and counts is not current:
             state.set("tool_call_counts", counts)
         return messages
