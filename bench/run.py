@@ -367,6 +367,8 @@ def markdown(results: dict[str, Any]) -> str:
         "| configuration | median µs/step | min µs/step |",
         "|---|---:|---:|",
         f"| bare `while` loop (the floor) | {results['bare_loop']['median_us']} | {results['bare_loop']['min_us']} |",
+        f"| the same, at the end of the benchmark (steadiness of the machine) | "
+        f"{results['bare_loop_at_end']['median_us']} | {results['bare_loop_at_end']['min_us']} |",
     ]
     for name, row in results["overhead"].items():
         if isinstance(row, dict):
@@ -487,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency_inline_tools": concurrency(agents, 10, step_us, in_threads=False),
         "peers": {} if args.quick or args.no_peers else peers(steps, runs),
     }
+    # The same floor measured again at the end: how steady the machine was during the run.
+    results["bare_loop_at_end"] = bare_loop_us(steps, runs)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (args.out / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
