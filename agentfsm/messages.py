@@ -95,7 +95,7 @@ def _result_from_dict(data: Any) -> ToolResultContent:
     return [TextContent(p["text"]) if "text" in p else ImageContent.from_dict(p["image"]) for p in data]
 
 
-def _slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+def slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
     """The ``__set__`` of each named slot: writes a frozen dataclass's field without ``object.__setattr__``."""
     return tuple(cls.__dict__[name].__set__ for name in names)
 
@@ -139,7 +139,7 @@ class ToolCall:
         )
 
 
-_set_tool_name, _set_arguments, _set_id, _set_extra = _slot_setters(ToolCall, "tool_name", "arguments", "id", "extra")
+_set_tool_name, _set_arguments, _set_id, _set_extra = slot_setters(ToolCall, "tool_name", "arguments", "id", "extra")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -167,7 +167,7 @@ class ToolCallResult:
         )
 
 
-_set_result, _set_origin, _set_error = _slot_setters(ToolCallResult, "result", "origin", "error")
+_set_result, _set_origin, _set_error = slot_setters(ToolCallResult, "result", "origin", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +428,7 @@ class ChatMessage:
         return cls(role, (TextContent(content),), name, {})
 
 
-_set_role, _set_content, _set_name, _set_meta = _slot_setters(ChatMessage, "_role", "_content", "_name", "_meta")
+_set_role, _set_content, _set_name, _set_meta = slot_setters(ChatMessage, "_role", "_content", "_name", "_meta")
 
 
 def _openai_part(part: TextContent | ImageContent) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from agentfsm.messages import (
     ToolCall,
     ToolCallResult,
     ToolResultContent,
+    slot_setters,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.state import State, replace_values
@@ -50,12 +51,16 @@ class PreparedCall:
     error: ToolError | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CallOutcome:
     """What running one prepared call produced: a value or an exception."""
 
     value: Any = None
     error: Exception | None = None
+
+    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
+        _set_value(self, value)  # one per tool call: faster than a frozen dataclass's generated __init__
+        _set_error(self, error)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (kept in snapshots so that a finished call is not run again)."""
@@ -69,6 +74,9 @@ class CallOutcome:
         if "error_type" in data:
             return cls(error=RecordedToolError(data["error_type"], data["error"]))
         return cls(value=deserialize_value(data["value"]))
+
+
+_set_value, _set_error = slot_setters(CallOutcome, "value", "error")
 
 
 class RecordedToolError(Exception):
