@@ -19,7 +19,7 @@ from agentfsm.errors import (
     ToolInvocationError,
     ToolNotFoundError,
 )
-from agentfsm.logs import configure_logging
+from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.machine import TRANSITIONS, Phase, Transition
 from agentfsm.messages import (
     ChatMessage,
@@ -91,4 +91,5 @@ __all__ = [
     "merge_lists",
     "replace_values",
     "tool",
+    "use_standard_logging",
 ]

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import io
 import json
-import logging
 import os
 import platform
 import re
@@ -28,7 +27,7 @@ from typing import Any
 
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, ToolCall, tool
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.logs import configure_logging, stdlib_logger
+from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.runtime import AgentRun, TransitionRecord
 from agentfsm.stores import SQLiteSnapshotStore
 
@@ -102,8 +101,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
     try:
         results["logging"] = per_step_us(plain, steps, runs, user)
     finally:
-        stdlib_logger.handlers[:] = [h for h in stdlib_logger.handlers if h.get_name() != "agentfsm-configured"]
-        stdlib_logger.setLevel(logging.NOTSET)
+        use_standard_logging()
     results["snapshot_every_transition"] = per_step_us(in_memory_snapshots, steps, runs, user)
     with tempfile.TemporaryDirectory() as tmp:
         # One database for every run, as an application keeps it (opening and closing a WAL database

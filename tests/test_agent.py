@@ -423,3 +423,39 @@ def test_the_models_tool_calls_are_kept_as_sent() -> None:
     result = Agent(chat_generator=ScriptedChatGenerator([reply, "ok"]), tools=[get_weather]).run(USER)
     assert result["messages"][1].tool_calls[0].arguments == {"city": "Oslo"}
     assert result["messages"][2].tool_call_result.origin.arguments == {"city": "Oslo"}
+
+
+def test_configure_logging_writes_key_value_or_json_lines_straight_to_a_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import io
+
+    import orjson
+
+    from agentfsm import configure_logging, use_standard_logging
+
+    stream = io.StringIO()
+    try:
+        configure_logging(stream=stream)
+        result = make_agent([calls(call("add", "c1", a=1, b=2)), "3"], tools=[add]).run(USER)
+        lines = stream.getvalue().splitlines()
+        assert lines[0].startswith("level='debug' event='transition' ")
+        assert "source='IDLE' dest='LLM_CALL' trigger='start'" in lines[0]
+        assert len(lines) == len(result["trace"]) == 7, "one line per transition"
+
+        stream = io.StringIO()
+        configure_logging("INFO", json=True, stream=stream)
+        make_agent(["a", "b"], max_agent_steps=1).run(USER)
+        assert stream.getvalue() == "", "no transitions at INFO, and one text reply ends the run"
+        make_agent([calls(call("add", "c1", a=1, b=2))], tools=[add], max_agent_steps=1).run(USER)
+        [warning] = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+        assert warning["level"] == "warning" and warning["event"] == "max_agent_steps reached"
+        assert not caplog.records, "events written to the stream do not go through the standard logger too"
+
+        with pytest.raises(ValueError, match="Unknown logging level"):
+            configure_logging("LOUD")
+    finally:
+        use_standard_logging()
+    with caplog.at_level(logging.DEBUG, logger="agentfsm"):
+        make_agent(["hi"]).run(USER)
+    assert [r.msg["event"] for r in caplog.records] == ["transition"] * 3, "back on the standard logger"

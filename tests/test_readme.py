@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfsm.logs import stdlib_logger
+from agentfsm.logs import stdlib_logger, use_standard_logging
 from agentfsm.serialization import _user_allowed
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
@@ -24,6 +24,7 @@ def isolated_globals() -> Iterator[None]:
     handlers, level = list(stdlib_logger.handlers), stdlib_logger.level
     allowed = set(_user_allowed)
     yield
+    use_standard_logging()
     stdlib_logger.handlers[:] = handlers
     stdlib_logger.setLevel(level)
     _user_allowed.clear()
