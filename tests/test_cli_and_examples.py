@@ -46,7 +46,7 @@ def test_quickstart_example_runs() -> None:
     assert "Rome is warmer" in done.stdout
     assert "visited: ['Rome']" in done.stdout
     assert "path: IDLE -> LLM_CALL -> TOOL_PENDING -> TOOL_RUN -> EXIT_CHECK -> LLM_CALL" in done.stdout
-    assert "trigger=tools_done" in done.stderr
+    assert "trigger='tools_done'" in done.stderr
 
 
 def test_pause_and_resume_example_runs() -> None:
