@@ -52,3 +52,4 @@ if __name__ == "__main__":
     )
     print(resumed.run(snapshot=snapshot)["last_message"].text)
     print(f"each lookup ran once: {done}")
+    store.close()
