@@ -6,9 +6,9 @@ transition and every finished tool call, storing only what changed (new messages
 entries and the small rest), so the cost per transition does not grow with the conversation.
 After a crash, ``latest(run_id)`` resumes the run without repeating finished tool calls.
 
-A durable store commits a run's rows when they must be durable: before the run's tools start
-(so the model reply that asked for them is never requested again), as each tool call finishes,
-and when the run ends or pauses. Snapshots of the transitions in between, which follow from the
+A durable store commits a run's snapshots when they must be durable: before the run's tools
+start (so the model reply that asked for them is never requested again), as each tool call
+finishes, and when the run ends, pauses or fails. Snapshots of the transitions in between, which follow from the
 committed ones without any I/O, are committed with the next of those: a crash can lose them,
 and resuming re-derives them. Each commit is one row, whatever the number of snapshots it holds.
 """
@@ -372,6 +372,8 @@ class SQLiteSnapshotStore:
     def _add(self, run_id: str, full: bool, messages: list[Any], trace: list[Any], body: dict[str, Any]) -> int:
         """Record a snapshot, committed by the next ``_commit``; returns its number. A full one starts a batch."""
         cursor = self._cursor(run_id)
+        if cursor.next_seq > _LAST_SEQ:
+            raise SnapshotError(f"Run {run_id!r} has {cursor.next_seq} snapshots, the most one run can keep.")
         if full and cursor.entries:
             self._commit(run_id, cursor)
         if not cursor.entries:
