@@ -152,7 +152,6 @@ class AgentRun:
         self._observers = config.observers
         self._break_point = config.break_point
         self._messages_in_place = state.schema["messages"]["handler"] is merge_lists
-        self._tool_list = list(config.tools.values())
         self._entered = time.perf_counter()
         #: Facts: the last reply asked for tool calls and this run has tools to run them.
         self.has_tool_calls = False
@@ -270,9 +269,6 @@ class AgentRun:
             tools.update((t.name, t) for t in toolset)
         return tools
 
-    def _tools_for_model(self) -> list[Tool]:
-        return list(self.current_tools().values()) if self.config.dynamic else list(self._tool_list)
-
     def _advance(self) -> None:
         self._take(DISPATCH.next(self.phase, self))
 
@@ -300,7 +296,7 @@ class AgentRun:
         while True:
             phase = self.phase
             if phase is LLM_CALL:
-                return CallModel(self._data["messages"], self._tools_for_model())
+                return CallModel(self._data["messages"], list(self.current_tools().values()))
             if phase is TOOL_RUN:
                 return RunTools(self.to_execute())
             if phase is DONE:

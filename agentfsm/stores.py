@@ -365,7 +365,7 @@ class SQLiteSnapshotStore:
                     ).fetchone()
                 cursor = _Cursor(number=int(inserted[0]), next_seq=0)
             else:
-                cursor = _Cursor(number=number, next_seq=self._count(run_id), status="active")
+                cursor = _Cursor(number=number, next_seq=self._count(number), status="active")
             self._cursors[run_id] = cursor
         return cursor
 
@@ -491,10 +491,8 @@ class SQLiteSnapshotStore:
                     return AgentSnapshot.from_dict({**body, "messages": messages, "trace": trace})
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
-    def _count(self, run_id: str) -> int:
-        number = self._number(run_id)
-        if number is None:
-            return 0
+    def _count(self, number: int) -> int:
+        """How many snapshots the run numbered ``number`` has."""
         first = number << _SEQ_BITS
         with self._lock:
             row = self._db.execute(
@@ -505,7 +503,8 @@ class SQLiteSnapshotStore:
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot of the run."""
-        count = self._count(run_id)
+        number = self._number(run_id)
+        count = 0 if number is None else self._count(number)
         if count == 0:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.path}.")
         return self.load(run_id, count - 1)
