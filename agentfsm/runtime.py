@@ -147,6 +147,7 @@ class AgentRun:
         self.completed: dict[str, CallOutcome] = {}
         self.snapshot: AgentSnapshot | None = None
         self._last_calls: list[ToolCall] = []
+        self._pending_data: list[dict[str, Any]] | None = None  # _last_calls serialized, once per reply
         self._keys: list[str] = []
         self._data = state.data
         self._observers = config.observers
@@ -221,26 +222,39 @@ class AgentRun:
 
     def make_snapshot(self, phase: Phase | None = None, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
         """The run as data, to be resumed in ``phase`` (default: the current phase)."""
+        fields = self.snapshot_body(phase or self.phase, break_point)
+        # The containers the body shares with the run are copied: the snapshot is the caller's to change.
+        fields["pending_tool_calls"] = list(fields["pending_tool_calls"])
+        fields["completed_tool_results"] = dict(fields["completed_tool_results"])
+        fields["created_at"] = now_iso()
+        fields["messages"] = [m.to_dict() for m in self.state.data.get("messages") or []]
+        fields["trace"] = [r.to_dict() for r in self.trace]
         # Built from the run's own data, valid by construction: validation is for snapshots being loaded.
-        return AgentSnapshot.model_construct(
-            **self.snapshot_body(phase or self.phase, break_point),
-            messages=[m.to_dict() for m in self.state.data.get("messages") or []],
-            trace=[r.to_dict() for r in self.trace],
-        )
+        return AgentSnapshot.model_construct(**fields)
 
     def snapshot_body(self, phase: Phase, break_point: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The snapshot fields except ``messages`` and ``trace``, which grow with the run."""
+        """The snapshot fields except ``messages`` and ``trace``, which grow with the run, and ``created_at``.
+
+        A field that has not changed since the last body is the same object as in that body (a
+        durable store keeps only what changed); the values are not to be modified.
+        """
+        if self.has_tool_calls and phase in _CALL_PHASES:
+            pending = self._pending_data
+            if pending is None:
+                pending = self._pending_data = [c.to_dict() for c in self._last_calls]
+        else:
+            pending = _NO_CALLS
+        completed = self.completed
         return {
             "run_id": self.run_id,
             "phase": phase,
             "step": self.step,
             "state": serialize_value({k: v for k, v in self.state.data.items() if k != "messages"}),
-            "pending_tool_calls": [c.to_dict() for c in self._last_calls] if self.has_tool_calls else [],
-            "completed_tool_results": {key: outcome.to_dict() for key, outcome in self.completed.items()},
+            "pending_tool_calls": pending,
+            "completed_tool_results": {k: o.to_dict() for k, o in completed.items()} if completed else _NO_RESULTS,
             "exit_reason": self.exit_reason,
             "break_point": break_point,
             "agent_fingerprint": self.config.fingerprint,
-            "created_at": now_iso(),
         }
 
     @classmethod
@@ -343,6 +357,7 @@ class AgentRun:
         self._append_messages(replies)
         self.has_tool_calls = bool(calls) and bool(self.config.tools or self.config.dynamic)
         self._last_calls = calls
+        self._pending_data = None
         self._set_exit(None if self.has_tool_calls else "text")
         self._advance()
 
@@ -404,6 +419,12 @@ class AgentRun:
         data["trace"] = list(self.trace)
         return data
 
+
+#: The phases whose snapshots list the last reply's tool calls: they are pending until the tools ran.
+_CALL_PHASES = frozenset({TOOL_PENDING, CONFIRM, TOOL_RUN})
+#: Shared by every snapshot body without pending calls or completed results (never modified).
+_NO_CALLS: list[dict[str, Any]] = []
+_NO_RESULTS: dict[str, Any] = {}
 
 #: A ``TransitionRecord`` without the keyword-argument wrapper NamedTuple puts around tuple.__new__.
 _new_record = tuple.__new__

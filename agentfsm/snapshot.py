@@ -315,6 +315,11 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def iso_from_timestamp(timestamp: float) -> str:
+    """A ``time.time()`` value in the format of ``now_iso``."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()
+
+
 def pause_exception(snapshot: AgentSnapshot) -> BreakpointException:
     """The ``BreakpointException`` for a paused run; writes the snapshot file if the breakpoint asks."""
     directory = (snapshot.break_point or {}).get("snapshot_file_path")

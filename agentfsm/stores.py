@@ -3,7 +3,8 @@
 Both keep every snapshot saved for a run (``history``), return the newest (``latest``) and list
 runs (``runs``). The SQLite store also has a *durable* mode: it records a snapshot at every
 transition and every finished tool call, storing only what changed (new messages, new trace
-entries and the small rest), so the cost per transition does not grow with the conversation.
+entries, the fields that differ from the snapshot before), so the cost per transition does not
+grow with the conversation.
 After a crash, ``latest(run_id)`` resumes the run without repeating finished tool calls.
 
 A durable store commits a run's snapshots when they must be durable: before the run's tools
@@ -19,6 +20,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ import orjson
 from agentfsm.errors import ConfigurationError, SnapshotError
 from agentfsm.machine import ACTIVE_PHASES, Phase
 from agentfsm.runtime import AgentRun, TransitionRecord
-from agentfsm.snapshot import AgentSnapshot, now_iso
+from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +179,7 @@ class JsonFileStore:
 # -- SQLite -----------------------------------------------------------------------------------------
 
 #: ``PRAGMA user_version`` of the database layout below.
-_LAYOUT_VERSION = 2
+_LAYOUT_VERSION = 3
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     number INTEGER PRIMARY KEY,
@@ -191,11 +193,14 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS snapshot_batches (
     key INTEGER PRIMARY KEY,    -- (run number << 32) + seq; the batch holds seq .. seq + count - 1
     count INTEGER NOT NULL,
-    phase TEXT NOT NULL,        -- phase, step and time of the last snapshot held
+    phase TEXT NOT NULL,        -- phase and step of the last snapshot held
     step INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
     full INTEGER NOT NULL,      -- 1: the first snapshot's messages and trace are the whole history
-    entries BLOB NOT NULL       -- JSON [[new messages, new trace entries, every other field], ...]
+    -- JSON [[new messages, new trace entries, changed fields, created_at], ...]: trace entries are
+    -- [step, source, dest, trigger, duration_us]; the first snapshot of a batch has every other
+    -- field, the next ones those that changed; created_at is a time.time() value for recorded
+    -- snapshots, the snapshot's own string for saved ones.
+    entries BLOB NOT NULL
 );
 PRAGMA user_version = {_LAYOUT_VERSION};
 """
@@ -205,7 +210,9 @@ _LAST_SEQ = (1 << _SEQ_BITS) - 1
 
 #: Entering these phases starts I/O (tool calls, confirmation): every snapshot before must be committed.
 _COMMIT_ON_ENTRY = frozenset({Phase.TOOL_RUN, Phase.CONFIRM})
-_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?, ?)"
+#: A stored trace entry's values, in order.
+_TRACE_FIELDS = TransitionRecord._fields
+_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?)"
 _SET_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE number = ?"
 
 
@@ -223,6 +230,8 @@ class _Cursor:
     entries: list[list[Any]] = field(default_factory=list)
     full: bool = False
     status: str | None = None
+    #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
+    body: dict[str, Any] | None = None
 
 
 class _Checkpointer:
@@ -268,6 +277,11 @@ def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event
                 return
     finally:
         db.close()
+
+
+def _created_at(stored: str | float) -> str:
+    """A stored ``created_at`` as the snapshot field: recorded snapshots keep a ``time.time()`` value."""
+    return stored if isinstance(stored, str) else iso_from_timestamp(stored)
 
 
 class SQLiteSnapshotStore:
@@ -369,16 +383,30 @@ class SQLiteSnapshotStore:
             self._cursors[run_id] = cursor
         return cursor
 
-    def _add(self, run_id: str, full: bool, messages: list[Any], trace: list[Any], body: dict[str, Any]) -> int:
+    def _add(
+        self,
+        run_id: str,
+        cursor: _Cursor,
+        full: bool,
+        messages: list[Any],
+        trace: list[Any],
+        body: dict[str, Any],
+        created_at: str | float,
+    ) -> int:
         """Record a snapshot, committed by the next ``_commit``; returns its number. A full one starts a batch."""
-        cursor = self._cursor(run_id)
         if cursor.next_seq > _LAST_SEQ:
             raise SnapshotError(f"Run {run_id!r} has {cursor.next_seq} snapshots, the most one run can keep.")
         if full and cursor.entries:
             self._commit(run_id, cursor)
-        if not cursor.entries:
+        last = cursor.body
+        cursor.body = body
+        if cursor.entries:
+            assert last is not None
+            # A field the run did not change is the same object as in the last body (see snapshot_body).
+            body = {key: value for key, value in body.items() if value is not last[key]}
+        else:
             cursor.full = full
-        cursor.entries.append([messages, trace, body])
+        cursor.entries.append([messages, trace, body, created_at])
         cursor.next_seq += 1
         return cursor.next_seq - 1
 
@@ -389,11 +417,12 @@ class SQLiteSnapshotStore:
             return
         row = None
         if entries:
-            last = entries[-1][2]
+            last = cursor.body
+            assert last is not None
             first_seq = cursor.next_seq - len(entries)
             blob = orjson.dumps(entries)
             key = (cursor.number << _SEQ_BITS) + first_seq
-            row = (key, len(entries), last["phase"], last["step"], last["created_at"], cursor.full, blob)
+            row = (key, len(entries), last["phase"], last["step"], cursor.full, blob)
         with self._lock:
             if row is not None and status is None:
                 self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
@@ -409,16 +438,17 @@ class SQLiteSnapshotStore:
                     self._db.execute("ROLLBACK")
                     raise
         # Only once written: a failed commit keeps the snapshots for the next one.
-        cursor.entries, cursor.status = [], None
+        cursor.entries, cursor.status, cursor.body = [], None, None
         if self._checkpointer is not None:
             self._checkpointer.committed()
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run."""
         data = snapshot.to_dict()
-        messages, trace = data.pop("messages"), data.pop("trace")
-        seq = self._add(snapshot.run_id, True, messages, trace, data)
-        cursor = self._cursors[snapshot.run_id]
+        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
+        trace = [[r["step"], r["source"], r["dest"], r["trigger"], r["duration_us"]] for r in trace]
+        cursor = self._cursor(snapshot.run_id)
+        seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
         self._commit(snapshot.run_id, cursor)
         cursor.messages = -1  # the next durable snapshot starts from a full one
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
@@ -430,7 +460,9 @@ class SQLiteSnapshotStore:
         full = cursor.messages < 0 or cursor.messages_list_id != id(history) or cursor.messages > len(history)
         since, trace_since = (0, 0) if full else (cursor.messages, cursor.trace)
         messages = [m.to_dict() for m in history[since:]]
-        self._add(run.run_id, full, messages, [r.to_dict() for r in run.trace[trace_since:]], run.snapshot_body(phase))
+        trace = [list(r) for r in run.trace[trace_since:]]
+        # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
+        self._add(run.run_id, cursor, full, messages, trace, run.snapshot_body(phase), time.time())
         cursor.messages_list_id, cursor.messages, cursor.trace = id(history), len(history), len(run.trace)
         return cursor
 
@@ -484,11 +516,20 @@ class SQLiteSnapshotStore:
         messages: list[Any] = []
         trace: list[Any] = []
         for first, blob in self._batches(run_id, seq):
-            for number, (new_messages, new_trace, body) in enumerate(orjson.loads(blob), start=first):
+            body: dict[str, Any] = {}
+            for number, (new_messages, new_trace, changed, created_at) in enumerate(orjson.loads(blob), start=first):
                 messages.extend(new_messages)
                 trace.extend(new_trace)
+                body.update(changed)
                 if number == seq:
-                    return AgentSnapshot.from_dict({**body, "messages": messages, "trace": trace})
+                    return AgentSnapshot.from_dict(
+                        {
+                            **body,
+                            "messages": messages,
+                            "trace": [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace],
+                            "created_at": _created_at(created_at),
+                        }
+                    )
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _count(self, number: int) -> int:
@@ -513,8 +554,10 @@ class SQLiteSnapshotStore:
         """Every snapshot of the run, oldest first."""
         infos = []
         for first, blob in self._batches(run_id):
-            for number, (_messages, _trace, body) in enumerate(orjson.loads(blob), start=first):
-                infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], body["created_at"]))
+            body: dict[str, Any] = {}
+            for number, (_messages, _trace, changed, created_at) in enumerate(orjson.loads(blob), start=first):
+                body.update(changed)
+                infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at)))
         return infos
 
     def runs(self) -> list[RunInfo]:

@@ -5,16 +5,20 @@ import os
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.machine import ACTIVE_PHASES
+from agentfsm.runtime import AgentRun, TransitionRecord
 from agentfsm.stores import JsonFileStore, RunInfo, SnapshotStore, SQLiteSnapshotStore
-from agentfsm.testing import comparable_result
+from agentfsm.testing import comparable_result, scripted_conversations
 from tests.helpers import (
     CRASH_ON,
     KILL_SCRIPT,
@@ -107,9 +111,12 @@ def test_json_store_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path) -> None:
     store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
     baseline = comparable_result(agent().run(USER))
+    started = datetime.now(UTC)
     result = agent(store).run(USER)
     run_id = store.runs()[0].run_id
     history = store.history(run_id)
+    times = [datetime.fromisoformat(h.created_at) for h in history]
+    assert started <= times[0] and times == sorted(times) and times[-1] <= datetime.now(UTC)
     p = Phase
     # One row per transition into an active phase, plus one per finished tool call inside TOOL_RUN.
     assert [(h.phase, h.step) for h in history] == [
@@ -151,7 +158,7 @@ def test_durable_rows_hold_only_what_changed(tmp_path: Path) -> None:
     entries = [entry for _full, blob in rows for entry in orjson.loads(blob)]
     assert rows[0][0] == 1 and len(entries[0][0]) == 1000, "the first snapshot holds the history"
     assert all(full == 0 for full, _ in rows[1:])
-    for messages, trace, _body in entries[1:]:
+    for messages, trace, _body, _created_at in entries[1:]:
         assert len(messages) <= 2 and len(trace) <= 2
     run_id = store.runs()[0].run_id
     assert len(store.latest(run_id).messages) == 1000 + 2 * 5 + 1  # five (call, result) pairs and the answer
@@ -234,6 +241,52 @@ def test_fork_an_earlier_point_of_a_durable_run(tmp_path: Path) -> None:
     assert forked["messages"][:3] == original["messages"][:3], "the branch shares the history up to the fork"
     assert {r.run_id: r.status for r in store.runs()} == {run_id: "done", branch.run_id: "done"}
     assert len(store.history(run_id)) == 13, "the original run is untouched"
+
+
+class RecordingStore(SQLiteSnapshotStore):
+    """A durable store that also keeps the whole snapshot of every point it records, for comparison."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:", durable=True)
+        self.taken: list[AgentSnapshot] = []
+
+    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
+        if record.dest in ACTIVE_PHASES:
+            self.taken.append(run.make_snapshot(record.dest))
+        super().transition(run, record)
+
+    def tool_completed(self, run: AgentRun, key: str) -> None:
+        self.taken.append(run.make_snapshot(Phase.TOOL_RUN))
+        super().tool_completed(run, key)
+
+
+def without_time(snapshot: AgentSnapshot) -> dict[str, Any]:
+    return {k: v for k, v in snapshot.to_dict().items() if k != "created_at"}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripted_conversations([add, remember, flaky], max_replies=5))
+def test_durable_snapshots_load_as_the_whole_snapshot_of_their_point(script: list[ChatMessage]) -> None:
+    store = RecordingStore()
+    agent(store, script=script).run(USER, prefix="> ")
+    run_id = store.runs()[0].run_id
+    history = store.history(run_id)
+    assert len(history) == len(store.taken)
+    for info, taken in zip(history, store.taken, strict=True):
+        assert (info.phase, info.step) == (taken.phase, taken.step)
+        assert without_time(store.load(run_id, info.seq)) == without_time(taken), f"snapshot {info.seq}"
+    store.close()
+
+
+def test_pending_calls_are_listed_until_their_tools_ran(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    agent(store).run(USER)
+    run_id = store.runs()[0].run_id
+    for info in store.history(run_id):
+        pending = store.load(run_id, info.seq).pending_tool_calls
+        tool_phase = info.phase in (Phase.TOOL_PENDING, Phase.CONFIRM, Phase.TOOL_RUN)
+        assert bool(pending) == tool_phase, f"{info.phase} at step {info.step}"
+    store.close()
 
 
 @pytest.mark.parametrize("synchronous", ["OFF", "NORMAL", "FULL"])
