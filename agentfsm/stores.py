@@ -263,16 +263,26 @@ class _Checkpointer:
         self._thread.join()
 
 
+#: Past this size, the checkpoint thread makes the writer start the WAL over (see _checkpoint_loop).
+_WAL_RESTART_BYTES = 8 * 1024 * 1024
+
+
 def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event) -> None:
     db = sqlite3.connect(path, isolation_level=None)
     try:
         while True:
             wake.wait()
             wake.clear()
-            # PASSIVE: copies what it can without waiting for (or blocking) the writer. A failed
-            # checkpoint loses nothing: the WAL keeps the commits, and the next checkpoint copies them.
-            with contextlib.suppress(sqlite3.Error):
+            # A failed checkpoint loses nothing: the WAL keeps the commits, and the next one copies them.
+            with contextlib.suppress(sqlite3.Error, OSError):
+                # PASSIVE copies what it can without waiting for (or blocking) the writer.
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                # The writer starts the WAL over only when it finds every frame copied, which never
+                # happens while commits keep coming: the WAL would grow without end. Past the limit,
+                # RESTART copies the frames added since the passive pass (the writer waits for it, a
+                # few milliseconds) and makes the next commit start the WAL from the beginning.
+                if os.path.getsize(f"{path}-wal") > _WAL_RESTART_BYTES:
+                    db.execute("PRAGMA wal_checkpoint(RESTART)")
             if stopping.is_set():
                 return
     finally:
@@ -328,6 +338,8 @@ class SQLiteSnapshotStore:
             # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
             # of its own, no commit of a run pays for it (SQLite's advice for low-latency writers).
             self._db.execute("PRAGMA wal_autocheckpoint=0")
+            # The WAL file is cut back to this size when it starts over (it keeps its largest size otherwise).
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_RESTART_BYTES}")
             self._checkpointer = _Checkpointer(self.path)
             self._closer = weakref.finalize(self, self._checkpointer.stop)
 

@@ -17,7 +17,7 @@ from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, Chat
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.runtime import AgentRun, TransitionRecord
-from agentfsm.stores import JsonFileStore, RunInfo, SnapshotStore, SQLiteSnapshotStore
+from agentfsm.stores import _WAL_RESTART_BYTES, JsonFileStore, RunInfo, SnapshotStore, SQLiteSnapshotStore
 from agentfsm.testing import comparable_result, scripted_conversations
 from tests.helpers import (
     CRASH_ON,
@@ -324,6 +324,19 @@ def test_sqlite_checkpoints_in_a_thread_and_stops_it_on_close(tmp_path: Path) ->
     assert len(reopened.runs()) == 30
     reopened.close()
     assert SQLiteSnapshotStore(":memory:", durable=True)._checkpointer is None
+
+
+def test_the_wal_stays_bounded_while_commits_keep_coming(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    script = [calls(call("add", f"c{i}", a=i, b=1)) for i in range(100)] + ["done"]
+    for _ in range(40):  # back to back: the WAL is never found fully copied between two commits
+        agent(store, script=script).run(USER)
+    commits = store._db.execute("SELECT COUNT(*) FROM snapshot_batches").fetchone()[0]
+    page = store._db.execute("PRAGMA page_size").fetchone()[0]
+    assert commits * page > 3 * _WAL_RESTART_BYTES, "every commit adds a page or more to the WAL"
+    wal = (tmp_path / "runs.db-wal").stat().st_size
+    assert wal <= _WAL_RESTART_BYTES + 4 * 1024 * 1024, f"a WAL of {wal} bytes after {commits} commits"
+    store.close()
 
 
 def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> None:
