@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import io
 import json
@@ -20,11 +21,12 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, ToolCall, tool
 from agentfsm.generators import ScriptedChatGenerator
@@ -56,68 +58,95 @@ def workload_agent(steps: int, **agent_kwargs: Any) -> Agent:
     )
 
 
-def user_message() -> ChatMessage:
-    """The workload's one input message."""
-    return ChatMessage.from_user("go")
-
-
 def history(n: int) -> list[ChatMessage]:
     """A conversation of ``n`` messages to start from."""
     return [ChatMessage.from_user(f"earlier message number {i} with some words in it") for i in range(n)]
 
 
-class SnapshotEveryTransition:
-    """An observer that takes an in-memory snapshot at every transition (and encodes it)."""
+class WholeSnapshotEveryTransition(SQLiteSnapshotStore):
+    """A durable store that encodes the whole snapshot at every transition and keeps the bytes in
+    memory: what recording costs without deltas."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:", durable=True)
+        self.encoded: list[bytes] = []
 
     def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        run.make_snapshot().to_bytes()
+        self.encoded.append(run.make_snapshot().to_bytes())
 
     def tool_completed(self, run: AgentRun, key: str) -> None:
-        """Nothing to do per tool call."""
+        self.encoded.append(run.make_snapshot().to_bytes())
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """How to build the agent of one timed run, and the setting (a context manager) it runs in."""
+
+    make_agent: Callable[[], Agent]
+    setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def transition_logging() -> Iterator[None]:
+    """``configure_logging()`` on (writing to memory) for the duration."""
+    configure_logging(stream=io.StringIO())
+    try:
+        yield
+    finally:
+        use_standard_logging()
 
 
 def per_step_us(
-    make_agent: Callable[[], Agent], steps: int, runs: int, messages: list[ChatMessage]
-) -> dict[str, float]:
-    """Median and min microseconds per step (model call + tool call) over ``runs`` timed runs."""
-    make_agent().run(messages)  # warm-up
-    samples = []
+    configurations: dict[str, Configuration], steps: int, runs: int, messages: list[ChatMessage]
+) -> dict[str, dict[str, float]]:
+    """Median and min microseconds per step (model call + tool call) of each configuration.
+
+    The configurations take turns, ``runs`` times: in its turn, each collects the garbage left
+    before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed one. A slow spell of the machine thus falls on
+    every configuration alike instead of on the one measured at that moment.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in configurations}
     for _ in range(runs):
-        agent = make_agent()
-        started = time.perf_counter()
-        agent.run(messages)
-        samples.append((time.perf_counter() - started) / (steps + 1) * 1e6)
-    return {"median_us": round(statistics.median(samples), 1), "min_us": round(min(samples), 1)}
+        for name, configuration in configurations.items():
+            agent = configuration.make_agent()
+            with configuration.setting():
+                gc.collect()  # each run pays for its own garbage, not for what the one before left
+                configuration.make_agent().run(messages)
+                started = time.perf_counter()
+                agent.run(messages)
+                samples[name].append((time.perf_counter() - started) / (steps + 1) * 1e6)
+    return {
+        name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
+    }
 
 
 def overhead(steps: int, runs: int) -> dict[str, Any]:
-    """The four configurations of the per-step workload."""
+    """The configurations of the per-step workload, timed taking turns."""
     user = [ChatMessage.from_user("go")]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stores:
 
-    def plain() -> Agent:
-        return workload_agent(steps)
+        def store(path: str, synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL") -> SQLiteSnapshotStore:
+            # One database for every run, as an application keeps it (opening and closing a WAL database
+            # costs milliseconds, and its checkpoints are then paid by the runs that trigger them).
+            opened = SQLiteSnapshotStore(path, durable=True, synchronous=synchronous)
+            stores.callback(opened.close)
+            return opened
 
-    def in_memory_snapshots() -> Agent:
-        agent = plain()
-        agent._observers = (SnapshotEveryTransition(),)
-        return agent
-
-    results: dict[str, Any] = {"plain": per_step_us(plain, steps, runs, user)}
-    configure_logging(stream=io.StringIO())
-    try:
-        results["logging"] = per_step_us(plain, steps, runs, user)
-    finally:
-        use_standard_logging()
-    results["snapshot_every_transition"] = per_step_us(in_memory_snapshots, steps, runs, user)
-    with tempfile.TemporaryDirectory() as tmp:
-        # One database for every run, as an application keeps it (opening and closing a WAL database
-        # costs milliseconds, and its checkpoints are then paid by the runs that trigger them).
-        for name, synchronous in (("sqlite_durable", "NORMAL"), ("sqlite_durable_synchronous_off", "OFF")):
-            store = SQLiteSnapshotStore(Path(tmp) / f"{name}.db", durable=True, synchronous=synchronous)
-            results[name] = per_step_us(partial(workload_agent, steps, snapshot_store=store), steps, runs, user)
-            store.close()
+        configurations = {
+            "plain": Configuration(partial(workload_agent, steps)),
+            "logging": Configuration(partial(workload_agent, steps), transition_logging),
+            "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
+                lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition())
+            ),
+            "sqlite_durable_in_memory": Configuration(partial(workload_agent, steps, snapshot_store=store(":memory:"))),
+            "sqlite_durable": Configuration(partial(workload_agent, steps, snapshot_store=store(f"{tmp}/normal.db"))),
+            "sqlite_durable_synchronous_off": Configuration(
+                partial(workload_agent, steps, snapshot_store=store(f"{tmp}/off.db", "OFF"))
+            ),
+        }
+        results: dict[str, Any] = per_step_us(configurations, steps, runs, user)
     tracemalloc.start()
-    plain().run(user)
+    workload_agent(steps).run(user)
     results["peak_memory_kib"] = round(tracemalloc.get_traced_memory()[1] / 1024, 1)
     tracemalloc.stop()
     return results
@@ -283,17 +312,21 @@ def concurrency(
 
 
 def peers(steps: int, runs: int) -> dict[str, Any]:
-    """Run the workload on Haystack, LangGraph and pydantic-ai in their own virtualenv (made on first use)."""
+    """Run the workload on agentfsm, Haystack, LangGraph and pydantic-ai, taking turns in one process of
+    their own virtualenv (made on first use; agentfsm is installed there from this checkout)."""
     venv = HERE / ".peers-venv"
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], capture_output=True, text=True, check=False
+        [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES, "-e", str(HERE.parent)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if install.returncode != 0:
         reason = (install.stderr.strip().splitlines() or ["pip failed"])[-1]
-        return {name: {"error": f"not installed: {reason}"} for name in ("haystack", "langgraph", "pydantic-ai")}
+        return {name: {"error": f"not installed: {reason}"} for name in FRAMEWORKS}
     done = subprocess.run(
         [str(python), str(HERE / "peers" / "workloads.py"), str(steps), str(runs)],
         capture_output=True,
@@ -301,10 +334,7 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
         check=False,
     )
     if done.returncode != 0:
-        return {
-            name: {"error": f"workload failed: {done.stderr.strip()[-300:]}"}
-            for name in ("haystack", "langgraph", "pydantic-ai")
-        }
+        return {name: {"error": f"workload failed: {done.stderr.strip()[-300:]}"} for name in FRAMEWORKS}
     return dict(json.loads(done.stdout))
 
 
@@ -313,6 +343,7 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
 GC_TUNED = (50_000, 20, 20)
 
 PEER_PACKAGES = ["haystack-ai", "langgraph", "langchain-core", "pydantic-ai-slim"]
+FRAMEWORKS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
 
 
 def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
@@ -322,10 +353,13 @@ def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
         for size in sizes:
             start = history(size)
             store = SQLiteSnapshotStore(Path(tmp) / f"g{size}.db", durable=True)
-            out[str(size)] = {
-                "plain": per_step_us(partial(workload_agent, steps), steps, runs, start),
+            configurations = {
+                "plain": Configuration(partial(workload_agent, steps)),
                 # A step is 4 transitions plus one tool completion: 5 snapshots in 2 commits.
-                "sqlite_durable": per_step_us(partial(workload_agent, steps, snapshot_store=store), steps, runs, start),
+                "sqlite_durable": Configuration(partial(workload_agent, steps, snapshot_store=store)),
+            }
+            out[str(size)] = {
+                **per_step_us(configurations, steps, runs, start),
                 "durable_write": durable_write_us(size, steps, runs, Path(tmp)),
             }
             store.close()
@@ -378,7 +412,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Measured {m['date']} on {m['machine']} ({m['cpus']} CPUs, pinned to CPU {m.get('pinned_cpu')}), "
         f"Python {m['python']}; "
         f"workload: {results['steps']} steps of (model call -> one `add` tool call) on a zero-latency scripted "
-        f"model, median of {results['runs']} runs. `import agentfsm`: {results['import_ms']} ms.",
+        f"model; the configurations of a table take turns, {results['runs']} timed runs each. "
+        f"`import agentfsm`: {results['import_ms']} ms.",
         "",
         "| configuration | median µs/step | min µs/step |",
         "|---|---:|---:|",
@@ -436,22 +471,21 @@ def markdown(results: dict[str, Any]) -> str:
             f"{row['peak_kib_per_run']} |"
         )
     if results["peers"]:
-        # agentfsm measured again right before the peers, so that both sides of a ratio see the
-        # machine at about the same speed.
-        near = results["plain_next_to_peers"]
-        plain, plain_min = near["median_us"], near["min_us"]
+        ours = results["peers"]["agentfsm"]
         lines += [
             "",
-            "| framework (same workload, same `make bench` run, one after the other) | median µs/step | "
+            "| framework (same workload, one process, taking turns run by run) | median µs/step | "
             "min µs/step | slower than agentfsm (by median / by min) |",
             "|---|---:|---:|---:|",
-            f"| agentfsm (measured again just before the peers) | {plain} | {plain_min} | 1x |",
         ]
         for name, row in results["peers"].items():
             if "error" in row:
                 lines.append(f"| {name} | {row['error'][:120]} | | |")
+            elif "error" in ours:
+                lines.append(f"| {name} {row['version']} | {row['median_us']} | {row['min_us']} | |")
             else:
-                by_median, by_min = round(row["median_us"] / plain, 1), round(row["min_us"] / plain_min, 1)
+                by_median = round(row["median_us"] / ours["median_us"], 1)
+                by_min = round(row["min_us"] / ours["min_us"], 1)
                 lines.append(
                     f"| {name} {row['version']} | {row['median_us']} | {row['min_us']} | {by_median}x / {by_min}x |"
                 )
@@ -506,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         "bare_loop": bare,
         "import_ms": import_ms,
         "overhead": per_step,
-        "growth": growth(sizes, steps, max(runs // 2, 2)),
+        "growth": growth(sizes, steps, runs),
         "snapshots": snapshot_costs(sizes, runs),
         "concurrency": concurrency(agents, 10, step_us),
         "concurrency_inline_tools": concurrency(agents, 10, step_us, in_threads=False),
@@ -514,7 +548,6 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency_inline_tools_gc_tuned": concurrency(agents, 10, step_us, in_threads=False, gc_threshold=GC_TUNED),
     }
     if not (args.quick or args.no_peers):
-        results["plain_next_to_peers"] = per_step_us(partial(workload_agent, steps), steps, runs, [user_message()])
         results["peers"] = peers(steps, runs)
     else:
         results["peers"] = {}

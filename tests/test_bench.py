@@ -24,7 +24,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert set(results["overhead"]) == {
         "plain",
         "logging",
-        "snapshot_every_transition",
+        "whole_snapshot_encoded_at_every_transition_in_memory",
+        "sqlite_durable_in_memory",
         "sqlite_durable",
         "sqlite_durable_synchronous_off",
         "peak_memory_kib",

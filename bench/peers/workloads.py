@@ -1,14 +1,16 @@
-"""The benchmark workload on peer frameworks: run inside the peers virtualenv made by ``bench/run.py --peers``.
+"""The benchmark workload on agentfsm and its peers, side by side, in the peers virtualenv made by ``bench/run.py``.
 
-For each peer: a zero-latency scripted model (replies built before the run, as agentfsm's
-ScriptedChatGenerator does), STEPS steps of (model call -> one ``add(a, b)`` tool call), then a text
-answer; one warm-up run, then RUNS timed runs. As for agentfsm, the agent is built before the clock
-starts and only the run is timed. Prints one JSON object:
-``{peer: {"median_us": ..., "min_us": ..., "version": ...} or {"error": "..."}}``.
+For each framework: a zero-latency scripted model (replies built before the run), STEPS steps of
+(model call -> one ``add(a, b)`` tool call), then a text answer. The agent is built before the
+clock starts and only the run is timed. The frameworks take turns, RUNS times: in its turn, each
+collects the garbage left before its turn, makes an untimed run (its code and data back in the CPU
+caches) and a timed one; a slow spell of the machine thus falls on all of them alike. Prints one JSON
+object: ``{framework: {"median_us": ..., "min_us": ..., "version": ...} or {"error": "..."}}``.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
@@ -23,19 +25,50 @@ STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 
 
-def timed(setup: Callable[[], Callable[[], None]]) -> dict[str, float]:
-    """Median and min µs per step of the runs ``setup()`` returns (one warm-up, then RUNS timed)."""
-    setup()()
-    samples = []
+#: ``setup()`` builds an agent and returns the run to time.
+Setup = Callable[[], Callable[[], None]]
+
+
+def take_turns(setups: dict[str, Setup]) -> dict[str, dict[str, float]]:
+    """Median and min µs per step of each framework, over RUNS turns of (untimed run, timed run) each."""
+    samples: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(RUNS):
-        run_once = setup()
-        started = time.perf_counter()
-        run_once()
-        samples.append((time.perf_counter() - started) / (STEPS + 1) * 1e6)
-    return {"median_us": round(statistics.median(samples), 1), "min_us": round(min(samples), 1)}
+        for name, setup in setups.items():
+            gc.collect()  # each run pays for its own garbage, not for what the one before left
+            setup()()
+            run_once = setup()
+            started = time.perf_counter()
+            run_once()
+            samples[name].append((time.perf_counter() - started) / (STEPS + 1) * 1e6)
+    return {
+        name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
+    }
 
 
-def haystack() -> dict[str, Any]:
+def agentfsm() -> tuple[Setup, str]:
+    from agentfsm import Agent, ChatMessage, ToolCall, tool
+    from agentfsm.generators import ScriptedChatGenerator
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    def setup() -> Callable[[], None]:
+        calls = [ToolCall("add", {"a": i, "b": 1}, id=f"c{i}") for i in range(STEPS)]
+        script = [*(ChatMessage.from_assistant(tool_calls=[call]) for call in calls), "done"]
+        agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add], max_agent_steps=STEPS + 1)
+
+        def once() -> None:
+            result = agent.run([ChatMessage.from_user("go")])
+            assert result["last_message"].text == "done"
+
+        return once
+
+    return setup, version("agentfsm")
+
+
+def haystack() -> tuple[Setup, str]:
     from haystack import component
     from haystack.components.agents import Agent
     from haystack.dataclasses import ChatMessage, ToolCall
@@ -71,10 +104,10 @@ def haystack() -> dict[str, Any]:
 
         return once
 
-    return {**timed(setup), "version": version("haystack-ai")}
+    return setup, version("haystack-ai")
 
 
-def langgraph() -> dict[str, Any]:
+def langgraph() -> tuple[Setup, str]:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
@@ -105,10 +138,10 @@ def langgraph() -> dict[str, Any]:
 
         return once
 
-    return {**timed(setup), "version": version("langgraph")}
+    return setup, version("langgraph")
 
 
-def pydantic_ai() -> dict[str, Any]:
+def pydantic_ai() -> tuple[Setup, str]:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -138,18 +171,27 @@ def pydantic_ai() -> dict[str, Any]:
 
         return once
 
-    return {**timed(setup), "version": version("pydantic-ai-slim")}
+    return setup, version("pydantic-ai-slim")
+
+
+FRAMEWORKS = {"agentfsm": agentfsm, "haystack": haystack, "langgraph": langgraph, "pydantic-ai": pydantic_ai}
 
 
 def main() -> None:
     warnings.simplefilter("ignore")  # deprecation notices of the peers are not results
     results: dict[str, Any] = {}
-    for name, workload in (("haystack", haystack), ("langgraph", langgraph), ("pydantic-ai", pydantic_ai)):
+    setups: dict[str, Setup] = {}
+    versions: dict[str, str] = {}
+    for name, workload in FRAMEWORKS.items():
         try:
-            results[name] = workload()
-        except Exception as exc:  # a peer that cannot run is reported, not fatal
+            setups[name], versions[name] = workload()
+            setups[name]()()  # a framework that cannot run the workload is reported, not timed
+        except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
-    print(json.dumps(results))
+            setups.pop(name, None)
+    for name, timing in take_turns(setups).items():
+        results[name] = {**timing, "version": versions[name]}
+    print(json.dumps({name: results[name] for name in FRAMEWORKS}))
 
 
 if __name__ == "__main__":
