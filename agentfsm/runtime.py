@@ -224,7 +224,7 @@ class AgentRun:
         """The run as data, to be resumed in ``phase`` (default: the current phase)."""
         fields = self.snapshot_body(phase or self.phase, break_point)
         # The containers the body shares with the run are copied: the snapshot is the caller's to change.
-        fields["pending_tool_calls"] = list(fields["pending_tool_calls"])
+        fields["pending_tool_calls"] = [dict(call) for call in fields["pending_tool_calls"]]
         fields["completed_tool_results"] = dict(fields["completed_tool_results"])
         fields["created_at"] = now_iso()
         fields["messages"] = [m.to_dict() for m in self.state.data.get("messages") or []]

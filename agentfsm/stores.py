@@ -268,7 +268,9 @@ _WAL_RESTART_BYTES = 8 * 1024 * 1024
 
 
 def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event) -> None:
-    db = sqlite3.connect(path, isolation_level=None)
+    # A RESTART checkpoint waits for readers of other processes while the writer waits for it:
+    # after 0.1 s it gives up (the WAL then grows until they are gone) and the writer goes on.
+    db = sqlite3.connect(path, isolation_level=None, timeout=0.1)
     try:
         while True:
             wake.wait()
@@ -529,20 +531,31 @@ class SQLiteSnapshotStore:
         trace: list[Any] = []
         for first, blob in self._batches(run_id, seq):
             body: dict[str, Any] = {}
-            for number, (new_messages, new_trace, changed, created_at) in enumerate(orjson.loads(blob), start=first):
+            for number, (new_messages, new_trace, changed, created_at) in enumerate(self._decode(blob), start=first):
                 messages.extend(new_messages)
                 trace.extend(new_trace)
                 body.update(changed)
                 if number == seq:
+                    try:
+                        fields = [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace]
+                        created = _created_at(created_at)
+                    except (TypeError, ValueError) as exc:
+                        raise self._damaged(exc) from None
                     return AgentSnapshot.from_dict(
-                        {
-                            **body,
-                            "messages": messages,
-                            "trace": [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace],
-                            "created_at": _created_at(created_at),
-                        }
+                        {**body, "messages": messages, "trace": fields, "created_at": created}
                     )
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+
+    def _decode(self, blob: bytes) -> list[tuple[list[Any], list[Any], dict[str, Any], str | float]]:
+        """The snapshots of one stored row, as ``(new messages, new trace, changed fields, created_at)``."""
+        try:
+            entries = orjson.loads(blob)
+            return [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            raise self._damaged(exc) from None
+
+    def _damaged(self, exc: Exception) -> SnapshotError:
+        return SnapshotError(f"A stored snapshot in {self.path} is damaged ({exc}); it cannot be read.")
 
     def _count(self, number: int) -> int:
         """How many snapshots the run numbered ``number`` has."""
@@ -567,9 +580,13 @@ class SQLiteSnapshotStore:
         infos = []
         for first, blob in self._batches(run_id):
             body: dict[str, Any] = {}
-            for number, (_messages, _trace, changed, created_at) in enumerate(orjson.loads(blob), start=first):
+            for number, (_messages, _trace, changed, created_at) in enumerate(self._decode(blob), start=first):
                 body.update(changed)
-                infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at)))
+                try:
+                    info = SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise self._damaged(exc) from None
+                infos.append(info)
         return infos
 
     def runs(self) -> list[RunInfo]:

@@ -371,6 +371,19 @@ def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> Non
     reopened.close()
 
 
+@pytest.mark.parametrize("entries", [b"not json", b"[[1, 2]]", b'[[[], [[1, "x"]], {}, 1.5]]', b"[[[], [], 7, 1.5]]"])
+def test_a_damaged_stored_snapshot_is_a_snapshot_error(tmp_path: Path, entries: bytes) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    agent(store).run(USER)
+    run_id = store.runs()[0].run_id
+    store._db.execute("UPDATE snapshot_batches SET entries = ?, count = 1", (entries,))
+    with pytest.raises(SnapshotError, match="damaged"):
+        store.latest(run_id)
+    with pytest.raises(SnapshotError, match="damaged"):
+        store.history(run_id)
+    store.close()
+
+
 def test_sqlite_refuses_a_database_of_another_layout(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     db = sqlite3.connect(other)
