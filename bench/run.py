@@ -102,8 +102,9 @@ def per_step_us(
     """Median and min microseconds per step (model call + tool call) of each configuration.
 
     The configurations take turns, ``runs`` times: in its turn, each collects the garbage left
-    before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed one. A slow spell of the machine thus falls on
-    every configuration alike instead of on the one measured at that moment.
+    before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed
+    one. A slow spell of the machine thus falls on every configuration alike instead of on the one
+    measured at that moment.
     """
     samples: dict[str, list[float]] = {name: [] for name in configurations}
     for _ in range(runs):
