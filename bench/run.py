@@ -80,9 +80,10 @@ class WholeSnapshotEveryTransition(SQLiteSnapshotStore):
 
 @dataclass(frozen=True)
 class Configuration:
-    """How to build the agent of one timed run, and the setting (a context manager) it runs in."""
+    """How to build the agent of one timed run, its input, and the setting (a context manager) it runs in."""
 
     make_agent: Callable[[], Agent]
+    messages: list[ChatMessage]
     setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
@@ -96,9 +97,7 @@ def transition_logging() -> Iterator[None]:
         use_standard_logging()
 
 
-def per_step_us(
-    configurations: dict[str, Configuration], steps: int, runs: int, messages: list[ChatMessage]
-) -> dict[str, dict[str, float]]:
+def per_step_us(configurations: dict[str, Configuration], steps: int, runs: int) -> dict[str, dict[str, float]]:
     """Median and min microseconds per step (model call + tool call) of each configuration.
 
     The configurations take turns, ``runs`` times: in its turn, each collects the garbage left
@@ -112,9 +111,9 @@ def per_step_us(
             agent = configuration.make_agent()
             with configuration.setting():
                 gc.collect()  # each run pays for its own garbage, not for what the one before left
-                configuration.make_agent().run(messages)
+                configuration.make_agent().run(configuration.messages)
                 started = time.perf_counter()
-                agent.run(messages)
+                agent.run(configuration.messages)
                 samples[name].append((time.perf_counter() - started) / (steps + 1) * 1e6)
     return {
         name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
@@ -134,18 +133,22 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             return opened
 
         configurations = {
-            "plain": Configuration(partial(workload_agent, steps)),
-            "logging": Configuration(partial(workload_agent, steps), transition_logging),
+            "plain": Configuration(partial(workload_agent, steps), user),
+            "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
-                lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition())
+                lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),
-            "sqlite_durable_in_memory": Configuration(partial(workload_agent, steps, snapshot_store=store(":memory:"))),
-            "sqlite_durable": Configuration(partial(workload_agent, steps, snapshot_store=store(f"{tmp}/normal.db"))),
+            "sqlite_durable_in_memory": Configuration(
+                partial(workload_agent, steps, snapshot_store=store(":memory:")), user
+            ),
+            "sqlite_durable": Configuration(
+                partial(workload_agent, steps, snapshot_store=store(f"{tmp}/normal.db")), user
+            ),
             "sqlite_durable_synchronous_off": Configuration(
-                partial(workload_agent, steps, snapshot_store=store(f"{tmp}/off.db", "OFF"))
+                partial(workload_agent, steps, snapshot_store=store(f"{tmp}/off.db", "OFF")), user
             ),
         }
-        results: dict[str, Any] = per_step_us(configurations, steps, runs, user)
+        results: dict[str, Any] = per_step_us(configurations, steps, runs)
     tracemalloc.start()
     workload_agent(steps).run(user)
     results["peak_memory_kib"] = round(tracemalloc.get_traced_memory()[1] / 1024, 1)
@@ -349,22 +352,26 @@ FRAMEWORKS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
 
 def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
     """Per-step cost, plain and durable, starting from conversations of different lengths."""
-    out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stores:
+        configurations = {}
         for size in sizes:
             start = history(size)
             store = SQLiteSnapshotStore(Path(tmp) / f"g{size}.db", durable=True)
-            configurations = {
-                "plain": Configuration(partial(workload_agent, steps)),
-                # A step is 4 transitions plus one tool completion: 5 snapshots in 2 commits.
-                "sqlite_durable": Configuration(partial(workload_agent, steps, snapshot_store=store)),
-            }
-            out[str(size)] = {
-                **per_step_us(configurations, steps, runs, start),
+            stores.callback(store.close)
+            configurations[f"{size}/plain"] = Configuration(partial(workload_agent, steps), start)
+            # A step is 4 transitions plus one tool completion: 5 snapshots in 2 commits.
+            configurations[f"{size}/sqlite_durable"] = Configuration(
+                partial(workload_agent, steps, snapshot_store=store), start
+            )
+        timed = per_step_us(configurations, steps, runs)
+        return {
+            str(size): {
+                "plain": timed[f"{size}/plain"],
+                "sqlite_durable": timed[f"{size}/sqlite_durable"],
                 "durable_write": durable_write_us(size, steps, runs, Path(tmp)),
             }
-            store.close()
-    return out
+            for size in sizes
+        }
 
 
 def snapshot_costs(sizes: list[int], runs: int) -> dict[str, Any]:
