@@ -47,17 +47,28 @@ def take_turns(setups: dict[str, Setup]) -> dict[str, dict[str, float]]:
 
 def agentfsm() -> tuple[Setup, str]:
     from agentfsm import Agent, ChatMessage, ToolCall, tool
-    from agentfsm.generators import ScriptedChatGenerator
 
     @tool
     def add(a: int, b: int) -> int:
         """Add two integers."""
         return a + b
 
+    class ScriptedGenerator:
+        """The same minimal scripted model as the peers' (agentfsm's ScriptedChatGenerator also
+        records every call's input for tests, which the peers' models do not do)."""
+
+        def __init__(self) -> None:
+            calls = [ToolCall("add", {"a": i, "b": 1}, id=f"c{i}") for i in range(STEPS)]
+            self.replies = [ChatMessage.from_assistant(tool_calls=[call]) for call in calls]
+            self.replies.append(ChatMessage.from_assistant("done"))
+            self.calls = 0
+
+        def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+            self.calls += 1
+            return {"replies": [self.replies[self.calls - 1]]}
+
     def setup() -> Callable[[], None]:
-        calls = [ToolCall("add", {"a": i, "b": 1}, id=f"c{i}") for i in range(STEPS)]
-        script = [*(ChatMessage.from_assistant(tool_calls=[call]) for call in calls), "done"]
-        agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add], max_agent_steps=STEPS + 1)
+        agent = Agent(chat_generator=ScriptedGenerator(), tools=[add], max_agent_steps=STEPS + 1)
 
         def once() -> None:
             result = agent.run([ChatMessage.from_user("go")])
