@@ -22,6 +22,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -460,7 +461,7 @@ class SQLiteSnapshotStore:
         """Store a whole snapshot as the newest of its run."""
         data = snapshot.to_dict()
         messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
-        trace = [[r["step"], r["source"], r["dest"], r["trigger"], r["duration_us"]] for r in trace]
+        trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
         cursor = self._cursor(snapshot.run_id)
         seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
         self._commit(snapshot.run_id, cursor)
@@ -529,30 +530,37 @@ class SQLiteSnapshotStore:
         """Rebuild snapshot ``seq`` of the run from its last full snapshot and the deltas after it."""
         messages: list[Any] = []
         trace: list[Any] = []
-        for first, blob in self._batches(run_id, seq):
-            body: dict[str, Any] = {}
-            for number, (new_messages, new_trace, changed, created_at) in enumerate(self._decode(blob), start=first):
-                messages.extend(new_messages)
-                trace.extend(new_trace)
-                body.update(changed)
-                if number == seq:
-                    try:
-                        fields = [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace]
-                        created = _created_at(created_at)
-                    except (TypeError, ValueError) as exc:
-                        raise self._damaged(exc) from None
-                    return AgentSnapshot.from_dict(
-                        {**body, "messages": messages, "trace": fields, "created_at": created}
-                    )
+        for number, new_messages, new_trace, body, created_at in self._replay(run_id, seq):
+            messages.extend(new_messages)
+            trace.extend(new_trace)
+            if number == seq:
+                try:
+                    fields = [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace]
+                    created = _created_at(created_at)
+                except (TypeError, ValueError) as exc:
+                    raise self._damaged(exc) from None
+                return AgentSnapshot.from_dict({**body, "messages": messages, "trace": fields, "created_at": created})
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
-    def _decode(self, blob: bytes) -> list[tuple[list[Any], list[Any], dict[str, Any], str | float]]:
-        """The snapshots of one stored row, as ``(new messages, new trace, changed fields, created_at)``."""
-        try:
-            entries = orjson.loads(blob)
-            return [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
-        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
-            raise self._damaged(exc) from None
+    def _replay(
+        self, run_id: str, seq: int | None = None
+    ) -> Iterator[tuple[int, list[Any], list[Any], dict[str, Any], str | float]]:
+        """``(number, new messages, new trace, fields, created_at)`` of each stored snapshot needed for ``seq``.
+
+        ``fields`` is every field but messages, trace and created_at: a batch's first snapshot holds
+        them all, the next ones what changed (one dict per batch, updated in place: read it before
+        the next). ``created_at`` is as stored (see ``_created_at``).
+        """
+        for first, blob in self._batches(run_id, seq):
+            try:
+                entries = orjson.loads(blob)
+                decoded = [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
+            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+                raise self._damaged(exc) from None
+            body: dict[str, Any] = {}
+            for number, (new_messages, new_trace, changed, created_at) in enumerate(decoded, start=first):
+                body.update(changed)
+                yield number, new_messages, new_trace, body, created_at
 
     def _damaged(self, exc: Exception) -> SnapshotError:
         return SnapshotError(f"A stored snapshot in {self.path} is damaged ({exc}); it cannot be read.")
@@ -578,15 +586,11 @@ class SQLiteSnapshotStore:
     def history(self, run_id: str) -> list[SnapshotInfo]:
         """Every snapshot of the run, oldest first."""
         infos = []
-        for first, blob in self._batches(run_id):
-            body: dict[str, Any] = {}
-            for number, (_messages, _trace, changed, created_at) in enumerate(self._decode(blob), start=first):
-                body.update(changed)
-                try:
-                    info = SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at))
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise self._damaged(exc) from None
-                infos.append(info)
+        for number, _messages, _trace, body, created_at in self._replay(run_id):
+            try:
+                infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at)))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise self._damaged(exc) from None
         return infos
 
     def runs(self) -> list[RunInfo]:
