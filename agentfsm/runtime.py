@@ -26,6 +26,7 @@ from agentfsm.state import State, merge_lists
 from agentfsm.tools.invoker import NOT_RUN, CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
+from agentfsm.workers import run_in_worker
 
 # The phases as module constants: ``Phase.X`` is an enum attribute lookup (~0.1 µs in CPython 3.11),
 # and the step function asks which phase the run is in a dozen times a step.
@@ -480,8 +481,6 @@ def drive_sync(
 
 async def drive_async(run: AgentRun, generator: Any, streaming_callback: StreamingCallback | None) -> dict[str, Any]:
     """Perform a run's I/O on the event loop until it finishes; same decisions as ``drive_sync``."""
-    import asyncio
-
     invoker = run.config.invoker
     run_async = getattr(generator, "run_async", None)
     try:
@@ -496,7 +495,7 @@ async def drive_async(run: AgentRun, generator: Any, streaming_callback: Streami
                 if run_async is not None:
                     output = await run_async(**kwargs)
                 else:
-                    output = await asyncio.to_thread(generator.run, **kwargs)
+                    output = await run_in_worker(generator.run, **kwargs)
                 run.model_replied(output)
             elif isinstance(action, RunTools):
                 await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)

@@ -39,6 +39,7 @@ from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.state import State, replace_values
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
+from agentfsm.workers import run_in_worker
 
 
 @dataclass(slots=True)
@@ -256,7 +257,7 @@ class ToolInvoker:
             return outcomes
 
         async def run_one(i: int) -> None:
-            outcomes[i] = outcome = await asyncio.to_thread(self._call, prepared[i], streaming_callback)  # type: ignore[arg-type]
+            outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
             report(i, outcome)
 
         if len(runnable) == 1 or self.tool_concurrency == 1:

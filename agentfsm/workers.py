@@ -1,0 +1,147 @@
+"""Worker threads for the sync calls of async runs (sync tools, generators without ``run_async``).
+
+``asyncio.to_thread`` wakes the event loop once per finished call, with a system call and a switch
+to the loop thread each time; with a thousand runs on one loop that hand-off costs more than the
+calls. Here a worker that finishes a call queues the result in its loop's inbox and wakes the loop
+only if no wake-up is pending already, so the loop takes in every result finished meanwhile at
+once. Like ``asyncio.to_thread``, each call runs in a copy of the caller's ``contextvars`` context.
+
+The workers are daemon threads shared by the whole process (at most ``MAX_WORKERS``, started as
+needed): a call still running when the interpreter exits (its run was cancelled) stops with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+import queue
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: As for the default executor of ``asyncio.to_thread``.
+MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+
+
+class _Inbox:
+    """The results waiting for one event loop, and whether a wake-up of it is scheduled."""
+
+    __slots__ = ("_lock", "_loop", "_results", "_wake_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # the registry's weak key must not be kept alive by its value
+        self._results: deque[tuple[asyncio.Future[Any], BaseException | None, Any]] = deque()
+        self._lock = threading.Lock()
+        self._wake_scheduled = False
+
+    def post(self, future: asyncio.Future[Any], error: BaseException | None, value: Any) -> None:
+        """Called by a worker: queue one result, and wake the loop unless a wake-up is pending."""
+        self._results.append((future, error, value))
+        with self._lock:
+            if self._wake_scheduled:
+                return
+            self._wake_scheduled = True
+        loop = self._loop()
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop was closed: nobody awaits these results now
+            loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        """On the loop: hand every queued result to its future."""
+        with self._lock:
+            self._wake_scheduled = False  # before draining, so a result queued from now on wakes again
+        results = self._results
+        while results:
+            future, error, value = results.popleft()
+            if future.cancelled():
+                continue
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+
+_Job = tuple[_Inbox, "asyncio.Future[Any]", contextvars.Context, Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class _Pool:
+    """A job queue and the daemon threads that serve it."""
+
+    def __init__(self, max_workers: int) -> None:
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._max_workers = max_workers
+        self._workers = 0
+        self._idle = 0  # workers waiting for a job and not yet claimed by a submitted one
+
+    def submit(self, job: _Job) -> None:
+        self._jobs.put(job)
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                return
+            if self._workers >= self._max_workers:
+                return
+            self._workers += 1
+            number = self._workers
+        threading.Thread(target=self._work, name=f"agentfsm-worker-{number}", daemon=True).start()
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            try:
+                job = jobs.get_nowait()
+            except queue.Empty:
+                with self._lock:
+                    self._idle += 1
+                job = jobs.get()
+            _run(*job)
+            del job  # hold nothing of a finished call while waiting for the next
+
+
+def _run(
+    inbox: _Inbox,
+    future: asyncio.Future[Any],
+    context: contextvars.Context,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    try:
+        value = context.run(function, *args, **kwargs)
+    except BaseException as error:  # handed to the awaiting task, as asyncio.to_thread does
+        inbox.post(future, error, None)
+    else:
+        inbox.post(future, None, value)
+
+
+_pool = _Pool(MAX_WORKERS)
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+_inboxes_lock = threading.Lock()
+
+
+def _inbox_of(loop: asyncio.AbstractEventLoop) -> _Inbox:
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        with _inboxes_lock:
+            inbox = _inboxes.setdefault(loop, _Inbox(loop))
+    return inbox
+
+
+def run_in_worker(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+    """Run ``function(*args, **kwargs)`` in a worker thread; await the returned future for its result.
+
+    Must be called with an event loop running in this thread. Cancelling the future does not stop
+    the call; its result is then dropped.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    _pool.submit((_inbox_of(loop), future, contextvars.copy_context(), function, args, kwargs))
+    return future

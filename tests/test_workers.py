@@ -1,0 +1,133 @@
+"""The worker threads that run the sync calls of async runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentfsm.workers import MAX_WORKERS, run_in_worker
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+@pytest.fixture
+def thread_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[BaseException | None]]:
+    """Exceptions that escaped a worker thread (there must be none)."""
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    yield errors
+    assert errors == []
+
+
+def record_loop_errors(errors: list[dict[str, Any]]) -> None:
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+
+
+def describe(a: int, *, b: int) -> tuple[int, int, str, int]:
+    return a, b, request_id.get(), threading.get_ident()
+
+
+async def test_a_call_runs_in_another_thread_with_the_callers_context() -> None:
+    request_id.set("r-1")
+    a, b, seen, thread = await run_in_worker(describe, 1, b=2)
+    assert (a, b, seen) == (1, 2, "r-1")
+    assert thread != threading.get_ident()
+
+
+class Stop(BaseException):
+    """Not an Exception: must still reach the awaiting task."""
+
+
+def fail(error: BaseException) -> None:
+    raise error
+
+
+@pytest.mark.parametrize("error", [ValueError("bad value"), Stop("stop")])
+async def test_what_the_call_raises_is_raised_in_the_awaiting_task(error: BaseException) -> None:
+    with pytest.raises(type(error), match=str(error)):
+        await run_in_worker(fail, error)
+
+
+async def test_a_blocking_call_does_not_stall_the_loop() -> None:
+    released = threading.Event()
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.01)
+        released.set()
+
+    blocked = run_in_worker(released.wait, 5)
+    await release_soon()
+    assert await blocked is True
+
+
+async def test_many_calls_from_many_tasks_each_get_their_own_result(thread_errors: list[Any]) -> None:
+    loop_errors: list[dict[str, Any]] = []
+    record_loop_errors(loop_errors)
+
+    async def task(i: int) -> list[tuple[int, int, str, int]]:
+        request_id.set(f"task-{i}")
+        results = []
+        for step in range(5):
+            results.append(await run_in_worker(describe, i, b=step))
+            await asyncio.sleep(0)
+        return results
+
+    outcomes = await asyncio.gather(*(task(i) for i in range(300)))
+    for i, results in enumerate(outcomes):
+        assert [(a, b, seen) for a, b, seen, _ in results] == [(i, step, f"task-{i}") for step in range(5)]
+    threads = {thread for results in outcomes for *_, thread in results}
+    assert 1 <= len(threads) <= MAX_WORKERS
+    assert loop_errors == []
+
+
+async def test_a_cancelled_call_finishes_in_its_thread_and_its_result_is_dropped(thread_errors: list[Any]) -> None:
+    loop_errors: list[dict[str, Any]] = []
+    record_loop_errors(loop_errors)
+    released, finished = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        released.wait(5)
+        finished.set()
+        return "late"
+
+    future = run_in_worker(slow)
+    await asyncio.sleep(0.01)
+    future.cancel()
+    released.set()
+    assert await asyncio.to_thread(finished.wait, 5)
+    assert await run_in_worker(describe, 3, b=4)  # the workers still serve; the late result was dropped
+    await asyncio.sleep(0.01)
+    assert loop_errors == []
+
+
+def test_a_call_that_outlives_its_loop_is_dropped_and_the_next_loop_is_served(thread_errors: list[Any]) -> None:
+    released, finished = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        released.wait(5)
+        finished.set()
+        return "late"
+
+    async def start_and_leave() -> None:
+        run_in_worker(slow)
+
+    asyncio.run(start_and_leave())  # closes its loop while the call is still running
+    released.set()
+    assert finished.wait(5)
+    time.sleep(0.01)  # the worker posts the result to the closed loop
+    assert asyncio.run(_describe())[:3] == (5, 6, "unset")
+
+
+async def _describe() -> tuple[int, int, str, int]:
+    return await run_in_worker(describe, 5, b=6)
+
+
+def test_run_in_worker_needs_a_running_loop() -> None:
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        run_in_worker(describe, 1, b=2)
