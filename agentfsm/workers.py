@@ -6,8 +6,9 @@ calls. Here a worker that finishes a call queues the result in its loop's inbox 
 only if no wake-up is pending already, so the loop takes in every result finished meanwhile at
 once. Like ``asyncio.to_thread``, each call runs in a copy of the caller's ``contextvars`` context.
 
-The workers are daemon threads shared by the whole process (at most ``MAX_WORKERS``, started as
-needed): a call still running when the interpreter exits (its run was cancelled) stops with it.
+The workers are daemon threads shared by the whole process, started as needed up to
+``DEFAULT_MAX_WORKERS`` (``set_max_workers`` changes it; the event loop's default executor is not
+used). A call still running when the interpreter exits (its run was cancelled) stops with it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agentfsm.errors import ConfigurationError
+
 T = TypeVar("T")
 
-#: As for the default executor of ``asyncio.to_thread``.
-MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+#: The size of ``asyncio.to_thread``'s default executor.
+DEFAULT_MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
 
 class _Inbox:
@@ -77,7 +80,7 @@ class _Pool:
     def __init__(self, max_workers: int) -> None:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._max_workers = max_workers
+        self.max_workers = max_workers
         self._workers = 0
         self._idle = 0  # workers waiting for a job and not yet claimed by a submitted one
 
@@ -87,7 +90,7 @@ class _Pool:
             if self._idle:
                 self._idle -= 1
                 return
-            if self._workers >= self._max_workers:
+            if self._workers >= self.max_workers:
                 return
             self._workers += 1
             number = self._workers
@@ -122,9 +125,19 @@ def _run(
         inbox.post(future, None, value)
 
 
-_pool = _Pool(MAX_WORKERS)
+_pool = _Pool(DEFAULT_MAX_WORKERS)
 _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
 _inboxes_lock = threading.Lock()
+
+
+def set_max_workers(count: int) -> None:
+    """Let up to ``count`` sync calls run at once (e.g. more for tools that wait on the network).
+
+    Workers already started keep serving; new ones start only while fewer than ``count`` exist.
+    """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigurationError(f"The number of worker threads must be an int >= 1, got {count!r}.")
+    _pool.max_workers = count
 
 
 def _inbox_of(loop: asyncio.AbstractEventLoop) -> _Inbox:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentfsm.workers import MAX_WORKERS, run_in_worker
+from agentfsm.errors import ConfigurationError
+from agentfsm.workers import DEFAULT_MAX_WORKERS, run_in_worker, set_max_workers
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
@@ -82,7 +83,7 @@ async def test_many_calls_from_many_tasks_each_get_their_own_result(thread_error
     for i, results in enumerate(outcomes):
         assert [(a, b, seen) for a, b, seen, _ in results] == [(i, step, f"task-{i}") for step in range(5)]
     threads = {thread for results in outcomes for *_, thread in results}
-    assert 1 <= len(threads) <= MAX_WORKERS
+    assert 1 <= len(threads) <= DEFAULT_MAX_WORKERS
     assert loop_errors == []
 
 
@@ -131,3 +132,20 @@ async def _describe() -> tuple[int, int, str, int]:
 def test_run_in_worker_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match="no running event loop"):
         run_in_worker(describe, 1, b=2)
+
+
+async def test_more_workers_let_more_calls_wait_at_once() -> None:
+    count = DEFAULT_MAX_WORKERS + 3
+    barrier = threading.Barrier(count, timeout=5)  # passes only when every call runs at the same time
+    set_max_workers(count)
+    try:
+        positions = await asyncio.gather(*(run_in_worker(barrier.wait) for _ in range(count)))
+    finally:
+        set_max_workers(DEFAULT_MAX_WORKERS)
+    assert sorted(positions) == list(range(count))
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.5, True, "4"])
+def test_the_number_of_workers_must_be_a_positive_int(count: Any) -> None:
+    with pytest.raises(ConfigurationError, match="worker threads must be an int >= 1"):
+        set_max_workers(count)
