@@ -75,14 +75,26 @@ _Job = tuple[_Inbox, "asyncio.Future[Any]", contextvars.Context, Callable[..., A
 
 
 class _Pool:
-    """A job queue and the daemon threads that serve it."""
+    """A job queue, the daemon threads that serve it, and the inbox of each event loop it serves."""
 
     def __init__(self, max_workers: int) -> None:
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._lock = threading.Lock()
         self.max_workers = max_workers
+        self.start_afresh()
+
+    def start_afresh(self) -> None:
+        """Forget every worker and inbox: at start, and in the child of a ``fork`` (which has no workers)."""
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # a worker may have held it when the process forked
         self._workers = 0
         self._idle = 0  # workers waiting for a job and not yet claimed by a submitted one
+        self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+
+    def inbox_of(self, loop: asyncio.AbstractEventLoop) -> _Inbox:
+        inbox = self._inboxes.get(loop)
+        if inbox is None:
+            with self._lock:  # loops of several threads may ask at once
+                inbox = self._inboxes.setdefault(loop, _Inbox(loop))
+        return inbox
 
     def submit(self, job: _Job) -> None:
         self._jobs.put(job)
@@ -126,8 +138,8 @@ def _run(
 
 
 _pool = _Pool(DEFAULT_MAX_WORKERS)
-_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
-_inboxes_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_pool.start_afresh)
 
 
 def set_max_workers(count: int) -> None:
@@ -140,14 +152,6 @@ def set_max_workers(count: int) -> None:
     _pool.max_workers = count
 
 
-def _inbox_of(loop: asyncio.AbstractEventLoop) -> _Inbox:
-    inbox = _inboxes.get(loop)
-    if inbox is None:
-        with _inboxes_lock:
-            inbox = _inboxes.setdefault(loop, _Inbox(loop))
-    return inbox
-
-
 def run_in_worker(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:
     """Run ``function(*args, **kwargs)`` in a worker thread; await the returned future for its result.
 
@@ -156,5 +160,5 @@ def run_in_worker(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> a
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
-    _pool.submit((_inbox_of(loop), future, contextvars.copy_context(), function, args, kwargs))
+    _pool.submit((_pool.inbox_of(loop), future, contextvars.copy_context(), function, args, kwargs))
     return future

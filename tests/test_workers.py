@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -149,3 +151,22 @@ async def test_more_workers_let_more_calls_wait_at_once() -> None:
 def test_the_number_of_workers_must_be_a_positive_int(count: Any) -> None:
     with pytest.raises(ConfigurationError, match="worker threads must be an int >= 1"):
         set_max_workers(count)
+
+
+def _call_in_a_new_loop(results: Any) -> None:
+    results.put(asyncio.run(_describe())[:3])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_starts_workers_of_its_own() -> None:
+    assert asyncio.run(_describe())[:3] == (5, 6, "unset")  # the parent's workers exist
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_call_in_a_new_loop, args=(results,))
+    child.start()
+    child.join(10)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the child waited for workers that only exist in its parent")
+    assert child.exitcode == 0
+    assert results.get(timeout=1) == (5, 6, "unset")
