@@ -258,16 +258,21 @@ class SleepyModel:
         return {"replies": [ChatMessage.from_assistant(f"agent {self.index} done")]}
 
 
-def concurrency(
-    agents: int, steps: int, step_us: float, in_threads: bool = True, gc_threshold: tuple[int, int, int] | None = None
-) -> dict[str, Any]:
-    """``agents`` concurrent run_async runs on one event loop; wall time, memory, and a cross-talk check.
+#: A gen-0 threshold for applications that keep thousands of runs alive: Python's default (700)
+#: runs a collection every few hundred allocations, and the full ones scan every live run.
+GC_TUNED = (50_000, 20, 20)
 
-    ``in_threads``: each sync tool call runs in a worker thread (the default), or inline on the loop.
-    ``gc_threshold``: the application's ``gc.set_threshold`` during the runs (default: Python's).
-    The ideal is the model latency of one run (``steps`` x 10 ms); with ``step_us``, the CPU time
-    of a step in a sync run, the ideal plus overhead adds what all the steps cost on one core.
-    """
+#: The concurrency table's rows: sync tools in worker threads or inline, and the application's gc thresholds.
+CONCURRENCY_SETTINGS: dict[str, tuple[bool, tuple[int, int, int] | None]] = {
+    "concurrency": (True, None),
+    "concurrency_inline_tools": (False, None),
+    "concurrency_gc_tuned": (True, GC_TUNED),
+    "concurrency_inline_tools_gc_tuned": (False, GC_TUNED),
+}
+
+
+def run_concurrently(agents: int, steps: int, in_threads: bool) -> list[dict[str, Any]]:
+    """``agents`` run_async runs of ``steps`` model calls on one new event loop; checks they did not mix."""
 
     async def run_all() -> list[dict[str, Any]]:
         runs = [
@@ -281,38 +286,58 @@ def concurrency(
         ]
         return list(await asyncio.gather(*runs))
 
-    default_threshold = gc.get_threshold()
-    if gc_threshold is not None:
-        gc.set_threshold(*gc_threshold)
-    try:
-        started = time.perf_counter()
-        results = asyncio.run(run_all())
-        wall = time.perf_counter() - started
-    finally:
-        gc.set_threshold(*default_threshold)
+    results = asyncio.run(run_all())
     for i, result in enumerate(results):  # every run saw only its own messages and results
         assert result["messages"][0].text == f"agent {i}"
         assert result["last_message"].text == f"agent {i} done"
         tool_results = [m.tool_call_result for m in result["messages"] if m.tool_call_result]
         assert [r.result for r in tool_results] == [str(i + step) for step in range(steps - 1)]
         assert all(r.origin.id.startswith(f"{i}-") for r in tool_results)
-    tracemalloc.start()
-    asyncio.run(run_all())
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    return results
+
+
+def concurrency(agents: int, steps: int, step_us: float, runs: int) -> dict[str, dict[str, Any]]:
+    """Wall time (median and min of ``runs``, the settings taking turns), memory and a cross-talk check per setting.
+
+    The ideal is the model latency of one run (``steps`` x 10 ms); with ``step_us``, the CPU time
+    of a step in a sync run, the ideal plus overhead adds what all the steps cost on one core.
+    """
+    walls: dict[str, list[float]] = {name: [] for name in CONCURRENCY_SETTINGS}
+    default_threshold = gc.get_threshold()
+    for _ in range(runs):
+        for name, (in_threads, gc_threshold) in CONCURRENCY_SETTINGS.items():
+            gc.collect()
+            if gc_threshold is not None:
+                gc.set_threshold(*gc_threshold)
+            try:
+                started = time.perf_counter()
+                run_concurrently(agents, steps, in_threads)
+                walls[name].append(time.perf_counter() - started)
+            finally:
+                gc.set_threshold(*default_threshold)
     ideal = steps * 0.01
     with_overhead = ideal + agents * steps * step_us / 1e6
-    return {
-        "agents": agents,
-        "steps": steps,
-        "wall_s": round(wall, 3),
-        "ideal_s": ideal,
-        "ratio_to_ideal": round(wall / ideal, 2),
-        "ideal_plus_overhead_s": round(with_overhead, 3),
-        "ratio_to_ideal_plus_overhead": round(wall / with_overhead, 2),
-        "peak_kib_per_run": round(peak / agents / 1024, 1),
-        "cross_talk": "none (checked)",
-    }
+    table = {}
+    for name, (in_threads, _) in CONCURRENCY_SETTINGS.items():
+        tracemalloc.start()
+        run_concurrently(agents, steps, in_threads)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        wall = statistics.median(walls[name])
+        table[name] = {
+            "agents": agents,
+            "steps": steps,
+            "runs": runs,
+            "wall_s": round(wall, 3),
+            "wall_min_s": round(min(walls[name]), 3),
+            "ideal_s": ideal,
+            "ratio_to_ideal": round(wall / ideal, 2),
+            "ideal_plus_overhead_s": round(with_overhead, 3),
+            "ratio_to_ideal_plus_overhead": round(wall / with_overhead, 2),
+            "peak_kib_per_run": round(peak / agents / 1024, 1),
+            "cross_talk": "none (checked)",
+        }
+    return table
 
 
 def peers(steps: int, runs: int) -> dict[str, Any]:
@@ -341,10 +366,6 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
         return {name: {"error": f"workload failed: {done.stderr.strip()[-300:]}"} for name in FRAMEWORKS}
     return dict(json.loads(done.stdout))
 
-
-#: A gen-0 threshold for applications that keep thousands of runs alive: Python's default (700)
-#: runs a collection every few hundred allocations, and the full ones scan every live run.
-GC_TUNED = (50_000, 20, 20)
 
 PEER_PACKAGES = ["haystack-ai", "langgraph", "langchain-core", "pydantic-ai-slim"]
 FRAMEWORKS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
@@ -461,9 +482,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"Concurrency: {c['agents']} agents with `run_async` on one event loop, {c['steps']} model calls of 10 ms "
         f"each; cross-talk between runs: {c['cross_talk']}. Ideal: {c['ideal_s']} s of model latency; plus "
         f"overhead: {c['ideal_plus_overhead_s']} s, adding {c['agents'] * c['steps']} steps at the plain µs/step "
-        "above, all on one core.",
+        f"above, all on one core. The settings take turns, {c['runs']} runs each; the ratios are by median.",
         "",
-        "| sync tool calls | wall s | x ideal | x (ideal + overhead) | peak KiB per run |",
+        "| sync tool calls | wall s (median / min) | x ideal | x (ideal + overhead) | peak KiB per run |",
         "|---|---:|---:|---:|---:|",
     ]
     tuned = "with `gc.set_threshold(50_000, 20, 20)` in the application"
@@ -475,7 +496,8 @@ def markdown(results: dict[str, Any]) -> str:
     )
     for label, row in rows:
         lines.append(
-            f"| {label} | {row['wall_s']} | {row['ratio_to_ideal']} | {row['ratio_to_ideal_plus_overhead']} | "
+            f"| {label} | {row['wall_s']} / {row['wall_min_s']} | {row['ratio_to_ideal']} | "
+            f"{row['ratio_to_ideal_plus_overhead']} | "
             f"{row['peak_kib_per_run']} |"
         )
     if results["peers"]:
@@ -550,10 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead": per_step,
         "growth": growth(sizes, steps, runs),
         "snapshots": snapshot_costs(sizes, runs),
-        "concurrency": concurrency(agents, 10, step_us),
-        "concurrency_inline_tools": concurrency(agents, 10, step_us, in_threads=False),
-        "concurrency_gc_tuned": concurrency(agents, 10, step_us, gc_threshold=GC_TUNED),
-        "concurrency_inline_tools_gc_tuned": concurrency(agents, 10, step_us, in_threads=False, gc_threshold=GC_TUNED),
+        **concurrency(agents, 10, step_us, 1 if args.quick else 5),
     }
     if not (args.quick or args.no_peers):
         results["peers"] = peers(steps, runs)
