@@ -254,24 +254,32 @@ class ToolInvoker:
         report = on_complete or _ignore
         if not self.sync_tools_in_threads:
             self._run_in_order(prepared, runnable, streaming_callback, report, outcomes)
-            return outcomes
-
-        async def run_one(i: int) -> None:
-            outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
-            report(i, outcome)
-
-        if len(runnable) == 1 or self.tool_concurrency == 1:
+        elif len(runnable) > 1 and self.tool_concurrency > 1:
+            await self._run_in_threads_at_once(prepared, runnable, streaming_callback, report, outcomes)
+        else:
+            # No closures on this path: what a call holds while its thread runs counts towards the
+            # garbage collector's next collection, and a thousand runs may be waiting at once.
             for i in runnable:
-                await run_one(i)
-            return outcomes
+                outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
+                report(i, outcome)
+        return outcomes
+
+    async def _run_in_threads_at_once(
+        self,
+        prepared: Sequence[PreparedCall | None],
+        runnable: list[int],
+        streaming_callback: StreamingCallback | None,
+        report: OnComplete,
+        outcomes: list[CallOutcome],
+    ) -> None:
         semaphore = asyncio.Semaphore(self.tool_concurrency)
 
-        async def run_limited(i: int) -> None:
+        async def run_one(i: int) -> None:
             async with semaphore:
-                await run_one(i)
+                outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
+                report(i, outcome)
 
-        await asyncio.gather(*(run_limited(i) for i in runnable))
-        return outcomes
+        await asyncio.gather(*(run_one(i) for i in runnable))
 
     @staticmethod
     def _runnable(prepared: Sequence[PreparedCall | None]) -> list[int]:
