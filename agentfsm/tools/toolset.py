@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -13,11 +12,15 @@ from agentfsm.tools.tool import Tool, tool_from_dict
 
 def check_unique_names(tools: Iterable[Tool]) -> None:
     """Raise ``ConfigurationError`` (a ``ValueError``) naming any duplicated tool names."""
-    counts = Counter(t.name for t in tools)
-    duplicates = sorted(name for name, n in counts.items() if n > 1)
+    seen: set[str] = set()
+    duplicates: set[str] = set()
+    for t in tools:  # not a Counter: this runs several times for every agent built and run
+        if t.name in seen:
+            duplicates.add(t.name)
+        seen.add(t.name)
     if duplicates:
         raise ConfigurationError(
-            f"Duplicate tool names: {duplicates}. Every tool given to an agent needs its own name."
+            f"Duplicate tool names: {sorted(duplicates)}. Every tool given to an agent needs its own name."
         )
 
 
