@@ -273,7 +273,7 @@ CONCURRENCY_SETTINGS: dict[str, tuple[bool, tuple[int, int, int] | None]] = {
 }
 
 
-def run_concurrently(agents: int, steps: int, in_threads: bool) -> list[dict[str, Any]]:
+def run_concurrently(agents: int, steps: int, in_threads: bool) -> None:
     """``agents`` run_async runs of ``steps`` model calls on one new event loop; checks they did not mix."""
 
     async def run_all() -> list[dict[str, Any]]:
@@ -295,7 +295,6 @@ def run_concurrently(agents: int, steps: int, in_threads: bool) -> list[dict[str
         tool_results = [m.tool_call_result for m in result["messages"] if m.tool_call_result]
         assert [r.result for r in tool_results] == [str(i + step) for step in range(steps - 1)]
         assert all(r.origin.id.startswith(f"{i}-") for r in tool_results)
-    return results
 
 
 def concurrency(agents: int, steps: int, step_us: float, runs: int) -> dict[str, dict[str, Any]]:
