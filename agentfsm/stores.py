@@ -508,11 +508,8 @@ class SQLiteSnapshotStore:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _batches(self, run_id: str, seq: int | None = None) -> list[tuple[int, bytes]]:
-        """``(first seq, entries)`` of the batches needed to rebuild snapshot ``seq`` (default: all)."""
-        number = self._number(run_id)
-        if number is None:
-            return []
+    def _batches(self, number: int, seq: int | None = None) -> list[tuple[int, bytes]]:
+        """``(first seq, entries)`` of the batches of run ``number`` needed to rebuild snapshot ``seq`` (default: all)."""
         first = number << _SEQ_BITS
         with self._lock:
             if seq is None:
@@ -528,9 +525,15 @@ class SQLiteSnapshotStore:
 
     def load(self, run_id: str, seq: int) -> AgentSnapshot:
         """Rebuild snapshot ``seq`` of the run from its last full snapshot and the deltas after it."""
+        number = self._number(run_id)
+        if number is None:
+            raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+        return self._load(run_id, number, seq)
+
+    def _load(self, run_id: str, run_number: int, seq: int) -> AgentSnapshot:
         messages: list[Any] = []
         trace: list[Any] = []
-        for number, new_messages, new_trace, body, created_at in self._replay(run_id, seq):
+        for number, new_messages, new_trace, body, created_at in self._replay(run_number, seq):
             messages.extend(new_messages)
             trace.extend(new_trace)
             if number == seq:
@@ -543,7 +546,7 @@ class SQLiteSnapshotStore:
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _replay(
-        self, run_id: str, seq: int | None = None
+        self, run_number: int, seq: int | None = None
     ) -> Iterator[tuple[int, list[Any], list[Any], dict[str, Any], str | float]]:
         """``(number, new messages, new trace, fields, created_at)`` of each stored snapshot needed for ``seq``.
 
@@ -551,7 +554,7 @@ class SQLiteSnapshotStore:
         them all, the next ones what changed (one dict per batch, updated in place: read it before
         the next). ``created_at`` is as stored (see ``_created_at``).
         """
-        for first, blob in self._batches(run_id, seq):
+        for first, blob in self._batches(run_number, seq):
             try:
                 entries = orjson.loads(blob)
                 decoded = [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
@@ -579,14 +582,17 @@ class SQLiteSnapshotStore:
         """The newest snapshot of the run."""
         number = self._number(run_id)
         count = 0 if number is None else self._count(number)
-        if count == 0:
+        if number is None or count == 0:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.path}.")
-        return self.load(run_id, count - 1)
+        return self._load(run_id, number, count - 1)
 
     def history(self, run_id: str) -> list[SnapshotInfo]:
         """Every snapshot of the run, oldest first."""
+        run_number = self._number(run_id)
+        if run_number is None:
+            return []
         infos = []
-        for number, _messages, _trace, body, created_at in self._replay(run_id):
+        for number, _messages, _trace, body, created_at in self._replay(run_number):
             try:
                 infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at)))
             except (KeyError, TypeError, ValueError) as exc:
