@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,3 +44,54 @@ def test_readme_quotes_the_committed_results() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quoted = readme.split("<!-- bench-results:start -->\n")[1].split("<!-- bench-results:end -->")[0]
     assert quoted == (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8"), "run `make bench` to refresh both"
+
+
+def load_bench_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peer_workloads_report_frameworks_they_cannot_import() -> None:
+    # The test environment has agentfsm but none of the peers: their rows say so, agentfsm's are timed.
+    done = subprocess.run(
+        [sys.executable, "bench/peers/workloads.py", "3", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    measured = json.loads(done.stdout)
+    runs = measured["runs"]
+    for name in ("agentfsm", "agentfsm, durable SQLite store in memory", "agentfsm, durable SQLite store in a file"):
+        assert runs[name]["median_us"] > 0 and runs[name]["peak_kib"] > 0, runs[name]
+    for name in ("haystack", "langgraph", "langgraph, SqliteSaver in a file"):
+        assert runs[name]["error"].startswith("ModuleNotFoundError"), runs[name]
+    assert runs["langgraph, SqliteSaver in a file"]["baseline"] == "agentfsm, durable SQLite store in a file"
+    assert measured["import_ms"]["agentfsm"] > 0
+    assert measured["import_ms"]["haystack"] is None
+
+
+def test_peer_tables_compare_each_row_with_its_baseline_and_say_why_a_row_is_missing() -> None:
+    def row(framework: str, baseline: str, median: float, least: float) -> dict[str, object]:
+        timing = {"median_us": median, "min_us": least, "peak_kib": 64.0, "version": "1.0"}
+        return {"framework": framework, "baseline": baseline, **timing}
+
+    memory = "agentfsm, durable SQLite store in memory"
+    runs = {
+        "agentfsm": row("agentfsm", "agentfsm", 20.0, 19.0),
+        "haystack": {"framework": "haystack", "baseline": "agentfsm", "error": "not installed: no haystack-ai"},
+        "langgraph": row("langgraph", "agentfsm", 2000.0, 1900.0),
+        memory: row("agentfsm", memory, 100.0, 95.0),
+        "langgraph, InMemorySaver": row("langgraph", memory, 3900.0, 3800.0),
+    }
+    imports = {"agentfsm": 350.0, "haystack": None, "langgraph": 1200.0}
+    table = "\n".join(load_bench_script().peer_tables({"runs": runs, "import_ms": imports}))
+    assert "| agentfsm (1.0) | 20.0 | 19.0 | 1.0x / 1.0x | 64.0 | 350.0 |" in table
+    assert "| haystack | not installed: no haystack-ai |  |  |  |  |" in table
+    assert "| langgraph (1.0) | 2000.0 | 1900.0 | 100.0x / 100.0x | 64.0 | 1200.0 |" in table
+    assert "| langgraph, InMemorySaver (1.0) | 3900.0 | 3800.0 | 39.0x / 40.0x | 64.0 |" in table

@@ -1,28 +1,50 @@
 """The benchmark workload on agentfsm and its peers, side by side, in the peers virtualenv made by ``bench/run.py``.
 
-For each framework: a zero-latency scripted model (replies built before the run), STEPS steps of
-(model call -> one ``add(a, b)`` tool call), then a text answer. The agent is built before the
-clock starts and only the run is timed. The frameworks take turns, RUNS times: in its turn, each
-collects the garbage left before its turn, makes an untimed run (its code and data back in the CPU
-caches) and a timed one; a slow spell of the machine thus falls on all of them alike. Prints one JSON
-object: ``{framework: {"median_us": ..., "min_us": ..., "version": ...} or {"error": "..."}}``.
+For each configuration: a zero-latency scripted model (replies built before the run), STEPS steps
+of (model call -> one ``add(a, b)`` tool call), then a text answer. The agent is built before the
+clock starts and only the run is timed. The configurations take turns, RUNS times: in its turn,
+each collects the garbage left before its turn, makes an untimed run (its code and data back in
+the CPU caches) and a timed one; a slow spell of the machine thus falls on all of them alike.
+After the turns, one more run of each is traced with ``tracemalloc`` (its peak), and each
+framework's import is timed in fresh interpreters.
+
+Besides the four frameworks as they come, two pairs persist the run at every step: agentfsm's
+durable SQLite store and LangGraph's checkpointers, in memory and in an SQLite file (both files in
+WAL mode with ``synchronous=NORMAL``; LangGraph with ``durability="sync"``, which, like agentfsm's
+durable store, writes a step's checkpoint before the next step starts).
+
+Prints one JSON object: ``{"runs": {configuration: {"framework", "baseline", and "median_us",
+"min_us", "peak_kib", "version" or "error"}}, "import_ms": {framework: ms, or None if it cannot
+be imported}}``; ``baseline`` is the agentfsm configuration a row is compared with.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
 import json
+import sqlite3
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
+import tracemalloc
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import version
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+#: Where the SQLite files of the persisting configurations go (removed at exit).
+FILES = tempfile.TemporaryDirectory()
+#: None: no persistence; "memory" or "file": a checkpoint at every step, kept in memory or in an SQLite file.
+Store = Literal["memory", "file"] | None
 
 
 #: ``setup()`` builds an agent and returns the run to time.
@@ -45,8 +67,41 @@ def take_turns(setups: dict[str, Setup]) -> dict[str, dict[str, float]]:
     }
 
 
-def agentfsm() -> tuple[Setup, str]:
+def peak_kib(setup: Setup) -> float:
+    """Peak memory of one run (the Python allocations ``tracemalloc`` sees), the agent built before."""
+    gc.collect()
+    run_once = setup()
+    tracemalloc.start()
+    try:
+        run_once()
+        return round(tracemalloc.get_traced_memory()[1] / 1024, 1)
+    finally:
+        tracemalloc.stop()
+
+
+def import_ms(module: str, runs: int = 3) -> float | None:
+    """Median time to import ``module`` in a fresh interpreter, minus the interpreter's own start."""
+
+    def start(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        return time.perf_counter() - started
+
+    try:
+        samples = [start(f"import {module}") - start("pass") for _ in range(runs)]
+    except subprocess.CalledProcessError:
+        return None  # not installed: its runs say why
+    return round(statistics.median(samples) * 1000, 1)
+
+
+def sqlite_file(name: str) -> str:
+    """A new SQLite file in WAL mode for the persisting configurations."""
+    return str(Path(FILES.name) / f"{name}.sqlite")
+
+
+def agentfsm(store: Store = None) -> tuple[Setup, str]:
     from agentfsm import Agent, ChatMessage, ToolCall, tool
+    from agentfsm.stores import SQLiteSnapshotStore
 
     @tool
     def add(a: int, b: int) -> int:
@@ -67,8 +122,16 @@ def agentfsm() -> tuple[Setup, str]:
             self.calls += 1
             return {"replies": [self.replies[self.calls - 1]]}
 
+    # One database for every run, as an application keeps it (each run is a new run id in it).
+    snapshot_store = None
+    if store is not None:
+        path = ":memory:" if store == "memory" else sqlite_file("agentfsm")
+        snapshot_store = SQLiteSnapshotStore(path, durable=True, synchronous="NORMAL")
+
     def setup() -> Callable[[], None]:
-        agent = Agent(chat_generator=ScriptedGenerator(), tools=[add], max_agent_steps=STEPS + 1)
+        agent = Agent(
+            chat_generator=ScriptedGenerator(), tools=[add], max_agent_steps=STEPS + 1, snapshot_store=snapshot_store
+        )
 
         def once() -> None:
             result = agent.run([ChatMessage.from_user("go")])
@@ -118,7 +181,7 @@ def haystack() -> tuple[Setup, str]:
     return setup, version("haystack-ai")
 
 
-def langgraph() -> tuple[Setup, str]:
+def langgraph(store: Store = None) -> tuple[Setup, str]:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
@@ -140,11 +203,28 @@ def langgraph() -> tuple[Setup, str]:
         ]
         return iter([*replies, AIMessage(content="done")])
 
+    checkpointer: Any = None
+    if store == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        checkpointer = InMemorySaver()
+    elif store == "file":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        connection = sqlite3.connect(sqlite_file("langgraph"), check_same_thread=False)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")  # as agentfsm's store (SQLite's default is FULL)
+        checkpointer = SqliteSaver(connection)
+    threads = itertools.count()
+
     def setup() -> Callable[[], None]:
-        agent = create_react_agent(ScriptedModel(messages=script()), [add])
+        agent = create_react_agent(ScriptedModel(messages=script()), [add], checkpointer=checkpointer)
+        # Each run is a new conversation (thread), as each agentfsm run is a new run id.
+        config = {"recursion_limit": 4 * STEPS + 10, "configurable": {"thread_id": f"t{next(threads)}"}}
+        durability = "sync" if checkpointer is not None else None
 
         def once() -> None:
-            result = agent.invoke({"messages": [("user", "go")]}, {"recursion_limit": 4 * STEPS + 10})
+            result = agent.invoke({"messages": [("user", "go")]}, config, durability=durability)
             assert result["messages"][-1].content == "done"
 
         return once
@@ -185,24 +265,64 @@ def pydantic_ai() -> tuple[Setup, str]:
     return setup, version("pydantic-ai-slim")
 
 
-FRAMEWORKS = {"agentfsm": agentfsm, "haystack": haystack, "langgraph": langgraph, "pydantic-ai": pydantic_ai}
+#: What ``import`` each framework's row times.
+FRAMEWORKS = {
+    "agentfsm": "agentfsm",
+    "haystack": "haystack.components.agents",
+    "langgraph": "langgraph.prebuilt",
+    "pydantic-ai": "pydantic_ai",
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One timed row: the framework, how to build its workload, and the agentfsm row it is compared with."""
+
+    framework: str
+    workload: Callable[[], tuple[Setup, str]]
+    baseline: str
+
+
+#: The frameworks as they come, then the persisting pairs (each compared with agentfsm's same kind of store).
+CONFIGURATIONS = {
+    "agentfsm": Configuration("agentfsm", agentfsm, "agentfsm"),
+    "haystack": Configuration("haystack", haystack, "agentfsm"),
+    "langgraph": Configuration("langgraph", langgraph, "agentfsm"),
+    "pydantic-ai": Configuration("pydantic-ai", pydantic_ai, "agentfsm"),
+    "agentfsm, durable SQLite store in memory": Configuration(
+        "agentfsm", partial(agentfsm, "memory"), "agentfsm, durable SQLite store in memory"
+    ),
+    "langgraph, InMemorySaver": Configuration(
+        "langgraph", partial(langgraph, "memory"), "agentfsm, durable SQLite store in memory"
+    ),
+    "agentfsm, durable SQLite store in a file": Configuration(
+        "agentfsm", partial(agentfsm, "file"), "agentfsm, durable SQLite store in a file"
+    ),
+    "langgraph, SqliteSaver in a file": Configuration(
+        "langgraph", partial(langgraph, "file"), "agentfsm, durable SQLite store in a file"
+    ),
+}
 
 
 def main() -> None:
     warnings.simplefilter("ignore")  # deprecation notices of the peers are not results
-    results: dict[str, Any] = {}
+    results: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
     versions: dict[str, str] = {}
-    for name, workload in FRAMEWORKS.items():
+    for name, configuration in CONFIGURATIONS.items():
         try:
-            setups[name], versions[name] = workload()
-            setups[name]()()  # a framework that cannot run the workload is reported, not timed
+            setups[name], versions[name] = configuration.workload()
+            setups[name]()()  # a configuration that cannot run the workload is reported, not timed
         except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
             setups.pop(name, None)
     for name, timing in take_turns(setups).items():
-        results[name] = {**timing, "version": versions[name]}
-    print(json.dumps({name: results[name] for name in FRAMEWORKS}))
+        results[name] = {**timing, "peak_kib": peak_kib(setups[name]), "version": versions[name]}
+    runs = {
+        name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in CONFIGURATIONS.items()
+    }
+    imports = {name: import_ms(module) for name, module in FRAMEWORKS.items()}
+    print(json.dumps({"runs": runs, "import_ms": imports}))
 
 
 if __name__ == "__main__":
