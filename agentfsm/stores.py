@@ -235,10 +235,15 @@ class _Cursor:
     body: dict[str, Any] | None = None
 
 
+#: Commits between two checkpoints: ~1,500 WAL pages here, about SQLite's own default of 1,000 pages.
+#: Rarer checkpoints cost less per commit (a page written by many commits is copied once).
+_CHECKPOINT_EVERY = 1024
+
+
 class _Checkpointer:
     """Checkpoints a WAL database from a background thread, every ``every`` commits and when stopped."""
 
-    def __init__(self, path: str, every: int = 256) -> None:
+    def __init__(self, path: str, every: int = _CHECKPOINT_EVERY) -> None:
         self._every = every
         self._commits = 0
         self._wake = threading.Event()
@@ -265,7 +270,8 @@ class _Checkpointer:
 
 
 #: Past this size, the checkpoint thread makes the writer start the WAL over (see _checkpoint_loop).
-_WAL_RESTART_BYTES = 8 * 1024 * 1024
+#: Below the WAL's growth between two checkpoints, so that every checkpoint starts it over.
+_WAL_RESTART_BYTES = 4 * 1024 * 1024
 
 
 def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event) -> None:
