@@ -95,7 +95,7 @@ def import_ms(module: str, runs: int = 3) -> float | None:
 
 
 def sqlite_file(name: str) -> str:
-    """A new SQLite file in WAL mode for the persisting configurations."""
+    """Where the persisting configuration ``name`` keeps its SQLite file."""
     return str(Path(FILES.name) / f"{name}.sqlite")
 
 
