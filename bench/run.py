@@ -227,15 +227,19 @@ def bare_loop_us(steps: int, runs: int) -> dict[str, float]:
     return {"median_us": round(statistics.median(samples), 2), "min_us": round(min(samples), 2)}
 
 
-def import_time_ms(runs: int) -> float:
-    """Median time to ``import agentfsm`` in a fresh interpreter, minus the interpreter's own start."""
+def import_ms(module: str, runs: int) -> float | None:
+    """Median time to import ``module`` in a fresh interpreter, minus the interpreter's own start
+    (None if it cannot be imported). ``peers/workloads.py`` times the peers' imports with it too."""
 
     def start(code: str) -> float:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
         return time.perf_counter() - started
 
-    samples = [start("import agentfsm") - start("pass") for _ in range(max(runs // 4, 3))]
+    try:
+        samples = [start(f"import {module}") - start("pass") for _ in range(runs)]
+    except subprocess.CalledProcessError:
+        return None
     return round(statistics.median(samples) * 1000, 1)
 
 
@@ -607,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     steps, runs, sizes = (3, 2, [10, 100]) if args.quick else (50, 20, [10, 100, 1000])
     agents = 20 if args.quick else 1000
     bare = bare_loop_us(steps, runs)
-    import_ms = import_time_ms(runs)
+    agentfsm_import_ms = import_ms("agentfsm", max(runs // 4, 3))
     per_step = overhead(steps, runs)
     step_us = per_step["plain"]["median_us"]
     results = {
@@ -621,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": steps,
         "runs": runs,
         "bare_loop": bare,
-        "import_ms": import_ms,
+        "import_ms": agentfsm_import_ms,
         "overhead": per_step,
         "growth": growth(sizes, steps, runs),
         "snapshots": snapshot_costs(sizes, runs),

@@ -25,7 +25,6 @@ import itertools
 import json
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,21 +76,6 @@ def peak_kib(setup: Setup) -> float:
         return round(tracemalloc.get_traced_memory()[1] / 1024, 1)
     finally:
         tracemalloc.stop()
-
-
-def import_ms(module: str, runs: int = 3) -> float | None:
-    """Median time to import ``module`` in a fresh interpreter, minus the interpreter's own start."""
-
-    def start(code: str) -> float:
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        return time.perf_counter() - started
-
-    try:
-        samples = [start(f"import {module}") - start("pass") for _ in range(runs)]
-    except subprocess.CalledProcessError:
-        return None  # not installed: its runs say why
-    return round(statistics.median(samples) * 1000, 1)
 
 
 def sqlite_file(name: str) -> str:
@@ -321,7 +305,10 @@ def main() -> None:
     runs = {
         name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in CONFIGURATIONS.items()
     }
-    imports = {name: import_ms(module) for name, module in FRAMEWORKS.items()}
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: run.py times imports
+    from run import import_ms
+
+    imports = {name: import_ms(module, 3) for name, module in FRAMEWORKS.items()}
     print(json.dumps({"runs": runs, "import_ms": imports}))
 
 
