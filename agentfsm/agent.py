@@ -21,7 +21,7 @@ from agentfsm.serialization import (
     serialize_callable,
 )
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
-from agentfsm.state import State, schema_from_dict, schema_to_dict, validate_schema
+from agentfsm.state import State, complete_schema, schema_from_dict, schema_to_dict, validate_schema
 from agentfsm.stores import SnapshotStore, StoreObserver
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
@@ -85,7 +85,7 @@ class Agent:
         _check_exit_conditions(self.exit_conditions, known)
         self.state_schema = dict(state_schema or {})
         _check_state_schema(self.state_schema)
-        self._full_schema = {**self.state_schema, **RUNTIME_STATE_SCHEMA}
+        self._full_schema = complete_schema({**self.state_schema, **RUNTIME_STATE_SCHEMA})
         _check_tool_state_keys(known, self._full_schema)
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
@@ -167,6 +167,9 @@ class Agent:
     @property
     def fingerprint(self) -> str:
         """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
+        return self._fingerprint()
+
+    def _fingerprint(self) -> str:
         shape = {
             "generator": f"{type(self.chat_generator).__module__}.{type(self.chat_generator).__qualname__}",
             "tools": [
@@ -202,7 +205,7 @@ class Agent:
             tool_exits=frozenset(self.exit_conditions) - {"text"},
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
-            fingerprint=self.fingerprint,
+            fingerprint=self._fingerprint,
             break_point=_unwrap(break_point),
             observers=self._observers,
         )
@@ -215,7 +218,7 @@ class Agent:
             raise ConfigurationError(f"{reserved} are maintained by the agent; pass the conversation as `messages`.")
         prompt = system_prompt if system_prompt is not None else self.system_prompt
         conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
-        state = State(self._full_schema, {**state_data, "messages": conversation})
+        state = State.from_complete_schema(self._full_schema, {**state_data, "messages": conversation})
         return AgentRun(config, state)
 
     def _resume(
@@ -233,10 +236,11 @@ class Agent:
                 "system_prompt or state values together with snapshot=."
             )
         snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
-        if snap.agent_fingerprint != config.fingerprint:
+        expected = config.fingerprint()
+        if snap.agent_fingerprint != expected:
             message = (
                 f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
-                f"(fingerprint {snap.agent_fingerprint}, this agent {config.fingerprint}): tools, state schema, "
+                f"(fingerprint {snap.agent_fingerprint}, this agent {expected}): tools, state schema, "
                 "exit conditions or limits changed."
             )
             if strict:
@@ -247,7 +251,7 @@ class Agent:
             if not isinstance(data, dict):
                 raise SnapshotError("the snapshot's state must be an object of State keys")
             data["messages"] = [ChatMessage.from_dict(m) for m in snap.messages]
-            state = State(self._full_schema)
+            state = State.from_complete_schema(self._full_schema)
             for key, value in data.items():
                 if key not in state.schema:
                     raise SnapshotError(f"Snapshot State key {key!r} is not in this agent's state_schema.")

@@ -148,11 +148,12 @@ class Dispatch:
     """The transition table compiled into dictionaries for the runtime's hot path.
 
     For each phase with guarded edges: the facts its guards read (one ``operator.attrgetter``) and a
-    dictionary from each combination of their values to the edge that holds. Building it checks
-    that exactly one edge holds for every combination.
+    dictionary from each combination of their values to the edge that holds; for a phase with one
+    unguarded way out, that edge. Building it checks that exactly one edge holds for every
+    combination.
     """
 
-    __slots__ = ("_allowed", "_decisions", "_only")
+    __slots__ = ("_allowed", "_decisions")
 
     def __init__(self, transitions: Iterable[Transition]) -> None:
         by_source: dict[Phase, list[Transition]] = {}
@@ -162,29 +163,31 @@ class Dispatch:
             if not t.interrupt:
                 by_source.setdefault(t.source, []).append(t)
         self._allowed = {key: frozenset(dests) for key, dests in allowed.items()}
-        #: Phases with a single, unguarded way out: no fact to read.
-        self._only: dict[Phase, Transition] = {}
-        self._decisions: dict[Phase, tuple[Callable[[Any], Any], dict[Any, Transition]]] = {}
+        #: Per phase: the facts to read and the edge for each combination of their values, or
+        #: ``None`` and the phase's one unguarded edge (a single lookup per decision either way).
+        self._decisions: dict[Phase, tuple[Callable[[Any], Any] | None, Any]] = {}
         for source, edges in by_source.items():
             if len(edges) == 1 and not edges[0].when:
-                self._only[source] = edges[0]
+                self._decisions[source] = (None, edges[0])
             else:
                 self._decisions[source] = _decision_table(source, edges)
 
     def next(self, phase: Phase, facts: Facts) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``."""
-        only = self._only.get(phase)
-        if only is not None:
-            return only
-        decision = self._decisions.get(phase)
-        if decision is None:
-            raise MachineError(f"No declared transition leaves {phase.value}.")
-        read, edges = decision
+        try:
+            read, edges = self._decisions[phase]
+        except KeyError:
+            raise MachineError(f"No declared transition leaves {phase.value}.") from None
+        edge: Transition  # ``edges`` is a Transition or a dict of them, as ``read`` says
+        if read is None:
+            edge = edges
+            return edge
         values = read(facts)
         try:
-            return edges[values]
+            edge = edges[values]
         except (KeyError, TypeError):  # facts that are truthy or falsy but not bools
-            return edges[tuple(map(bool, values)) if type(values) is tuple else bool(values)]
+            edge = edges[tuple(map(bool, values)) if type(values) is tuple else bool(values)]
+        return edge
 
     def check(self, source: Phase, trigger: str, dest: Phase) -> None:
         """Raise ``MachineError`` unless ``source --trigger--> dest`` is declared."""

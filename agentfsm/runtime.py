@@ -85,8 +85,10 @@ class RunConfig:
     tool_exits: frozenset[str]
     max_agent_steps: int
     invoker: ToolInvoker
+    #: Works out the agent's fingerprint; called once, by the run's first snapshot (a run that
+    #: makes none never pays for it).
+    fingerprint: Callable[[], str]
     dynamic: tuple[Toolset, ...] = ()
-    fingerprint: str = ""
     break_point: Breakpoint | None = None
     observers: tuple[RunObserver, ...] = ()
 
@@ -96,7 +98,11 @@ class RunConfig:
 
 @dataclass(slots=True)
 class CallModel:
-    """Call the chat generator with these messages and tools, then ``model_replied``."""
+    """Call the chat generator with these messages and tools, then ``model_replied``.
+
+    Both lists belong to the run and are not to be modified: ``messages`` is its history, and
+    ``tools`` the same list at every call of a run without dynamic toolsets.
+    """
 
     messages: list[ChatMessage]
     tools: list[Tool]
@@ -147,11 +153,14 @@ class AgentRun:
         self.pending: list[PreparedCall] = []
         self.completed: dict[str, CallOutcome] = {}
         self.snapshot: AgentSnapshot | None = None
+        self._fingerprint: str | None = None
         self._last_calls: list[ToolCall] = []
         self._pending_data: list[dict[str, Any]] | None = None  # _last_calls serialized, once per reply
         self._keys: list[str] = []
         self._data = state.data
         self._observers = config.observers
+        #: The tools handed to the model, one list for the whole run unless dynamic toolsets change them.
+        self._model_tools = None if config.dynamic else list(config.tools.values())
         self._break_point = config.break_point
         self._messages_in_place = state.schema["messages"]["handler"] is merge_lists
         self._entered = time.perf_counter()
@@ -169,11 +178,15 @@ class AgentRun:
 
     # -- moving through the table ----------------------------------------------------------------
 
-    def _take(self, transition: Transition, check_breakpoint: bool = True) -> None:
-        if transition.interrupt:
+    def _advance(self, interrupt: Transition | None = None, check_breakpoint: bool = True) -> None:
+        """Take the declared edge out of the current phase whose guard holds, or ``interrupt``."""
+        if interrupt is None:
+            transition = _next_edge(self.phase, self)
+        else:
             # Interrupt edges are built by the runtime: check them against the table. Other edges
             # come from Dispatch.next, which only returns declared ones.
-            DISPATCH.check(self.phase, transition.trigger, transition.dest)
+            DISPATCH.check(self.phase, interrupt.trigger, interrupt.dest)
+            transition = interrupt
         now = _perf_counter()
         dest = transition.dest
         record = _new_record(
@@ -214,12 +227,13 @@ class AgentRun:
 
     def _prepare(self) -> None:
         self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.current_tools())
-        self._keys = [call_key(p.call, i) for i, p in enumerate(self.pending)]
+        # How each call is known in completed_tool_results: its id, or its position in the reply.
+        self._keys = [c.id if c.id is not None else f"#{i}" for i, c in enumerate(self._last_calls)]
 
     def _pause(self, bp: Breakpoint) -> None:
         # The snapshot exists before the pause edge is taken, so observers of that edge can store it.
         self.snapshot = self.make_snapshot(self.phase, bp.to_dict())
-        self._take(Transition("pause", self.phase, PAUSED, interrupt=True), check_breakpoint=False)
+        self._advance(Transition("pause", self.phase, PAUSED, interrupt=True), check_breakpoint=False)
 
     def make_snapshot(self, phase: Phase | None = None, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
         """The run as data, to be resumed in ``phase`` (default: the current phase)."""
@@ -255,8 +269,15 @@ class AgentRun:
             "completed_tool_results": {k: o.to_dict() for k, o in completed.items()} if completed else _NO_RESULTS,
             "exit_reason": self.exit_reason,
             "break_point": break_point,
-            "agent_fingerprint": self.config.fingerprint,
+            "agent_fingerprint": self.fingerprint,
         }
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the agent configuration this run belongs to (in its snapshots)."""
+        if self._fingerprint is None:
+            self._fingerprint = self.config.fingerprint()
+        return self._fingerprint
 
     @classmethod
     def from_snapshot(cls, config: RunConfig, state: State, snapshot: AgentSnapshot) -> AgentRun:
@@ -270,7 +291,7 @@ class AgentRun:
         run._last_calls = [ToolCall.from_dict(c) for c in snapshot.pending_tool_calls]
         run.has_tool_calls = bool(run._last_calls)
         run.completed = {key: CallOutcome.from_dict(o) for key, o in snapshot.completed_tool_results.items()}
-        run._take(Transition("resume", PAUSED, snapshot.phase, interrupt=True), check_breakpoint=False)
+        run._advance(Transition("resume", PAUSED, snapshot.phase, interrupt=True), check_breakpoint=False)
         if run.phase in (CONFIRM, TOOL_RUN):
             run._prepare()
         return run
@@ -283,9 +304,6 @@ class AgentRun:
         for toolset in self.config.dynamic:
             tools.update((t.name, t) for t in toolset)
         return tools
-
-    def _advance(self) -> None:
-        self._take(DISPATCH.next(self.phase, self))
 
     def _expect(self, phase: Phase, what: str) -> None:
         if self.phase is not phase:
@@ -308,26 +326,20 @@ class AgentRun:
 
     def next_action(self) -> Action:
         """Advance through phases that need no I/O and say which I/O comes next."""
+        # The phases in the order a step meets them: each test is one more comparison for the next.
         while True:
             phase = self.phase
             if phase is LLM_CALL:
-                return CallModel(self._data["messages"], list(self.current_tools().values()))
-            if phase is TOOL_RUN:
-                return RunTools(self.to_execute())
-            if phase is DONE:
-                return Finish(self.result())
-            if phase is PAUSED:
-                assert self.snapshot is not None
-                return Pause(self.snapshot)
+                tools = self._model_tools
+                return CallModel(
+                    self._data["messages"], tools if tools is not None else list(self.current_tools().values())
+                )
             if phase is TOOL_PENDING:
                 # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
                 self._prepare()
                 self._advance()
-            elif phase is CONFIRM:
-                # Without confirmation strategies every pending call is approved as prepared.
-                self._advance()
-            elif phase is IDLE:
-                self.start()
+            elif phase is TOOL_RUN:
+                return RunTools(self.to_execute())
             elif phase is EXIT_CHECK:
                 self._advance()
                 if self.phase is DONE and self.exit_reason is None:
@@ -337,6 +349,16 @@ class AgentRun:
                         run_id=self.run_id,
                         max_agent_steps=self.config.max_agent_steps,
                     )
+            elif phase is DONE:
+                return Finish(self.result())
+            elif phase is CONFIRM:
+                # Without confirmation strategies every pending call is approved as prepared.
+                self._advance()
+            elif phase is IDLE:
+                self.start()
+            elif phase is PAUSED:
+                assert self.snapshot is not None
+                return Pause(self.snapshot)
             else:
                 raise MachineError(f"The run cannot continue from {phase.value}.")
 
@@ -408,7 +430,7 @@ class AgentRun:
         """Take the ``fail`` edge after ``error`` escaped from an active phase."""
         if self.phase in TERMINAL_PHASES or self.phase in (IDLE, PAUSED):
             return
-        self._take(Transition("fail", self.phase, FAILED, interrupt=True))
+        self._advance(Transition("fail", self.phase, FAILED, interrupt=True))
         logger.error("run failed", run_id=self.run_id, step=self.step, error=repr(error))
 
     def result(self) -> dict[str, Any]:
@@ -429,6 +451,7 @@ _NO_RESULTS: dict[str, Any] = {}
 
 #: A ``TransitionRecord`` without the keyword-argument wrapper NamedTuple puts around tuple.__new__.
 _new_record = tuple.__new__
+_next_edge = DISPATCH.next
 _perf_counter = time.perf_counter
 _log_enabled = stdlib_logger.isEnabledFor
 
@@ -437,11 +460,6 @@ def _bad_output(output: Any) -> ModelClientError:
     return ModelClientError(
         f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, got {output!r}."
     )
-
-
-def call_key(call: ToolCall, index: int) -> str:
-    """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
-    return call.id if call.id is not None else f"#{index}"
 
 
 def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:

@@ -77,6 +77,17 @@ def validate_schema(schema: dict[str, Any]) -> None:
             raise SchemaError("StateSchema: 'messages' must be of type list[ChatMessage].")
 
 
+def complete_schema(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A checked copy of ``schema`` with the ``messages`` entry and every default handler filled in."""
+    validate_schema(schema)
+    complete: dict[str, dict[str, Any]] = {key: dict(definition) for key, definition in schema.items()}
+    complete.setdefault("messages", dict(MESSAGES_SCHEMA))
+    for definition in complete.values():
+        if definition.get("handler") is None:
+            definition["handler"] = default_handler(definition["type"])
+    return complete
+
+
 class State:
     """Schema-checked run data shared by the agent, its tools and its hooks.
 
@@ -88,12 +99,18 @@ class State:
     __slots__ = ("_data", "schema")
 
     def __init__(self, schema: dict[str, Any], data: dict[str, Any] | None = None) -> None:
-        validate_schema(schema)
-        self.schema: dict[str, dict[str, Any]] = {k: dict(v) for k, v in schema.items()}
-        self.schema.setdefault("messages", dict(MESSAGES_SCHEMA))
-        for definition in self.schema.values():
-            if definition.get("handler") is None:
-                definition["handler"] = default_handler(definition["type"])
+        self._start(complete_schema(schema), data)
+
+    @classmethod
+    def from_complete_schema(cls, schema: dict[str, Any], data: dict[str, Any] | None = None) -> State:
+        """A State on a schema returned by ``complete_schema``, without checking it again (an agent
+        checks its schema once, not at every run)."""
+        state = cls.__new__(cls)
+        state._start({key: dict(definition) for key, definition in schema.items()}, data)
+        return state
+
+    def _start(self, schema: dict[str, dict[str, Any]], data: dict[str, Any] | None) -> None:
+        self.schema = schema
         self._data: dict[str, Any] = {}
         for key, value in (data or {}).items():
             self.set(key, value)

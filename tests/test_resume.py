@@ -227,6 +227,14 @@ def test_resume_with_another_agent_configuration(caplog: pytest.LogCaptureFixtur
     )
 
 
+def test_snapshots_carry_the_fingerprint_of_their_agent() -> None:
+    original = agent()
+    snapshot = pause(original, Breakpoint(phase=Phase.TOOL_RUN, step=2)).snapshot
+    assert snapshot.agent_fingerprint == original.fingerprint == agent().fingerprint
+    original.max_agent_steps += 1
+    assert original.fingerprint != snapshot.agent_fingerprint
+
+
 def test_resume_in_another_process(tmp_path: Path) -> None:
     original = agent()
     snapshot = pause(original, Breakpoint(phase=Phase.TOOL_RUN, step=2)).snapshot

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from agentfsm import ChatMessage, State, merge_lists, replace_values
 from agentfsm.errors import ConfigurationError, SchemaError
+from agentfsm.state import complete_schema
 
 
 def concat_strings(current: Any, new: Any) -> str:
@@ -80,6 +81,19 @@ def test_invalid_schemas_name_the_key(schema: dict[str, Any], message: str) -> N
     with pytest.raises(SchemaError, match=message) as info:
         State(schema)
     assert isinstance(info.value, ValueError)
+
+
+def test_a_state_on_a_complete_schema_is_the_same_state_and_has_its_own_schema() -> None:
+    schema = {"docs": {"type": list[str]}, "count": {"type": int, "handler": replace_values}}
+    data = {"docs": ["a"], "count": 1, "messages": [ChatMessage.from_user("hi")]}
+    complete = complete_schema(schema)
+    assert complete["messages"]["handler"] is merge_lists and complete["docs"]["handler"] is merge_lists
+    first, second = State.from_complete_schema(complete, data), State.from_complete_schema(complete)
+    assert first == State(schema, data)
+    first.schema["docs"]["handler"] = replace_values
+    assert second.schema["docs"]["handler"] is merge_lists is complete["docs"]["handler"]
+    with pytest.raises(SchemaError, match="'bad'"):
+        complete_schema({"bad": {}})
 
 
 def test_set_unknown_key_is_a_clear_value_error() -> None:
