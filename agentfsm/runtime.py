@@ -505,15 +505,15 @@ async def drive_async(run: AgentRun, generator: Any, streaming_callback: Streami
         while True:
             action = run.next_action()
             if isinstance(action, CallModel):
-                kwargs = {
-                    "messages": action.messages,
-                    "tools": action.tools or None,
-                    "streaming_callback": streaming_callback,
-                }
+                tools = action.tools or None
                 if run_async is not None:
-                    output = await run_async(**kwargs)
+                    output = await run_async(
+                        messages=action.messages, tools=tools, streaming_callback=streaming_callback
+                    )
                 else:
-                    output = await run_in_worker(generator.run, **kwargs)
+                    output = await run_in_worker(
+                        generator.run, messages=action.messages, tools=tools, streaming_callback=streaming_callback
+                    )
                 run.model_replied(output)
             elif isinstance(action, RunTools):
                 await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)

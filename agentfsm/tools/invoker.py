@@ -249,6 +249,8 @@ class ToolInvoker:
 
         With ``sync_tools_in_threads=False`` they run inline, one after another.
         """
+        if not self.sync_tools_in_threads and len(prepared) == 1:
+            return self.execute_sync(prepared, streaming_callback, on_complete)  # one call: the same thing
         runnable = self._runnable(prepared)
         outcomes = [NOT_RUN] * len(prepared)
         report = on_complete or _ignore
