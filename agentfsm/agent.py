@@ -21,7 +21,7 @@ from agentfsm.serialization import (
     serialize_callable,
 )
 from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
-from agentfsm.state import State, complete_schema, schema_from_dict, schema_to_dict, validate_schema
+from agentfsm.state import State, complete_schema, schema_from_dict, schema_to_dict
 from agentfsm.stores import SnapshotStore, StoreObserver
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
@@ -38,6 +38,8 @@ RUNTIME_STATE_SCHEMA: dict[str, dict[str, Any]] = {
     "step_count": {"type": int},
     "tool_call_counts": {"type": dict[str, int]},
 }
+#: The same, completed with their handlers (every agent's State schema ends with these entries).
+_RUNTIME_SCHEMA = {key: d for key, d in complete_schema(RUNTIME_STATE_SCHEMA).items() if key in RUNTIME_STATE_SCHEMA}
 #: Result keys that are not State keys; a state schema may not use them.
 RESULT_KEYS = frozenset({"last_message", "exit_reason", "trace"})
 
@@ -84,8 +86,8 @@ class Agent:
         self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
         _check_exit_conditions(self.exit_conditions, known)
         self.state_schema = dict(state_schema or {})
-        _check_state_schema(self.state_schema)
-        self._full_schema = complete_schema({**self.state_schema, **RUNTIME_STATE_SCHEMA})
+        # Checked and completed once per agent; every run's State starts from it.
+        self._full_schema = {**_complete_state_schema(self.state_schema), **_RUNTIME_SCHEMA}
         _check_tool_state_keys(known, self._full_schema)
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
@@ -406,11 +408,12 @@ def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> Non
         )
 
 
-def _check_state_schema(schema: dict[str, Any]) -> None:
-    validate_schema(schema)
+def _complete_state_schema(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    complete = complete_schema(schema)
     clash = sorted((set(schema) & RESULT_KEYS) | (set(schema) & set(RUNTIME_STATE_SCHEMA)))
     if clash:
         raise ConfigurationError(f"state_schema keys {clash} are reserved by the agent's result; rename them.")
+    return complete
 
 
 def _check_tool_state_keys(tools: list[Tool], schema: dict[str, Any]) -> None:
