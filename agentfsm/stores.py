@@ -587,8 +587,7 @@ class SQLiteSnapshotStore:
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot of the run."""
         number = self._number(run_id)
-        count = 0 if number is None else self._count(number)
-        if number is None or count == 0:
+        if number is None or (count := self._count(number)) == 0:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.path}.")
         return self._load(run_id, number, count - 1)
 
