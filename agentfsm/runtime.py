@@ -96,12 +96,13 @@ class RunConfig:
 # -- actions: what the driver must do next ---------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CallModel:
     """Call the chat generator with these messages and tools, then ``model_replied``.
 
     Both lists belong to the run and are not to be modified: ``messages`` is its history, and
-    ``tools`` the same list at every call of a run without dynamic toolsets.
+    ``tools`` the same list at every call of a run without dynamic toolsets (which then gets the
+    same ``CallModel`` at every call).
     """
 
     messages: list[ChatMessage]
@@ -161,8 +162,11 @@ class AgentRun:
         self._observers = config.observers
         #: The tools handed to the model, one list for the whole run unless dynamic toolsets change them.
         self._model_tools = None if config.dynamic else list(config.tools.values())
+        #: The last ``CallModel``: the next model call reuses it while its history and tools are the same lists.
+        self._call_model: CallModel | None = None
         self._break_point = config.break_point
         self._messages_in_place = state.schema["messages"]["handler"] is merge_lists
+        self._has_tools = bool(config.tools or config.dynamic)
         self._entered = time.perf_counter()
         #: Facts: the last reply asked for tool calls and this run has tools to run them.
         self.has_tool_calls = False
@@ -226,9 +230,14 @@ class AgentRun:
         return [c.tool_name for c in self._last_calls]
 
     def _prepare(self) -> None:
-        self.pending = self.config.invoker.prepare(self._last_calls, self.state, self.current_tools())
+        calls = self._last_calls
+        self.pending = self.config.invoker.prepare(calls, self.state, self.current_tools())
         # How each call is known in completed_tool_results: its id, or its position in the reply.
-        self._keys = [c.id if c.id is not None else f"#{i}" for i, c in enumerate(self._last_calls)]
+        if len(calls) == 1:  # the common case, without a comprehension
+            only = calls[0].id
+            self._keys = ["#0" if only is None else only]
+        else:
+            self._keys = [c.id if c.id is not None else f"#{i}" for i, c in enumerate(calls)]
 
     def _pause(self, bp: Breakpoint) -> None:
         # The snapshot exists before the pause edge is taken, so observers of that edge can store it.
@@ -330,10 +339,14 @@ class AgentRun:
         while True:
             phase = self.phase
             if phase is LLM_CALL:
-                tools = self._model_tools
-                return CallModel(
-                    self._data["messages"], tools if tools is not None else list(self.current_tools().values())
-                )
+                messages = self._data["messages"]
+                action = self._call_model
+                if action is None or action.messages is not messages or self._model_tools is None:
+                    tools = self._model_tools
+                    action = self._call_model = CallModel(
+                        messages, tools if tools is not None else list(self.current_tools().values())
+                    )
+                return action
             if phase is TOOL_PENDING:
                 # Arguments are checked as soon as calls are pending, so a confirmation UI sees checked calls.
                 self._prepare()
@@ -369,16 +382,19 @@ class AgentRun:
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
             raise _bad_output(output)
-        calls: list[ToolCall] = []
-        for reply in replies:
-            if not isinstance(reply, ChatMessage):
-                raise _bad_output(output)
-            calls += reply.tool_calls
+        if len(replies) == 1 and isinstance(replies[0], ChatMessage):  # the common case, without a loop
+            calls = replies[0].tool_calls
+        else:
+            calls = []
+            for reply in replies:
+                if not isinstance(reply, ChatMessage):
+                    raise _bad_output(output)
+                calls += reply.tool_calls
         self.step += 1
         self.steps_left = self.step < self.config.max_agent_steps
         self._data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
         self._append_messages(replies)
-        self.has_tool_calls = bool(calls) and bool(self.config.tools or self.config.dynamic)
+        self.has_tool_calls = bool(calls) and self._has_tools
         self._last_calls = calls
         self._pending_data = None
         self._set_exit(None if self.has_tool_calls else "text")

@@ -95,6 +95,7 @@ def error_type_name(error: Exception) -> str:
 
 OnComplete = Callable[[int, CallOutcome], None]
 
+_TOOL_INVOKE = Tool.invoke
 _TOOL_ROLE = ChatRole.TOOL  # an enum attribute lookup costs ~0.1 µs; this is one per tool call
 #: The outcome of a call that did not run (skipped, or failed preparation); never mutated.
 NOT_RUN = CallOutcome()
@@ -182,18 +183,22 @@ class ToolInvoker:
     # -- execute ----------------------------------------------------------------------------------
 
     def _call(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None) -> CallOutcome:
-        assert prepared.tool is not None
+        tool = prepared.tool
+        assert tool is not None
         arguments = prepared.arguments
         if (
             streaming_callback is not None
             and self.tool_streaming_callback_passthrough
-            and _accepts_streaming_callback(prepared.tool.function)
+            and _accepts_streaming_callback(tool.function)
         ):
             arguments = {**arguments, "streaming_callback": streaming_callback}
         try:
-            return CallOutcome(value=prepared.tool.invoke(**arguments))
+            # Tool.invoke only calls the function: call it directly unless a subclass does more.
+            if type(tool).invoke is _TOOL_INVOKE:
+                return CallOutcome(tool.function(**arguments))
+            return CallOutcome(tool.invoke(**arguments))
         except Exception as exc:
-            return CallOutcome(error=exc)
+            return CallOutcome(None, exc)
 
     def execute_sync(
         self,
@@ -300,16 +305,19 @@ class ToolInvoker:
         self, prepared: Sequence[PreparedCall], outcomes: Sequence[CallOutcome], state: State
     ) -> list[ChatMessage]:
         """Tool-result messages in call order; State updated through its handlers."""
+        if len(outcomes) != len(prepared):
+            raise ValueError(f"finish needs one outcome per prepared call: {len(outcomes)} for {len(prepared)} calls.")
         messages = []
         definition = state.schema.get("tool_call_counts")
         in_place = definition is not None and definition["handler"] is replace_values
         current = state.data.get("tool_call_counts") if definition is not None else None
         # With replace_values, counting into the live dict gives what State.set would, without a copy per step.
         counts: dict[str, int] = (current if in_place else dict(current)) if isinstance(current, dict) else {}
-        for p, outcome in zip(prepared, outcomes, strict=True):
-            result = self._result(p, outcome, state)
-            if p.tool is not None and p.error is None:
-                counts[p.tool.name] = counts.get(p.tool.name, 0) + 1
+        for i, p in enumerate(prepared):  # not zip(strict=True): ~0.2 µs more per step
+            result = self._result(p, outcomes[i], state)
+            tool = p.tool
+            if tool is not None and p.error is None:
+                counts[tool.name] = counts.get(tool.name, 0) + 1
             messages.append(ChatMessage(_TOOL_ROLE, (result,)))
         if definition is not None and counts is not current:
             state.set("tool_call_counts", counts)
@@ -318,25 +326,26 @@ class ToolInvoker:
     def _result(self, p: PreparedCall, outcome: CallOutcome, state: State) -> ToolCallResult:
         if p.error is not None:
             return ToolCallResult(str(p.error), p.call, error=True)
-        assert p.tool is not None
+        tool = p.tool
+        assert tool is not None
         if outcome.error is not None:
             error = ToolInvocationError(
-                f"Failed to invoke tool {p.tool.name!r} with arguments {p.call.arguments}: "
+                f"Failed to invoke tool {tool.name!r} with arguments {p.call.arguments}: "
                 f"{error_type_name(outcome.error)}: {outcome.error}"
             )
             if self.raise_on_failure:
                 raise error from outcome.error
             return ToolCallResult(str(error), p.call, error=True)
         try:
-            if p.tool.outputs_to_state:
-                self._write_state(p.tool, outcome.value, state)
+            if tool.outputs_to_state:
+                self._write_state(tool, outcome.value, state)
             text = (
-                self._to_string(p.tool, outcome.value)
-                if p.tool.outputs_to_string
+                self._to_string(tool, outcome.value)
+                if tool.outputs_to_string
                 else default_output_to_string(outcome.value)
             )
         except (KeyError, TypeError, ValueError) as exc:
-            error = ToolInvocationError(f"Tool {p.tool.name!r} returned a result that could not be used: {exc}")
+            error = ToolInvocationError(f"Tool {tool.name!r} returned a result that could not be used: {exc}")
             if self.raise_on_failure:
                 raise error from exc
             return ToolCallResult(str(error), p.call, error=True)

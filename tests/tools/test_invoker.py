@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentfsm import ChatMessage, State, ToolCall, ToolInvoker, tool
+from agentfsm import ChatMessage, State, Tool, ToolCall, ToolInvoker, tool
 from agentfsm.errors import ConfigurationError
 
 SLEEP = 0.2
@@ -242,3 +242,29 @@ def test_raw_result_must_be_content_parts() -> None:
     assert "must return a list of TextContent/ImageContent" in message.tool_call_result.result  # type: ignore[union-attr,operator]
     with pytest.raises(ConfigurationError, match="raw_result is not supported in the multiple-output format"):
         tool(outputs_to_string={"a": {"source": "x", "raw_result": True}})(upper)
+
+
+def test_finish_needs_one_outcome_per_prepared_call() -> None:
+    invoker = ToolInvoker([single])
+    state = State({})
+    prepared = invoker.prepare([ToolCall("single", {"text": "a"}), ToolCall("single", {"text": "b"})], state)
+    outcomes = invoker.execute_sync(prepared)
+    with pytest.raises(ValueError, match="one outcome per prepared call: 1 for 2 calls"):
+        invoker.finish(prepared, outcomes[:1], state)
+
+
+class Audited(Tool):
+    """A tool whose ``invoke`` does more than call its function."""
+
+    def invoke(self, **kwargs: Any) -> Any:
+        return f"audited {self.function(**kwargs)}"
+
+
+def test_a_tool_that_overrides_invoke_is_called_through_it() -> None:
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    audited = Audited("audited", "Echo, audited.", schema, lambda text: text)
+    invoker = ToolInvoker([audited, single])
+    state = State({})
+    prepared = invoker.prepare([ToolCall("audited", {"text": "hi"}), ToolCall("single", {"text": "hi"})], state)
+    messages = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    assert [m.tool_call_result.result for m in messages] == ["audited hi", "HI"]  # type: ignore[union-attr]
