@@ -35,10 +35,10 @@ DEFAULT_MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 class _Inbox:
     """The results waiting for one event loop, and whether a wake-up of it is scheduled."""
 
-    __slots__ = ("_lock", "_loop", "_results", "_wake_scheduled")
+    __slots__ = ("_lock", "_results", "_wake_scheduled", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = weakref.ref(loop)  # the registry's weak key must not be kept alive by its value
+        self.loop = weakref.ref(loop)  # the registry's weak key must not be kept alive by its value
         self._results: deque[tuple[asyncio.Future[Any], BaseException | None, Any]] = deque()
         self._lock = threading.Lock()
         self._wake_scheduled = False
@@ -50,7 +50,7 @@ class _Inbox:
             if self._wake_scheduled:
                 return
             self._wake_scheduled = True
-        loop = self._loop()
+        loop = self.loop()
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the loop was closed: nobody awaits these results now
@@ -88,12 +88,17 @@ class _Pool:
         self._workers = 0
         self._idle = 0  # workers waiting for a job and not yet claimed by a submitted one
         self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+        self._recent: _Inbox | None = None  # the inbox asked for last: most programs run one event loop
 
     def inbox_of(self, loop: asyncio.AbstractEventLoop) -> _Inbox:
+        inbox = self._recent
+        if inbox is not None and inbox.loop() is loop:  # a weak-keyed lookup costs ~0.3 µs more
+            return inbox
         inbox = self._inboxes.get(loop)
         if inbox is None:
             with self._lock:  # loops of several threads may ask at once
                 inbox = self._inboxes.setdefault(loop, _Inbox(loop))
+        self._recent = inbox
         return inbox
 
     def submit(self, job: _Job) -> None:

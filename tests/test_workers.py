@@ -170,3 +170,23 @@ def test_a_forked_child_starts_workers_of_its_own() -> None:
         pytest.fail("the child waited for workers that only exist in its parent")
     assert child.exitcode == 0
     assert results.get(timeout=1) == (5, 6, "unset")
+
+
+def test_loops_in_several_threads_each_get_their_own_results(thread_errors: list[Any]) -> None:
+    results: dict[int, list[tuple[int, int, str, int]]] = {}
+    start = threading.Barrier(2)
+
+    async def calls(loop_number: int) -> None:
+        start.wait(5)
+        for i in range(200):  # the two loops' calls interleave: each call may find the other loop's inbox last
+            results.setdefault(loop_number, []).append(
+                await asyncio.wait_for(run_in_worker(describe, loop_number, b=i), 5)
+            )
+
+    threads = [threading.Thread(target=asyncio.run, args=(calls(n),)) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for n in (0, 1):
+        assert [(a, b) for a, b, _, _ in results[n]] == [(n, i) for i in range(200)]
