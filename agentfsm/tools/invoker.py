@@ -254,8 +254,15 @@ class ToolInvoker:
 
         With ``sync_tools_in_threads=False`` they run inline, one after another.
         """
-        if not self.sync_tools_in_threads and len(prepared) == 1:
-            return self.execute_sync(prepared, streaming_callback, on_complete)  # one call: the same thing
+        # No closures, bound methods or index lists while a call waits for its thread: what it holds
+        # counts towards the garbage collector's next collection, and a thousand runs may be waiting.
+        if len(prepared) == 1:
+            only = prepared[0]
+            if not self.sync_tools_in_threads or only is None or only.error is not None:
+                return self.execute_sync(prepared, streaming_callback, on_complete)  # inline, or nothing to run
+            outcome = await run_in_worker(_call, self, only, streaming_callback)
+            (on_complete or _ignore)(0, outcome)
+            return [outcome]
         runnable = self._runnable(prepared)
         outcomes = [NOT_RUN] * len(prepared)
         report = on_complete or _ignore
@@ -264,10 +271,8 @@ class ToolInvoker:
         elif len(runnable) > 1 and self.tool_concurrency > 1:
             await self._run_in_threads_at_once(prepared, runnable, streaming_callback, report, outcomes)
         else:
-            # No closures on this path: what a call holds while its thread runs counts towards the
-            # garbage collector's next collection, and a thousand runs may be waiting at once.
             for i in runnable:
-                outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
+                outcomes[i] = outcome = await run_in_worker(_call, self, prepared[i], streaming_callback)
                 report(i, outcome)
         return outcomes
 
@@ -283,7 +288,7 @@ class ToolInvoker:
 
         async def run_one(i: int) -> None:
             async with semaphore:
-                outcomes[i] = outcome = await run_in_worker(self._call, prepared[i], streaming_callback)
+                outcomes[i] = outcome = await run_in_worker(_call, self, prepared[i], streaming_callback)
                 report(i, outcome)
 
         await asyncio.gather(*(run_one(i) for i in runnable))
@@ -382,3 +387,7 @@ class ToolInvoker:
             for key, spec in config.items()
         }
         return default_output_to_string(parts)
+
+
+#: ``ToolInvoker._call`` as a plain function: handed to a worker thread without a bound method.
+_call = ToolInvoker._call
