@@ -268,3 +268,12 @@ def test_a_tool_that_overrides_invoke_is_called_through_it() -> None:
     prepared = invoker.prepare([ToolCall("audited", {"text": "hi"}), ToolCall("single", {"text": "hi"})], state)
     messages = invoker.finish(prepared, invoker.execute_sync(prepared), state)
     assert [m.tool_call_result.result for m in messages] == ["audited hi", "HI"]  # type: ignore[union-attr]
+
+
+def test_an_invoke_set_on_the_instance_is_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(single, "invoke", lambda **kwargs: {"text": f"patched {kwargs['text']}"})
+    invoker = ToolInvoker([single])
+    state = State({})
+    prepared = invoker.prepare([ToolCall("single", {"text": "hi"})], state)
+    [message] = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    assert message.tool_call_result is not None and message.tool_call_result.result == "PATCHED HI"
