@@ -233,11 +233,7 @@ class AgentRun:
         calls = self._last_calls
         self.pending = self.config.invoker.prepare(calls, self.state, self.current_tools())
         # How each call is known in completed_tool_results: its id, or its position in the reply.
-        if len(calls) == 1:  # the common case, without a comprehension
-            only = calls[0].id
-            self._keys = ["#0" if only is None else only]
-        else:
-            self._keys = [c.id if c.id is not None else f"#{i}" for i, c in enumerate(calls)]
+        self._keys = [c.id if c.id is not None else f"#{i}" for i, c in enumerate(calls)]
 
     def _pause(self, bp: Breakpoint) -> None:
         # The snapshot exists before the pause edge is taken, so observers of that edge can store it.
@@ -382,14 +378,11 @@ class AgentRun:
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
             raise _bad_output(output)
-        if len(replies) == 1 and isinstance(replies[0], ChatMessage):  # the common case, without a loop
-            calls = replies[0].tool_calls
-        else:
-            calls = []
-            for reply in replies:
-                if not isinstance(reply, ChatMessage):
-                    raise _bad_output(output)
-                calls += reply.tool_calls
+        calls: list[ToolCall] = []
+        for reply in replies:
+            if not isinstance(reply, ChatMessage):
+                raise _bad_output(output)
+            calls += reply.tool_calls
         self.step += 1
         self.steps_left = self.step < self.config.max_agent_steps
         self._data["step_count"] = self.step  # reserved key, replace_values: the same as State.set
