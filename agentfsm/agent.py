@@ -262,7 +262,7 @@ class Agent:
                 restore = getattr(toolset, "restore", None)
                 if callable(restore):
                     restore(data["messages"])
-            return AgentRun.from_snapshot(config, state, snap)
+            return AgentRun.from_snapshot(config, state, snap, expected)
         except SnapshotError:
             raise
         except (AgentFSMError, KeyError, TypeError, ValueError) as exc:

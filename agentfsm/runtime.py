@@ -285,9 +285,15 @@ class AgentRun:
         return self._fingerprint
 
     @classmethod
-    def from_snapshot(cls, config: RunConfig, state: State, snapshot: AgentSnapshot) -> AgentRun:
-        """Rebuild a paused run; the resume edge is taken without re-running what led to it."""
+    def from_snapshot(
+        cls, config: RunConfig, state: State, snapshot: AgentSnapshot, fingerprint: str | None = None
+    ) -> AgentRun:
+        """Rebuild a paused run; the resume edge is taken without re-running what led to it.
+
+        ``fingerprint`` is the agent's, when the caller has worked it out already (to check the snapshot).
+        """
         run = cls(config, state, snapshot.run_id)
+        run._fingerprint = fingerprint
         run.phase = PAUSED
         run.step = snapshot.step
         run.steps_left = run.step < config.max_agent_steps
