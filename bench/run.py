@@ -88,6 +88,10 @@ class Configuration:
     messages: list[ChatMessage]
     setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
+    def setup(self) -> Callable[[], object]:
+        """Build the agent; return its run, to be timed."""
+        return partial(self.make_agent().run, self.messages)
+
 
 @contextlib.contextmanager
 def transition_logging() -> Iterator[None]:
@@ -99,27 +103,42 @@ def transition_logging() -> Iterator[None]:
         use_standard_logging()
 
 
-def per_step_us(configurations: dict[str, Configuration], steps: int, runs: int) -> dict[str, dict[str, float]]:
-    """Median and min microseconds per step (model call + tool call) of each configuration.
+#: ``setup()`` builds an agent and returns its run, to be timed.
+Setup = Callable[[], Callable[[], object]]
 
-    The configurations take turns, ``runs`` times: in its turn, each collects the garbage left
-    before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed
-    one. A slow spell of the machine thus falls on every configuration alike instead of on the one
-    measured at that moment.
+
+def take_turns(
+    setups: dict[str, Setup],
+    steps: int,
+    runs: int,
+    settings: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Median and min microseconds per step (model call + tool call) of each setup.
+
+    The setups take turns, ``runs`` times: in its turn, each collects the garbage left before its
+    turn, makes an untimed run (its code and data back in the CPU caches) and a timed one, in its
+    setting if it has one. A slow spell of the machine thus falls on every setup alike instead of
+    on the one measured at that moment. ``peers/workloads.py`` times the peers with it too.
     """
-    samples: dict[str, list[float]] = {name: [] for name in configurations}
+    samples: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(runs):
-        for name, configuration in configurations.items():
-            agent = configuration.make_agent()
-            with configuration.setting():
+        for name, setup in setups.items():
+            with (settings or {}).get(name, contextlib.nullcontext)():
                 gc.collect()  # each run pays for its own garbage, not for what the one before left
-                configuration.make_agent().run(configuration.messages)
+                setup()()
+                run_once = setup()
                 started = time.perf_counter()
-                agent.run(configuration.messages)
+                run_once()
                 samples[name].append((time.perf_counter() - started) / (steps + 1) * 1e6)
     return {
         name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
     }
+
+
+def per_step_us(configurations: dict[str, Configuration], steps: int, runs: int) -> dict[str, dict[str, float]]:
+    """``take_turns`` for agentfsm configurations."""
+    setups = {name: c.setup for name, c in configurations.items()}
+    return take_turns(setups, steps, runs, {name: c.setting for name, c in configurations.items()})
 
 
 def overhead(steps: int, runs: int) -> dict[str, Any]:

@@ -24,10 +24,8 @@ import gc
 import itertools
 import json
 import sqlite3
-import statistics
 import sys
 import tempfile
-import time
 import traceback
 import tracemalloc
 import warnings
@@ -38,32 +36,15 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: run.py times runs and imports
+from run import Setup, import_ms, take_turns
+
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 #: Where the SQLite files of the persisting configurations go (removed at exit).
 FILES = tempfile.TemporaryDirectory()
 #: None: no persistence; "memory" or "file": a checkpoint at every step, kept in memory or in an SQLite file.
 Store = Literal["memory", "file"] | None
-
-
-#: ``setup()`` builds an agent and returns the run to time.
-Setup = Callable[[], Callable[[], None]]
-
-
-def take_turns(setups: dict[str, Setup]) -> dict[str, dict[str, float]]:
-    """Median and min µs per step of each framework, over RUNS turns of (untimed run, timed run) each."""
-    samples: dict[str, list[float]] = {name: [] for name in setups}
-    for _ in range(RUNS):
-        for name, setup in setups.items():
-            gc.collect()  # each run pays for its own garbage, not for what the one before left
-            setup()()
-            run_once = setup()
-            started = time.perf_counter()
-            run_once()
-            samples[name].append((time.perf_counter() - started) / (STEPS + 1) * 1e6)
-    return {
-        name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
-    }
 
 
 def peak_kib(setup: Setup) -> float:
@@ -300,14 +281,11 @@ def main() -> None:
         except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
             setups.pop(name, None)
-    for name, timing in take_turns(setups).items():
+    for name, timing in take_turns(setups, STEPS, RUNS).items():
         results[name] = {**timing, "peak_kib": peak_kib(setups[name]), "version": versions[name]}
     runs = {
         name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in CONFIGURATIONS.items()
     }
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: run.py times imports
-    from run import import_ms
-
     imports = {name: import_ms(module, 3) for name, module in FRAMEWORKS.items()}
     print(json.dumps({"runs": runs, "import_ms": imports}))
 
