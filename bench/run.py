@@ -552,7 +552,43 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["", f"The peers were not measured: {peers['error']}"]
     elif peers:
         lines += peer_tables(peers)
-    return "\n".join(lines) + "\n"
+    return "\n".join([lines[0], *target_table(results), *lines[1:]]) + "\n"
+
+
+def target_table(results: dict[str, Any]) -> list[str]:
+    """The project's performance targets, and where this run stands against each (medians)."""
+    overhead, growth = results["overhead"], results["growth"]
+    smallest, largest = growth[min(growth, key=int)], growth[max(growth, key=int)]
+    flatness = largest["durable_write"]["median_us"] / smallest["durable_write"]["median_us"]
+    peers = results["peers"].get("runs", {})
+    haystack, agentfsm = peers.get("haystack", {}), peers.get("agentfsm", {})
+    if "median_us" in haystack and "median_us" in agentfsm:
+        times = haystack["median_us"] / agentfsm["median_us"]
+        versus_haystack = (f"{times:.1f}x", "yes" if times >= 15 else "no")
+    else:
+        versus_haystack = ("", "not measured")
+    concurrency = results["concurrency"]["ratio_to_ideal_plus_overhead"]
+    rows = [
+        ("plain ≤ 30 µs/step", f"{overhead['plain']['median_us']} µs", overhead["plain"]["median_us"] <= 30),
+        ("≥ 15x faster than Haystack's Agent (peers table)", *versus_haystack),
+        (
+            "sqlite durable ≤ 150 µs/step",
+            f"{overhead['sqlite_durable']['median_us']} µs",
+            overhead["sqlite_durable"]["median_us"] <= 150,
+        ),
+        (
+            f"one durable snapshot flat from {min(growth, key=int)} to {max(growth, key=int)} messages "
+            "(≤ 2x; a whole snapshot grows with the history)",
+            f"{flatness:.2f}x",
+            flatness <= 2,
+        ),
+        ("concurrency, default mode: ≤ 2x (ideal + overhead)", f"{concurrency}x", concurrency <= 2),
+    ]
+    lines = ["", "| target (median) | this run | met |", "|---|---:|---|"]
+    for target, measured, met in rows:
+        verdict = met if isinstance(met, str) else ("yes" if met else "no")
+        lines.append(f"| {target} | {measured} | {verdict} |")
+    return lines
 
 
 def peer_tables(peers: dict[str, Any]) -> list[str]:

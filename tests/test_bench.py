@@ -95,3 +95,32 @@ def test_peer_tables_compare_each_row_with_its_baseline_and_say_why_a_row_is_mis
     assert "| haystack | not installed: no haystack-ai |  |  |  |  |" in table
     assert "| langgraph (1.0) | 2000.0 | 1900.0 | 100.0x / 100.0x | 64.0 | 1200.0 |" in table
     assert "| langgraph, InMemorySaver (1.0) | 3900.0 | 3800.0 | 39.0x / 40.0x | 64.0 |" in table
+
+
+def test_target_table_judges_this_run_by_its_medians() -> None:
+    bench = load_bench_script()
+
+    def results(plain: float, durable: float, at_1000: float, concurrency: float, peers: object) -> dict[str, object]:
+        def timing(median: float) -> dict[str, float]:
+            return {"median_us": median, "min_us": median}
+
+        return {
+            "overhead": {"plain": timing(plain), "sqlite_durable": timing(durable)},
+            "growth": {"10": {"durable_write": timing(20.0)}, "1000": {"durable_write": timing(at_1000)}},
+            "concurrency": {"ratio_to_ideal_plus_overhead": concurrency},
+            "peers": peers,
+        }
+
+    measured = {"runs": {"agentfsm": {"median_us": 20.0}, "haystack": {"median_us": 310.0}}}
+    met = "\n".join(bench.target_table(results(18.4, 149.0, 21.0, 1.45, measured)))
+    assert "| plain ≤ 30 µs/step | 18.4 µs | yes |" in met
+    assert "| ≥ 15x faster than Haystack's Agent (peers table) | 15.5x | yes |" in met
+    assert "| sqlite durable ≤ 150 µs/step | 149.0 µs | yes |" in met
+    assert "from 10 to 1000 messages (≤ 2x; a whole snapshot grows with the history) | 1.05x | yes |" in met
+    assert "| concurrency, default mode: ≤ 2x (ideal + overhead) | 1.45x | yes |" in met
+
+    slow = {"runs": {"agentfsm": {"median_us": 20.0}, "haystack": {"median_us": 290.0}}}
+    missed = "\n".join(bench.target_table(results(31.0, 150.1, 2000.0, 2.01, slow)))
+    assert missed.count("| no |") == 5, missed
+    unmeasured = "\n".join(bench.target_table(results(18.4, 149.0, 21.0, 1.45, {})))
+    assert "| ≥ 15x faster than Haystack's Agent (peers table) |  | not measured |" in unmeasured
