@@ -278,8 +278,8 @@ def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event
     # A RESTART checkpoint waits for readers of other processes while the writer waits for it:
     # after 0.1 s it gives up (the WAL then grows until they are gone) and the writer goes on.
     # This connection keeps SQLite's default synchronous=FULL, whatever the store's setting: its
-    # checkpoints sync the WAL and the database. Without those syncs the writer stalled ~20 ms
-    # after each checkpoint, rewriting WAL pages the kernel was still writing to the disk.
+    # checkpoints sync the WAL and the database. Measured without those syncs, a commit waited
+    # ~15-20 ms at each checkpoint, against ~1 ms with them.
     db = sqlite3.connect(path, isolation_level=None, timeout=0.1)
     try:
         while True:
