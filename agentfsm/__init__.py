@@ -1,6 +1,7 @@
 """agentfsm: tool-using LLM agents as explicit, declared finite-state machines."""
 
 from agentfsm.agent import Agent
+from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
@@ -32,7 +33,7 @@ from agentfsm.messages import (
     ToolCallResult,
 )
 from agentfsm.runtime import TransitionRecord
-from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, ToolBreakpoint
+from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, merge_lists, replace_values
 from agentfsm.tools import (
     ComponentTool,

@@ -5,24 +5,33 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
-from agentfsm.errors import AgentFSMError, ConfigurationError, ConfigurationTypeError, SnapshotError
+from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
+from agentfsm.drivers import SavePause, drive_async, drive_sync
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators.base import ChatGenerator
-from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage, StreamingCallback
-from agentfsm.runtime import AgentRun, RunConfig, drive_async, drive_sync
+from agentfsm.resume import resume_run
+from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
     deserialize_callable,
-    deserialize_value,
     import_path,
     object_path,
     rebuild,
     serialize_callable,
 )
-from agentfsm.snapshot import AgentBreakpoint, AgentSnapshot, Breakpoint, fingerprint
-from agentfsm.state import State, complete_schema, schema_from_dict, schema_to_dict
-from agentfsm.stores import SnapshotStore, StoreObserver
+from agentfsm.snapshot import AgentSnapshot, fingerprint
+from agentfsm.state import (
+    AGENT_STATE_KEYS,
+    RESULT_KEYS,
+    State,
+    complete_schema,
+    schema_from_dict,
+    schema_to_dict,
+)
+from agentfsm.stores import DurableSnapshotStore, SnapshotStore
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import (
@@ -33,17 +42,21 @@ from agentfsm.tools.toolset import (
     tools_to_dict,
 )
 
-#: State keys the runtime maintains itself.
-RUNTIME_STATE_SCHEMA: dict[str, dict[str, Any]] = {
-    "step_count": {"type": int},
-    "tool_call_counts": {"type": dict[str, int]},
-}
-#: The same, completed with their handlers (every agent's State schema ends with these entries).
-_RUNTIME_SCHEMA = {key: d for key, d in complete_schema(RUNTIME_STATE_SCHEMA).items() if key in RUNTIME_STATE_SCHEMA}
-#: Result keys that are not State keys; a state schema may not use them.
-RESULT_KEYS = frozenset({"last_message", "exit_reason", "trace"})
-
 ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """What one call of ``run`` / ``run_async`` asks for."""
+
+    messages: list[ChatMessage] | None = None
+    system_prompt: str | None = None
+    tools: ToolSelection | None = None
+    #: Initial values of ``state_schema`` keys.
+    state: dict[str, Any] = field(default_factory=dict)
+    break_point: AgentBreakpoint | Breakpoint | None = None
+    snapshot: AgentSnapshot | dict[str, Any] | None = None
+    strict: bool = False
 
 
 class Agent:
@@ -87,7 +100,7 @@ class Agent:
         _check_exit_conditions(self.exit_conditions, known)
         self.state_schema = dict(state_schema or {})
         # Checked and completed once per agent; every run's State starts from it.
-        self._full_schema = {**_complete_state_schema(self.state_schema), **_RUNTIME_SCHEMA}
+        self._full_schema = {**_complete_state_schema(self.state_schema), **complete_schema(AGENT_STATE_KEYS)}
         _check_tool_state_keys(known, self._full_schema)
         self.max_agent_steps = max_agent_steps
         self.streaming_callback = streaming_callback
@@ -110,7 +123,13 @@ class Agent:
                 f"snapshot_store must be a SnapshotStore, got {type(snapshot_store).__name__}."
             )
         self.snapshot_store = snapshot_store
-        self._observers = (StoreObserver(snapshot_store),) if snapshot_store is not None else ()
+        # A durable store records the run at every transition; any other store keeps pause snapshots.
+        self._observers: tuple[RunObserver, ...] = ()
+        self._save_pause: SavePause | None = None
+        if isinstance(snapshot_store, DurableSnapshotStore) and snapshot_store.durable:
+            self._observers = (snapshot_store,)
+        elif snapshot_store is not None:
+            self._save_pause = snapshot_store.save
         self._is_warmed_up = False
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -189,18 +208,9 @@ class Agent:
         }
         return fingerprint(shape)
 
-    def _new_run(
-        self,
-        messages: list[ChatMessage] | None,
-        system_prompt: str | None,
-        tools: ToolSelection | None,
-        state_data: dict[str, Any],
-        break_point: AgentBreakpoint | Breakpoint | None = None,
-        snapshot: AgentSnapshot | dict[str, Any] | None = None,
-        strict: bool = False,
-    ) -> AgentRun:
+    def _new_run(self, request: RunRequest) -> AgentRun:
         self.warm_up()
-        selected, dynamic = self._select_tools(tools)
+        selected, dynamic = self._select_tools(request.tools)
         config = RunConfig(
             tools={t.name: t for t in selected},
             dynamic=dynamic,
@@ -208,65 +218,27 @@ class Agent:
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
             fingerprint=self._fingerprint,
-            break_point=_unwrap(break_point),
+            break_point=_unwrap(request.break_point),
             observers=self._observers,
         )
-        if snapshot is not None:
-            return self._resume(config, snapshot, messages, system_prompt, state_data, strict)
+        if request.snapshot is not None:
+            if request.messages or request.system_prompt is not None or request.state:
+                raise ConfigurationError(
+                    "A resumed run continues the snapshot's conversation and State: do not pass messages, "
+                    "system_prompt or state values together with snapshot=."
+                )
+            return resume_run(config, self._full_schema, request.snapshot, strict=request.strict)
+        messages = request.messages
         if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
-        reserved = sorted((set(state_data) & set(RUNTIME_STATE_SCHEMA)) | (set(state_data) & {"messages"}))
+        reserved = sorted(set(request.state) & {*AGENT_STATE_KEYS, "messages"})
         if reserved:
             raise ConfigurationError(f"{reserved} are maintained by the agent; pass the conversation as `messages`.")
-        prompt = system_prompt if system_prompt is not None else self.system_prompt
+        prompt = request.system_prompt if request.system_prompt is not None else self.system_prompt
         conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
-        state = State.from_complete_schema(self._full_schema, {**state_data, "messages": conversation})
+        state = State.from_complete_schema(self._full_schema, {**request.state, "messages": conversation})
+        state.set("step_count", 0)
         return AgentRun(config, state)
-
-    def _resume(
-        self,
-        config: RunConfig,
-        snapshot: AgentSnapshot | dict[str, Any],
-        messages: list[ChatMessage] | None,
-        system_prompt: str | None,
-        state_data: dict[str, Any],
-        strict: bool,
-    ) -> AgentRun:
-        if messages or system_prompt is not None or state_data:
-            raise ConfigurationError(
-                "A resumed run continues the snapshot's conversation and State: do not pass messages, "
-                "system_prompt or state values together with snapshot=."
-            )
-        snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
-        expected = config.fingerprint()
-        if snap.agent_fingerprint != expected:
-            message = (
-                f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
-                f"(fingerprint {snap.agent_fingerprint}, this agent {expected}): tools, state schema, "
-                "exit conditions or limits changed."
-            )
-            if strict:
-                raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
-            logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
-        try:
-            data = deserialize_value(snap.state)
-            if not isinstance(data, dict):
-                raise SnapshotError("the snapshot's state must be an object of State keys")
-            data["messages"] = [ChatMessage.from_dict(m) for m in snap.messages]
-            state = State.from_complete_schema(self._full_schema)
-            for key, value in data.items():
-                if key not in state.schema:
-                    raise SnapshotError(f"Snapshot State key {key!r} is not in this agent's state_schema.")
-                state.data[key] = value  # restored as stored: the handlers already merged these values
-            for toolset in config.dynamic:
-                restore = getattr(toolset, "restore", None)
-                if callable(restore):
-                    restore(data["messages"])
-            return AgentRun.from_snapshot(config, state, snap, expected)
-        except SnapshotError:
-            raise
-        except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
-            raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
 
     def run(
         self,
@@ -293,8 +265,16 @@ class Agent:
             raise ConfigurationTypeError(
                 "An async streaming_callback needs run_async(); pass a sync callback to run()."
             )
-        run = self._new_run(messages, system_prompt, tools, kwargs, break_point, snapshot, strict)
-        return drive_sync(run, self.chat_generator, callback)
+        request = RunRequest(
+            messages=messages,
+            system_prompt=system_prompt,
+            tools=tools,
+            state=kwargs,
+            break_point=break_point,
+            snapshot=snapshot,
+            strict=strict,
+        )
+        return drive_sync(self._new_run(request), self.chat_generator, callback, self._save_pause)
 
     async def run_async(
         self,
@@ -309,8 +289,17 @@ class Agent:
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
-        run = self._new_run(messages, system_prompt, tools, kwargs, break_point, snapshot, strict)
-        return await drive_async(run, self.chat_generator, streaming_callback or self.streaming_callback)
+        request = RunRequest(
+            messages=messages,
+            system_prompt=system_prompt,
+            tools=tools,
+            state=kwargs,
+            break_point=break_point,
+            snapshot=snapshot,
+            strict=strict,
+        )
+        callback = streaming_callback or self.streaming_callback
+        return await drive_async(self._new_run(request), self.chat_generator, callback, self._save_pause)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""
@@ -410,7 +399,7 @@ def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> Non
 
 def _complete_state_schema(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     complete = complete_schema(schema)
-    clash = sorted((set(schema) & RESULT_KEYS) | (set(schema) & set(RUNTIME_STATE_SCHEMA)))
+    clash = sorted(set(schema) & (RESULT_KEYS | set(AGENT_STATE_KEYS)))
     if clash:
         raise ConfigurationError(f"state_schema keys {clash} are reserved by the agent's result; rename them.")
     return complete

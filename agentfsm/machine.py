@@ -2,19 +2,21 @@
 
 Two rules, after h11's ``_state.py``:
 
-1. Everything that decides *what happens next* lives in this file, as data: ``TRANSITIONS``.
+1. Everything that decides *what happens next* lives in this file, as data: the phases, the work
+   each phase does (``PHASE_WORK``), the edges between phases (``TRANSITIONS``), the facts their
+   guards read (``Facts``) and the sets of phases the rest of the library treats alike.
 2. Everything else reads that data. The runtime takes edges through ``Dispatch`` (compiled from
    ``TRANSITIONS``), ``build_machine`` builds the same table as a ``transitions.Machine`` (the
-   reference implementation the tests compare ``Dispatch`` against), diagrams and snapshot
-   validation read the table, and a test checks that every edge is taken.
+   reference implementation the tests compare ``Dispatch`` against), diagrams draw it, snapshot
+   validation and the stores read the phase sets, and a test checks that every edge is taken.
 
 An edge is *guarded* when its source has more than one way out: its guard is data, the values some
-``Facts`` must have (``when``). ``Dispatch`` compiles the guards of each phase into a table from
-every combination of those facts to the one edge that holds, and refuses a table where some
-combination has no edge or several. The runtime asks ``Dispatch.next`` which edge to take. ``pause``, ``fail`` and
-``resume`` are *interrupts*: the runtime fires them itself when a breakpoint matches, an error
-escapes, or a snapshot is resumed; they are declared here all the same, so that an undeclared
-pause (say, from IDLE) is refused.
+``Facts`` must have (``when``), and its label on a diagram is written from those values. ``Dispatch``
+compiles the guards of each phase into a table from every combination of those facts to the one
+edge that holds, and refuses a table where some combination has no edge or several. ``pause``,
+``fail`` and ``resume`` are *interrupts*: the runtime fires them itself when a breakpoint matches,
+an error escapes, or a snapshot is resumed; they are declared here all the same, so that an
+undeclared pause (say, from IDLE) is refused.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from agentfsm.errors import MachineError
 
@@ -51,54 +53,87 @@ ACTIVE_PHASES: tuple[Phase, ...] = (
     Phase.TOOL_RUN,
     Phase.EXIT_CHECK,
 )
+#: Phases a run never leaves.
 TERMINAL_PHASES: frozenset[Phase] = frozenset({Phase.DONE, Phase.FAILED})
+#: Phases a run cannot fail from: nothing of the run's own is under way there.
+CANNOT_FAIL: frozenset[Phase] = frozenset({Phase.IDLE, Phase.PAUSED, *TERMINAL_PHASES})
+#: Phases whose snapshots list the last reply's tool calls: they are pending until the tools ran.
+CALL_PHASES: frozenset[Phase] = frozenset({Phase.TOOL_PENDING, Phase.CONFIRM, Phase.TOOL_RUN})
+#: Phases that work on checked calls: a run resumed into one checks its pending calls again first.
+PREPARED_PHASES: frozenset[Phase] = frozenset({Phase.CONFIRM, Phase.TOOL_RUN})
+#: Entering these starts work whose results must be neither lost nor repeated (tool calls, human
+#: decisions): a durable store commits every snapshot recorded before it.
+COMMIT_ON_ENTRY: frozenset[Phase] = frozenset({Phase.CONFIRM, Phase.TOOL_RUN})
 
 
-class Facts(Protocol):
-    """What the guards may look at: read-only facts about the run at a transition boundary."""
+class Work(StrEnum):
+    """One item of a phase's work, done in the order ``PHASE_WORK`` lists them."""
 
-    @property
-    def has_tool_calls(self) -> bool:
-        """The last model reply asked for at least one tool call (and the run has tools)."""
-        ...
+    CALL_MODEL = "call_model"
+    PREPARE_CALLS = "prepare_calls"
+    RUN_TOOLS = "run_tools"
 
-    @property
-    def needs_confirmation(self) -> bool:
-        """A confirmation strategy covers at least one pending tool call."""
-        ...
 
-    @property
-    def strategy_paused(self) -> bool:
-        """A confirmation strategy asked to pause the run for an out-of-band decision."""
-        ...
+#: What each phase does before its way out is chosen. A run's ``stage`` is the index of the next
+#: item of its phase: where the phase's work stands, kept in snapshots. Phases not listed do nothing.
+PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
+    Phase.LLM_CALL: (Work.CALL_MODEL,),
+    Phase.TOOL_PENDING: (Work.PREPARE_CALLS,),
+    Phase.TOOL_RUN: (Work.RUN_TOOLS,),
+}
 
-    @property
-    def exit_reached(self) -> bool:
-        """An exit condition is met."""
-        ...
 
-    @property
-    def steps_left(self) -> bool:
-        """Fewer than ``max_agent_steps`` model calls have been made."""
-        ...
+def _says(when_true: str, when_false: str) -> Any:
+    """A fact's field: a bool, described for both of its values (the diagrams' edge labels)."""
+    return field(default=False, metadata={True: when_true, False: when_false})
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the guards read: facts about the run at a transition boundary, computed from its data."""
+
+    #: The last model reply asked for at least one tool call, and the run has tools.
+    has_tool_calls: bool = _says("reply has tool calls", "no tool calls to run")
+    #: A confirmation strategy must decide at least one pending call.
+    needs_confirmation: bool = _says("a strategy covers a call", "no strategy applies")
+    #: A pending call is still undecided after the strategies ran: the decision comes later.
+    strategy_paused: bool = _says("a decision is deferred", "every call decided")
+    #: An exit condition is met.
+    exit_reached: bool = _says("exit condition met", "no exit condition met")
+    #: Fewer than ``max_agent_steps`` model calls have been made.
+    steps_left: bool = _says("steps left", "max_agent_steps reached")
 
 
 #: The names of the facts a guard may read.
-FACT_NAMES: tuple[str, ...] = ("has_tool_calls", "needs_confirmation", "strategy_paused", "exit_reached", "steps_left")
+FACT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Facts))
+_FACT_WORDS: dict[str, dict[bool, str]] = {f.name: dict(f.metadata) for f in fields(Facts)}
 
 Guard = Callable[[Facts], bool]
 
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One declared edge: ``trigger`` moves ``source`` to ``dest`` when the facts in ``when`` have those values."""
+    """One declared edge: ``trigger`` moves ``source`` to ``dest`` when the facts in ``when`` have those values.
+
+    ``exit_reason`` (edges into DONE) is the run's ``exit_reason`` once it takes the edge: a
+    ``str.format`` template over the run's exit details (``{exit_condition}``: ``"text"`` or
+    ``"tool:<name>"``). ``note`` says what fires an interrupt, which has no guard to describe it.
+    """
 
     trigger: str
     source: Phase
     dest: Phase
-    condition: str = ""
     when: tuple[tuple[str, bool], ...] = ()
+    exit_reason: str | None = None
     interrupt: bool = False
+    note: str = ""
+
+    @property
+    def condition(self) -> str:
+        """What must hold to take the edge, in words: written from ``when`` (or the interrupt's note)."""
+        if not self.when:
+            return self.note
+        return ", ".join(_FACT_WORDS[name][value] for name, value in self.when)
 
     @property
     def label(self) -> str:
@@ -111,15 +146,15 @@ class Transition:
         if not self.when:
             return None
         when = self.when
-        return lambda facts: all(bool(getattr(facts, name)) is value for name, value in when)
+        return lambda facts: all(getattr(facts, name) is value for name, value in when)
 
 
-def _edge(trigger: str, source: Phase, dest: Phase, condition: str = "", **when: bool) -> Transition:
-    return Transition(trigger, source, dest, condition, tuple(when.items()))
+def _edge(trigger: str, source: Phase, dest: Phase, exit_reason: str | None = None, **when: bool) -> Transition:
+    return Transition(trigger, source, dest, tuple(when.items()), exit_reason)
 
 
-def _interrupts(trigger: str, dest: Phase, condition: str) -> list[Transition]:
-    return [Transition(trigger, source, dest, condition, interrupt=True) for source in ACTIVE_PHASES]
+def _interrupts(trigger: str, dest: Phase, note: str) -> list[Transition]:
+    return [Transition(trigger, source, dest, interrupt=True, note=note) for source in ACTIVE_PHASES]
 
 
 P = Phase
@@ -128,24 +163,27 @@ P = Phase
 #: edges leaving one phase are mutually exclusive and cover every case (``Dispatch`` checks it).
 TRANSITIONS: tuple[Transition, ...] = (
     _edge("start", P.IDLE, P.LLM_CALL),
-    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, "reply has tool calls", has_tool_calls=True),
-    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, "no tool calls to run", has_tool_calls=False),
-    _edge("confirm", P.TOOL_PENDING, P.CONFIRM, "a strategy covers a call", needs_confirmation=True),
-    _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, "no strategy applies", needs_confirmation=False),
-    _edge("decided", P.CONFIRM, P.TOOL_RUN, "decisions made", strategy_paused=False),
-    _edge("hitl_pause", P.CONFIRM, P.PAUSED, "strategy pauses", strategy_paused=True),
+    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, has_tool_calls=True),
+    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, has_tool_calls=False),
+    _edge("confirm", P.TOOL_PENDING, P.CONFIRM, needs_confirmation=True),
+    _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, needs_confirmation=False),
+    _edge("decided", P.CONFIRM, P.TOOL_RUN, strategy_paused=False),
+    _edge("hitl_pause", P.CONFIRM, P.PAUSED, strategy_paused=True),
     _edge("tools_done", P.TOOL_RUN, P.EXIT_CHECK),
-    _edge("exit", P.EXIT_CHECK, P.DONE, "exit condition met", exit_reached=True),
-    _edge("max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps reached", exit_reached=False, steps_left=False),
-    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, "not met, steps left", exit_reached=False, steps_left=True),
+    _edge("exit", P.EXIT_CHECK, P.DONE, "{exit_condition}", exit_reached=True),
+    _edge("max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", exit_reached=False, steps_left=False),
+    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, exit_reached=False, steps_left=True),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
-    *[Transition("resume", P.PAUSED, dest, "phase recorded in snapshot", interrupt=True) for dest in ACTIVE_PHASES],
+    *[
+        Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")
+        for dest in ACTIVE_PHASES
+    ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
 )
 
 
 class Dispatch:
-    """The transition table compiled into dictionaries for the runtime's hot path.
+    """The transition table compiled into dictionaries for the runtime.
 
     For each phase with guarded edges: the facts its guards read (one ``operator.attrgetter``) and a
     dictionary from each combination of their values to the edge that holds; for a phase with one
@@ -153,7 +191,7 @@ class Dispatch:
     combination.
     """
 
-    __slots__ = ("_allowed", "_decisions")
+    __slots__ = ("_allowed", "_guarded", "_unguarded")
 
     def __init__(self, transitions: Iterable[Transition]) -> None:
         by_source: dict[Phase, list[Transition]] = {}
@@ -163,31 +201,30 @@ class Dispatch:
             if not t.interrupt:
                 by_source.setdefault(t.source, []).append(t)
         self._allowed = {key: frozenset(dests) for key, dests in allowed.items()}
-        #: Per phase: the facts to read and the edge for each combination of their values, or
-        #: ``None`` and the phase's one unguarded edge (a single lookup per decision either way).
-        self._decisions: dict[Phase, tuple[Callable[[Any], Any] | None, Any]] = {}
+        #: Phases with one unguarded way out, and that edge.
+        self._unguarded: dict[Phase, Transition] = {}
+        #: Phases with guarded edges: the facts to read, and the edge for each combination of their values.
+        self._guarded: dict[Phase, tuple[Callable[[Facts], Any], dict[Any, Transition]]] = {}
         for source, edges in by_source.items():
             if len(edges) == 1 and not edges[0].when:
-                self._decisions[source] = (None, edges[0])
+                self._unguarded[source] = edges[0]
             else:
-                self._decisions[source] = _decision_table(source, edges)
+                self._guarded[source] = _decision_table(source, edges)
+
+    def guarded(self, phase: Phase) -> bool:
+        """Whether leaving ``phase`` depends on facts (a phase with one unguarded way out does not)."""
+        return phase in self._guarded
 
     def next(self, phase: Phase, facts: Facts) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``."""
+        edge = self._unguarded.get(phase)
+        if edge is not None:
+            return edge
         try:
-            read, edges = self._decisions[phase]
+            read, table = self._guarded[phase]
         except KeyError:
             raise MachineError(f"No declared transition leaves {phase.value}.") from None
-        edge: Transition  # ``edges`` is a Transition or a dict of them, as ``read`` says
-        if read is None:
-            edge = edges
-            return edge
-        values = read(facts)
-        try:
-            edge = edges[values]
-        except (KeyError, TypeError):  # facts that are truthy or falsy but not bools
-            edge = edges[tuple(map(bool, values)) if type(values) is tuple else bool(values)]
-        return edge
+        return table[read(facts)]
 
     def check(self, source: Phase, trigger: str, dest: Phase) -> None:
         """Raise ``MachineError`` unless ``source --trigger--> dest`` is declared."""
@@ -223,7 +260,7 @@ DISPATCH = Dispatch(TRANSITIONS)
 def build_machine(model: Any, initial: Phase = Phase.IDLE) -> Any:
     """Build the table as a ``transitions.Machine`` on ``model``.
 
-    Guards read the facts passed to the trigger: ``model.trigger("tool_calls", facts=run)``; a
+    Guards read the facts passed to the trigger: ``model.trigger("tool_calls", facts=facts)``; a
     resume names its destination: ``model.trigger("resume", to=Phase.TOOL_RUN)``. Auto transitions
     are off, so only declared edges exist.
     """

@@ -1,10 +1,8 @@
 """Chat messages and their parts: the data that flows between the model, the tools and State.
 
-Messages are slotted, frozen dataclasses: cheap to create on the hot path and safe to share. The
-three created on every step (``ChatMessage``, ``ToolCall``, ``ToolCallResult``) write their fields
-through the slot descriptors in ``__init__``, about three times faster than the generated
-``object.__setattr__`` calls of a frozen dataclass.
-``to_dict``/``from_dict`` round-trip exactly; ``to_openai_dict_format``/``from_openai_dict_format``
+Messages and their parts are slotted, frozen dataclasses: safe to share between the run, its
+snapshots and the caller. Each content part names its ``kind``, the key it is stored under in a
+message's serialized ``content``. ``to_dict``/``from_dict`` round-trip exactly; ``to_openai_dict_format``/``from_openai_dict_format``
 convert to and from the OpenAI chat-completions wire format.
 """
 
@@ -14,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import orjson
 
@@ -43,6 +41,7 @@ class ChatRole(StrEnum):
 class TextContent:
     """A piece of text in a message."""
 
+    kind: ClassVar[Literal["text"]] = "text"
     text: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,31 +94,15 @@ def _result_from_dict(data: Any) -> ToolResultContent:
     return [TextContent(p["text"]) if "text" in p else ImageContent.from_dict(p["image"]) for p in data]
 
 
-def slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
-    """The ``__set__`` of each named slot: writes a frozen dataclass's field without ``object.__setattr__``."""
-    return tuple(cls.__dict__[name].__set__ for name in names)
-
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """A tool call prepared by the model: which tool, with which arguments."""
 
+    kind: ClassVar[Literal["tool_call"]] = "tool_call"
     tool_name: str
     arguments: dict[str, Any]
     id: str | None = None
     extra: dict[str, Any] | None = None
-
-    def __init__(
-        self,
-        tool_name: str,
-        arguments: dict[str, Any],
-        id: str | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        _set_tool_name(self, tool_name)
-        _set_arguments(self, arguments)
-        _set_id(self, id)
-        _set_extra(self, extra)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize to a dictionary."""
@@ -139,21 +122,14 @@ class ToolCall:
         )
 
 
-_set_tool_name, _set_arguments, _set_id, _set_extra = slot_setters(ToolCall, "tool_name", "arguments", "id", "extra")
-
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class ToolCallResult:
     """The result of running a tool call; ``error`` is True when the call failed."""
 
+    kind: ClassVar[Literal["tool_call_result"]] = "tool_call_result"
     result: ToolResultContent
     origin: ToolCall
     error: bool = False
-
-    def __init__(self, result: ToolResultContent, origin: ToolCall, error: bool = False) -> None:
-        _set_result(self, result)
-        _set_origin(self, origin)
-        _set_error(self, error)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize to a dictionary."""
@@ -167,13 +143,11 @@ class ToolCallResult:
         )
 
 
-_set_result, _set_origin, _set_error = slot_setters(ToolCallResult, "result", "origin", "error")
-
-
 @dataclass(frozen=True, slots=True)
 class ReasoningContent:
     """The model's reasoning text, kept apart from the answer."""
 
+    kind: ClassVar[Literal["reasoning"]] = "reasoning"
     reasoning_text: str
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -190,32 +164,27 @@ class ReasoningContent:
 ChatMessageContent = TextContent | ToolCall | ToolCallResult | ReasoningContent
 
 
+#: The class of each content kind: a message's serialized content is a list of ``{kind: data}``.
+_CONTENT_KINDS: dict[str, type[ChatMessageContent]] = {
+    cls.kind: cls for cls in (TextContent, ToolCall, ToolCallResult, ReasoningContent)
+}
+
+
 def _content_to_dict(part: ChatMessageContent) -> dict[str, Any]:
-    if isinstance(part, TextContent):
-        return {"text": part.text}
-    if isinstance(part, ToolCall):
-        return {"tool_call": part.to_dict()}
-    if isinstance(part, ToolCallResult):
-        return {"tool_call_result": part.to_dict()}
-    return {"reasoning": part.to_dict()}
+    return {part.kind: part.text if isinstance(part, TextContent) else part.to_dict()}
 
 
 def _content_from_dict(part: dict[str, Any]) -> ChatMessageContent:
-    if "text" in part:
-        return TextContent(part["text"])
-    if "tool_call" in part:
-        return ToolCall.from_dict(part["tool_call"])
-    if "tool_call_result" in part:
-        return ToolCallResult.from_dict(part["tool_call_result"])
-    if "reasoning" in part:
-        return ReasoningContent.from_dict(part["reasoning"])
+    for kind, data in part.items():
+        cls = _CONTENT_KINDS.get(kind)
+        if cls is not None:
+            return TextContent(data) if cls is TextContent else cls.from_dict(data)
     raise DeserializationError(
-        f"Unknown message content part with keys {sorted(part)}; "
-        "expected one of 'text', 'tool_call', 'tool_call_result', 'reasoning'."
+        f"Unknown message content part with keys {sorted(part)}; expected one of {', '.join(map(repr, _CONTENT_KINDS))}."
     )
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message of a conversation. Create messages with the ``from_*`` class methods."""
 
@@ -223,18 +192,6 @@ class ChatMessage:
     _content: tuple[ChatMessageContent, ...]
     _name: str | None = None
     _meta: dict[str, Any] = field(default_factory=dict)
-
-    def __init__(
-        self,
-        _role: ChatRole,
-        _content: tuple[ChatMessageContent, ...],
-        _name: str | None = None,
-        _meta: dict[str, Any] | None = None,
-    ) -> None:
-        _set_role(self, _role)
-        _set_content(self, _content)
-        _set_name(self, _name)
-        _set_meta(self, {} if _meta is None else _meta)
 
     # -- constructors -----------------------------------------------------------------------------
 
@@ -426,9 +383,6 @@ class ChatMessage:
         if not isinstance(content, str):
             content = "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
         return cls(role, (TextContent(content),), name, {})
-
-
-_set_role, _set_content, _set_name, _set_meta = slot_setters(ChatMessage, "_role", "_content", "_name", "_meta")
 
 
 def _openai_part(part: TextContent | ImageContent) -> dict[str, Any]:

@@ -1,141 +1,33 @@
-"""Snapshots and breakpoints: pause a run at any transition and resume it later, anywhere.
+"""The snapshot: a run as validated data, to resume it later, anywhere.
 
 A snapshot is taken at a transition boundary, after the previous phase's work and before the
-next phase's work. It holds data only (no pickles, no code): the phase to enter on resume, the
-step, the conversation, the other State values, the pending tool calls, the tool results already
-completed in TOOL_RUN, the breakpoint that stopped the run, and a fingerprint of the agent.
+next phase's work (or, in TOOL_RUN, as each tool call finishes). It holds data only (no pickles,
+no code): the phase to enter on resume and how far its work got (``stage``), the step, the
+conversation, the other State values, the pending tool calls, the tool results already completed
+in TOOL_RUN, the breakpoint that stopped the run, and a fingerprint of the agent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, NotRequired
+from typing import Any, NotRequired
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import TypedDict
 
-from agentfsm.errors import BreakpointException, ConfigurationError, DeserializationError, SnapshotError
+from agentfsm.errors import DeserializationError, SnapshotError
+from agentfsm.files import atomic_write, read_file
 from agentfsm.machine import ACTIVE_PHASES, Phase
 from agentfsm.messages import ChatMessage
 
-#: The snapshot format written by this version. Older versions are migrated on load (none yet);
-#: newer ones are refused with a message saying which agentfsm can read them.
-SNAPSHOT_FORMAT_VERSION = 1
-
-
-# -- breakpoints ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Breakpoint:
-    """Pause before a phase's work.
-
-    The documented form names a component: ``Breakpoint("chat_generator", visit_count=2)`` pauses
-    before the third model call. agentfsm also accepts any active phase and step:
-    ``Breakpoint(phase=Phase.TOOL_RUN, step=2)`` pauses before the tools of the second reply run
-    (``step`` counts completed model calls; ``None`` matches every step).
-    """
-
-    component_name: Literal["chat_generator", "tool_invoker"] | None = None
-    visit_count: int = 0
-    snapshot_file_path: str | None = None
-    phase: Phase | None = None
-    step: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.component_name is None and self.phase is None:
-            raise ConfigurationError("A Breakpoint needs component_name ('chat_generator' or 'tool_invoker') or phase.")
-        if self.component_name is not None and self.phase is not None:
-            raise ConfigurationError("Give a Breakpoint either component_name or phase, not both.")
-        if self.component_name not in (None, "chat_generator", "tool_invoker"):
-            raise ConfigurationError(
-                f"Unknown component_name {self.component_name!r}; an agent has 'chat_generator' and 'tool_invoker'."
-            )
-        if self.phase is not None and Phase(self.phase) not in ACTIVE_PHASES:
-            active = ", ".join(p.value for p in ACTIVE_PHASES)
-            raise ConfigurationError(f"A run can only pause before an active phase ({active}), not {self.phase}.")
-        if not isinstance(self.visit_count, int) or self.visit_count < 0:
-            raise ConfigurationError(f"visit_count must be an int >= 0, got {self.visit_count!r}.")
-
-    @property
-    def target_phase(self) -> Phase:
-        """The phase this breakpoint pauses before."""
-        if self.phase is not None:
-            return Phase(self.phase)
-        return Phase.LLM_CALL if self.component_name == "chat_generator" else Phase.TOOL_RUN
-
-    def matches(self, phase: Phase, step: int, visits: int, pending_tools: list[str]) -> bool:
-        """Whether entering ``phase`` (its ``visits``-th time, at ``step``) should pause."""
-        if phase is not self.target_phase:
-            return False
-        if self.phase is not None:
-            return self.step is None or self.step == step
-        return visits == self.visit_count
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize (stored in snapshots as the reason the run paused)."""
-        data: dict[str, Any] = {"type": type(self).__name__, "visit_count": self.visit_count}
-        if self.component_name is not None:
-            data["component_name"] = self.component_name
-        if self.phase is not None:
-            data["phase"] = Phase(self.phase).value
-            data["step"] = self.step
-        if self.snapshot_file_path is not None:
-            data["snapshot_file_path"] = self.snapshot_file_path
-        return data
-
-
-@dataclass(frozen=True)
-class ToolBreakpoint(Breakpoint):
-    """Pause before the tool invoker runs; with ``tool_name``, only when that tool is called."""
-
-    component_name: Literal["chat_generator", "tool_invoker"] | None = "tool_invoker"
-    tool_name: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.target_phase is not Phase.TOOL_RUN:
-            raise ConfigurationError("A ToolBreakpoint pauses before TOOL_RUN: use component_name='tool_invoker'.")
-
-    def matches(self, phase: Phase, step: int, visits: int, pending_tools: list[str]) -> bool:
-        """Like ``Breakpoint.matches``, and the tool (if named) is among the pending calls."""
-        if not super().matches(phase, step, visits, pending_tools):
-            return False
-        return self.tool_name is None or self.tool_name in pending_tools
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize, with the tool name."""
-        return {**super().to_dict(), "tool_name": self.tool_name}
-
-
-@dataclass(frozen=True)
-class AgentBreakpoint:
-    """A breakpoint addressed to a named agent (the documented form for ``Agent.run``)."""
-
-    agent_name: str
-    break_point: Breakpoint
-
-    def __post_init__(self) -> None:
-        bp = self.break_point
-        if isinstance(bp, ToolBreakpoint):
-            if bp.component_name != "tool_invoker":
-                raise ConfigurationError(
-                    "If the break_point is a ToolBreakpoint, it must have the component_name 'tool_invoker'."
-                )
-        elif isinstance(bp, Breakpoint):
-            if bp.component_name not in ("chat_generator", None):
-                raise ConfigurationError(
-                    "If the break_point is a Breakpoint, it must have the component_name 'chat_generator'."
-                )
-        else:
-            raise ConfigurationError(f"break_point must be a Breakpoint or ToolBreakpoint, got {type(bp).__name__}.")
+#: The snapshot format written by this version. Older versions are migrated on load; newer ones
+#: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files).
+SNAPSHOT_FORMAT_VERSION = 2
 
 
 # -- the snapshot -----------------------------------------------------------------------------------
@@ -181,6 +73,8 @@ class AgentSnapshot(BaseModel):
     format_version: int = SNAPSHOT_FORMAT_VERSION
     run_id: str = Field(min_length=1)
     phase: Phase
+    #: How many items of the phase's work (``agentfsm.machine.PHASE_WORK``) are done.
+    stage: int = Field(default=0, ge=0)
     step: int = Field(ge=0)
     messages: list[dict[str, Any]]
     state: dict[str, Any]
@@ -192,6 +86,14 @@ class AgentSnapshot(BaseModel):
     break_point: dict[str, Any] | None = None
     agent_fingerprint: str
     created_at: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        # Version 1 had no stage: its snapshots were all taken at the start of a phase's work.
+        if isinstance(data, dict) and data.get("format_version") == 1:
+            return {**data, "format_version": SNAPSHOT_FORMAT_VERSION, "stage": 0}
+        return data
 
     @field_validator("format_version")
     @classmethod
@@ -275,11 +177,7 @@ class AgentSnapshot(BaseModel):
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> AgentSnapshot:
         """Read and validate a snapshot file."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise SnapshotError(f"Cannot read snapshot file {os.fspath(path)!r}: {exc.strerror}.") from None
-        return cls.from_bytes(data)
+        return cls.from_bytes(read_file(path, "snapshot file"))
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
@@ -288,21 +186,6 @@ class AgentSnapshot(BaseModel):
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""
         return f"{self.run_id}_{self.step:04d}_{self.phase.value}.json"
-
-
-def atomic_write(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temporary file and an atomic rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def fingerprint(shape: Any) -> str:
@@ -318,16 +201,3 @@ def now_iso() -> str:
 def iso_from_timestamp(timestamp: float) -> str:
     """A ``time.time()`` value in the format of ``now_iso``."""
     return datetime.fromtimestamp(timestamp, UTC).isoformat()
-
-
-def pause_exception(snapshot: AgentSnapshot) -> BreakpointException:
-    """The ``BreakpointException`` for a paused run; writes the snapshot file if the breakpoint asks."""
-    directory = (snapshot.break_point or {}).get("snapshot_file_path")
-    path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
-    where = f" (saved to {path})" if path else ""
-    return BreakpointException(
-        f"Breakpoint: run {snapshot.run_id} paused before {snapshot.phase.value} at step {snapshot.step}{where}. "
-        "Resume it with agent.run(snapshot=exc.snapshot).",
-        snapshot,
-        path,
-    )

@@ -53,6 +53,15 @@ def default_handler(tp: Any) -> Handler:
 
 MESSAGES_SCHEMA: dict[str, Any] = {"type": list[ChatMessage], "handler": merge_lists}
 
+#: The State keys an agent keeps up to date itself in every run, with their schema entries. A
+#: ``state_schema`` may not redefine them and ``run(**state)`` may not set them.
+AGENT_STATE_KEYS: dict[str, dict[str, Any]] = {
+    "step_count": {"type": int, "handler": replace_values},
+    "tool_call_counts": {"type": dict[str, int], "handler": replace_values},
+}
+#: Keys of an agent's result that are not State keys; a ``state_schema`` may not use them either.
+RESULT_KEYS: frozenset[str] = frozenset({"last_message", "exit_reason", "trace"})
+
 
 def validate_schema(schema: dict[str, Any]) -> None:
     """Raise ``SchemaError`` (a ``ValueError``) naming the first invalid entry of ``schema``."""
@@ -96,7 +105,7 @@ class State:
     ['a', 'b']
     """
 
-    __slots__ = ("_data", "schema")
+    __slots__ = ("_data", "_versions", "schema")
 
     def __init__(self, schema: dict[str, Any], data: dict[str, Any] | None = None) -> None:
         self._start(complete_schema(schema), data)
@@ -112,6 +121,7 @@ class State:
     def _start(self, schema: dict[str, dict[str, Any]], data: dict[str, Any] | None) -> None:
         self.schema = schema
         self._data: dict[str, Any] = {}
+        self._versions: dict[str, int] = {}
         for key, value in (data or {}).items():
             self.set(key, value)
 
@@ -119,16 +129,46 @@ class State:
         """A copy of the value of ``key``, or ``default`` when it is not set."""
         return copy.deepcopy(self._data.get(key, default))
 
-    def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
-        """Merge ``value`` into ``key`` with the schema's handler (or ``handler_override``)."""
+    def _definition(self, key: str, value: Any) -> dict[str, Any]:
         definition = self.schema.get(key)
         if definition is None:
             raise ConfigurationError(
                 f"State: Key '{key}' not found in schema. Declare it in the state_schema, e.g. "
                 f"{{'{key}': {{'type': {type(value).__name__}}}}}. Known keys: {sorted(self.schema)}."
             )
-        handler: Handler = handler_override or definition["handler"]
+        return definition
+
+    def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
+        """Merge ``value`` into ``key`` with the schema's handler (or ``handler_override``)."""
+        handler: Handler = handler_override or self._definition(key, value)["handler"]
         self._data[key] = handler(self._data.get(key), value)
+        self._versions[key] = self._versions.get(key, 0) + 1
+
+    def append(self, key: str, items: list[Any]) -> None:
+        """Merge ``items`` into the list at ``key``, as ``set`` does.
+
+        Where the handler is ``merge_lists`` the list is extended in place: the same value ``set``
+        would give, without copying a long conversation at every step, and the key keeps its version.
+        """
+        if self._definition(key, items)["handler"] is merge_lists and type(self._data.get(key)) is list:
+            self._data[key].extend(items)
+        else:
+            self.set(key, items)
+
+    def version(self, key: str) -> int:
+        """How often ``key`` got a new value from ``set`` (``append`` in place keeps the version).
+
+        A list read twice at the same version differs at most by items appended to its end. Changes
+        made through ``data`` directly are not counted: write through ``set``.
+        """
+        return self._versions.get(key, 0)
+
+    def restore(self, values: dict[str, Any]) -> None:
+        """Put back values as a snapshot stored them: the handlers already merged them, so none runs again."""
+        for key, value in values.items():
+            self._definition(key, value)
+            self._data[key] = value
+            self._versions[key] = self._versions.get(key, 0) + 1
 
     def has(self, key: str) -> bool:
         """Whether ``key`` has a value."""
@@ -148,8 +188,7 @@ class State:
         """Rebuild a State from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``."""
         schema = schema_from_dict(data.get("schema", {}), allowed_modules)
         state = cls(schema)
-        # Values were produced by the handlers already: restore them as they are, without merging again.
-        state._data = deserialize_value(data.get("data", {}), allowed_modules)
+        state.restore(deserialize_value(data.get("data", {}), allowed_modules))
         return state
 
     def __eq__(self, other: object) -> bool:

@@ -26,11 +26,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from agentfsm.agent import Agent
+from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import BreakpointException
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
-from agentfsm.snapshot import AgentSnapshot, Breakpoint
+from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset, flatten_tools
 

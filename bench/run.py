@@ -33,7 +33,8 @@ from typing import Any, Literal
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, ToolCall, tool
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.logs import configure_logging, use_standard_logging
-from agentfsm.runtime import AgentRun, TransitionRecord
+from agentfsm.runtime import RunDelta
+from agentfsm.snapshot import now_iso
 from agentfsm.stores import SQLiteSnapshotStore
 
 HERE = Path(__file__).resolve().parent
@@ -66,18 +67,26 @@ def history(n: int) -> list[ChatMessage]:
 
 
 class WholeSnapshotEveryTransition(SQLiteSnapshotStore):
-    """A durable store that encodes the whole snapshot at every transition and keeps the bytes in
+    """A durable store that encodes the whole snapshot at every point it is told of and keeps the bytes in
     memory: what recording costs without deltas."""
 
     def __init__(self) -> None:
         super().__init__(":memory:", durable=True)
         self.encoded: list[bytes] = []
+        self.messages: list[ChatMessage] = []
+        self.trace: list[Any] = []
 
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        self.encoded.append(run.make_snapshot().to_bytes())
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        self.encoded.append(run.make_snapshot().to_bytes())
+    def observe(self, delta: RunDelta) -> None:
+        self.messages = [*([] if delta.rewritten else self.messages), *delta.messages]
+        self.trace += delta.trace
+        if delta.fields is not None:
+            whole = AgentSnapshot.model_construct(
+                **delta.fields,
+                messages=[m.to_dict() for m in self.messages],
+                trace=[r.to_dict() for r in self.trace],
+                created_at=now_iso(),
+            )
+            self.encoded.append(whole.to_bytes())
 
 
 @dataclass(frozen=True)
@@ -178,7 +187,10 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
 
 
 class TimedStore(SQLiteSnapshotStore):
-    """A durable store that times what each snapshot costs the run (commits included), except a run's first (full) one."""
+    """A durable store that times what storing each snapshot costs (commits included), except a run's first (full) one.
+
+    The run's own part, working out what changed, is not in it (it is in the per-step figures).
+    """
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, durable=True)
@@ -192,11 +204,8 @@ class TimedStore(SQLiteSnapshotStore):
             self.elapsed_us += (time.perf_counter() - started) * 1e6
             self.snapshots += 1
 
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        self._timed(partial(super().transition, run, record), first=record.source is Phase.IDLE)
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        self._timed(partial(super().tool_completed, run, key), first=False)
+    def observe(self, delta: RunDelta) -> None:
+        self._timed(partial(super().observe, delta), first=delta.rewritten)
 
 
 def durable_write_us(size: int, steps: int, runs: int, tmp: Path) -> dict[str, float]:

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from agentfsm import BreakpointException, ChatMessage, Phase
+from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import machine_diagram
-from agentfsm.snapshot import Breakpoint
 
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentfsm import BreakpointException, ChatMessage, Phase
+from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
-from agentfsm.snapshot import Breakpoint
 from agentfsm.stores import SQLiteSnapshotStore
 
 ROOT = Path(__file__).resolve().parent.parent

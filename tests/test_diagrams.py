@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase
+from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import ANY_ACTIVE, MissingRendererError, build_model, machine_diagram
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import TRANSITIONS
-from agentfsm.snapshot import Breakpoint
 from tests.helpers import add, finish
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,8 @@ def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
     assert "tool_calls [reply has tool calls] \u00d72" in mermaid  # type: ignore[operator]
     dot = demo_agent().draw("dot", trace=[r.to_dict() for r in result["trace"]])
     assert (
-        'EXIT_CHECK -> LLM_CALL [label="continue [not met, steps left] \u00d72", color="#1565c0", penwidth=2];' in dot
+        'EXIT_CHECK -> LLM_CALL [label="continue [no exit condition met, steps left] \u00d72", color="#1565c0", penwidth=2];'
+        in dot
     )  # type: ignore[operator]
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
@@ -129,9 +130,10 @@ def _edges_of(result: dict[str, Any]) -> set[tuple[Phase, str, Phase]]:
 
 
 def _failed_edges(agent: Agent) -> set[tuple[Phase, str, Phase]]:
-    from agentfsm.runtime import AgentRun, drive_sync
+    from agentfsm.agent import RunRequest
+    from agentfsm.drivers import drive_sync
 
-    run: AgentRun = agent._new_run([ChatMessage.from_user("go")], None, None, {})
+    run = agent._new_run(RunRequest(messages=[ChatMessage.from_user("go")]))
     with pytest.raises(Exception):  # each scenario raises its own error
         drive_sync(run, agent.chat_generator, None)
     assert run.phase is Phase.FAILED
@@ -229,15 +231,28 @@ def test_dispatch_refuses_guards_that_leave_a_case_open_or_overlap() -> None:
         Dispatch([Transition("a", Phase.EXIT_CHECK, Phase.DONE, when=(("sunny", True),))])
 
 
-def test_dispatch_reads_truthy_facts_as_bools() -> None:
-    loose = FixedFacts(has_tool_calls=[1], exit_reached=0, steps_left=3)  # type: ignore[arg-type]
-    assert DISPATCH.next(Phase.LLM_CALL, loose).trigger == "tool_calls"
-    assert DISPATCH.next(Phase.EXIT_CHECK, loose).trigger == "continue"
+def test_edge_labels_are_written_from_their_guards() -> None:
+    from agentfsm.machine import Facts
+
+    words = {f.name: f.metadata for f in dataclasses.fields(Facts)}
+    for t in TRANSITIONS:
+        if t.when:
+            assert t.condition == ", ".join(words[name][value] for name, value in t.when)
+        else:
+            assert t.condition == t.note
+    assert DISPATCH.next(Phase.EXIT_CHECK, Facts(steps_left=False)).label == (
+        "max_steps [no exit condition met, max_agent_steps reached]"
+    )
 
 
-def test_fact_names_are_the_facts_protocol() -> None:
+def test_fact_names_are_the_fields_of_facts() -> None:
     from agentfsm.machine import FACT_NAMES, Facts
 
-    declared = {name for name, value in vars(Facts).items() if isinstance(value, property)}
-    assert set(FACT_NAMES) == declared
-    assert {name for t in TRANSITIONS for name, _ in t.when} <= declared
+    declared = [f.name for f in dataclasses.fields(Facts)]
+    assert list(FACT_NAMES) == declared == [f.name for f in dataclasses.fields(FixedFacts)]
+    assert {name for t in TRANSITIONS for name, _ in t.when} <= set(declared)
+
+
+def test_edges_into_done_say_the_exit_reason() -> None:
+    into_done = {t.trigger: t.exit_reason for t in TRANSITIONS if t.dest is Phase.DONE}
+    assert into_done == {"exit": "{exit_condition}", "max_steps": "max_agent_steps"}

@@ -177,7 +177,7 @@ def test_snapshot_file_path_writes_a_readable_file(tmp_path: Path) -> None:
     assert exc.snapshot_file_path is not None
     path = Path(exc.snapshot_file_path)
     assert path.parent == tmp_path and path.name.endswith("_0002_TOOL_RUN.json")
-    assert path.read_text().startswith('{\n  "format_version": 1,')
+    assert path.read_text().startswith('{\n  "format_version": 2,')
     assert AgentSnapshot.from_file(path) == exc.snapshot
     assert str(path) in str(exc)
 
@@ -341,7 +341,7 @@ def test_tampered_content_fails_on_resume_not_deep_inside_the_run(snapshot_bytes
         agent().run(snapshot=data)
     data = json.loads(snapshot_bytes)
     data["state"]["unknown_key"] = 1
-    with pytest.raises(SnapshotError, match="'unknown_key' is not in this agent's state_schema"):
+    with pytest.raises(SnapshotError, match=r"\['unknown_key'\] are not in this agent's state_schema"):
         agent().run(snapshot=data)
     data = json.loads(snapshot_bytes)
     data["state"]["notes"] = {"__agentfsm__": "object", "type": "os.system", "data": {}}

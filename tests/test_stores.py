@@ -15,16 +15,14 @@ from hypothesis import HealthCheck, given, settings
 
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.machine import ACTIVE_PHASES
-from agentfsm.runtime import AgentRun, TransitionRecord
+from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.stores import (
-    _CHECKPOINT_EVERY,
-    _WAL_RESTART_BYTES,
     JsonFileStore,
     RunInfo,
     SnapshotStore,
     SQLiteSnapshotStore,
 )
+from agentfsm.stores._checkpoint import CHECKPOINT_EVERY, WAL_RESTART_BYTES
 from agentfsm.testing import comparable_result, scripted_conversations
 from tests.helpers import (
     CRASH_ON,
@@ -251,37 +249,39 @@ def test_fork_an_earlier_point_of_a_durable_run(tmp_path: Path) -> None:
 
 
 class RecordingStore(SQLiteSnapshotStore):
-    """A durable store that also keeps the whole snapshot of every point it records, for comparison."""
+    """A durable store that also keeps, from the deltas it is told, the whole snapshot of every point it records."""
 
     def __init__(self) -> None:
         super().__init__(":memory:", durable=True)
-        self.taken: list[AgentSnapshot] = []
+        self.taken: list[dict[str, Any]] = []
+        self.messages: list[ChatMessage] = []
+        self.trace: list[TransitionRecord] = []
 
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        if record.dest in ACTIVE_PHASES:
-            self.taken.append(run.make_snapshot(record.dest))
-        super().transition(run, record)
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        self.taken.append(run.make_snapshot(Phase.TOOL_RUN))
-        super().tool_completed(run, key)
+    def observe(self, delta: RunDelta) -> None:
+        self.messages = [*([] if delta.rewritten else self.messages), *delta.messages]
+        self.trace += delta.trace
+        if delta.fields is not None:
+            whole = {**delta.fields, "messages": [m.to_dict() for m in self.messages]}
+            self.taken.append({**whole, "trace": [r.to_dict() for r in self.trace]})
+        super().observe(delta)
 
 
 def without_time(snapshot: AgentSnapshot) -> dict[str, Any]:
-    return {k: v for k, v in snapshot.to_dict().items() if k != "created_at"}
+    return {k: v for k, v in snapshot.to_dict().items() if k not in ("created_at", "format_version", "decisions")}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripted_conversations([add, remember, flaky], max_replies=5))
 def test_durable_snapshots_load_as_the_whole_snapshot_of_their_point(script: list[ChatMessage]) -> None:
     store = RecordingStore()
-    agent(store, script=script).run(USER, prefix="> ")
+    result = agent(store, script=script).run(USER, prefix="> ")
+    assert store.messages == result["messages"], "the deltas add up to the conversation"
     run_id = store.runs()[0].run_id
     history = store.history(run_id)
     assert len(history) == len(store.taken)
     for info, taken in zip(history, store.taken, strict=True):
-        assert (info.phase, info.step) == (taken.phase, taken.step)
-        assert without_time(store.load(run_id, info.seq)) == without_time(taken), f"snapshot {info.seq}"
+        assert (info.phase, info.step) == (taken["phase"], taken["step"])
+        assert without_time(store.load(run_id, info.seq)) == taken, f"snapshot {info.seq}"
     store.close()
 
 
@@ -342,7 +342,7 @@ def test_the_wal_stays_bounded_while_commits_keep_coming(tmp_path: Path) -> None
     page = store._db.execute("PRAGMA page_size").fetchone()[0]
     # The WAL starts over at every checkpoint past the limit: it holds at most what the commits between
     # two checkpoints add (one to two pages each), as many again if a checkpoint runs late, or the limit.
-    bound = max(_WAL_RESTART_BYTES, 2 * _CHECKPOINT_EVERY * 2 * (page + 24))
+    bound = max(WAL_RESTART_BYTES, 2 * CHECKPOINT_EVERY * 2 * (page + 24))
     assert commits * page > 3 * bound, "without a restart the WAL would grow past the bound"
     wal = (tmp_path / "runs.db-wal").stat().st_size
     assert wal <= bound, f"a WAL of {wal} bytes after {commits} commits"

@@ -1,7 +1,7 @@
 """ToolInvoker: turns the tool calls of one model reply into tool-result messages.
 
 The work is split so that the runtime stays free of I/O: ``prepare`` (resolve tools, check
-arguments, inject State inputs), ``execute_sync`` / ``execute_async`` (run the functions, in
+arguments, inject State inputs), ``execute_sync`` / ``execute_async`` (run the ready calls, in
 parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outputs_to_state`` and
 ``tool_call_counts`` applied in call order whatever the completion order).
 """
@@ -13,11 +13,13 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from agentfsm.errors import (
     ConfigurationError,
     ConfigurationTypeError,
+    MachineError,
     ToolArgumentsError,
     ToolError,
     ToolInvocationError,
@@ -33,35 +35,20 @@ from agentfsm.messages import (
     ToolCall,
     ToolCallResult,
     ToolResultContent,
-    slot_setters,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
-from agentfsm.state import State, replace_values
+from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
 from agentfsm.workers import run_in_worker
 
 
-@dataclass(slots=True)
-class PreparedCall:
-    """A tool call ready to run, or the error that stops it from running."""
-
-    call: ToolCall
-    tool: Tool | None
-    arguments: dict[str, Any]
-    error: ToolError | None = None
-
-
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class CallOutcome:
-    """What running one prepared call produced: a value or an exception."""
+    """What running one call produced: a value or an exception."""
 
     value: Any = None
     error: Exception | None = None
-
-    def __init__(self, value: Any = None, error: Exception | None = None) -> None:
-        _set_value(self, value)  # one per tool call: faster than a frozen dataclass's generated __init__
-        _set_error(self, error)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (kept in snapshots so that a finished call is not run again)."""
@@ -77,7 +64,31 @@ class CallOutcome:
         return cls(value=deserialize_value(data["value"]))
 
 
-_set_value, _set_error = slot_setters(CallOutcome, "value", "error")
+class CallStatus(StrEnum):
+    """Where one pending call stands."""
+
+    #: Checked: it runs in TOOL_RUN.
+    READY = "ready"
+    #: It cannot run (unknown tool, bad arguments): ``error`` says why, and the model is told.
+    FAILED = "failed"
+    #: A confirmation strategy must decide it before it can run.
+    UNDECIDED = "undecided"
+    #: It ran: ``outcome`` holds what it returned or raised.
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class PreparedCall:
+    """One tool call of a reply on its way to a result: the checked call, its tool, and where it stands."""
+
+    call: ToolCall
+    #: How the call is known in snapshots: its id, or ``#<position>`` in the reply without one.
+    key: str
+    tool: Tool | None
+    arguments: dict[str, Any]
+    status: CallStatus
+    error: ToolError | None = None
+    outcome: CallOutcome | None = None
 
 
 class RecordedToolError(Exception):
@@ -93,15 +104,16 @@ def error_type_name(error: Exception) -> str:
     return error.type_name if isinstance(error, RecordedToolError) else type(error).__name__
 
 
-OnComplete = Callable[[int, CallOutcome], None]
-
-_TOOL_INVOKE = Tool.invoke
-_TOOL_ROLE = ChatRole.TOOL  # an enum attribute lookup costs ~0.1 µs; this is one per tool call
-#: The outcome of a call that did not run (skipped, or failed preparation); never mutated.
-NOT_RUN = CallOutcome()
+def call_key(call: ToolCall, position: int) -> str:
+    """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
+    return call.id if call.id is not None else f"#{position}"
 
 
-def _ignore(_index: int, _outcome: CallOutcome) -> None:
+#: Told about each call as it finishes (its status is DONE, its outcome set), in the thread that runs the invoker.
+OnComplete = Callable[[PreparedCall], None]
+
+
+def _ignore(_call: PreparedCall) -> None:
     """The default ``on_complete``."""
 
 
@@ -150,35 +162,35 @@ class ToolInvoker:
     ) -> list[PreparedCall]:
         """Resolve and check each call; ``tools`` overrides the invoker's tools for this run."""
         by_name = self._by_name if tools is None else tools
-        return [self._prepare_one(call, state, by_name) for call in calls]
+        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
 
-    def _prepare_one(self, call: ToolCall, state: State, by_name: dict[str, Tool]) -> PreparedCall:
+    def _prepare_one(self, call: ToolCall, key: str, state: State, by_name: dict[str, Tool]) -> PreparedCall:
         tool = by_name.get(call.tool_name)
         if tool is None:
             available = ", ".join(sorted(by_name)) or "none"
             error = ToolNotFoundError(f"Tool {call.tool_name!r} not found. Available tools: {available}.")
-            return self._failed(call, None, error)
+            return self._failed(call, key, None, error)
         if RAW_ARGUMENTS_KEY in call.arguments:
             bad_json = ToolArgumentsError(
                 f"The arguments for tool {call.tool_name!r} are not a valid JSON object: "
                 f"{call.arguments[RAW_ARGUMENTS_KEY]!r}. Send the arguments as a JSON object."
             )
-            return self._failed(call, tool, bad_json)
+            return self._failed(call, key, tool, bad_json)
         try:
             tool.validate_arguments(call.arguments)
         except ToolArgumentsError as error:
-            return self._failed(call, tool, error)
+            return self._failed(call, key, tool, error)
         arguments = dict(call.arguments)
         if tool.inputs_from_state:
             for state_key, param in tool.inputs_from_state.items():
                 if param not in arguments and state.has(state_key):
                     arguments[param] = state.get(state_key)
-        return PreparedCall(call, tool, arguments)
+        return PreparedCall(call, key, tool, arguments, CallStatus.READY)
 
-    def _failed(self, call: ToolCall, tool: Tool | None, error: ToolError) -> PreparedCall:
+    def _failed(self, call: ToolCall, key: str, tool: Tool | None, error: ToolError) -> PreparedCall:
         if self.raise_on_failure:
             raise error
-        return PreparedCall(call, tool, dict(call.arguments), error)
+        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.FAILED, error)
 
     # -- execute ----------------------------------------------------------------------------------
 
@@ -193,111 +205,61 @@ class ToolInvoker:
         ):
             arguments = {**arguments, "streaming_callback": streaming_callback}
         try:
-            # Tool.invoke only calls the function: call it directly unless a subclass (or the
-            # instance, as a test's monkeypatch does) has an invoke of its own.
-            if type(tool).invoke is _TOOL_INVOKE and "invoke" not in tool.__dict__:
-                return CallOutcome(tool.function(**arguments))
             return CallOutcome(tool.invoke(**arguments))
         except Exception as exc:
             return CallOutcome(None, exc)
 
+    @staticmethod
+    def _done(call: PreparedCall, outcome: CallOutcome, on_complete: OnComplete) -> None:
+        call.status, call.outcome = CallStatus.DONE, outcome
+        on_complete(call)
+
     def execute_sync(
         self,
-        prepared: Sequence[PreparedCall | None],
+        calls: Sequence[PreparedCall],
         streaming_callback: StreamingCallback | None = None,
-        on_complete: OnComplete | None = None,
-    ) -> list[CallOutcome]:
-        """Run the runnable calls (in a thread pool when there are several); outcomes in call order.
+        on_complete: OnComplete = _ignore,
+    ) -> None:
+        """Run the ready calls, in a thread pool when several may run at once; each ends DONE with its outcome.
 
-        ``None`` entries and calls that failed preparation are skipped. ``on_complete(index, outcome)``
-        is called in the calling thread as each call finishes.
+        ``on_complete(call)`` is called in the calling thread as each call finishes.
         """
-        report = on_complete or _ignore
-        if len(prepared) == 1:  # the common case: no lists of indexes, no pool
-            only = prepared[0]
-            if only is None or only.error is not None:
-                return [NOT_RUN]
-            outcome = self._call(only, streaming_callback)
-            report(0, outcome)
-            return [outcome]
-        runnable = self._runnable(prepared)
-        outcomes = [NOT_RUN] * len(prepared)
-        if len(runnable) > 1 and self.tool_concurrency > 1:
+        ready = [c for c in calls if c.status is CallStatus.READY]
+        if len(ready) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
-            futures = {self._executor.submit(self._call, prepared[i], streaming_callback): i for i in runnable}  # type: ignore[arg-type]
+            futures = {self._executor.submit(self._call, c, streaming_callback): c for c in ready}
             for future in as_completed(futures):
-                outcomes[futures[future]] = outcome = future.result()
-                report(futures[future], outcome)
+                self._done(futures[future], future.result(), on_complete)
         else:
-            self._run_in_order(prepared, runnable, streaming_callback, report, outcomes)
-        return outcomes
-
-    def _run_in_order(
-        self,
-        prepared: Sequence[PreparedCall | None],
-        runnable: list[int],
-        streaming_callback: StreamingCallback | None,
-        report: OnComplete,
-        outcomes: list[CallOutcome],
-    ) -> None:
-        for i in runnable:
-            outcomes[i] = outcome = self._call(prepared[i], streaming_callback)  # type: ignore[arg-type]
-            report(i, outcome)
+            for c in ready:
+                self._done(c, self._call(c, streaming_callback), on_complete)
 
     async def execute_async(
         self,
-        prepared: Sequence[PreparedCall | None],
+        calls: Sequence[PreparedCall],
         streaming_callback: StreamingCallback | None = None,
-        on_complete: OnComplete | None = None,
-    ) -> list[CallOutcome]:
+        on_complete: OnComplete = _ignore,
+    ) -> None:
         """Like ``execute_sync``, on the event loop: calls run in worker threads, at most ``tool_concurrency`` at once.
 
         With ``sync_tools_in_threads=False`` they run inline, one after another.
         """
-        # No closures, bound methods or index lists while a call waits for its thread: what it holds
-        # counts towards the garbage collector's next collection, and a thousand runs may be waiting.
-        if len(prepared) == 1:
-            only = prepared[0]
-            if not self.sync_tools_in_threads or only is None or only.error is not None:
-                return self.execute_sync(prepared, streaming_callback, on_complete)  # inline, or nothing to run
-            outcome = await run_in_worker(_call, self, only, streaming_callback)
-            (on_complete or _ignore)(0, outcome)
-            return [outcome]
-        runnable = self._runnable(prepared)
-        outcomes = [NOT_RUN] * len(prepared)
-        report = on_complete or _ignore
+        ready = [c for c in calls if c.status is CallStatus.READY]
         if not self.sync_tools_in_threads:
-            self._run_in_order(prepared, runnable, streaming_callback, report, outcomes)
-        elif len(runnable) > 1 and self.tool_concurrency > 1:
-            await self._run_in_threads_at_once(prepared, runnable, streaming_callback, report, outcomes)
+            for c in ready:
+                self._done(c, self._call(c, streaming_callback), on_complete)
+        elif len(ready) > 1 and self.tool_concurrency > 1:
+            semaphore = asyncio.Semaphore(self.tool_concurrency)
+
+            async def run_one(c: PreparedCall) -> None:
+                async with semaphore:
+                    self._done(c, await run_in_worker(self._call, c, streaming_callback), on_complete)
+
+            await asyncio.gather(*(run_one(c) for c in ready))
         else:
-            for i in runnable:
-                outcomes[i] = outcome = await run_in_worker(_call, self, prepared[i], streaming_callback)
-                report(i, outcome)
-        return outcomes
-
-    async def _run_in_threads_at_once(
-        self,
-        prepared: Sequence[PreparedCall | None],
-        runnable: list[int],
-        streaming_callback: StreamingCallback | None,
-        report: OnComplete,
-        outcomes: list[CallOutcome],
-    ) -> None:
-        semaphore = asyncio.Semaphore(self.tool_concurrency)
-
-        async def run_one(i: int) -> None:
-            async with semaphore:
-                outcomes[i] = outcome = await run_in_worker(_call, self, prepared[i], streaming_callback)
-                report(i, outcome)
-
-        await asyncio.gather(*(run_one(i) for i in runnable))
-
-    @staticmethod
-    def _runnable(prepared: Sequence[PreparedCall | None]) -> list[int]:
-        """Indexes of the calls to run: not completed before (``None``) and not failed in ``prepare``."""
-        return [i for i, p in enumerate(prepared) if p is not None and p.error is None]
+            for c in ready:
+                self._done(c, await run_in_worker(self._call, c, streaming_callback), on_complete)
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""
@@ -307,41 +269,34 @@ class ToolInvoker:
 
     # -- finish -----------------------------------------------------------------------------------
 
-    def finish(
-        self, prepared: Sequence[PreparedCall], outcomes: Sequence[CallOutcome], state: State
-    ) -> list[ChatMessage]:
+    def finish(self, calls: Sequence[PreparedCall], state: State) -> list[ChatMessage]:
         """Tool-result messages in call order; State updated through its handlers."""
-        if len(outcomes) != len(prepared):
-            raise ValueError(f"finish needs one outcome per prepared call: {len(outcomes)} for {len(prepared)} calls.")
         messages = []
-        definition = state.schema.get("tool_call_counts")
-        in_place = definition is not None and definition["handler"] is replace_values
-        current = state.data.get("tool_call_counts") if definition is not None else None
-        # With replace_values, counting into the live dict gives what State.set would, without a copy per step.
-        counts: dict[str, int] = (current if in_place else dict(current)) if isinstance(current, dict) else {}
-        for i, p in enumerate(prepared):  # not zip(strict=True): ~0.2 µs more per step
-            result = self._result(p, outcomes[i], state)
-            tool = p.tool
-            if tool is not None and p.error is None:
-                counts[tool.name] = counts.get(tool.name, 0) + 1
-            messages.append(ChatMessage(_TOOL_ROLE, (result,)))
-        if definition is not None and counts is not current:
-            state.set("tool_call_counts", counts)
+        counts: dict[str, int] = {}
+        for c in calls:
+            result = self._result(c, state)
+            if c.status is CallStatus.DONE and c.tool is not None:
+                counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
+            messages.append(ChatMessage(ChatRole.TOOL, (result,)))
+        if "tool_call_counts" in state.schema:
+            current = state.data.get("tool_call_counts") or {}
+            state.set("tool_call_counts", {**current, **{n: current.get(n, 0) + k for n, k in counts.items()}})
         return messages
 
-    def _result(self, p: PreparedCall, outcome: CallOutcome, state: State) -> ToolCallResult:
-        if p.error is not None:
-            return ToolCallResult(str(p.error), p.call, error=True)
-        tool = p.tool
-        assert tool is not None
+    def _result(self, c: PreparedCall, state: State) -> ToolCallResult:
+        if c.status is CallStatus.FAILED:
+            return ToolCallResult(str(c.error), c.call, error=True)
+        if c.status is not CallStatus.DONE or c.outcome is None or c.tool is None:
+            raise MachineError(f"Tool call {c.key} to {c.call.tool_name!r} has no result yet: it is {c.status}.")
+        tool, outcome = c.tool, c.outcome
         if outcome.error is not None:
             error = ToolInvocationError(
-                f"Failed to invoke tool {tool.name!r} with arguments {p.call.arguments}: "
+                f"Failed to invoke tool {tool.name!r} with arguments {c.call.arguments}: "
                 f"{error_type_name(outcome.error)}: {outcome.error}"
             )
             if self.raise_on_failure:
                 raise error from outcome.error
-            return ToolCallResult(str(error), p.call, error=True)
+            return ToolCallResult(str(error), c.call, error=True)
         try:
             if tool.outputs_to_state:
                 self._write_state(tool, outcome.value, state)
@@ -354,8 +309,8 @@ class ToolInvoker:
             error = ToolInvocationError(f"Tool {tool.name!r} returned a result that could not be used: {exc}")
             if self.raise_on_failure:
                 raise error from exc
-            return ToolCallResult(str(error), p.call, error=True)
-        return ToolCallResult(text, p.call)
+            return ToolCallResult(str(error), c.call, error=True)
+        return ToolCallResult(text, c.call)
 
     @staticmethod
     def _pick(result: Any, source: str | None) -> Any:
@@ -388,7 +343,3 @@ class ToolInvoker:
             for key, spec in config.items()
         }
         return default_output_to_string(parts)
-
-
-#: ``ToolInvoker._call`` as a plain function: handed to a worker thread without a bound method.
-_call = ToolInvoker._call

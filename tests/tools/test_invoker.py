@@ -8,9 +8,16 @@ from typing import Any
 import pytest
 
 from agentfsm import ChatMessage, State, Tool, ToolCall, ToolInvoker, tool
-from agentfsm.errors import ConfigurationError
+from agentfsm.errors import ConfigurationError, MachineError
+from agentfsm.tools.invoker import CallStatus, PreparedCall
 
 SLEEP = 0.2
+
+
+def executed(invoker: ToolInvoker, prepared: list[PreparedCall], state: State) -> list[ChatMessage]:
+    """Run the prepared calls and turn them into messages, as the drivers do."""
+    invoker.execute_sync(prepared)
+    return invoker.finish(prepared, state)
 
 
 class Overlap:
@@ -58,9 +65,9 @@ def run_sync(invoker: ToolInvoker, n: int) -> tuple[list[ChatMessage], State, fl
     state = fresh_state()
     prepared = invoker.prepare(calls(n), state)
     started = time.perf_counter()
-    outcomes = invoker.execute_sync(prepared)
+    invoker.execute_sync(prepared)
     elapsed = time.perf_counter() - started
-    return invoker.finish(prepared, outcomes, state), state, elapsed
+    return invoker.finish(prepared, state), state, elapsed
 
 
 def test_parallel_sync_calls_overlap_and_results_stay_in_call_order() -> None:
@@ -87,8 +94,8 @@ async def test_parallel_async_calls_respect_the_limit() -> None:
     invoker = ToolInvoker([slow], tool_concurrency=2)
     state = fresh_state()
     prepared = invoker.prepare(calls(4), state)
-    outcomes = await invoker.execute_async(prepared)
-    messages = invoker.finish(prepared, outcomes, state)
+    await invoker.execute_async(prepared)
+    messages = invoker.finish(prepared, state)
     assert overlap.peak == 2
     assert [m.tool_call_result.origin.id for m in messages] == ["0", "1", "2", "3"]  # type: ignore[union-attr]
     assert state.get("order") == [0, 1, 2, 3]
@@ -122,14 +129,14 @@ async def test_async_runs_sync_tools_in_threads_unless_told_otherwise(in_threads
     invoker = ToolInvoker([which_thread], tool_concurrency=4, sync_tools_in_threads=in_threads)
     state = fresh_state()
     prepared = invoker.prepare([ToolCall("which_thread", {}, id=str(i)) for i in range(3)], state)
-    reported: list[int] = []
-    outcomes = await invoker.execute_async(prepared, on_complete=lambda i, _o: reported.append(i))
-    threads = {outcome.value for outcome in outcomes}
+    reported: list[str] = []
+    await invoker.execute_async(prepared, on_complete=lambda c: reported.append(c.key))
+    threads = {c.outcome.value for c in prepared if c.outcome is not None}
     loop_thread = threading.current_thread().name
     assert (loop_thread not in threads) if in_threads else (threads == {loop_thread})
     if not in_threads:
-        assert reported == [0, 1, 2], "inline calls run one after another, in call order"
-    assert sorted(reported) == [0, 1, 2]
+        assert reported == ["0", "1", "2"], "inline calls run one after another, in call order"
+    assert sorted(reported) == ["0", "1", "2"]
 
 
 async def test_an_agent_passes_sync_tools_in_threads_to_its_invoker() -> None:
@@ -178,7 +185,7 @@ def test_outputs_to_string_formats() -> None:
     invoker = ToolInvoker([single, multi])
     state = State({})
     prepared = invoker.prepare([ToolCall("single", {"text": "hi"}), ToolCall("multi", {"text": "hi"})], state)
-    messages = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    messages = executed(invoker, prepared, state)
     assert [m.tool_call_result.result for m in messages] == ["HI", '{"loud":"HI","raw":"hi"}']  # type: ignore[union-attr]
 
 
@@ -212,8 +219,9 @@ def render_chart(title: str) -> list[Any]:
 
 def test_raw_result_tools_return_content_parts() -> None:
     from agentfsm import Agent, BreakpointException, ImageContent, Phase, TextContent, create_tool_from_function
+    from agentfsm.breakpoints import Breakpoint
     from agentfsm.generators import ScriptedChatGenerator
-    from agentfsm.snapshot import AgentSnapshot, Breakpoint
+    from agentfsm.snapshot import AgentSnapshot
     from tests.helpers import call, calls
 
     chart = create_tool_from_function(render_chart, outputs_to_string={"raw_result": True})
@@ -237,20 +245,21 @@ def test_raw_result_must_be_content_parts() -> None:
     invoker = ToolInvoker([text_tool], raise_on_failure=False)
     state = State({})
     prepared = invoker.prepare([ToolCall("upper", {"text": "hi"})], state)
-    [message] = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    [message] = executed(invoker, prepared, state)
     assert message.tool_call_result.error  # type: ignore[union-attr]
     assert "must return a list of TextContent/ImageContent" in message.tool_call_result.result  # type: ignore[union-attr,operator]
     with pytest.raises(ConfigurationError, match="raw_result is not supported in the multiple-output format"):
         tool(outputs_to_string={"a": {"source": "x", "raw_result": True}})(upper)
 
 
-def test_finish_needs_one_outcome_per_prepared_call() -> None:
+def test_finish_needs_every_ready_call_to_have_run() -> None:
     invoker = ToolInvoker([single])
     state = State({})
     prepared = invoker.prepare([ToolCall("single", {"text": "a"}), ToolCall("single", {"text": "b"})], state)
-    outcomes = invoker.execute_sync(prepared)
-    with pytest.raises(ValueError, match="one outcome per prepared call: 1 for 2 calls"):
-        invoker.finish(prepared, outcomes[:1], state)
+    invoker.execute_sync(prepared[:1])
+    assert [c.status for c in prepared] == [CallStatus.DONE, CallStatus.READY]
+    with pytest.raises(MachineError, match="Tool call #1 to 'single' has no result yet: it is ready"):
+        invoker.finish(prepared, state)
 
 
 class Audited(Tool):
@@ -266,7 +275,7 @@ def test_a_tool_that_overrides_invoke_is_called_through_it() -> None:
     invoker = ToolInvoker([audited, single])
     state = State({})
     prepared = invoker.prepare([ToolCall("audited", {"text": "hi"}), ToolCall("single", {"text": "hi"})], state)
-    messages = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    messages = executed(invoker, prepared, state)
     assert [m.tool_call_result.result for m in messages] == ["audited hi", "HI"]  # type: ignore[union-attr]
 
 
@@ -275,5 +284,5 @@ def test_an_invoke_set_on_the_instance_is_called(monkeypatch: pytest.MonkeyPatch
     invoker = ToolInvoker([single])
     state = State({})
     prepared = invoker.prepare([ToolCall("single", {"text": "hi"})], state)
-    [message] = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    [message] = executed(invoker, prepared, state)
     assert message.tool_call_result is not None and message.tool_call_result.result == "PATCHED HI"

@@ -36,7 +36,8 @@ def test_group_related_tools() -> None:
     invoker = ToolInvoker(tools=math_toolset)
     state = State({})
     prepared = invoker.prepare([ToolCall("subtract", {"a": 5, "b": 2}, id="1")], state)
-    [message] = invoker.finish(prepared, invoker.execute_sync(prepared), state)
+    invoker.execute_sync(prepared)
+    [message] = invoker.finish(prepared, state)
     assert message.tool_call_result is not None and message.tool_call_result.result == "3"
 
 

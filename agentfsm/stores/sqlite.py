@@ -1,22 +1,22 @@
-"""Where snapshots live: a directory of JSON files, or an embedded SQLite database.
+"""SQLiteSnapshotStore: snapshots in one embedded SQLite database, optionally recording every transition.
 
-Both keep every snapshot saved for a run (``history``), return the newest (``latest``) and list
-runs (``runs``). The SQLite store also has a *durable* mode: it records a snapshot at every
-transition and every finished tool call, storing only what changed (new messages, new trace
-entries, the fields that differ from the snapshot before), so the cost per transition does not
-grow with the conversation.
-After a crash, ``latest(run_id)`` resumes the run without repeating finished tool calls.
+It keeps every snapshot saved for a run (``history``), returns the newest (``latest``) and lists
+runs (``runs``). In *durable* mode it observes runs (``agentfsm.runtime.RunObserver``): it records
+a snapshot at every transition and every finished tool call, storing only what changed (new
+messages, new trace entries, the fields that differ from the snapshot before), so the cost per
+transition does not grow with the conversation. After a crash, ``latest(run_id)`` resumes the run
+without repeating finished tool calls.
 
-A durable store commits a run's snapshots when they must be durable: before the run's tools
-start (so the model reply that asked for them is never requested again), as each tool call
-finishes, and when the run ends, pauses or fails. Snapshots of the transitions in between, which follow from the
-committed ones without any I/O, are committed with the next of those: a crash can lose them,
-and resuming re-derives them. Each commit is one row, whatever the number of snapshots it holds.
+A durable store commits a run's snapshots when they must be durable: before the run's tools or
+decisions start (``agentfsm.machine.COMMIT_ON_ENTRY``, so that the model reply that asked for them
+is never requested again), as each tool call finishes, and when the run ends, pauses or fails.
+Snapshots of the transitions in between, which follow from the committed ones without any I/O,
+are committed with the next of those: a crash can lose them, and resuming re-derives them. Each
+commit is one row, whatever the number of snapshots it holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
@@ -24,160 +24,16 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import orjson
 
 from agentfsm.errors import ConfigurationError, SnapshotError
-from agentfsm.machine import ACTIVE_PHASES, Phase
-from agentfsm.runtime import AgentRun, TransitionRecord
+from agentfsm.machine import COMMIT_ON_ENTRY, Phase
+from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    """One stored snapshot of a run: its position in the run's history and where it resumes."""
-
-    run_id: str
-    seq: int
-    phase: Phase
-    step: int
-    created_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """A run known to a store: its newest snapshot and its status (active, paused, done or failed)."""
-
-    run_id: str
-    status: str
-    phase: Phase | None
-    step: int
-    snapshots: int
-    updated_at: str
-
-
-@runtime_checkable
-class SnapshotStore(Protocol):
-    """A place to keep snapshots. ``durable`` stores are also told about every transition."""
-
-    durable: bool
-
-    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Keep ``snapshot`` as the newest of its run."""
-        ...
-
-    def latest(self, run_id: str) -> AgentSnapshot:
-        """The newest snapshot of ``run_id``; ``SnapshotError`` if there is none."""
-        ...
-
-    def load(self, run_id: str, seq: int) -> AgentSnapshot:
-        """The snapshot number ``seq`` of ``run_id`` (time travel: resume or fork from any point)."""
-        ...
-
-    def history(self, run_id: str) -> list[SnapshotInfo]:
-        """Every snapshot of ``run_id``, oldest first."""
-        ...
-
-    def runs(self) -> list[RunInfo]:
-        """Every run, most recently updated first."""
-        ...
-
-
-@runtime_checkable
-class DurableSnapshotStore(SnapshotStore, Protocol):
-    """A store that records the run at every transition and every finished tool call."""
-
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        """See ``RunObserver.transition``."""
-        ...
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        """See ``RunObserver.tool_completed``."""
-        ...
-
-
-class StoreObserver:
-    """Connects a store to a run: saves the snapshot of a pause, and forwards every event to durable stores."""
-
-    def __init__(self, store: SnapshotStore) -> None:
-        if store.durable and not isinstance(store, DurableSnapshotStore):
-            raise TypeError(f"{type(store).__name__} says durable=True but has no transition/tool_completed methods.")
-        self.store = store
-        # Decided once: a runtime-checkable isinstance costs tens of microseconds per call.
-        self.durable: DurableSnapshotStore | None = (
-            store if isinstance(store, DurableSnapshotStore) and store.durable else None
-        )
-
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        """Save pause snapshots; let a durable store record the transition."""
-        if record.dest is Phase.PAUSED and run.snapshot is not None:
-            self.store.save(run.snapshot)
-        if self.durable is not None:
-            self.durable.transition(run, record)
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        """Let a durable store record the finished call."""
-        if self.durable is not None:
-            self.durable.tool_completed(run, key)
-
-
-# -- JSON files -------------------------------------------------------------------------------------
-
-
-class JsonFileStore:
-    """One readable JSON file per snapshot: ``<directory>/<run id>/<seq>_<step>_<phase>.json``."""
-
-    durable = False
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-
-    def _files(self, run_id: str) -> list[Path]:
-        return sorted((self.directory / run_id).glob("*.json"))
-
-    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Write the snapshot atomically as the next file of its run."""
-        seq = len(self._files(snapshot.run_id))
-        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
-        snapshot.to_file(self.directory / snapshot.run_id / name)
-        return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
-
-    def latest(self, run_id: str) -> AgentSnapshot:
-        """The newest snapshot file of the run."""
-        files = self._files(run_id)
-        if not files:
-            raise SnapshotError(f"No snapshot of run {run_id!r} in {self.directory}.")
-        return AgentSnapshot.from_file(files[-1])
-
-    def load(self, run_id: str, seq: int) -> AgentSnapshot:
-        """The ``seq``-th snapshot file of the run."""
-        files = self._files(run_id)
-        if not 0 <= seq < len(files):
-            raise SnapshotError(f"Run {run_id!r} has {len(files)} snapshots; there is no number {seq}.")
-        return AgentSnapshot.from_file(files[seq])
-
-    def history(self, run_id: str) -> list[SnapshotInfo]:
-        """Every snapshot file of the run, read and validated."""
-        infos = []
-        for seq, path in enumerate(self._files(run_id)):
-            snapshot = AgentSnapshot.from_file(path)
-            infos.append(SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at))
-        return infos
-
-    def runs(self) -> list[RunInfo]:
-        """Runs with at least one snapshot file."""
-        found = []
-        for folder in self.directory.iterdir() if self.directory.exists() else []:
-            files = self._files(folder.name)
-            if files:
-                newest = AgentSnapshot.from_file(files[-1])
-                found.append(RunInfo(folder.name, "paused", newest.phase, newest.step, len(files), newest.created_at))
-        return sorted(found, key=lambda r: r.updated_at, reverse=True)
-
-
-# -- SQLite -----------------------------------------------------------------------------------------
+from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
+from agentfsm.stores.base import RunInfo, SnapshotInfo
 
 #: ``PRAGMA user_version`` of the database layout below.
 _LAYOUT_VERSION = 3
@@ -209,8 +65,6 @@ PRAGMA user_version = {_LAYOUT_VERSION};
 _SEQ_BITS = 32
 _LAST_SEQ = (1 << _SEQ_BITS) - 1
 
-#: Entering these phases starts I/O (tool calls, confirmation): every snapshot before must be committed.
-_COMMIT_ON_ENTRY = frozenset({Phase.TOOL_RUN, Phase.CONFIRM})
 #: A stored trace entry's values, in order.
 _TRACE_FIELDS = TransitionRecord._fields
 _INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?)"
@@ -219,13 +73,10 @@ _SET_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE number = ?"
 
 @dataclass(slots=True)
 class _Cursor:
-    """What the store holds of a live run (so the next snapshot stores only what is new), and what it will hold."""
+    """What the store will hold of a live run: the snapshots recorded since the last commit."""
 
     number: int  # the run's row in ``runs``
     next_seq: int
-    messages_list_id: int = 0
-    messages: int = -1  # -1: the next snapshot must be full
-    trace: int = 0
     #: Snapshots recorded but not committed yet (they start at ``next_seq - len(entries)``), and the
     #: run status to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
@@ -233,72 +84,6 @@ class _Cursor:
     status: str | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
-
-
-#: Commits between two checkpoints: ~1,500 WAL pages here, about SQLite's own default of 1,000 pages.
-#: Rarer checkpoints cost less per commit (a page written by many commits is copied once).
-_CHECKPOINT_EVERY = 1024
-
-
-class _Checkpointer:
-    """Checkpoints a WAL database from a background thread, every ``every`` commits and when stopped."""
-
-    def __init__(self, path: str, every: int = _CHECKPOINT_EVERY) -> None:
-        self._every = every
-        self._commits = 0
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=_checkpoint_loop,
-            args=(path, self._wake, self._stopping),
-            name="agentfsm-sqlite-checkpoint",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def committed(self) -> None:
-        """Count a commit; wake the thread every ``every`` commits."""
-        self._commits += 1
-        if self._commits % self._every == 0:
-            self._wake.set()
-
-    def stop(self) -> None:
-        """Checkpoint one last time and end the thread."""
-        self._stopping.set()
-        self._wake.set()
-        self._thread.join()
-
-
-#: Past this size, the checkpoint thread makes the writer start the WAL over (see _checkpoint_loop).
-#: Below the WAL's growth between two checkpoints, so that every checkpoint starts it over.
-_WAL_RESTART_BYTES = 4 * 1024 * 1024
-
-
-def _checkpoint_loop(path: str, wake: threading.Event, stopping: threading.Event) -> None:
-    # A RESTART checkpoint waits for readers of other processes while the writer waits for it:
-    # after 0.1 s it gives up (the WAL then grows until they are gone) and the writer goes on.
-    # This connection keeps SQLite's default synchronous=FULL, whatever the store's setting: its
-    # checkpoints sync the WAL and the database. Measured without those syncs, a commit waited
-    # ~15-20 ms at each checkpoint, against ~1 ms with them.
-    db = sqlite3.connect(path, isolation_level=None, timeout=0.1)
-    try:
-        while True:
-            wake.wait()
-            wake.clear()
-            # A failed checkpoint loses nothing: the WAL keeps the commits, and the next one copies them.
-            with contextlib.suppress(sqlite3.Error, OSError):
-                # PASSIVE copies what it can without waiting for (or blocking) the writer.
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                # The writer starts the WAL over only when it finds every frame copied, which never
-                # happens while commits keep coming: the WAL would grow without end. Past the limit,
-                # RESTART copies the frames added since the passive pass (the writer waits for it, a
-                # few milliseconds) and makes the next commit start the WAL from the beginning.
-                if os.path.getsize(f"{path}-wal") > _WAL_RESTART_BYTES:
-                    db.execute("PRAGMA wal_checkpoint(RESTART)")
-            if stopping.is_set():
-                return
-    finally:
-        db.close()
 
 
 def _created_at(stored: str | float) -> str:
@@ -345,14 +130,14 @@ class SQLiteSnapshotStore:
         if new:
             self._db.executescript(_SCHEMA)
         self._cursors: dict[str, _Cursor] = {}
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         if wal:  # not for ":memory:"
             # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
             # of its own, no commit of a run pays for it (SQLite's advice for low-latency writers).
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             # The WAL file is cut back to this size when it starts over (it keeps its largest size otherwise).
-            self._db.execute(f"PRAGMA journal_size_limit={_WAL_RESTART_BYTES}")
-            self._checkpointer = _Checkpointer(self.path)
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
+            self._checkpointer = Checkpointer(self.path)
             self._closer = weakref.finalize(self, self._checkpointer.stop)
 
     def _check_layout(self) -> bool:
@@ -426,8 +211,7 @@ class SQLiteSnapshotStore:
         cursor.body = body
         if cursor.entries:
             assert last is not None
-            # A field the run did not change is the same object as in the last body (see snapshot_body).
-            body = {key: value for key, value in body.items() if value is not last[key]}
+            body = {key: value for key, value in body.items() if value != last[key]}
         else:
             cursor.full = full
         cursor.entries.append([messages, trace, body, created_at])
@@ -474,21 +258,7 @@ class SQLiteSnapshotStore:
         cursor = self._cursor(snapshot.run_id)
         seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
         self._commit(snapshot.run_id, cursor)
-        cursor.messages = -1  # the next durable snapshot starts from a full one
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
-
-    def _record(self, run: AgentRun, phase: Phase) -> _Cursor:
-        history = run.state.data.get("messages") or []
-        cursor = self._cursor(run.run_id)
-        # Append-only since the last snapshot (the runtime extends the same list): store the new part only.
-        full = cursor.messages < 0 or cursor.messages_list_id != id(history) or cursor.messages > len(history)
-        since, trace_since = (0, 0) if full else (cursor.messages, cursor.trace)
-        messages = [m.to_dict() for m in history[since:]]
-        trace = [list(r) for r in run.trace[trace_since:]]
-        # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
-        self._add(run.run_id, cursor, full, messages, trace, run.snapshot_body(phase), time.time())
-        cursor.messages_list_id, cursor.messages, cursor.trace = id(history), len(history), len(run.trace)
-        return cursor
 
     def _set_status(self, run_id: str, status: str) -> None:
         cursor = self._cursor(run_id)
@@ -496,24 +266,21 @@ class SQLiteSnapshotStore:
         self._commit(run_id, cursor)
         self._cursors.pop(run_id, None)  # the run is no longer written by this process
 
-    # RunObserver: called by the runtime when the store is durable.
-
-    def transition(self, run: AgentRun, record: TransitionRecord) -> None:
-        """Record a snapshot on entering an active phase; mark the run on reaching an end or a pause."""
-        if record.dest in ACTIVE_PHASES:
-            cursor = self._record(run, record.dest)
-            if record.dest in _COMMIT_ON_ENTRY:
-                self._commit(run.run_id, cursor)
-        elif record.dest is Phase.DONE:
-            self._set_status(run.run_id, "done")
-        elif record.dest is Phase.FAILED:
-            self._set_status(run.run_id, "failed")
-        elif record.dest is Phase.PAUSED:
-            self._set_status(run.run_id, "paused")
-
-    def tool_completed(self, run: AgentRun, key: str) -> None:
-        """Record and commit the finished call, so that a crash later in TOOL_RUN does not run it again."""
-        self._commit(run.run_id, self._record(run, Phase.TOOL_RUN))
+    def observe(self, delta: RunDelta) -> None:
+        """Record a run's snapshot where it now stands; mark the run on reaching an end or a pause."""
+        if delta.snapshot is not None:  # the run paused: its snapshot is stored whole
+            self.save(delta.snapshot)
+            self._set_status(delta.run_id, "paused")
+        elif delta.fields is not None:
+            cursor = self._cursor(delta.run_id)
+            messages = [m.to_dict() for m in delta.messages]
+            trace = [list(r) for r in delta.trace]
+            # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
+            self._add(delta.run_id, cursor, delta.rewritten, messages, trace, delta.fields, time.time())
+            if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
+                self._commit(delta.run_id, cursor)
+        elif delta.record is not None:
+            self._set_status(delta.run_id, "done" if delta.record.dest is Phase.DONE else "failed")
 
     # -- reading ----------------------------------------------------------------------------------
 

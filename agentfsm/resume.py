@@ -1,0 +1,72 @@
+"""Resuming a run from its snapshot: checked, rebuilt, and moved along the ``resume`` edge.
+
+Nothing that led to the snapshot runs again: the model replies, tool results, State values and
+transitions it recorded are taken as they are, and the run continues with the work its phase had
+not done yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfsm.errors import AgentFSMError, SnapshotError
+from agentfsm.logs import logger
+from agentfsm.machine import PREPARED_PHASES, Phase
+from agentfsm.messages import ChatMessage, ToolCall
+from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
+from agentfsm.serialization import deserialize_value
+from agentfsm.snapshot import AgentSnapshot
+from agentfsm.state import State
+from agentfsm.tools.invoker import CallOutcome
+
+
+def resume_run(
+    config: RunConfig, schema: dict[str, Any], snapshot: AgentSnapshot | dict[str, Any], *, strict: bool
+) -> AgentRun:
+    """The run ``snapshot`` holds, in the phase it recorded, for an agent with this config and State schema.
+
+    A snapshot taken by a differently configured agent (another fingerprint) logs a warning, or
+    raises ``SnapshotError`` with ``strict``. Any other problem with the snapshot raises ``SnapshotError``.
+    """
+    snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
+    expected = config.fingerprint()
+    if snap.agent_fingerprint != expected:
+        message = (
+            f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
+            f"(fingerprint {snap.agent_fingerprint}, this agent {expected}): tools, state schema, "
+            "exit conditions or limits changed."
+        )
+        if strict:
+            raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
+        logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
+    try:
+        return _rebuild(config, schema, snap, expected)
+    except SnapshotError:
+        raise
+    except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
+        raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
+
+
+def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fingerprint: str) -> AgentRun:
+    values = deserialize_value(snap.state)
+    if not isinstance(values, dict):
+        raise SnapshotError("the snapshot's state must be an object of State keys")
+    unknown = sorted(set(values) - set(schema))
+    if unknown:
+        raise SnapshotError(f"Snapshot State keys {unknown} are not in this agent's state_schema.")
+    messages = [ChatMessage.from_dict(m) for m in snap.messages]
+    state = State.from_complete_schema(schema)
+    state.restore({**values, "messages": messages})
+    for toolset in config.dynamic:
+        restore = getattr(toolset, "restore", None)
+        if callable(restore):
+            restore(messages)
+    run = AgentRun(config, state, snap.run_id, fingerprint)
+    run.phase, run.step, run.exit_reason = Phase.PAUSED, snap.step, snap.exit_reason
+    run.trace = [TransitionRecord.from_dict(r) for r in snap.trace]
+    run.calls = [ToolCall.from_dict(c) for c in snap.pending_tool_calls]
+    if snap.phase in PREPARED_PHASES:
+        # Before the resume edge: its observers record the calls that finished already.
+        run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})
+    run.interrupt("resume", snap.phase, stage=snap.stage)
+    return run
