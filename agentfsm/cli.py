@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -14,6 +13,7 @@ import orjson
 
 from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
+from agentfsm.serialization import import_named_module
 
 
 class _TransitionPrinter(logging.Handler):
@@ -39,7 +39,7 @@ def load_agent(spec: str) -> Any:
         raise CLIError(f"--agent takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
     sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        module = import_named_module(module_name)
     except ImportError as exc:
         raise CLIError(f"cannot import {module_name!r}: {exc}") from None
     finally:

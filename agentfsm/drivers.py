@@ -54,20 +54,22 @@ def drive_sync(
         while True:
             action = run.next_action()
             match action:
-                case CallModel(messages, tools):
+                case CallModel():
                     run.model_replied(
-                        generator.run(messages=messages, tools=tools or None, streaming_callback=streaming_callback)
+                        generator.run(
+                            messages=action.messages, tools=action.tools or None, streaming_callback=streaming_callback
+                        )
                     )
-                case RunTools(calls):
-                    invoker.execute_sync(calls, streaming_callback, run.tool_completed)
+                case RunTools():
+                    invoker.execute_sync(action.calls, streaming_callback, run.tool_completed)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
-                case Pause(snapshot):
-                    raise pause_exception(snapshot, save_pause)
-                case Finish(result):
-                    return result
+                case Pause():
+                    raise pause_exception(action.snapshot, save_pause)
+                case Finish():
+                    return action.result
                 case _:
                     assert_never(action)
     except BaseException as exc:
@@ -88,23 +90,27 @@ async def drive_async(
         while True:
             action = run.next_action()
             match action:
-                case CallModel(messages, tools):
+                case CallModel():
                     call = run_async if run_async is not None else generator.run
-                    kwargs = {"messages": messages, "tools": tools or None, "streaming_callback": streaming_callback}
+                    kwargs = {
+                        "messages": action.messages,
+                        "tools": action.tools or None,
+                        "streaming_callback": streaming_callback,
+                    }
                     output = await (call(**kwargs) if run_async is not None else run_in_worker(call, **kwargs))
                     run.model_replied(output)
-                case RunTools(calls):
-                    await invoker.execute_async(calls, streaming_callback, run.tool_completed)
+                case RunTools():
+                    await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
                             pending = streaming_callback(chunk)
                             if inspect.isawaitable(pending):
                                 await pending
-                case Pause(snapshot):
-                    raise pause_exception(snapshot, save_pause)
-                case Finish(result):
-                    return result
+                case Pause():
+                    raise pause_exception(action.snapshot, save_pause)
+                case Finish():
+                    return action.result
                 case _:
                     assert_never(action)
     except BaseException as exc:

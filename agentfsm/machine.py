@@ -24,9 +24,9 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentfsm.errors import MachineError
 
@@ -72,6 +72,10 @@ class Work(StrEnum):
     CALL_MODEL = "call_model"
     PREPARE_CALLS = "prepare_calls"
     RUN_TOOLS = "run_tools"
+    #: Hand the caller the result (the last work of a finished run: it is never done).
+    FINISH = "finish"
+    #: Hand the caller the snapshot (the last work of a paused run: it is never done).
+    REPORT_PAUSE = "report_pause"
 
 
 #: What each phase does before its way out is chosen. A run's ``stage`` is the index of the next
@@ -80,33 +84,39 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.LLM_CALL: (Work.CALL_MODEL,),
     Phase.TOOL_PENDING: (Work.PREPARE_CALLS,),
     Phase.TOOL_RUN: (Work.RUN_TOOLS,),
+    Phase.DONE: (Work.FINISH,),
+    Phase.PAUSED: (Work.REPORT_PAUSE,),
 }
 
 
-def _says(when_true: str, when_false: str) -> Any:
-    """A fact's field: a bool, described for both of its values (the diagrams' edge labels)."""
-    return field(default=False, metadata={True: when_true, False: when_false})
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
+class Facts(NamedTuple):
     """What the guards read: facts about the run at a transition boundary, computed from its data."""
 
     #: The last model reply asked for at least one tool call, and the run has tools.
-    has_tool_calls: bool = _says("reply has tool calls", "no tool calls to run")
+    has_tool_calls: bool = False
     #: A confirmation strategy must decide at least one pending call.
-    needs_confirmation: bool = _says("a strategy covers a call", "no strategy applies")
+    needs_confirmation: bool = False
     #: A pending call is still undecided after the strategies ran: the decision comes later.
-    strategy_paused: bool = _says("a decision is deferred", "every call decided")
+    strategy_paused: bool = False
     #: An exit condition is met.
-    exit_reached: bool = _says("exit condition met", "no exit condition met")
+    exit_reached: bool = False
     #: Fewer than ``max_agent_steps`` model calls have been made.
-    steps_left: bool = _says("steps left", "max_agent_steps reached")
+    steps_left: bool = False
 
 
 #: The names of the facts a guard may read.
-FACT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Facts))
-_FACT_WORDS: dict[str, dict[bool, str]] = {f.name: dict(f.metadata) for f in fields(Facts)}
+FACT_NAMES: tuple[str, ...] = Facts._fields
+
+#: Each fact in words, for both of its values: the edge labels on diagrams are written from these.
+FACT_WORDS: dict[str, dict[bool, str]] = {
+    "has_tool_calls": {True: "reply has tool calls", False: "no tool calls to run"},
+    "needs_confirmation": {True: "a strategy covers a call", False: "no strategy applies"},
+    "strategy_paused": {True: "a decision is deferred", False: "every call decided"},
+    "exit_reached": {True: "exit condition met", False: "no exit condition met"},
+    "steps_left": {True: "steps left", False: "max_agent_steps reached"},
+}
+if set(FACT_WORDS) != set(FACT_NAMES):
+    raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
 
 Guard = Callable[[Facts], bool]
 
@@ -133,7 +143,7 @@ class Transition:
         """What must hold to take the edge, in words: written from ``when`` (or the interrupt's note)."""
         if not self.when:
             return self.note
-        return ", ".join(_FACT_WORDS[name][value] for name, value in self.when)
+        return ", ".join(FACT_WORDS[name][value] for name, value in self.when)
 
     @property
     def label(self) -> str:
@@ -204,7 +214,7 @@ class Dispatch:
         #: Phases with one unguarded way out, and that edge.
         self._unguarded: dict[Phase, Transition] = {}
         #: Phases with guarded edges: the facts to read, and the edge for each combination of their values.
-        self._guarded: dict[Phase, tuple[Callable[[Facts], Any], dict[Any, Transition]]] = {}
+        self._guarded: dict[Phase, tuple[Callable[[object], Any], dict[Any, Transition]]] = {}
         for source, edges in by_source.items():
             if len(edges) == 1 and not edges[0].when:
                 self._unguarded[source] = edges[0]
@@ -215,8 +225,12 @@ class Dispatch:
         """Whether leaving ``phase`` depends on facts (a phase with one unguarded way out does not)."""
         return phase in self._guarded
 
-    def next(self, phase: Phase, facts: Facts) -> Transition:
-        """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``."""
+    def next(self, phase: Phase, facts: object) -> Transition:
+        """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``.
+
+        ``facts`` is a ``Facts`` value or anything with the same attributes, such as a run that works
+        each fact out when it is read: only the facts the phase's guards read are read.
+        """
         edge = self._unguarded.get(phase)
         if edge is not None:
             return edge
@@ -235,7 +249,7 @@ class Dispatch:
             )
 
 
-def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[Any], Any], dict[Any, Transition]]:
+def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[object], Any], dict[Any, Transition]]:
     """The facts ``edges`` read and, for each combination of their values, the one edge that holds."""
     names = sorted({name for t in edges for name, _ in t.when})
     unknown = set(names) - set(FACT_NAMES)

@@ -11,6 +11,7 @@ The drivers are in ``agentfsm.drivers``.
 
 from __future__ import annotations
 
+import operator
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from agentfsm.machine import (
     CALL_PHASES,
     CANNOT_FAIL,
     DISPATCH,
+    FACT_NAMES,
     PHASE_WORK,
     Facts,
     Phase,
@@ -40,8 +42,16 @@ from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall, ToolIn
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
 
+#: Reads every fact off a run, in the order of ``Facts``.
+_READ_FACTS = operator.attrgetter(*FACT_NAMES)
 #: The phase whose work each work item is.
 _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items() for item in items}
+
+
+def _bad_output(output: Any) -> ModelClientError:
+    return ModelClientError(
+        f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, got {output!r}."
+    )
 
 
 class TransitionRecord(NamedTuple):
@@ -175,18 +185,42 @@ class AgentRun:
         self._told_trace = 0
         self._entered = time.perf_counter()
 
-    # -- facts -----------------------------------------------------------------------------------
+    # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
     def facts(self) -> Facts:
-        """The facts the guards read, computed from the run's data now."""
-        undecided = any(c.status is CallStatus.UNDECIDED for c in self.pending)
-        return Facts(
-            has_tool_calls=bool(self.calls),
-            needs_confirmation=undecided,
-            strategy_paused=undecided,
-            exit_reached=self.exit_condition() is not None,
-            steps_left=self.step < self.config.max_agent_steps,
-        )
+        """The facts the guards read (``agentfsm.machine.Facts``), as they stand now."""
+        return Facts._make(_READ_FACTS(self))
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """Fact: the last reply asked for tool calls that have not run yet (and the run has tools)."""
+        return bool(self.calls)
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Fact: a confirmation strategy must decide at least one pending call."""
+        return self._any_undecided()
+
+    @property
+    def strategy_paused(self) -> bool:
+        """Fact: a pending call is still undecided after the strategies ran."""
+        return self._any_undecided()
+
+    def _any_undecided(self) -> bool:
+        for c in self.pending:
+            if c.status is CallStatus.UNDECIDED:
+                return True
+        return False
+
+    @property
+    def exit_reached(self) -> bool:
+        """Fact: the end of the conversation meets an exit condition."""
+        return self.exit_condition() is not None
+
+    @property
+    def steps_left(self) -> bool:
+        """Fact: fewer than ``max_agent_steps`` model calls have been made."""
+        return self.step < self.config.max_agent_steps
 
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
@@ -198,9 +232,10 @@ class AgentRun:
         if not messages:
             return None
         last = messages[-1]
-        if last.role is ChatRole.ASSISTANT:
+        role = last.role
+        if role is ChatRole.ASSISTANT:
             return None if last.tool_calls and self._has_tools else "text"
-        if last.role is not ChatRole.TOOL or not self.config.tool_exits:
+        if role is not ChatRole.TOOL or not self.config.tool_exits:
             return None
         failed: dict[str, bool] = {}
         for message in reversed(messages):
@@ -220,43 +255,38 @@ class AgentRun:
         """Do the work that needs no I/O, take the edges it leads to, and say which I/O comes next."""
         while True:
             work = PHASE_WORK.get(self.phase, ())
-            if self.stage < len(work):
-                action = self._work(work[self.stage])
-                if action is not None:
-                    return action
+            if self.stage == len(work):
+                self._move(DISPATCH.next(self.phase, self))
                 continue
-            match self.phase:
-                case Phase.DONE:
+            # The next item of the phase's work: work that needs I/O becomes an action for the driver
+            # (its report moves the stage on); the rest is done here.
+            item = work[self.stage]
+            match item:
+                case Work.CALL_MODEL:
+                    tools = self._static_tools
+                    if tools is None:
+                        tools = list(self.current_tools().values())
+                    return CallModel(self.state.data["messages"], tools)
+                case Work.PREPARE_CALLS:
+                    self.prepare_calls()
+                    self.stage += 1
+                case Work.RUN_TOOLS:
+                    return RunTools(self.pending)
+                case Work.FINISH:
                     return Finish(self.result())
-                case Phase.PAUSED:
+                case Work.REPORT_PAUSE:
                     assert self.snapshot is not None
                     return Pause(self.snapshot)
-                case Phase.FAILED:
-                    raise MachineError(f"Run {self.run_id} failed; it cannot continue.")
-            self._move(DISPATCH.next(self.phase, self.facts()))
-
-    def _work(self, item: Work) -> Action | None:
-        """One work item of the current phase: an action for the driver, or ``None`` once done here."""
-        match item:
-            case Work.CALL_MODEL:
-                tools = self._static_tools if self._static_tools is not None else list(self.current_tools().values())
-                return CallModel(self.state.data["messages"], tools)
-            case Work.PREPARE_CALLS:
-                self.prepare_calls()
-                self.stage += 1
-                return None
-            case Work.RUN_TOOLS:
-                return RunTools(self.pending)
-            case _:
-                assert_never(item)
+                case _:
+                    assert_never(item)
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
-        for c in self.pending:
-            outcome = (completed or {}).get(c.key)
-            if outcome is not None:
-                c.status, c.outcome = CallStatus.DONE, outcome
+        if completed:
+            for c in self.pending:
+                if c.key in completed:
+                    c.status, c.outcome = CallStatus.DONE, completed[c.key]
 
     def current_tools(self) -> dict[str, Tool]:
         """The tools the model can call now: the run's tools and what its dynamic toolsets show."""
@@ -281,23 +311,25 @@ class AgentRun:
         """Record the chat generator's output: the replies join the conversation, their tool calls are pending."""
         self._expect(Work.CALL_MODEL, "model_replied")
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
-            raise ModelClientError(
-                "The chat generator must return {'replies': [ChatMessage, ...]} with at least one reply, "
-                f"got {output!r}."
-            )
+        if not isinstance(replies, list) or not replies:
+            raise _bad_output(output)
+        calls: list[ToolCall] = []
+        for reply in replies:
+            if not isinstance(reply, ChatMessage):
+                raise _bad_output(output)
+            calls += reply.tool_calls
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
-        self.calls = [c for reply in replies for c in reply.tool_calls] if self._has_tools else []
+        self.calls = calls if self._has_tools else []
         self.stage += 1
 
     def tool_completed(self, call: PreparedCall) -> None:
         """Record one finished call (observers may persist it, so that a crash does not run it again)."""
-        self._expect(Work.RUN_TOOLS, "tool_completed")
-        if call.status is not CallStatus.DONE or call not in self.pending:
-            raise MachineError(f"tool_completed takes a finished call of this run; {call.key} is {call.status}.")
-        self._tell(None)
+        if call.status is not CallStatus.DONE:
+            raise MachineError(f"tool_completed takes a finished call; {call.key} is {call.status}.")
+        if self.config.observers:
+            self._tell(None)
 
     def tools_ran(self) -> list[ChatMessage]:
         """Record the step's tool results in the conversation and State; returns the new messages."""
@@ -327,6 +359,8 @@ class AgentRun:
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
             self.exit_reason = transition.exit_reason.format(exit_condition=self.exit_condition())
+            if self.exit_reason == "max_agent_steps":
+                logger.warning("max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps)
         if stdlib_logger.isEnabledFor(DEBUG):
             logger.debug(
                 "transition",
@@ -337,9 +371,8 @@ class AgentRun:
                 trigger=record.trigger,
                 duration_us=round(record.duration_us, 1),
             )
-        if self.exit_reason == "max_agent_steps" and record.dest is Phase.DONE:
-            logger.warning("max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps)
-        self._tell(record)
+        if self.config.observers:
+            self._tell(record)
         bp = self.config.break_point
         if (
             bp is not None
@@ -364,8 +397,6 @@ class AgentRun:
 
     def _tell(self, record: TransitionRecord | None) -> None:
         """Give each observer what changed since it was last told."""
-        if not self.config.observers:
-            return
         messages: list[ChatMessage] = self.state.data.get("messages") or []
         version = self.state.version("messages")
         told = self._told

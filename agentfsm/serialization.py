@@ -78,6 +78,11 @@ def import_path(path: str, allowed_modules: Iterable[str] | None = None) -> Any:
     raise DeserializationError(f"Could not import {path!r}: no importable module in that path.")
 
 
+def import_named_module(name: str) -> types.ModuleType:
+    """Import a module that the user named explicitly (``agentfsm resume --agent myapp:agent``), not one named by data."""
+    return importlib.import_module(name)
+
+
 def object_path(obj: Any) -> str:
     """The import path of a class or module-level function."""
     # Methods of built-in types (``str.upper``) have no __module__ of their own: take their class's.

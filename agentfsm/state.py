@@ -112,8 +112,10 @@ class State:
 
     @classmethod
     def from_complete_schema(cls, schema: dict[str, Any], data: dict[str, Any] | None = None) -> State:
-        """A State on a schema returned by ``complete_schema``, without checking it again (an agent
-        checks its schema once, not at every run)."""
+        """A State on a schema returned by ``complete_schema``, without checking it again.
+
+        An agent checks its schema once, not at every run.
+        """
         state = cls.__new__(cls)
         state._start({key: dict(definition) for key, definition in schema.items()}, data)
         return state
@@ -129,18 +131,18 @@ class State:
         """A copy of the value of ``key``, or ``default`` when it is not set."""
         return copy.deepcopy(self._data.get(key, default))
 
-    def _definition(self, key: str, value: Any) -> dict[str, Any]:
-        definition = self.schema.get(key)
-        if definition is None:
-            raise ConfigurationError(
-                f"State: Key '{key}' not found in schema. Declare it in the state_schema, e.g. "
-                f"{{'{key}': {{'type': {type(value).__name__}}}}}. Known keys: {sorted(self.schema)}."
-            )
-        return definition
+    def _unknown(self, key: str, value: Any) -> ConfigurationError:
+        return ConfigurationError(
+            f"State: Key '{key}' not found in schema. Declare it in the state_schema, e.g. "
+            f"{{'{key}': {{'type': {type(value).__name__}}}}}. Known keys: {sorted(self.schema)}."
+        )
 
     def set(self, key: str, value: Any, handler_override: Handler | None = None) -> None:
         """Merge ``value`` into ``key`` with the schema's handler (or ``handler_override``)."""
-        handler: Handler = handler_override or self._definition(key, value)["handler"]
+        definition = self.schema.get(key)
+        if definition is None:
+            raise self._unknown(key, value)
+        handler: Handler = handler_override or definition["handler"]
         self._data[key] = handler(self._data.get(key), value)
         self._versions[key] = self._versions.get(key, 0) + 1
 
@@ -150,7 +152,10 @@ class State:
         Where the handler is ``merge_lists`` the list is extended in place: the same value ``set``
         would give, without copying a long conversation at every step, and the key keeps its version.
         """
-        if self._definition(key, items)["handler"] is merge_lists and type(self._data.get(key)) is list:
+        definition = self.schema.get(key)
+        if definition is None:
+            raise self._unknown(key, items)
+        if definition["handler"] is merge_lists and type(self._data.get(key)) is list:
             self._data[key].extend(items)
         else:
             self.set(key, items)
@@ -166,7 +171,8 @@ class State:
     def restore(self, values: dict[str, Any]) -> None:
         """Put back values as a snapshot stored them: the handlers already merged them, so none runs again."""
         for key, value in values.items():
-            self._definition(key, value)
+            if key not in self.schema:
+                raise self._unknown(key, value)
             self._data[key] = value
             self._versions[key] = self._versions.get(key, 0) + 1
 

@@ -20,6 +20,7 @@ def transfer(amount: int, to: str) -> str:
 
 
 def make_agent() -> Agent:
+    """The example agent, on a fresh scripted model."""
     model = ScriptedChatGenerator(
         [
             ChatMessage.from_assistant(tool_calls=[ToolCall("transfer", {"amount": 30, "to": "ann"})]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import re
 import sys
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ def test_readme_snippet_runs(
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("readme_snippet", None)
     try:
-        importlib.import_module("readme_snippet")
+        __import__("readme_snippet")
     finally:
         sys.modules.pop("readme_snippet", None)
 

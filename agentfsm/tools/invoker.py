@@ -43,7 +43,7 @@ from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
 from agentfsm.workers import run_in_worker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallOutcome:
     """What running one call produced: a value or an exception."""
 
@@ -272,15 +272,14 @@ class ToolInvoker:
     def finish(self, calls: Sequence[PreparedCall], state: State) -> list[ChatMessage]:
         """Tool-result messages in call order; State updated through its handlers."""
         messages = []
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
         for c in calls:
             result = self._result(c, state)
             if c.status is CallStatus.DONE and c.tool is not None:
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
             messages.append(ChatMessage(ChatRole.TOOL, (result,)))
         if "tool_call_counts" in state.schema:
-            current = state.data.get("tool_call_counts") or {}
-            state.set("tool_call_counts", {**current, **{n: current.get(n, 0) + k for n, k in counts.items()}})
+            state.set("tool_call_counts", counts)
         return messages
 
     def _result(self, c: PreparedCall, state: State) -> ToolCallResult:

@@ -65,6 +65,7 @@ def sqlite_file(name: str) -> str:
 
 
 def agentfsm(store: Store = None) -> tuple[Setup, str]:
+    """The workload on agentfsm (with a durable SQLite store when ``store`` names one), and its version."""
     from agentfsm import Agent, ChatMessage, ToolCall, tool
     from agentfsm.stores import SQLiteSnapshotStore
 
@@ -74,8 +75,10 @@ def agentfsm(store: Store = None) -> tuple[Setup, str]:
         return a + b
 
     class ScriptedGenerator:
-        """The same minimal scripted model as the peers' (agentfsm's ScriptedChatGenerator also
-        records every call's input for tests, which the peers' models do not do)."""
+        """The same minimal scripted model as the peers'.
+
+        agentfsm's ScriptedChatGenerator also records every call's input for tests, which the peers' models do not do.
+        """
 
         def __init__(self) -> None:
             calls = [ToolCall("add", {"a": i, "b": 1}, id=f"c{i}") for i in range(STEPS)]
@@ -108,6 +111,7 @@ def agentfsm(store: Store = None) -> tuple[Setup, str]:
 
 
 def haystack() -> tuple[Setup, str]:
+    """The workload on Haystack's Agent, and its version."""
     from haystack import component
     from haystack.components.agents import Agent
     from haystack.dataclasses import ChatMessage, ToolCall
@@ -147,6 +151,7 @@ def haystack() -> tuple[Setup, str]:
 
 
 def langgraph(store: Store = None) -> tuple[Setup, str]:
+    """The workload on LangGraph's prebuilt ReAct agent (with a checkpointer when ``store`` names one), and its version."""
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
@@ -198,6 +203,7 @@ def langgraph(store: Store = None) -> tuple[Setup, str]:
 
 
 def pydantic_ai() -> tuple[Setup, str]:
+    """The workload on pydantic-ai's Agent, and its version."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -270,6 +276,7 @@ CONFIGURATIONS = {
 
 
 def main() -> None:
+    """Time every framework taking turns, and print the figures as JSON."""
     warnings.simplefilter("ignore")  # deprecation notices of the peers are not results
     results: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
