@@ -20,6 +20,7 @@ from agentfsm.errors import (
     ToolInvocationError,
     ToolNotFoundError,
 )
+from agentfsm.hooks import FunctionHook, Hook, hook
 from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.machine import TRANSITIONS, Phase, Transition
 from agentfsm.messages import (
@@ -60,6 +61,8 @@ __all__ = [
     "ConfigurationError",
     "ConfigurationTypeError",
     "DeserializationError",
+    "FunctionHook",
+    "Hook",
     "ImageContent",
     "MachineError",
     "ModelClientError",
@@ -89,6 +92,7 @@ __all__ = [
     "TransitionRecord",
     "configure_logging",
     "create_tool_from_function",
+    "hook",
     "merge_lists",
     "replace_values",
     "tool",

@@ -12,6 +12,7 @@ from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.drivers import SavePause, drive_async, drive_sync
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.hooks import Hook, check_hooks, hook_from_dict, hook_name, hook_to_dict
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
@@ -83,6 +84,7 @@ class Agent:
         tool_concurrency: int = 4,
         tool_streaming_callback_passthrough: bool = False,
         snapshot_store: SnapshotStore | None = None,
+        hooks: dict[str, list[Hook]] | None = None,
     ) -> None:
         _check_generator(chat_generator)
         if isinstance(max_agent_steps, bool) or not isinstance(max_agent_steps, int) or max_agent_steps < 1:
@@ -122,6 +124,8 @@ class Agent:
             raise ConfigurationTypeError(
                 f"snapshot_store must be a SnapshotStore, got {type(snapshot_store).__name__}."
             )
+        self.hooks = hooks
+        self._hooks = check_hooks(hooks)
         self.snapshot_store = snapshot_store
         # A durable store records the run at every transition; any other store keeps pause snapshots.
         self._observers: tuple[RunObserver, ...] = ()
@@ -138,13 +142,15 @@ class Agent:
         """Every tool this agent can call: its own and every tool its dynamic toolsets can show."""
         return [*self._tools, *(t for toolset in self._dynamic for t in toolset.catalog_tools())]
 
-    def warm_up(self) -> None:
-        """Warm up the chat generator, the toolsets and the tools; idempotent. ``run`` calls it when needed."""
-        if self._is_warmed_up:
-            return
-        warm = getattr(self.chat_generator, "warm_up", None)
-        if callable(warm):
-            warm()
+    def _every_hook(self) -> list[Any]:
+        """Each hook object once, whatever the number of points it is given for."""
+        seen: dict[int, Any] = {}
+        for hooks in self._hooks.values():
+            for h in hooks:
+                seen.setdefault(id(h), h)
+        return list(seen.values())
+
+    def _warm_tools(self) -> None:
         for item in [*self._static_items, *self._dynamic]:
             item.warm_up()
         # Toolsets may build their tools in warm_up.
@@ -152,9 +158,63 @@ class Agent:
         check_unique_names(self._known_tools())
         self._is_warmed_up = True
 
+    def warm_up(self) -> None:
+        """Warm up the chat generator, the hooks, the toolsets and the tools; idempotent. ``run`` calls it."""
+        if self._is_warmed_up:
+            return
+        for part in [self.chat_generator, *self._every_hook()]:
+            warm = getattr(part, "warm_up", None)
+            if callable(warm):
+                warm()
+        self._warm_tools()
+
+    async def warm_up_async(self) -> None:
+        """Like ``warm_up``; the generator's and hooks' ``warm_up_async`` are awaited where they have one."""
+        if self._is_warmed_up:
+            return
+        for part in [self.chat_generator, *self._every_hook()]:
+            warm_async = getattr(part, "warm_up_async", None)
+            warm = getattr(part, "warm_up", None)
+            if callable(warm_async):
+                await warm_async()
+            elif callable(warm):
+                warm()
+        self._warm_tools()
+
     def close(self) -> None:
-        """Release resources held by the agent (the tool thread pool)."""
+        """Release what the agent holds: the generator's and hooks' resources, and the tool thread pool."""
+        for part in [self.chat_generator, *self._every_hook()]:
+            close = getattr(part, "close", None)
+            if callable(close):
+                close()
         self._invoker.close()
+        self._is_warmed_up = False
+
+    async def close_async(self) -> None:
+        """Like ``close``; ``close_async`` is awaited where the generator or a hook has one."""
+        for part in [self.chat_generator, *self._every_hook()]:
+            close_async = getattr(part, "close_async", None)
+            close = getattr(part, "close", None)
+            if callable(close_async):
+                await close_async()
+            elif callable(close):
+                close()
+        self._invoker.close()
+        self._is_warmed_up = False
+
+    def __enter__(self) -> Agent:
+        self.warm_up()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Agent:
+        await self.warm_up_async()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close_async()
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -205,6 +265,7 @@ class Agent:
             "state_schema": {key: repr(definition["type"]) for key, definition in self.state_schema.items()},
             "max_agent_steps": self.max_agent_steps,
             "system_prompt": self.system_prompt,
+            "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
         }
         return fingerprint(shape)
 
@@ -220,6 +281,7 @@ class Agent:
             fingerprint=self._fingerprint,
             break_point=_unwrap(request.break_point),
             observers=self._observers,
+            hooks=self._hooks,
         )
         if request.snapshot is not None:
             if request.messages or request.system_prompt is not None or request.state:
@@ -265,6 +327,9 @@ class Agent:
             raise ConfigurationTypeError(
                 "An async streaming_callback needs run_async(); pass a sync callback to run()."
             )
+        async_only = [hook_name(h) for h in self._every_hook() if getattr(h, "is_async", False)]
+        if async_only:
+            raise ConfigurationTypeError(f"Hooks {async_only} are async functions: run the agent with run_async().")
         request = RunRequest(
             messages=messages,
             system_prompt=system_prompt,
@@ -330,6 +395,10 @@ class Agent:
                 "tool_invoker_kwargs": self.tool_invoker_kwargs,
                 "tool_concurrency": self.tool_concurrency,
                 "tool_streaming_callback_passthrough": self.tool_streaming_callback_passthrough,
+                "hooks": {
+                    point.value: [hook_to_dict(h, point.value) for h in hooks] for point, hooks in self._hooks.items()
+                }
+                or None,
             },
         }
 
@@ -344,6 +413,10 @@ class Agent:
         params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
+        if params.get("hooks"):
+            params["hooks"] = {
+                point: [hook_from_dict(h, allowed_modules) for h in hooks] for point, hooks in params["hooks"].items()
+            }
         return cls(**params)
 
 

@@ -4,8 +4,8 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
 
 - the machine itself: ``machine_diagram()``;
 - one agent's machine: ``machine_diagram(agent=agent)`` (or ``agent.draw()``) names its tools,
-  exit conditions and step limit on the edges they govern, and leaves out CONFIRM when no
-  confirmation strategy can send a call there;
+  exit conditions, step limit and hooks where they act, and leaves out what its runs cannot do
+  (CONFIRM without a confirmation strategy, the hooks' stop and continue edges without hooks);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
@@ -22,12 +22,13 @@ import sys
 import sysconfig
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm.errors import AgentFSMError, ConfigurationError
-from agentfsm.machine import ACTIVE_PHASES, TRANSITIONS, Phase, Transition
+from agentfsm.hooks import hook_name
+from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, TRANSITIONS, Phase, Transition
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
@@ -96,6 +97,39 @@ def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -
     return source_ok and dest_ok
 
 
+def fixed_facts(agent: Agent) -> dict[str, bool]:
+    """The facts that cannot change in this agent's runs.
+
+    Without hooks nothing sets ``stop_run`` or ``continue_run``; no confirmation strategy sends a call to CONFIRM.
+    """
+    fixed = {"needs_confirmation": False, "strategy_paused": False}
+    if not agent._hooks:
+        fixed |= {"stop_requested": False, "continue_requested": False}
+    return fixed
+
+
+def for_fixed_facts(transitions: Iterable[Transition], fixed: Mapping[str, bool]) -> list[Transition]:
+    """The edges a run can take when the ``fixed`` facts keep their values, with guards on the others only.
+
+    An edge that needs a fixed fact to have the other value is left out, and so is every phase no
+    remaining edge reaches from IDLE (with the edges that touch it).
+    """
+    kept = [
+        replace(t, when=tuple((name, value) for name, value in t.when if name not in fixed))
+        for t in transitions
+        if all(fixed.get(name, value) is value for name, value in t.when)
+    ]
+    reachable, frontier = {Phase.IDLE}, [Phase.IDLE]
+    while frontier:
+        source = frontier.pop()
+        for t in kept:
+            if t.source is source and not t.interrupt and t.dest not in reachable:
+                reachable.add(t.dest)
+                frontier.append(t.dest)
+    reachable |= {t.dest for t in kept if t.interrupt and t.source in reachable}
+    return [t for t in kept if t.source in reachable and t.dest in reachable]
+
+
 def build_model(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
@@ -108,9 +142,9 @@ def build_model(
     labels: dict[Edge, str] = {}
     if agent is not None:
         title = f"agent: {', '.join(t.name for t in agent._tools) or 'no tools'}"
-        # CONFIRM is reached only through a confirmation strategy; without any, it cannot be entered.
-        transitions = [t for t in transitions if Phase.CONFIRM not in (t.source, t.dest)]
-    edges = _edges(transitions, {p for p in ACTIVE_PHASES if any(p in (t.source, t.dest) for t in transitions)})
+        transitions = for_fixed_facts(transitions, fixed_facts(agent))
+    phases = {p for t in transitions for p in (t.source, t.dest)}
+    edges = _edges(transitions, {p for p in ACTIVE_PHASES if p in phases})
     for edge in edges:
         labels[edge] = f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger
     if agent is not None:
@@ -126,7 +160,13 @@ def build_model(
         notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
-    states = [p.value for p in Phase if agent is None or p is not Phase.CONFIRM]
+        for phase, work in PHASE_WORK.items():
+            hooks = [
+                f"{p.value}: {', '.join(hook_name(h) for h in agent._hooks[p])}" for p in work if p in agent._hooks
+            ]
+            if hooks:
+                notes[phase.value] = "; ".join([*filter(None, [notes.get(phase.value)]), f"hooks {'; '.join(hooks)}"])
+    states = [p.value for p in Phase if p in phases]
     states.insert(states.index(Phase.DONE.value), ANY_ACTIVE)
 
     records = list(_trace_records(trace, snapshot))

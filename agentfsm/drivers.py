@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from agentfsm.errors import BreakpointException
+from agentfsm.hooks import accepts_error, hook_name
+from agentfsm.logs import logger
+from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.runtime import AgentRun, CallModel, Finish, Pause, RunTools
+from agentfsm.runtime import AgentRun, CallModel, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.workers import run_in_worker
 
@@ -42,6 +45,18 @@ def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
     return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
 
 
+def _hook_kwargs(action: RunHooks, h: Any) -> dict[str, Any]:
+    """What a hook is given beside the State: the error, for ``on_error`` hooks that take it."""
+    return {"error": action.error} if action.error is not None and accepts_error(h) else {}
+
+
+def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
+    """An ``on_error`` hook that fails is logged: the error that failed the run is the one to report."""
+    if action.point is not Work.ON_ERROR:
+        raise exc
+    logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
+
+
 def drive_sync(
     run: AgentRun,
     generator: Any,
@@ -50,8 +65,8 @@ def drive_sync(
 ) -> dict[str, Any]:
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
-    try:
-        while True:
+    while True:
+        try:
             action = run.next_action()
             match action:
                 case CallModel():
@@ -66,15 +81,24 @@ def drive_sync(
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
+                case RunHooks():
+                    for h in action.hooks:
+                        try:
+                            h.run(run.state, **_hook_kwargs(action, h))
+                        except Exception as exc:
+                            _hook_failed(action, h, exc)
+                    run.hooks_ran(action.point)
                 case Pause():
                     raise pause_exception(action.snapshot, save_pause)
                 case Finish():
                     return action.result
+                case Fail():
+                    raise action.error
                 case _:
                     assert_never(action)
-    except BaseException as exc:
-        run.fail(exc)
-        raise
+        except BaseException as exc:
+            if not run.fail(exc):  # not an error of the run's own work (a pause, or the failure itself)
+                raise
 
 
 async def drive_async(
@@ -86,8 +110,8 @@ async def drive_async(
     """Perform a run's I/O on the event loop until it finishes; same decisions as ``drive_sync``."""
     invoker = run.config.invoker
     run_async = getattr(generator, "run_async", None)
-    try:
-        while True:
+    while True:
+        try:
             action = run.next_action()
             match action:
                 case CallModel():
@@ -107,12 +131,25 @@ async def drive_async(
                             pending = streaming_callback(chunk)
                             if inspect.isawaitable(pending):
                                 await pending
+                case RunHooks():
+                    for h in action.hooks:
+                        hook_async = getattr(h, "run_async", None)
+                        try:
+                            if hook_async is not None:
+                                await hook_async(run.state, **_hook_kwargs(action, h))
+                            else:  # a sync hook runs off the event loop
+                                await run_in_worker(h.run, run.state, **_hook_kwargs(action, h))
+                        except Exception as exc:
+                            _hook_failed(action, h, exc)
+                    run.hooks_ran(action.point)
                 case Pause():
                     raise pause_exception(action.snapshot, save_pause)
                 case Finish():
                     return action.result
+                case Fail():
+                    raise action.error
                 case _:
                     assert_never(action)
-    except BaseException as exc:
-        run.fail(exc)
-        raise
+        except BaseException as exc:
+            if not run.fail(exc):
+                raise

@@ -67,25 +67,67 @@ COMMIT_ON_ENTRY: frozenset[Phase] = frozenset({Phase.CONFIRM, Phase.TOOL_RUN})
 
 
 class Work(StrEnum):
-    """One item of a phase's work, done in the order ``PHASE_WORK`` lists them."""
+    """One item of a phase's work, done in the order ``PHASE_WORK`` lists them.
 
+    The hook points (``HOOK_POINTS``) are items too: there, the driver runs the hooks configured
+    for the point (none configured: nothing to do).
+    """
+
+    BEFORE_RUN = "before_run"
+    BEFORE_LLM = "before_llm"
     CALL_MODEL = "call_model"
+    AFTER_LLM = "after_llm"
+    BEFORE_TOOL = "before_tool"
     PREPARE_CALLS = "prepare_calls"
     RUN_TOOLS = "run_tools"
+    AFTER_TOOL = "after_tool"
+    ON_EXIT = "on_exit"
+    AFTER_RUN = "after_run"
+    ON_ERROR = "on_error"
     #: Hand the caller the result (the last work of a finished run: it is never done).
     FINISH = "finish"
     #: Hand the caller the snapshot (the last work of a paused run: it is never done).
     REPORT_PAUSE = "report_pause"
+    #: Hand the caller the error that failed the run (the last work of a failed run: it is never done).
+    RAISE_ERROR = "raise_error"
 
+
+#: Where user hooks run: ``Agent(hooks={"before_llm": [...], ...})`` takes these names.
+HOOK_POINTS: tuple[Work, ...] = (
+    Work.BEFORE_RUN,
+    Work.BEFORE_LLM,
+    Work.AFTER_LLM,
+    Work.BEFORE_TOOL,
+    Work.AFTER_TOOL,
+    Work.ON_EXIT,
+    Work.AFTER_RUN,
+    Work.ON_ERROR,
+)
 
 #: What each phase does before its way out is chosen. A run's ``stage`` is the index of the next
 #: item of its phase: where the phase's work stands, kept in snapshots. Phases not listed do nothing.
+#: The hook points sit where they fire: ``before_run`` before the ``start`` edge, ``before_llm`` /
+#: ``after_llm`` around the model call, ``before_tool`` before the calls are checked (so what is
+#: confirmed and run is what the hooks left), ``after_tool`` once the step's results are in,
+#: ``on_exit`` when an exit condition is met (the exit is read again after it), ``after_run`` on
+#: entering DONE, ``on_error`` on entering FAILED.
 PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
-    Phase.LLM_CALL: (Work.CALL_MODEL,),
-    Phase.TOOL_PENDING: (Work.PREPARE_CALLS,),
-    Phase.TOOL_RUN: (Work.RUN_TOOLS,),
-    Phase.DONE: (Work.FINISH,),
+    Phase.IDLE: (Work.BEFORE_RUN,),
+    Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
+    Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
+    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
+    Phase.EXIT_CHECK: (Work.ON_EXIT,),
+    Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
+    Phase.FAILED: (Work.ON_ERROR, Work.RAISE_ERROR),
+}
+
+#: Work that is skipped when a fact has the given value: no model call (and so no ``after_llm``)
+#: once a hook asked to stop, and no ``on_exit`` hooks unless an exit condition is met.
+SKIP_WORK: dict[Work, tuple[str, bool]] = {
+    Work.CALL_MODEL: ("stop_requested", True),
+    Work.AFTER_LLM: ("stop_requested", True),
+    Work.ON_EXIT: ("exit_reached", False),
 }
 
 
@@ -102,6 +144,10 @@ class Facts(NamedTuple):
     exit_reached: bool = False
     #: Fewer than ``max_agent_steps`` model calls have been made.
     steps_left: bool = False
+    #: A hook set ``stop_run``, and no tool call waits for its result.
+    stop_requested: bool = False
+    #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
+    continue_requested: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -114,6 +160,8 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "strategy_paused": {True: "a decision is deferred", False: "every call decided"},
     "exit_reached": {True: "exit condition met", False: "no exit condition met"},
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
+    "stop_requested": {True: "a hook set stop_run", False: "no stop asked"},
+    "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -127,7 +175,7 @@ class Transition:
 
     ``exit_reason`` (edges into DONE) is the run's ``exit_reason`` once it takes the edge: a
     ``str.format`` template over the run's exit details (``{exit_condition}``: ``"text"`` or
-    ``"tool:<name>"``). ``note`` says what fires an interrupt, which has no guard to describe it.
+    ``"tool:<name>"``; ``{stop_run}``: the reason a hook gave). ``note`` says what fires an interrupt, which has no guard to describe it.
     """
 
     trigger: str
@@ -172,17 +220,50 @@ P = Phase
 #: The whole control flow of an agent run. Order matters only for readability: the guards of the
 #: edges leaving one phase are mutually exclusive and cover every case (``Dispatch`` checks it).
 TRANSITIONS: tuple[Transition, ...] = (
-    _edge("start", P.IDLE, P.LLM_CALL),
-    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, has_tool_calls=True),
-    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, has_tool_calls=False),
+    _edge("start", P.IDLE, P.LLM_CALL, stop_requested=False),
+    _edge("stop", P.IDLE, P.DONE, "{stop_run}", stop_requested=True),
+    _edge("stop", P.LLM_CALL, P.DONE, "{stop_run}", stop_requested=True),
+    _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, stop_requested=False, has_tool_calls=True),
+    _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, stop_requested=False, has_tool_calls=False),
     _edge("confirm", P.TOOL_PENDING, P.CONFIRM, needs_confirmation=True),
     _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, needs_confirmation=False),
     _edge("decided", P.CONFIRM, P.TOOL_RUN, strategy_paused=False),
     _edge("hitl_pause", P.CONFIRM, P.PAUSED, strategy_paused=True),
     _edge("tools_done", P.TOOL_RUN, P.EXIT_CHECK),
-    _edge("exit", P.EXIT_CHECK, P.DONE, "{exit_condition}", exit_reached=True),
-    _edge("max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", exit_reached=False, steps_left=False),
-    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, exit_reached=False, steps_left=True),
+    _edge("stop", P.EXIT_CHECK, P.DONE, "{stop_run}", stop_requested=True),
+    _edge(
+        "exit",
+        P.EXIT_CHECK,
+        P.DONE,
+        "{exit_condition}",
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+    ),
+    _edge(
+        "continue_run",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=True,
+        steps_left=True,
+    ),
+    # A hook that keeps the run going past every exit is bounded by max_agent_steps all the same.
+    _edge(
+        "continue_capped",
+        P.EXIT_CHECK,
+        P.DONE,
+        "max_agent_steps",
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=True,
+        steps_left=False,
+    ),
+    _edge(
+        "max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", stop_requested=False, exit_reached=False, steps_left=False
+    ),
+    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, stop_requested=False, exit_reached=False, steps_left=True),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[
         Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")

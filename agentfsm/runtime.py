@@ -1,10 +1,11 @@
 """One agent run as a sans-I/O state machine.
 
-``AgentRun`` never calls a model, a tool or a user. ``next_action`` does the current phase's work
-that needs no I/O, says what the driver must do next as data (``CallModel``, ``RunTools``,
-``Pause``, ``Finish``) and, once the phase's work is done, takes the one declared edge whose
-guard holds. It is the only place that moves the run. The driver performs each action and
-reports the result (``model_replied``, ``tool_completed``, ``tools_ran``); reports only record.
+``AgentRun`` never calls a model, a tool, a hook or a user. ``next_action`` does the current
+phase's work that needs no I/O, says what the driver must do next as data (``CallModel``,
+``RunTools``, ``RunHooks``, ``Pause``, ``Finish``, ``Fail``) and, once the phase's work is done,
+takes the one declared edge whose guard holds. It is the only place that moves the run. The
+driver performs each action and reports the result (``model_replied``, ``tool_completed``,
+``tools_ran``, ``hooks_ran``); reports only record.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
 The drivers are in ``agentfsm.drivers``.
 """
@@ -15,7 +16,7 @@ import operator
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol, assert_never
 
@@ -29,6 +30,7 @@ from agentfsm.machine import (
     DISPATCH,
     FACT_NAMES,
     PHASE_WORK,
+    SKIP_WORK,
     Facts,
     Phase,
     Transition,
@@ -46,6 +48,27 @@ from agentfsm.tools.toolset import Toolset
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
 #: The phase whose work each work item is.
 _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items() for item in items}
+
+
+def add_usage(totals: Mapping[str, int] | None, usages: list[dict[str, Any]]) -> dict[str, int]:
+    """Token counts summed: ``totals`` plus every integer count of the replies' ``usage`` metadata."""
+    summed = dict(totals or {})
+    for usage in usages:
+        for name, count in usage.items():
+            if isinstance(count, int) and not isinstance(count, bool):
+                summed[name] = summed.get(name, 0) + count
+    return summed
+
+
+def unanswered_calls(messages: list[ChatMessage]) -> list[ToolCall]:
+    """The tool calls of the assistant messages after the conversation's last tool result."""
+    calls: list[ToolCall] = []
+    for message in reversed(messages):
+        if message.role is ChatRole.TOOL:
+            break
+        if message.role is ChatRole.ASSISTANT:
+            calls[:0] = message.tool_calls
+    return calls
 
 
 def _bad_output(output: Any) -> ModelClientError:
@@ -114,6 +137,8 @@ class RunConfig:
     dynamic: tuple[Toolset, ...] = ()
     break_point: Breakpoint | None = None
     observers: tuple[RunObserver, ...] = ()
+    #: The hooks of each hook point, in the order they run.
+    hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -138,6 +163,19 @@ class RunTools:
 
 
 @dataclass(frozen=True, slots=True)
+class RunHooks:
+    """Run these hooks on the run's ``state``, in order, then ``hooks_ran``.
+
+    ``error`` (``on_error`` only) is the exception that failed the run: hooks that take an ``error``
+    keyword are given it.
+    """
+
+    point: Work
+    hooks: tuple[Any, ...]
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """A breakpoint matched; the driver raises ``BreakpointException`` with this snapshot."""
 
@@ -151,7 +189,14 @@ class Finish:
     result: dict[str, Any]
 
 
-Action = CallModel | RunTools | Pause | Finish
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The run failed and its ``on_error`` hooks ran: the driver raises ``error`` to the caller."""
+
+    error: BaseException
+
+
+Action = CallModel | RunTools | RunHooks | Pause | Finish | Fail
 
 
 class AgentRun:
@@ -176,6 +221,8 @@ class AgentRun:
         self.exit_reason: str | None = None
         #: The snapshot of a paused run.
         self.snapshot: AgentSnapshot | None = None
+        #: The exception that failed the run.
+        self.error: BaseException | None = None
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
         #: The tools shown to the model when no dynamic toolset changes them between calls.
@@ -207,10 +254,7 @@ class AgentRun:
         return self._any_undecided()
 
     def _any_undecided(self) -> bool:
-        for c in self.pending:
-            if c.status is CallStatus.UNDECIDED:
-                return True
-        return False
+        return any(c.status is CallStatus.UNDECIDED for c in self.pending)
 
     @property
     def exit_reached(self) -> bool:
@@ -221,6 +265,16 @@ class AgentRun:
     def steps_left(self) -> bool:
         """Fact: fewer than ``max_agent_steps`` model calls have been made."""
         return self.step < self.config.max_agent_steps
+
+    @property
+    def stop_requested(self) -> bool:
+        """Fact: a hook set ``stop_run``, and no tool call waits for its result."""
+        return bool(self.state.data.get("stop_run")) and not self.calls
+
+    @property
+    def continue_requested(self) -> bool:
+        """Fact: an ``on_exit`` hook set ``continue_run``."""
+        return bool(self.state.data.get("continue_run"))
 
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
@@ -261,6 +315,10 @@ class AgentRun:
             # The next item of the phase's work: work that needs I/O becomes an action for the driver
             # (its report moves the stage on); the rest is done here.
             item = work[self.stage]
+            skip = SKIP_WORK.get(item)
+            if skip is not None and getattr(self, skip[0]) is skip[1]:
+                self.stage += 1
+                continue
             match item:
                 case Work.CALL_MODEL:
                     tools = self._static_tools
@@ -277,6 +335,28 @@ class AgentRun:
                 case Work.REPORT_PAUSE:
                     assert self.snapshot is not None
                     return Pause(self.snapshot)
+                case Work.RAISE_ERROR:
+                    assert self.error is not None
+                    return Fail(self.error)
+                case Work.ON_EXIT:
+                    # Each exit attempt starts without a request to continue: only this one's hooks decide.
+                    if self.state.data.get("continue_run"):
+                        self.state.set("continue_run", False)
+                    if item in self.config.hooks:
+                        return RunHooks(item, self.config.hooks[item])
+                    self.stage += 1
+                case (
+                    Work.BEFORE_RUN
+                    | Work.BEFORE_LLM
+                    | Work.AFTER_LLM
+                    | Work.BEFORE_TOOL
+                    | Work.AFTER_TOOL
+                    | Work.AFTER_RUN
+                    | Work.ON_ERROR
+                ):
+                    if item in self.config.hooks:
+                        return RunHooks(item, self.config.hooks[item], self.error)
+                    self.stage += 1
                 case _:
                     assert_never(item)
 
@@ -321,6 +401,9 @@ class AgentRun:
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
+        usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
+        if usage:
+            self.state.set("token_usage", add_usage(self.state.data.get("token_usage"), usage))
         self.calls = calls if self._has_tools else []
         self.stage += 1
 
@@ -340,6 +423,19 @@ class AgentRun:
         self.stage += 1
         return messages
 
+    def hooks_ran(self, point: Work) -> None:
+        """Record that the hooks of ``point`` ran.
+
+        After ``after_llm`` and ``before_tool`` hooks, the pending calls are those the conversation now
+        holds: the hooks may have changed them, and what is checked and run is what they left.
+        """
+        self._expect(point, "hooks_ran")
+        if point in (Work.AFTER_LLM, Work.BEFORE_TOOL):
+            self.calls = unanswered_calls(self.state.data["messages"]) if self._has_tools else []
+        self.stage += 1
+        if self.config.observers and self.phase in ACTIVE_PHASES:
+            self._tell(None)
+
     # -- moving through the table ----------------------------------------------------------------
 
     def interrupt(self, trigger: str, dest: Phase, stage: int = 0) -> None:
@@ -358,9 +454,13 @@ class AgentRun:
         self.trace.append(record)
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
-            self.exit_reason = transition.exit_reason.format(exit_condition=self.exit_condition())
+            self.exit_reason = transition.exit_reason.format(
+                exit_condition=self.exit_condition(), stop_run=self.state.data.get("stop_run")
+            )
             if self.exit_reason == "max_agent_steps":
-                logger.warning("max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps)
+                logger.warning(
+                    "max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps
+                )
         if stdlib_logger.isEnabledFor(DEBUG):
             logger.debug(
                 "transition",
@@ -388,12 +488,17 @@ class AgentRun:
         """How many times the current phase was entered before (resumes do not count)."""
         return sum(1 for r in self.trace if r.dest is self.phase and r.trigger != "resume") - 1
 
-    def fail(self, error: BaseException) -> None:
-        """Take the ``fail`` edge after ``error`` escaped from the run's work."""
+    def fail(self, error: BaseException) -> bool:
+        """Take the ``fail`` edge after ``error`` escaped from the run's work; False where a run cannot fail.
+
+        The failed run's next actions run its ``on_error`` hooks, then hand ``error`` back (``Fail``).
+        """
         if self.phase in CANNOT_FAIL:
-            return
+            return False
+        self.error = error
         self.interrupt("fail", Phase.FAILED)
         logger.error("run failed", run_id=self.run_id, step=self.step, phase=self.trace[-1].source, error=repr(error))
+        return True
 
     def _tell(self, record: TransitionRecord | None) -> None:
         """Give each observer what changed since it was last told."""

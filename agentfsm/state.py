@@ -58,6 +58,12 @@ MESSAGES_SCHEMA: dict[str, Any] = {"type": list[ChatMessage], "handler": merge_l
 AGENT_STATE_KEYS: dict[str, dict[str, Any]] = {
     "step_count": {"type": int, "handler": replace_values},
     "tool_call_counts": {"type": dict[str, int], "handler": replace_values},
+    #: Token counts summed over the replies' ``usage`` metadata (when the model reports it).
+    "token_usage": {"type": dict[str, int], "handler": replace_values},
+    #: Set by an ``on_exit`` hook to keep the run going past an exit condition.
+    "continue_run": {"type": bool, "handler": replace_values},
+    #: Set by any hook to end the run before its next model call; the value becomes ``exit_reason``.
+    "stop_run": {"type": str, "handler": replace_values},
 }
 #: Keys of an agent's result that are not State keys; a ``state_schema`` may not use them either.
 RESULT_KEYS: frozenset[str] = frozenset({"last_message", "exit_reason", "trace"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from agentfsm import ChatMessage, ToolCall, tool
+from agentfsm import ChatMessage, State, ToolCall, hook, tool
 
 SIDE_EFFECTS: list[str] = []
 
@@ -74,3 +74,55 @@ def logged_step(label: str) -> str:
 
 
 KILL_SCRIPT = [calls(call("logged_step", "s1", label="one"), call("logged_step", "s2", label="two")), "done"]
+
+
+# -- hooks (module-level, so that agents holding them serialize) --------------------------------------
+
+HOOK_LOG: list[str] = []
+
+
+@hook
+def stop_at_once(state: State) -> None:
+    """Ask the run to stop."""
+    state.set("stop_run", "stopped by a hook")
+
+
+@hook
+def continue_once(state: State) -> None:
+    """Keep the run going past its first exit only."""
+    if state.get("step_count") == 1:
+        state.set("continue_run", True)
+
+
+@hook
+def always_continue(state: State) -> None:
+    """Keep the run going past every exit (max_agent_steps ends it)."""
+    state.set("continue_run", True)
+
+
+@hook
+def raise_in_hook(state: State) -> None:
+    """Fail."""
+    raise RuntimeError("the hook failed")
+
+
+def logging_hook(name: str) -> object:
+    """A hook that appends ``name`` and the step to HOOK_LOG (for exactly-once checks)."""
+    return LoggingHook(name)
+
+
+class LoggingHook:
+    """Appends its name and the step to HOOK_LOG each time it runs; serializable by its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, state: State) -> None:
+        HOOK_LOG.append(f"{self.name}@{state.get('step_count')}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> LoggingHook:
+        return cls(data["name"])

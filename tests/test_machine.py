@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,27 +19,18 @@ from agentfsm import (
     ToolInvocationError,
 )
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, build_machine
-from tests.helpers import add, call, calls, fail
+from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, Facts, build_machine
+from tests.helpers import add, always_continue, call, calls, continue_once, fail, raise_in_hook, stop_at_once
 
-
-@dataclass(frozen=True)
-class FixedFacts:
-    has_tool_calls: bool = False
-    needs_confirmation: bool = False
-    strategy_paused: bool = False
-    exit_reached: bool = False
-    steps_left: bool = True
-
-
-ALL_FACTS = [FixedFacts(*bits) for bits in itertools.product([False, True], repeat=5)]
-facts_strategy = st.builds(FixedFacts, st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+FixedFacts = Facts
+ALL_FACTS = [Facts(*bits) for bits in itertools.product([False, True], repeat=len(Facts._fields))]
+facts_strategy = st.builds(Facts, *[st.booleans() for _ in Facts._fields])
 
 
 def test_table_shape() -> None:
     sources = {t.source for t in TRANSITIONS}
     assert not sources & TERMINAL_PHASES, "terminal phases have no way out"
-    assert {t.trigger for t in TRANSITIONS if t.source is Phase.IDLE} == {"start"}
+    assert {t.trigger for t in TRANSITIONS if t.source is Phase.IDLE} == {"start", "stop"}
     reachable, frontier = {Phase.IDLE}, [Phase.IDLE]
     while frontier:
         phase = frontier.pop()
@@ -71,6 +60,9 @@ def test_undeclared_edges_raise() -> None:
         DISPATCH.next(Phase.DONE, FixedFacts())
     for t in TRANSITIONS:
         DISPATCH.check(t.source, t.trigger, t.dest)
+
+
+USER = [ChatMessage.from_user("go")]
 
 
 class Model:
@@ -166,6 +158,19 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
             raise_on_tool_invocation_failure=True,
         )
     )
+    hooked = {
+        "before_run": {"before_run": [stop_at_once]},
+        "before_llm": {"before_llm": [stop_at_once]},
+        "after_tool": {"after_tool": [stop_at_once]},
+        "continue once": {"on_exit": [continue_once]},
+        "always continue": {"on_exit": [always_continue]},
+    }
+    for hooks in hooked.values():
+        script = ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done", "again"])
+        edges |= _edges_of(Agent(chat_generator=script, tools=[add], hooks=hooks, max_agent_steps=3).run(USER))
+    edges |= _failed_edges(
+        Agent(chat_generator=ScriptedChatGenerator(["done"]), hooks={"on_exit": [raise_in_hook]}),
+    )
     for phase, step in [(Phase.LLM_CALL, 0), (Phase.TOOL_PENDING, 1), (Phase.TOOL_RUN, 1), (Phase.EXIT_CHECK, 1)]:
         agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"]), tools=[add])
         with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(BreakpointException) as paused:
@@ -175,12 +180,11 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
     return edges
 
 
-#: Edges no run can take yet: CONFIRM's (agents cannot configure confirmation strategies yet) and
-#: a failure inside EXIT_CHECK (nothing user-supplied runs there before hooks exist). They are
-#: exercised on the machine below.
+#: Edges no run can take yet: CONFIRM's (agents cannot configure confirmation strategies yet).
+#: They are exercised on the machine below.
 NOT_YET_REACHABLE_FROM_RUNS = {
     (t.source, t.trigger, t.dest) for t in TRANSITIONS if Phase.CONFIRM in (t.source, t.dest)
-} | {(Phase.EXIT_CHECK, "fail", Phase.FAILED)}
+}
 
 
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture) -> None:
@@ -232,16 +236,16 @@ def test_dispatch_refuses_guards_that_leave_a_case_open_or_overlap() -> None:
 
 
 def test_edge_labels_are_written_from_their_guards() -> None:
+    from agentfsm.machine import FACT_WORDS as words
     from agentfsm.machine import Facts
 
-    from agentfsm.machine import FACT_WORDS as words
     for t in TRANSITIONS:
         if t.when:
             assert t.condition == ", ".join(words[name][value] for name, value in t.when)
         else:
             assert t.condition == t.note
     assert DISPATCH.next(Phase.EXIT_CHECK, Facts(steps_left=False)).label == (
-        "max_steps [no exit condition met, max_agent_steps reached]"
+        "max_steps [no stop asked, no exit condition met, max_agent_steps reached]"
     )
 
 
@@ -249,10 +253,15 @@ def test_fact_names_are_the_fields_of_facts() -> None:
     from agentfsm.machine import FACT_NAMES, Facts
 
     declared = list(Facts._fields)
-    assert list(FACT_NAMES) == declared == [f.name for f in dataclasses.fields(FixedFacts)]
+    assert list(FACT_NAMES) == declared
     assert {name for t in TRANSITIONS for name, _ in t.when} <= set(declared)
 
 
 def test_edges_into_done_say_the_exit_reason() -> None:
     into_done = {t.trigger: t.exit_reason for t in TRANSITIONS if t.dest is Phase.DONE}
-    assert into_done == {"exit": "{exit_condition}", "max_steps": "max_agent_steps"}
+    assert into_done == {
+        "stop": "{stop_run}",
+        "exit": "{exit_condition}",
+        "continue_capped": "max_agent_steps",
+        "max_steps": "max_agent_steps",
+    }

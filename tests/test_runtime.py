@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentfsm import ChatMessage, MachineError, Phase, State, ToolInvoker
-from agentfsm.machine import Facts
+from agentfsm.machine import PHASE_WORK, Facts, Work
 from agentfsm.runtime import AgentRun, CallModel, Finish, RunConfig, RunTools
 from agentfsm.tools.invoker import CallStatus
 from tests.helpers import add, call, calls, finish
@@ -59,13 +59,14 @@ def test_reports_record_and_only_next_action_moves_the_run() -> None:
     run = new_run()
     run.next_action()
     run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2))]})
-    assert run.phase is Phase.LLM_CALL and run.stage == 1, "the reply is recorded; no edge taken yet"
+    call_model_done = PHASE_WORK[Phase.LLM_CALL].index(Work.CALL_MODEL) + 1
+    assert run.phase is Phase.LLM_CALL and run.stage == call_model_done, "the reply is recorded; no edge taken yet"
     assert run.facts() == Facts(has_tool_calls=True, steps_left=True)
     action = run.next_action()
     assert isinstance(action, RunTools)
     run.config.invoker.execute_sync(action.calls, None, run.tool_completed)
     run.tools_ran()
-    assert run.phase is Phase.TOOL_RUN and run.stage == 1
+    assert run.phase is Phase.TOOL_RUN and run.stage == PHASE_WORK[Phase.TOOL_RUN].index(Work.RUN_TOOLS) + 1
 
 
 def test_facts_are_computed_from_the_run_data_state_included() -> None:

@@ -1,0 +1,161 @@
+"""Hooks: user code that runs at declared points of the machine and acts by changing the run's State.
+
+A hook is any object with ``run(state)`` (and optionally ``async run_async(state)``, used by
+``Agent.run_async``), or a function decorated with ``@hook``. Hooks are given to the agent per hook
+point: ``Agent(..., hooks={"before_llm": [build_context], "on_exit": [require_search]})``. Where
+each point fires is declared in ``agentfsm.machine.PHASE_WORK``; the run asks its driver to run
+them (the ``RunHooks`` action), so the runtime itself never calls user code.
+
+Flow control is through two reserved State keys, read by the machine's guards after the hooks ran:
+``continue_run`` (an ``on_exit`` hook keeps the run going; reset at each exit attempt) and
+``stop_run`` (any hook; the run ends before its next model call, with the value as ``exit_reason``).
+
+Class hooks may define ``warm_up`` / ``close`` (and ``warm_up_async`` / ``close_async``); the agent
+calls them from its own. ``on_error`` hooks that accept an ``error`` keyword receive the exception.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+
+from agentfsm.errors import ConfigurationError, SerializationError
+from agentfsm.machine import HOOK_POINTS, Work
+from agentfsm.serialization import import_path, object_path, rebuild
+
+if TYPE_CHECKING:
+    from agentfsm.state import State
+
+#: The hook points by name, as ``Agent(hooks=...)`` takes them.
+HOOK_POINT_NAMES: tuple[str, ...] = tuple(point.value for point in HOOK_POINTS)
+
+
+@runtime_checkable
+class Hook(Protocol):
+    """Anything with ``run(state)``: it receives the run's live State and acts by changing it."""
+
+    def run(self, state: State, /) -> Any:
+        """Run at the hook point."""
+        ...
+
+
+class FunctionHook:
+    """A hook made from a function (sync or async) by ``@hook``; it keeps the function's name."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        if not callable(function):
+            raise ConfigurationError(f"@hook takes a function, got {function!r}.")
+        self.function = function
+        self.name = getattr(function, "__name__", type(function).__name__)
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.__doc__ = function.__doc__
+
+    def run(self, state: State, /, **kwargs: Any) -> Any:
+        """Call the function with ``state``; an async function needs ``Agent.run_async``."""
+        if self.is_async:
+            raise ConfigurationError(
+                f"Hook {self.name!r} is an async function: run the agent with run_async(), or make the hook sync."
+            )
+        return self.function(state, **kwargs)
+
+    async def run_async(self, state: State, /, **kwargs: Any) -> Any:
+        """Call the function with ``state`` (awaited when it is async)."""
+        result = self.function(state, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    def __repr__(self) -> str:
+        return f"hook({self.name})"
+
+
+@overload
+def hook(function: Callable[[State], Awaitable[Any]]) -> FunctionHook: ...
+@overload
+def hook(function: Callable[[State], Any]) -> FunctionHook: ...
+def hook(function: Callable[..., Any]) -> FunctionHook:
+    """Turn a function of ``state`` into a hook: ``@hook def build_context(state): ...``."""
+    return FunctionHook(function)
+
+
+def hook_name(h: Any) -> str:
+    """How a hook is named on diagrams and in errors: the function's or the class's name."""
+    return h.name if isinstance(h, FunctionHook) else type(h).__name__
+
+
+def accepts_error(h: Any) -> bool:
+    """Whether ``h.run`` takes an ``error`` keyword (``on_error`` hooks are then given the exception)."""
+    function = h.function if isinstance(h, FunctionHook) else h.run
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return "error" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[Any, ...]]:
+    """The hooks by hook point, checked: ``ValueError`` naming an unknown point or a hook that cannot run."""
+    if hooks is None:
+        return {}
+    if not isinstance(hooks, Mapping):
+        raise ConfigurationError(
+            f"hooks must be a dict of hook point -> list of hooks, got {type(hooks).__name__}. "
+            f"Hook points: {', '.join(HOOK_POINT_NAMES)}."
+        )
+    checked: dict[Work, tuple[Any, ...]] = {}
+    for name, given in hooks.items():
+        if name not in HOOK_POINT_NAMES:
+            raise ConfigurationError(
+                f"Unknown hook point {name!r}; the hook points are: {', '.join(HOOK_POINT_NAMES)}."
+            )
+        if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+            raise ConfigurationError(f"hooks[{name!r}] must be a list of hooks, got {type(given).__name__}.")
+        items = []
+        for h in given:
+            if callable(getattr(h, "run", None)):
+                items.append(h)
+            elif callable(h):
+                items.append(FunctionHook(h))
+            else:
+                raise ConfigurationError(
+                    f"hooks[{name!r}] holds {h!r}, which is not a hook: give an object with run(state), "
+                    "or a function decorated with @hook."
+                )
+        if items:
+            checked[Work(name)] = tuple(items)
+    return checked
+
+
+# -- serialization ------------------------------------------------------------------------------------
+
+
+def hook_to_dict(h: Any, point: str) -> dict[str, Any]:
+    """A hook as data: a function by its import path, a class by its path and ``to_dict`` (or no arguments)."""
+    try:
+        if isinstance(h, FunctionHook):
+            return {"function": object_path(h.function)}
+        to_dict = getattr(h, "to_dict", None)
+        data = to_dict() if callable(to_dict) else None
+        if data is None and _needs_arguments(type(h)):
+            raise SerializationError(
+                f"{type(h).__name__} takes arguments but has no to_dict(); give it to_dict/from_dict."
+            )
+        return {"type": object_path(type(h)), "data": data}
+    except SerializationError as exc:
+        raise SerializationError(f"Hook {hook_name(h)!r} of {point!r} cannot be serialized: {exc}") from None
+
+
+def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
+    """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
+    if "function" in data:
+        found = import_path(data["function"], allowed_modules)
+        return found if isinstance(found, FunctionHook) else FunctionHook(found)
+    cls = import_path(data["type"], allowed_modules)
+    return cls() if data.get("data") is None else rebuild(cls, data["data"], allowed_modules)
+
+
+def _needs_arguments(cls: type) -> bool:
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
