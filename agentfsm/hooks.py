@@ -41,31 +41,42 @@ class Hook(Protocol):
 
 
 class FunctionHook:
-    """A hook made from a function (sync or async) by ``@hook``; it keeps the function's name."""
+    """A hook made from a function of ``state`` by ``@hook``; it keeps the function's name.
+
+    Under ``Agent.run_async`` it runs in a worker thread, so that it never blocks the event loop.
+    """
+
+    is_async = False
 
     def __init__(self, function: Callable[..., Any]) -> None:
         if not callable(function):
             raise ConfigurationError(f"@hook takes a function, got {function!r}.")
         self.function = function
-        self.name = getattr(function, "__name__", type(function).__name__)
-        self.is_async = inspect.iscoroutinefunction(function)
+        self.name: str = getattr(function, "__name__", type(function).__name__)
         self.__doc__ = function.__doc__
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
-        """Call the function with ``state``; an async function needs ``Agent.run_async``."""
-        if self.is_async:
-            raise ConfigurationError(
-                f"Hook {self.name!r} is an async function: run the agent with run_async(), or make the hook sync."
-            )
+        """Call the function with ``state``."""
         return self.function(state, **kwargs)
-
-    async def run_async(self, state: State, /, **kwargs: Any) -> Any:
-        """Call the function with ``state`` (awaited when it is async)."""
-        result = self.function(state, **kwargs)
-        return await result if inspect.isawaitable(result) else result
 
     def __repr__(self) -> str:
         return f"hook({self.name})"
+
+
+class AsyncFunctionHook(FunctionHook):
+    """A hook made from an ``async def`` function by ``@hook``: it runs only under ``Agent.run_async``."""
+
+    is_async = True
+
+    def run(self, state: State, /, **kwargs: Any) -> Any:
+        """Refused: an async hook needs ``Agent.run_async`` (``Agent.run`` checks before it starts)."""
+        raise ConfigurationError(
+            f"Hook {self.name!r} is an async function: run the agent with run_async(), or make the hook sync."
+        )
+
+    async def run_async(self, state: State, /, **kwargs: Any) -> Any:
+        """Await the function with ``state``."""
+        return await self.function(state, **kwargs)
 
 
 @overload
@@ -73,8 +84,8 @@ def hook(function: Callable[[State], Awaitable[Any]]) -> FunctionHook: ...
 @overload
 def hook(function: Callable[[State], Any]) -> FunctionHook: ...
 def hook(function: Callable[..., Any]) -> FunctionHook:
-    """Turn a function of ``state`` into a hook: ``@hook def build_context(state): ...``."""
-    return FunctionHook(function)
+    """Turn a function of ``state`` (sync or ``async def``) into a hook: ``@hook def build_context(state): ...``."""
+    return AsyncFunctionHook(function) if inspect.iscoroutinefunction(function) else FunctionHook(function)
 
 
 def hook_name(h: Any) -> str:
@@ -114,7 +125,7 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
             if callable(getattr(h, "run", None)):
                 items.append(h)
             elif callable(h):
-                items.append(FunctionHook(h))
+                items.append(hook(h))
             else:
                 raise ConfigurationError(
                     f"hooks[{name!r}] holds {h!r}, which is not a hook: give an object with run(state), "
@@ -148,7 +159,7 @@ def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None =
     """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
     if "function" in data:
         found = import_path(data["function"], allowed_modules)
-        return found if isinstance(found, FunctionHook) else FunctionHook(found)
+        return found if isinstance(found, FunctionHook) else hook(found)
     cls = import_path(data["type"], allowed_modules)
     return cls() if data.get("data") is None else rebuild(cls, data["data"], allowed_modules)
 

@@ -29,17 +29,22 @@ from agentfsm.agent import Agent
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import BreakpointException
 from agentfsm.generators.scripted import ScriptedChatGenerator
+from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
 from agentfsm.snapshot import AgentSnapshot
+from agentfsm.state import State
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset, flatten_tools
 
 __all__ = [
+    "HOOK_CALLS",
+    "RecordingHook",
     "ResumeDivergence",
     "arguments_for",
     "assert_resume_equivalent",
     "comparable_result",
+    "hook_sets",
     "scripted_agent_factory",
     "scripted_conversations",
 ]
@@ -135,6 +140,41 @@ def scripted_conversations(
         )
     return st.lists(replies, min_size=min_replies - 1 if min_replies else 0, max_size=max_replies - 1).map(
         lambda script: [*script, ChatMessage.from_assistant("final answer")]
+    )
+
+
+#: Where every ``RecordingHook`` writes ``"<name>@<step>"`` each time it runs: pass it as
+#: ``assert_resume_equivalent(side_effects=HOOK_CALLS)`` to check that each hook ran exactly once.
+HOOK_CALLS: list[str] = []
+
+
+class RecordingHook:
+    """A hook that records each time it runs (in ``HOOK_CALLS``); it serializes by its name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, state: State) -> None:
+        """Record ``<name>@<step>``."""
+        HOOK_CALLS.append(f"{self.name}@{state.get('step_count')}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize (the name)."""
+        return {"name": self.name}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RecordingHook:
+        """Invert ``to_dict``."""
+        return cls(data["name"])
+
+
+def hook_sets(points: Sequence[str] = HOOK_POINT_NAMES, max_per_point: int = 2) -> st.SearchStrategy[dict[str, Any]]:
+    """``Agent(hooks=...)`` values of ``RecordingHook``s at some of ``points``, named ``<point>.<n>``."""
+    per_point = st.integers(0, max_per_point)
+    return st.fixed_dictionaries(dict.fromkeys(points, per_point)).map(
+        lambda counts: {
+            point: [RecordingHook(f"{point}.{n}") for n in range(count)] for point, count in counts.items() if count
+        }
     )
 
 
