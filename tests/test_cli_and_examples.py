@@ -66,6 +66,16 @@ def test_durable_run_example_runs() -> None:
     assert "each lookup ran once: ['a', 'b']" in done.stdout
 
 
+def test_hooks_example_runs() -> None:
+    done = run("examples/hooks.py")
+    assert done.returncode == 0, done.stderr
+    assert "require_search: no search yet, sending the model back" in done.stdout
+    assert "audit: about to run ['search']" in done.stdout
+    assert "answer: Startups reported net-energy-gain milestones this year." in done.stdout
+    assert "exit: text, model calls: 3, tokens: {'total_tokens': 900}" in done.stdout
+    assert "hooks before_llm - build_context" in done.stdout
+
+
 def test_every_example_is_tested() -> None:
-    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py"}
+    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py", "hooks.py"}
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

@@ -21,6 +21,7 @@ from agentfsm import (
     Phase,
     SerializationError,
     State,
+    ToolInvocationError,
     hook,
     replace_values,
     tool,
@@ -28,7 +29,7 @@ from agentfsm import (
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.stores import SQLiteSnapshotStore
-from agentfsm.testing import HOOK_CALLS, assert_resume_equivalent, hook_sets, scripted_conversations
+from agentfsm.testing import HOOK_CALLS, RecordingHook, assert_resume_equivalent, hook_sets, scripted_conversations
 from tests.helpers import (
     HOOK_LOG,
     LoggingHook,
@@ -37,6 +38,8 @@ from tests.helpers import (
     call,
     calls,
     continue_once,
+    fail,
+    finish,
     raise_in_hook,
     stop_at_once,
 )
@@ -384,3 +387,67 @@ def test_a_pause_between_hook_points_keeps_which_ran() -> None:
 def test_an_unknown_hook_point_in_agent_config_lists_the_points() -> None:
     with pytest.raises(ConfigurationError, match=", ".join(HOOK_POINT_NAMES)):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"on_start": []})
+
+
+# -- the contract: which points fire on which path (the README's table) ------------------------------
+
+
+def every_point(**extra: list[Any]) -> dict[str, list[Any]]:
+    hooks: dict[str, list[Any]] = {point: [RecordingHook(point)] for point in HOOK_POINT_NAMES}
+    for point, more in extra.items():
+        hooks[point] = [*more, *hooks[point]]
+    return hooks
+
+
+@pytest.mark.parametrize(
+    ("script", "options", "fired", "exit_reason"),
+    [
+        (["hi"], {}, ["before_run@0", "before_llm@0", "after_llm@1", "on_exit@1", "after_run@1"], "text"),
+        (
+            [calls(call("finish", "f1", answer="42"))],
+            {"exit_conditions": ["finish"]},
+            [
+                "before_run@0",
+                "before_llm@0",
+                "after_llm@1",
+                "before_tool@1",
+                "after_tool@1",
+                "on_exit@1",
+                "after_run@1",
+            ],
+            "tool:finish",
+        ),
+        (
+            [calls(call("add", "a1", a=1, b=2))],
+            {"max_agent_steps": 1},
+            ["before_run@0", "before_llm@0", "after_llm@1", "before_tool@1", "after_tool@1", "after_run@1"],
+            "max_agent_steps",
+        ),
+        (
+            ["never asked"],
+            {"hooks": every_point(before_llm=[stop_at_once])},
+            ["before_run@0", "before_llm@0", "after_run@0"],
+            "stopped by a hook",
+        ),
+    ],
+    ids=["text exit", "tool exit", "max_agent_steps", "stop_run"],
+)
+def test_the_hook_contract(script: list[Any], options: dict[str, Any], fired: list[str], exit_reason: str) -> None:
+    HOOK_CALLS.clear()
+    options = {"hooks": every_point(), **options}
+    result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add, finish], **options).run(USER)
+    assert result["exit_reason"] == exit_reason
+    assert [c.split(".")[0] for c in HOOK_CALLS] == fired
+
+
+def test_the_hook_contract_on_an_error() -> None:
+    HOOK_CALLS.clear()
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("fail", "x1", reason="boom"))]),
+        tools=[fail],
+        raise_on_tool_invocation_failure=True,
+        hooks=every_point(),
+    )
+    with pytest.raises(ToolInvocationError, match="boom"):
+        agent.run(USER)
+    assert HOOK_CALLS == ["before_run@0", "before_llm@0", "after_llm@1", "before_tool@1", "on_error@1"]
