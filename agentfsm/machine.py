@@ -21,6 +21,7 @@ undeclared pause (say, from IDLE) is refused.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -81,6 +82,8 @@ class Work(StrEnum):
     PREPARE_CALLS = "prepare_calls"
     RUN_TOOLS = "run_tools"
     AFTER_TOOL = "after_tool"
+    #: Each exit attempt starts without a request to continue: only its own ``on_exit`` hooks can make one.
+    CLEAR_CONTINUE = "clear_continue_run"
     ON_EXIT = "on_exit"
     AFTER_RUN = "after_run"
     ON_ERROR = "on_error"
@@ -116,19 +119,40 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
     Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
-    Phase.EXIT_CHECK: (Work.ON_EXIT,),
+    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
     Phase.FAILED: (Work.ON_ERROR, Work.RAISE_ERROR),
 }
 
 #: Work that is skipped when a fact has the given value: no model call (and so no ``after_llm``)
-#: once a hook asked to stop, and no ``on_exit`` hooks unless an exit condition is met.
+#: once a hook asked to stop, and no ``on_exit`` hooks unless an exit condition is met. (A hook
+#: point without hooks in a run is skipped too: see ``work_plan``.)
 SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.CALL_MODEL: ("stop_requested", True),
     Work.AFTER_LLM: ("stop_requested", True),
     Work.ON_EXIT: ("exit_reached", False),
 }
+
+
+#: A run's work plan: per phase, for each stage, the next item with something to do and its position.
+WorkPlan = dict[Phase, tuple[tuple[int, Work] | None, ...]]
+
+
+@functools.cache
+def work_plan(hooked: frozenset[Work]) -> WorkPlan:
+    """For each phase and each stage of it, the next work item with something to do, and its position.
+
+    ``hooked`` are the hook points that have hooks in a run; the others are left out of the plan
+    (``None``: the phase's work is done). Positions are those of ``PHASE_WORK``, so a snapshot's
+    ``stage`` means the same whatever hooks the run that resumes it has.
+    """
+    plan: WorkPlan = {}
+    for phase in Phase:
+        items = PHASE_WORK.get(phase, ())
+        todo = [(i, item) for i, item in enumerate(items) if item not in HOOK_POINTS or item in hooked]
+        plan[phase] = tuple(next(((i, it) for i, it in todo if i >= stage), None) for stage in range(len(items) + 1))
+    return plan
 
 
 class Facts(NamedTuple):

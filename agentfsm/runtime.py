@@ -35,6 +35,7 @@ from agentfsm.machine import (
     Phase,
     Transition,
     Work,
+    work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall
 from agentfsm.serialization import serialize_value
@@ -144,7 +145,7 @@ class RunConfig:
 # -- actions: what the driver must do next ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallModel:
     """Call the chat generator with these messages and tools, then ``model_replied``.
 
@@ -155,14 +156,14 @@ class CallModel:
     tools: list[Tool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunTools:
     """Execute the ready calls, report each to ``tool_completed``, then ``tools_ran``."""
 
     calls: list[PreparedCall]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunHooks:
     """Run these hooks on the run's ``state``, in order, then ``hooks_ran``.
 
@@ -175,21 +176,21 @@ class RunHooks:
     error: BaseException | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pause:
     """A breakpoint matched; the driver raises ``BreakpointException`` with this snapshot."""
 
     snapshot: AgentSnapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish:
     """The run is over; ``result`` is what ``Agent.run`` returns."""
 
     result: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fail:
     """The run failed and its ``on_error`` hooks ran: the driver raises ``error`` to the caller."""
 
@@ -207,6 +208,8 @@ class AgentRun:
     ) -> None:
         self.config = config
         self.state = state
+        #: State's live dictionary, to read from (every write goes through ``state``).
+        self._data = state.data
         self.run_id = run_id or uuid.uuid4().hex
         self.phase = Phase.IDLE
         #: How many items of the phase's work (``PHASE_WORK``) are done.
@@ -225,6 +228,8 @@ class AgentRun:
         self.error: BaseException | None = None
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
+        #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
+        self._plan = work_plan(frozenset(config.hooks))
         #: The tools shown to the model when no dynamic toolset changes them between calls.
         self._static_tools = None if config.dynamic else list(config.tools.values())
         #: What the observers were told of the conversation (its version and length) and of the trace.
@@ -269,12 +274,12 @@ class AgentRun:
     @property
     def stop_requested(self) -> bool:
         """Fact: a hook set ``stop_run``, and no tool call waits for its result."""
-        return bool(self.state.data.get("stop_run")) and not self.calls
+        return bool(self._data.get("stop_run")) and not self.calls
 
     @property
     def continue_requested(self) -> bool:
         """Fact: an ``on_exit`` hook set ``continue_run``."""
-        return bool(self.state.data.get("continue_run"))
+        return bool(self._data.get("continue_run"))
 
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
@@ -282,7 +287,7 @@ class AgentRun:
         A reply without tool calls to run meets ``"text"``. A step's tool results meet ``"tool:<name>"``
         for the first exit-condition tool that ran in it, if none of that tool's calls failed.
         """
-        messages: list[ChatMessage] = self.state.data.get("messages") or []
+        messages: list[ChatMessage] = self._data.get("messages") or []
         if not messages:
             return None
         last = messages[-1]
@@ -308,13 +313,13 @@ class AgentRun:
     def next_action(self) -> Action:
         """Do the work that needs no I/O, take the edges it leads to, and say which I/O comes next."""
         while True:
-            work = PHASE_WORK.get(self.phase, ())
-            if self.stage == len(work):
+            upcoming = self._plan[self.phase][self.stage]
+            if upcoming is None:  # the phase's work is done
                 self._move(DISPATCH.next(self.phase, self))
                 continue
             # The next item of the phase's work: work that needs I/O becomes an action for the driver
             # (its report moves the stage on); the rest is done here.
-            item = work[self.stage]
+            self.stage, item = upcoming
             skip = SKIP_WORK.get(item)
             if skip is not None and getattr(self, skip[0]) is skip[1]:
                 self.stage += 1
@@ -324,12 +329,16 @@ class AgentRun:
                     tools = self._static_tools
                     if tools is None:
                         tools = list(self.current_tools().values())
-                    return CallModel(self.state.data["messages"], tools)
+                    return CallModel(self._data["messages"], tools)
                 case Work.PREPARE_CALLS:
                     self.prepare_calls()
                     self.stage += 1
                 case Work.RUN_TOOLS:
                     return RunTools(self.pending)
+                case Work.CLEAR_CONTINUE:
+                    if self._data.get("continue_run"):
+                        self.state.set("continue_run", False)
+                    self.stage += 1
                 case Work.FINISH:
                     return Finish(self.result())
                 case Work.REPORT_PAUSE:
@@ -338,25 +347,17 @@ class AgentRun:
                 case Work.RAISE_ERROR:
                     assert self.error is not None
                     return Fail(self.error)
-                case Work.ON_EXIT:
-                    # Each exit attempt starts without a request to continue: only this one's hooks decide.
-                    if self.state.data.get("continue_run"):
-                        self.state.set("continue_run", False)
-                    if item in self.config.hooks:
-                        return RunHooks(item, self.config.hooks[item])
-                    self.stage += 1
                 case (
                     Work.BEFORE_RUN
                     | Work.BEFORE_LLM
                     | Work.AFTER_LLM
                     | Work.BEFORE_TOOL
                     | Work.AFTER_TOOL
+                    | Work.ON_EXIT
                     | Work.AFTER_RUN
                     | Work.ON_ERROR
                 ):
-                    if item in self.config.hooks:
-                        return RunHooks(item, self.config.hooks[item], self.error)
-                    self.stage += 1
+                    return RunHooks(item, self.config.hooks[item], self.error)
                 case _:
                     assert_never(item)
 
@@ -394,16 +395,18 @@ class AgentRun:
         if not isinstance(replies, list) or not replies:
             raise _bad_output(output)
         calls: list[ToolCall] = []
+        usage: list[dict[str, Any]] = []
         for reply in replies:
             if not isinstance(reply, ChatMessage):
                 raise _bad_output(output)
             calls += reply.tool_calls
+            if isinstance(reply.meta.get("usage"), dict):
+                usage.append(reply.meta["usage"])
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
-        usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
         if usage:
-            self.state.set("token_usage", add_usage(self.state.data.get("token_usage"), usage))
+            self.state.set("token_usage", add_usage(self._data.get("token_usage"), usage))
         self.calls = calls if self._has_tools else []
         self.stage += 1
 
@@ -431,7 +434,7 @@ class AgentRun:
         """
         self._expect(point, "hooks_ran")
         if point in (Work.AFTER_LLM, Work.BEFORE_TOOL):
-            self.calls = unanswered_calls(self.state.data["messages"]) if self._has_tools else []
+            self.calls = unanswered_calls(self._data["messages"]) if self._has_tools else []
         self.stage += 1
         if self.config.observers and self.phase in ACTIVE_PHASES:
             self._tell(None)
@@ -455,7 +458,7 @@ class AgentRun:
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
             self.exit_reason = transition.exit_reason.format(
-                exit_condition=self.exit_condition(), stop_run=self.state.data.get("stop_run")
+                exit_condition=self.exit_condition(), stop_run=self._data.get("stop_run")
             )
             if self.exit_reason == "max_agent_steps":
                 logger.warning(
@@ -502,7 +505,7 @@ class AgentRun:
 
     def _tell(self, record: TransitionRecord | None) -> None:
         """Give each observer what changed since it was last told."""
-        messages: list[ChatMessage] = self.state.data.get("messages") or []
+        messages: list[ChatMessage] = self._data.get("messages") or []
         version = self.state.version("messages")
         told = self._told
         rewritten = told is None or told[0] != version or told[1] > len(messages)
@@ -531,7 +534,7 @@ class AgentRun:
             "phase": self.phase,
             "stage": self.stage,
             "step": self.step,
-            "state": serialize_value({k: v for k, v in self.state.data.items() if k != "messages"}),
+            "state": serialize_value({k: v for k, v in self._data.items() if k != "messages"}),
             "pending_tool_calls": [c.to_dict() for c in self.calls] if self.phase in CALL_PHASES else [],
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
@@ -546,7 +549,7 @@ class AgentRun:
         return AgentSnapshot.from_dict(
             {
                 **self.snapshot_fields(break_point),
-                "messages": [m.to_dict() for m in self.state.data.get("messages") or []],
+                "messages": [m.to_dict() for m in self._data.get("messages") or []],
                 "trace": [r.to_dict() for r in self.trace],
                 "created_at": now_iso(),
             }
@@ -554,7 +557,7 @@ class AgentRun:
 
     def result(self) -> dict[str, Any]:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
-        data = dict(self.state.data)
+        data = dict(self._data)
         messages = data.get("messages") or []
         data["last_message"] = messages[-1] if messages else None
         data["exit_reason"] = self.exit_reason
