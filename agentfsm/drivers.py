@@ -46,8 +46,8 @@ def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
 
 
 def _hook_kwargs(action: RunHooks, h: Any) -> dict[str, Any]:
-    """What a hook is given beside the State: the error, for ``on_error`` hooks that take it."""
-    return {"error": action.error} if action.error is not None and accepts_error(h) else {}
+    """What an ``on_error`` hook is given beside the State: the error, if it takes it."""
+    return {"error": action.error} if accepts_error(h) else {}
 
 
 def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
@@ -84,7 +84,10 @@ def drive_sync(
                 case RunHooks():
                     for h in action.hooks:
                         try:
-                            h.run(run.state, **_hook_kwargs(action, h))
+                            if action.error is None:
+                                h.run(run.state)
+                            else:
+                                h.run(run.state, **_hook_kwargs(action, h))
                         except Exception as exc:
                             _hook_failed(action, h, exc)
                     run.hooks_ran(action.point)
@@ -134,11 +137,12 @@ async def drive_async(
                 case RunHooks():
                     for h in action.hooks:
                         hook_async = getattr(h, "run_async", None)
+                        kwargs = {} if action.error is None else _hook_kwargs(action, h)
                         try:
                             if hook_async is not None:
-                                await hook_async(run.state, **_hook_kwargs(action, h))
+                                await hook_async(run.state, **kwargs)
                             else:  # a sync hook runs off the event loop
-                                await run_in_worker(h.run, run.state, **_hook_kwargs(action, h))
+                                await run_in_worker(h.run, run.state, **kwargs)
                         except Exception as exc:
                             _hook_failed(action, h, exc)
                     run.hooks_ran(action.point)

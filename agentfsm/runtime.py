@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from logging import DEBUG
-from typing import Any, NamedTuple, Protocol, assert_never
+from typing import Any, NamedTuple, Protocol
 
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
@@ -29,6 +29,7 @@ from agentfsm.machine import (
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
+    HOOK_POINTS,
     PHASE_WORK,
     SKIP_WORK,
     Facts,
@@ -232,6 +233,8 @@ class AgentRun:
         self._plan = work_plan(frozenset(config.hooks))
         #: The tools shown to the model when no dynamic toolset changes them between calls.
         self._static_tools = None if config.dynamic else list(config.tools.values())
+        #: The conversation's version when the last hooks were handed out (did they change it?).
+        self._conversation_before_hooks = (0, 0)
         #: What the observers were told of the conversation (its version and length) and of the trace.
         self._told: tuple[int, int] | None = None
         self._told_trace = 0
@@ -259,7 +262,10 @@ class AgentRun:
         return self._any_undecided()
 
     def _any_undecided(self) -> bool:
-        return any(c.status is CallStatus.UNDECIDED for c in self.pending)
+        for c in self.pending:  # noqa: SIM110 (a loop, not any() over a generator: read at every step)
+            if c.status is CallStatus.UNDECIDED:
+                return True
+        return False
 
     @property
     def exit_reached(self) -> bool:
@@ -324,42 +330,48 @@ class AgentRun:
             if skip is not None and getattr(self, skip[0]) is skip[1]:
                 self.stage += 1
                 continue
-            match item:
-                case Work.CALL_MODEL:
-                    tools = self._static_tools
-                    if tools is None:
-                        tools = list(self.current_tools().values())
-                    return CallModel(self._data["messages"], tools)
-                case Work.PREPARE_CALLS:
-                    self.prepare_calls()
-                    self.stage += 1
-                case Work.RUN_TOOLS:
-                    return RunTools(self.pending)
-                case Work.CLEAR_CONTINUE:
-                    if self._data.get("continue_run"):
-                        self.state.set("continue_run", False)
-                    self.stage += 1
-                case Work.FINISH:
-                    return Finish(self.result())
-                case Work.REPORT_PAUSE:
-                    assert self.snapshot is not None
-                    return Pause(self.snapshot)
-                case Work.RAISE_ERROR:
-                    assert self.error is not None
-                    return Fail(self.error)
-                case (
-                    Work.BEFORE_RUN
-                    | Work.BEFORE_LLM
-                    | Work.AFTER_LLM
-                    | Work.BEFORE_TOOL
-                    | Work.AFTER_TOOL
-                    | Work.ON_EXIT
-                    | Work.AFTER_RUN
-                    | Work.ON_ERROR
-                ):
-                    return RunHooks(item, self.config.hooks[item], self.error)
-                case _:
-                    assert_never(item)
+            action = _DO[item](self, item)
+            if action is not None:
+                return action
+
+    # -- the work items (``_DO`` says which method does which) ----------------------------------------
+
+    def _call_model(self, item: Work) -> Action:
+        tools = self._static_tools
+        if tools is None:
+            tools = list(self.current_tools().values())
+        return CallModel(self._data["messages"], tools)
+
+    def _prepare_calls(self, item: Work) -> None:
+        self.prepare_calls()
+        self.stage += 1
+
+    def _run_tools(self, item: Work) -> Action:
+        return RunTools(self.pending)
+
+    def _clear_continue(self, item: Work) -> None:
+        if self._data.get("continue_run"):
+            self.state.set("continue_run", False)
+        self.stage += 1
+
+    def _run_hooks(self, item: Work) -> Action:
+        self._conversation_before_hooks = self._conversation_version()
+        return RunHooks(item, self.config.hooks[item], self.error)
+
+    def _conversation_version(self) -> tuple[int, int]:
+        """The conversation's State version and length: the same pair means at most the same messages."""
+        return self.state.version("messages"), len(self._data["messages"])
+
+    def _finish(self, item: Work) -> Action:
+        return Finish(self.result())
+
+    def _report_pause(self, item: Work) -> Action:
+        assert self.snapshot is not None
+        return Pause(self.snapshot)
+
+    def _raise_error(self, item: Work) -> Action:
+        assert self.error is not None
+        return Fail(self.error)
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
@@ -433,7 +445,10 @@ class AgentRun:
         holds: the hooks may have changed them, and what is checked and run is what they left.
         """
         self._expect(point, "hooks_ran")
-        if point in (Work.AFTER_LLM, Work.BEFORE_TOOL):
+        if (
+            point in (Work.AFTER_LLM, Work.BEFORE_TOOL)
+            and self._conversation_version() != self._conversation_before_hooks
+        ):
             self.calls = unanswered_calls(self._data["messages"]) if self._has_tools else []
         self.stage += 1
         if self.config.observers and self.phase in ACTIVE_PHASES:
@@ -563,3 +578,18 @@ class AgentRun:
         data["exit_reason"] = self.exit_reason
         data["trace"] = list(self.trace)
         return data
+
+
+#: Which method does each work item: an action for the driver, or ``None`` once done in the run.
+_DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
+    Work.CALL_MODEL: AgentRun._call_model,
+    Work.PREPARE_CALLS: AgentRun._prepare_calls,
+    Work.RUN_TOOLS: AgentRun._run_tools,
+    Work.CLEAR_CONTINUE: AgentRun._clear_continue,
+    Work.FINISH: AgentRun._finish,
+    Work.REPORT_PAUSE: AgentRun._report_pause,
+    Work.RAISE_ERROR: AgentRun._raise_error,
+    **dict.fromkeys(HOOK_POINTS, AgentRun._run_hooks),
+}
+if set(_DO) != set(Work):
+    raise MachineError(f"Work items without a method in agentfsm.runtime._DO: {sorted(set(Work) - set(_DO))}.")

@@ -149,7 +149,8 @@ class State:
         if definition is None:
             raise self._unknown(key, value)
         handler: Handler = handler_override or definition["handler"]
-        self._data[key] = handler(self._data.get(key), value)
+        # replace_values gives the new value: no call needed for the default of most keys.
+        self._data[key] = value if handler is replace_values else handler(self._data.get(key), value)
         self._versions[key] = self._versions.get(key, 0) + 1
 
     def append(self, key: str, items: list[Any]) -> None:
