@@ -58,6 +58,8 @@ class RunRequest:
     break_point: AgentBreakpoint | Breakpoint | None = None
     snapshot: AgentSnapshot | dict[str, Any] | None = None
     strict: bool = False
+    #: Confirmation decisions for a resumed run waiting in CONFIRM.
+    decisions: Sequence[Any] = ()
 
 
 class Agent:
@@ -85,6 +87,7 @@ class Agent:
         tool_streaming_callback_passthrough: bool = False,
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
+        confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
     ) -> None:
         _check_generator(chat_generator)
         if isinstance(max_agent_steps, bool) or not isinstance(max_agent_steps, int) or max_agent_steps < 1:
@@ -126,6 +129,8 @@ class Agent:
             )
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
+        self.confirmation_strategies = dict(confirmation_strategies or {})
+        self._confirmation = _resolve_strategies(self.confirmation_strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         # A durable store records the run at every transition; any other store keeps pause snapshots.
         self._observers: tuple[RunObserver, ...] = ()
@@ -266,6 +271,7 @@ class Agent:
             "max_agent_steps": self.max_agent_steps,
             "system_prompt": self.system_prompt,
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
+            "confirmation": {name: type(s).__qualname__ for name, s in sorted(self._confirmation.items())},
         }
         return fingerprint(shape)
 
@@ -282,14 +288,19 @@ class Agent:
             break_point=_unwrap(request.break_point),
             observers=self._observers,
             hooks=self._hooks,
+            confirmation=self._confirmation,
         )
+        if request.decisions and request.snapshot is None:
+            raise ConfigurationError("decisions= decide the pending calls of a paused run: pass its snapshot= too.")
         if request.snapshot is not None:
             if request.messages or request.system_prompt is not None or request.state:
                 raise ConfigurationError(
                     "A resumed run continues the snapshot's conversation and State: do not pass messages, "
                     "system_prompt or state values together with snapshot=."
                 )
-            return resume_run(config, self._full_schema, request.snapshot, strict=request.strict)
+            return resume_run(
+                config, self._full_schema, request.snapshot, strict=request.strict, decisions=request.decisions
+            )
         messages = request.messages
         if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
@@ -312,6 +323,7 @@ class Agent:
         system_prompt: str | None = None,
         tools: ToolSelection | None = None,
         strict: bool = False,
+        decisions: Sequence[Any] = (),
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -321,6 +333,7 @@ class Agent:
         ``kwargs`` initialise State keys declared in ``state_schema``. ``break_point`` pauses the run
         by raising ``BreakpointException`` (its ``snapshot`` resumes it: ``run(snapshot=...)``); a
         snapshot from a differently configured agent logs a warning, or raises with ``strict=True``.
+        ``decisions`` decide the calls a resumed run waits for in CONFIRM (``agentfsm.hitl``).
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
@@ -338,6 +351,7 @@ class Agent:
             break_point=break_point,
             snapshot=snapshot,
             strict=strict,
+            decisions=decisions,
         )
         return drive_sync(self._new_run(request), self.chat_generator, callback, self._save_pause)
 
@@ -351,6 +365,7 @@ class Agent:
         system_prompt: str | None = None,
         tools: ToolSelection | None = None,
         strict: bool = False,
+        decisions: Sequence[Any] = (),
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
@@ -362,6 +377,7 @@ class Agent:
             break_point=break_point,
             snapshot=snapshot,
             strict=strict,
+            decisions=decisions,
         )
         callback = streaming_callback or self.streaming_callback
         return await drive_async(self._new_run(request), self.chat_generator, callback, self._save_pause)
@@ -399,6 +415,11 @@ class Agent:
                     point.value: [hook_to_dict(h, point.value) for h in hooks] for point, hooks in self._hooks.items()
                 }
                 or None,
+                "confirmation_strategies": [
+                    {"key": list(key) if isinstance(key, tuple) else key, "strategy": _strategy_to_dict(strategy)}
+                    for key, strategy in self.confirmation_strategies.items()
+                ]
+                or None,
             },
         }
 
@@ -413,11 +434,54 @@ class Agent:
         params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
+        if params.get("confirmation_strategies"):
+            params["confirmation_strategies"] = {
+                tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]: rebuild(
+                    import_path(entry["strategy"]["type"], allowed_modules), entry["strategy"], allowed_modules
+                )
+                for entry in params["confirmation_strategies"]
+            }
         if params.get("hooks"):
             params["hooks"] = {
                 point: [hook_from_dict(h, allowed_modules) for h in hooks] for point, hooks in params["hooks"].items()
             }
         return cls(**params)
+
+
+def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> dict[str, Any]:
+    """The strategy of each tool a key covers: its own name, then a tuple naming it, then ``"*"``."""
+    for key, strategy in strategies.items():
+        names = [key] if isinstance(key, str) else list(key) if isinstance(key, tuple) else None
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise ConfigurationTypeError(
+                f"confirmation_strategies keys are tool names, tuples of tool names or '*', got {key!r}."
+            )
+        unknown = [n for n in names if n != "*" and n not in tools]
+        if unknown:
+            raise ConfigurationError(
+                f"confirmation_strategies names unknown tools {unknown}; the agent's tools are {sorted(tools)}."
+            )
+        if not callable(getattr(strategy, "run", None)):
+            raise ConfigurationTypeError(f"The confirmation strategy for {key!r} has no run() method: {strategy!r}.")
+    resolved: dict[str, Any] = {}
+    for name in tools:
+        if name in strategies:
+            resolved[name] = strategies[name]
+        elif (
+            grouped := next((s for k, s in strategies.items() if isinstance(k, tuple) and name in k), None)
+        ) is not None:
+            resolved[name] = grouped
+        elif "*" in strategies:
+            resolved[name] = strategies["*"]
+    return resolved
+
+
+def _strategy_to_dict(strategy: Any) -> dict[str, Any]:
+    to_dict = getattr(strategy, "to_dict", None)
+    if not callable(to_dict):
+        raise ConfigurationTypeError(f"{type(strategy).__name__} has no to_dict(): give it to_dict/from_dict.")
+    data: dict[str, Any] = to_dict()
+    return data
 
 
 def _split_dynamic(

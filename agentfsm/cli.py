@@ -105,14 +105,26 @@ def _snapshot_show(args: argparse.Namespace) -> int:
     print(f"run          {snapshot.run_id}")
     print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
     if snapshot.break_point:
-        described = ", ".join(f"{k}={v}" for k, v in snapshot.break_point.items() if k != "type" and v is not None)
+        described = ", ".join(
+            f"{k}={v}"
+            for k, v in snapshot.break_point.items()
+            if k not in ("type", "tool_descriptions") and v is not None
+        )
         print(f"break point  {snapshot.break_point.get('type')}({described})")
     print(f"agent        fingerprint {snapshot.agent_fingerprint}")
     if snapshot.pending_tool_calls:
         print("pending tool calls:")
-        for call in snapshot.pending_tool_calls:
-            done = " (finished)" if call.get("id") in snapshot.completed_tool_results else ""
-            print(f"  {call.get('id')}: {call['tool_name']}({orjson.dumps(call['arguments']).decode()}){done}")
+        decided = {d["tool_call_id"]: d for d in snapshot.decisions if d.get("step") == snapshot.step}
+        waiting = (snapshot.break_point or {}).get("type") == "confirmation"
+        for i, call in enumerate(snapshot.pending_tool_calls):
+            key = call.get("id") or f"#{i}"
+            if key in snapshot.completed_tool_results:
+                status = " (finished)"
+            elif key in decided:
+                status = " (approved)" if decided[key]["execute"] else " (rejected)"
+            else:
+                status = " (waiting for a decision)" if waiting else ""
+            print(f"  {key}: {call['tool_name']}({orjson.dumps(call['arguments']).decode()}){status}")
     shown = snapshot.messages[-args.last :] if args.last else []
     if shown:
         print(f"last {len(shown)} of {len(snapshot.messages)} messages:")
@@ -134,6 +146,44 @@ def _result_text(message: ChatMessage) -> str:
     return " ".join(getattr(part, "text", "[image]") for part in result.result)
 
 
+def decisions_from_args(snapshot: Any, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
+    """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls."""
+    from agentfsm.hitl import ToolExecutionDecision, call_fingerprint
+
+    pending: dict[str, dict[str, Any]] = {
+        c.get("id") or f"#{i}": dict(c) for i, c in enumerate(snapshot.pending_tool_calls)
+    }
+
+    def call(call_id: str) -> dict[str, Any]:
+        if call_id not in pending:
+            raise CLIError(f"the snapshot has no pending call {call_id!r}; its pending calls are {sorted(pending)}.")
+        return pending[call_id]
+
+    decisions = []
+    for call_id in approve:
+        c = call(call_id)
+        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
+        decisions.append(ToolExecutionDecision(c["tool_name"], True, call_id, None, c["arguments"], fingerprint))
+    for entry in reject:
+        call_id, _, feedback = entry.partition(":")
+        c = call(call_id)
+        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
+        decisions.append(ToolExecutionDecision(c["tool_name"], False, call_id, feedback or None, None, fingerprint))
+    for entry in modify:
+        call_id, _, raw = entry.partition(":")
+        c = call(call_id)
+        try:
+            params = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise CLIError(f"--modify {call_id}: the new arguments are not JSON ({exc}).") from None
+        if not isinstance(params, dict):
+            raise CLIError(f"--modify {call_id}: the new arguments must be a JSON object.")
+        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
+        feedback = f"The user changed the arguments from {c['arguments']} to {params}."
+        decisions.append(ToolExecutionDecision(c["tool_name"], True, call_id, feedback, params, fingerprint))
+    return decisions
+
+
 def _resume(args: argparse.Namespace) -> int:
     agent = load_agent(args.agent)
     if args.db:
@@ -143,7 +193,8 @@ def _resume(args: argparse.Namespace) -> int:
         snapshot = store.latest(args.file)
     else:
         snapshot = _load_snapshot(args.file)
-    result = agent.run(snapshot=snapshot)
+    decisions = decisions_from_args(snapshot, args.approve, args.reject, args.modify)
+    result = agent.run(snapshot=snapshot, decisions=decisions)
     last = result["last_message"]
     print(last.text if last is not None and last.text is not None else "")
     print(f"(exit: {result['exit_reason']}, {result['step_count']} model calls)", file=sys.stderr)
@@ -206,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("file", metavar="FILE", help="a snapshot file, or a run id with --db")
     resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
     resume.add_argument("--db", metavar="FILE", help="resume the latest snapshot of run FILE from this SQLite store")
+    resume.add_argument("--approve", action="append", default=[], metavar="ID", help="run pending call ID as proposed")
+    resume.add_argument(
+        "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"
+    )
+    resume.add_argument(
+        "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
+    )
     resume.set_defaults(handler=_resume)
 
     runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store")

@@ -102,7 +102,9 @@ def fixed_facts(agent: Agent) -> dict[str, bool]:
 
     Without hooks nothing sets ``stop_run`` or ``continue_run``; no confirmation strategy sends a call to CONFIRM.
     """
-    fixed = {"needs_confirmation": False, "strategy_paused": False}
+    fixed: dict[str, bool] = {}
+    if not agent._confirmation:
+        fixed |= {"needs_confirmation": False, "strategy_paused": False}
     if not agent._hooks:
         fixed |= {"stop_requested": False, "continue_requested": False}
     return fixed
@@ -160,6 +162,9 @@ def build_model(
         notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
+        if agent._confirmation:
+            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in agent._confirmation.items())
+            notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
         for phase, work in PHASE_WORK.items():
             hooks = [
                 f"{p.value}: {', '.join(hook_name(h) for h in agent._hooks[p])}" for p in work if p in agent._hooks

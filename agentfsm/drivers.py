@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm.errors import BreakpointException
+from agentfsm.errors import BreakpointException, HITLBreakpointException
 from agentfsm.hooks import accepts_error, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.runtime import AgentRun, CallModel, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm.runtime import AgentRun, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm.snapshot import AgentSnapshot
+from agentfsm.tools.invoker import PreparedCall
 from agentfsm.workers import run_in_worker
 
 #: Keeps the snapshot of a paused run (a snapshot store that does not observe the run itself).
@@ -27,12 +28,25 @@ SavePause = Callable[[AgentSnapshot], Any]
 
 
 def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> BreakpointException:
-    """The ``BreakpointException`` for a paused run, once its snapshot is kept where it was asked to be."""
+    """The ``BreakpointException`` for a paused run, once its snapshot is kept where it was asked to be.
+
+    A run that waits for a confirmation decision raises ``HITLBreakpointException``.
+    """
     if save is not None:
         save(snapshot)
-    directory = (snapshot.break_point or {}).get("snapshot_file_path")
+    reason = snapshot.break_point or {}
+    directory = reason.get("snapshot_file_path")
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
+    if reason.get("type") == "confirmation":
+        return HITLBreakpointException(
+            f"Run {snapshot.run_id} waits for a decision on {reason['tool_name']} (call {reason['tool_call_id']})"
+            f"{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]).",
+            reason["tool_name"],
+            path,
+            reason["tool_call_id"],
+            snapshot,
+        )
     return BreakpointException(
         f"Breakpoint: run {snapshot.run_id} paused before {snapshot.phase.value} at step {snapshot.step}{where}. "
         "Resume it with agent.run(snapshot=exc.snapshot).",
@@ -55,6 +69,40 @@ def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
     if action.point is not Work.ON_ERROR:
         raise exc
     logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
+
+
+def _question(strategy: Any, decide: Any, call: PreparedCall) -> dict[str, Any]:
+    """What a strategy is asked about one call (and the tool's schema, when its ``decide`` takes it)."""
+    tool = call.tool
+    asked: dict[str, Any] = {
+        "tool_name": call.call.tool_name,
+        "tool_description": tool.description if tool else "",
+        "tool_params": dict(call.call.arguments),
+        "tool_call_id": call.key,
+    }
+    parameters = inspect.signature(decide).parameters
+    if tool is not None and ("tool_schema" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())):
+        asked["tool_schema"] = tool.parameters
+    return asked
+
+
+def _ask(strategy: Any, call: PreparedCall) -> Any:
+    """The strategy's decision for one call, or ``None`` when it defers (raises ``HITLBreakpointException``)."""
+    try:
+        return strategy.run(**_question(strategy, strategy.run, call))
+    except HITLBreakpointException:
+        return None
+
+
+async def _ask_async(strategy: Any, call: PreparedCall) -> Any:
+    """Like ``_ask``: ``run_async`` when the strategy has it, else ``run`` in a worker thread (a UI may block)."""
+    decide = getattr(strategy, "run_async", None)
+    if decide is None:
+        return await run_in_worker(_ask, strategy, call)
+    try:
+        return await decide(**_question(strategy, decide, call))
+    except HITLBreakpointException:
+        return None
 
 
 def drive_sync(
@@ -81,6 +129,8 @@ def drive_sync(
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
+                case Confirm():
+                    run.decided([_ask(s, c) for c, s in zip(action.calls, action.strategies, strict=True)])
                 case RunHooks():
                     for h in action.hooks:
                         try:
@@ -134,6 +184,8 @@ async def drive_async(
                             pending = streaming_callback(chunk)
                             if inspect.isawaitable(pending):
                                 await pending
+                case Confirm():
+                    run.decided([await _ask_async(s, c) for c, s in zip(action.calls, action.strategies, strict=True)])
                 case RunHooks():
                     for h in action.hooks:
                         hook_async = getattr(h, "run_async", None)

@@ -50,6 +50,35 @@ class BreakpointException(AgentFSMError):
         self.snapshot = snapshot
         self.snapshot_file_path = snapshot_file_path
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.snapshot, self.snapshot_file_path)
+
+
+class HITLBreakpointException(BreakpointException):
+    """A confirmation strategy paused the run: ``tool_name`` (``tool_call_id``) waits for a decision.
+
+    The snapshot is in ``snapshot`` and, when the strategy names a directory, in ``snapshot_file_path``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        tool_name: str,
+        snapshot_file_path: str | None = None,
+        tool_call_id: str | None = None,
+        snapshot: Any = None,
+    ) -> None:
+        super().__init__(message, snapshot, snapshot_file_path)
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.tool_name, self.snapshot_file_path, self.tool_call_id, self.snapshot)
+
+
+class DecisionError(AgentFSMError, ValueError):
+    """A confirmation decision cannot be applied: unknown call, a call that changed, or one decided already."""
+
 
 class ToolError(AgentFSMError):
     """Base class of errors raised while preparing or running a tool call."""

@@ -80,6 +80,9 @@ class Work(StrEnum):
     AFTER_LLM = "after_llm"
     BEFORE_TOOL = "before_tool"
     PREPARE_CALLS = "prepare_calls"
+    #: The confirmation strategies decide the calls they cover (a blocking one asks now; a
+    #: breakpoint one leaves the call undecided, and the run pauses for the decision).
+    DECIDE = "decide"
     RUN_TOOLS = "run_tools"
     AFTER_TOOL = "after_tool"
     #: Each exit attempt starts without a request to continue: only its own ``on_exit`` hooks can make one.
@@ -118,6 +121,7 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.IDLE: (Work.BEFORE_RUN,),
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
+    Phase.CONFIRM: (Work.DECIDE,),
     Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
     Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),

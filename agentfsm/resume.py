@@ -7,9 +7,10 @@ not done yet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from agentfsm.errors import AgentFSMError, SnapshotError
+from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, Phase
 from agentfsm.messages import ChatMessage, ToolCall
@@ -21,12 +22,19 @@ from agentfsm.tools.invoker import CallOutcome
 
 
 def resume_run(
-    config: RunConfig, schema: dict[str, Any], snapshot: AgentSnapshot | dict[str, Any], *, strict: bool
+    config: RunConfig,
+    schema: dict[str, Any],
+    snapshot: AgentSnapshot | dict[str, Any],
+    *,
+    strict: bool,
+    decisions: Sequence[Any] = (),
 ) -> AgentRun:
     """The run ``snapshot`` holds, in the phase it recorded, for an agent with this config and State schema.
 
     A snapshot taken by a differently configured agent (another fingerprint) logs a warning, or
     raises ``SnapshotError`` with ``strict``. Any other problem with the snapshot raises ``SnapshotError``.
+    ``decisions`` (``ToolExecutionDecision``) decide pending calls of a run waiting in CONFIRM; one
+    that does not fit a waiting call raises ``DecisionError`` before anything runs.
     """
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
@@ -40,11 +48,19 @@ def resume_run(
             raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
         logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
     try:
-        return _rebuild(config, schema, snap, expected)
+        run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
         raise
     except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
+    if decisions:
+        if run.phase is not Phase.CONFIRM:
+            raise DecisionError(
+                f"Run {snap.run_id} is not waiting for decisions: it resumes in {run.phase.value}. Nothing ran."
+            )
+        for decision in decisions:
+            run.apply_decision(decision)
+    return run
 
 
 def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fingerprint: str) -> AgentRun:
@@ -65,6 +81,15 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     run.phase, run.step, run.exit_reason = Phase.PAUSED, snap.step, snap.exit_reason
     run.trace = [TransitionRecord.from_dict(r) for r in snap.trace]
     run.calls = [ToolCall.from_dict(c) for c in snap.pending_tool_calls]
+    run.decisions = [dict(d) for d in snap.decisions]
+    if run.decisions:
+        from agentfsm.hitl.types import ToolExecutionDecision
+
+        taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions]
+        for strategy in {id(s): s for s in config.confirmation.values()}.values():
+            restore = getattr(strategy, "restore", None)
+            if callable(restore):
+                restore(taken)
     if snap.phase in PREPARED_PHASES:
         # Before the resume edge: its observers record the calls that finished already.
         run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})

@@ -21,7 +21,7 @@ from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.errors import DecisionError, MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -141,6 +141,8 @@ class RunConfig:
     observers: tuple[RunObserver, ...] = ()
     #: The hooks of each hook point, in the order they run.
     hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
+    #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
+    confirmation: Mapping[str, Any] = field(default_factory=dict)
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -162,6 +164,18 @@ class RunTools:
     """Execute the ready calls, report each to ``tool_completed``, then ``tools_ran``."""
 
     calls: list[PreparedCall]
+
+
+@dataclass(slots=True)
+class Confirm:
+    """Ask each call's confirmation strategy for its decision, then ``decided`` with one per call, in order.
+
+    A strategy that defers (it raised ``HITLBreakpointException``) is reported as ``None``: the call
+    stays undecided and the run pauses for the decision.
+    """
+
+    calls: list[PreparedCall]
+    strategies: list[Any]
 
 
 @dataclass(slots=True)
@@ -198,7 +212,7 @@ class Fail:
     error: BaseException
 
 
-Action = CallModel | RunTools | RunHooks | Pause | Finish | Fail
+Action = CallModel | RunTools | Confirm | RunHooks | Pause | Finish | Fail
 
 
 class AgentRun:
@@ -227,6 +241,8 @@ class AgentRun:
         self.snapshot: AgentSnapshot | None = None
         #: The exception that failed the run.
         self.error: BaseException | None = None
+        #: Every confirmation decision taken in the run (``ToolExecutionDecision.to_dict()`` and its ``step``).
+        self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
@@ -349,6 +365,13 @@ class AgentRun:
     def _run_tools(self, item: Work) -> Action:
         return RunTools(self.pending)
 
+    def _decide(self, item: Work) -> Action | None:
+        undecided = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
+        if not undecided:
+            self.stage += 1
+            return None
+        return Confirm(undecided, [self.config.confirmation[c.call.tool_name] for c in undecided])
+
     def _clear_continue(self, item: Work) -> None:
         if self._data.get("continue_run"):
             self.state.set("continue_run", False)
@@ -376,10 +399,16 @@ class AgentRun:
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
-        if completed:
+        covered = self.config.confirmation
+        if completed or covered:
             for c in self.pending:
-                if c.key in completed:
+                if completed and c.key in completed:
                     c.status, c.outcome = CallStatus.DONE, completed[c.key]
+                elif c.status is CallStatus.READY and c.call.tool_name in covered:
+                    c.status = CallStatus.UNDECIDED
+            for decision in self.decisions:  # decisions taken before a pause or a crash
+                if decision.get("step") == self.step:
+                    self.apply_decision(decision, taken_before=True)
 
     def current_tools(self) -> dict[str, Tool]:
         """The tools the model can call now: the run's tools and what its dynamic toolsets show."""
@@ -438,6 +467,56 @@ class AgentRun:
         self.stage += 1
         return messages
 
+    def decided(self, decisions: list[Any]) -> None:
+        """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
+        self._expect(Work.DECIDE, "decided")
+        for decision in decisions:
+            if decision is not None:
+                self.apply_decision(decision)
+        self.stage += 1
+        if self.config.observers:
+            self._tell(None)
+
+    def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
+        """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
+
+        It must name a pending call waiting for a decision (``tool_call_id``), for the same tool, and,
+        when it carries one, the fingerprint of that call's tool name and arguments as proposed.
+        Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
+        """
+        from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+
+        d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
+        call = next((c for c in self.pending if c.key == d.tool_call_id), None)
+        if call is None:
+            waiting = [c.key for c in self.pending if c.status is CallStatus.UNDECIDED]
+            raise DecisionError(
+                f"No pending tool call {d.tool_call_id!r} in run {self.run_id}; the calls waiting for a decision are {waiting}."
+            )
+        proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
+        if d.tool_name != call.call.tool_name or (d.call_fingerprint is not None and d.call_fingerprint != proposed):
+            raise DecisionError(
+                f"The decision for {d.tool_call_id!r} was taken for another call ({d.tool_name}, fingerprint "
+                f"{d.call_fingerprint}); the pending call is {call.call.tool_name}({call.call.arguments}), "
+                f"fingerprint {proposed}. Nothing ran."
+            )
+        if call.status is not CallStatus.UNDECIDED:
+            if taken_before:
+                return
+            raise DecisionError(f"Tool call {d.tool_call_id!r} is decided already ({call.status}); nothing ran.")
+        call.decision = d
+        if not d.execute:
+            call.status = CallStatus.REJECTED
+        elif d.final_tool_params is None or d.final_tool_params == call.call.arguments:
+            call.status = CallStatus.READY
+        else:  # modified: the new arguments are checked again, as the model's were
+            modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
+            [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
+            call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
+            call.status, call.error = checked.status, checked.error
+        if not taken_before:
+            self.decisions.append({**d.to_dict(), "call_fingerprint": proposed, "step": self.step})
+
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
 
@@ -465,6 +544,9 @@ class AgentRun:
         self._move(Transition(trigger, self.phase, dest, interrupt=True), stage)
 
     def _move(self, transition: Transition, stage: int = 0) -> None:
+        if transition.dest is Phase.PAUSED and self.snapshot is None:
+            # A decision is deferred: the run resumes into this phase's work, and it waits for the decision.
+            self.snapshot = self.make_snapshot(self._waiting_for(), stage=0)
         now = time.perf_counter()
         record = TransitionRecord(
             self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
@@ -542,12 +624,25 @@ class AgentRun:
             self._fingerprint = self.config.fingerprint()
         return self._fingerprint
 
-    def snapshot_fields(self, break_point: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _waiting_for(self) -> dict[str, Any]:
+        """Why a run pauses for a confirmation: the first call waiting, and the tools of every one."""
+        waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
+        first = waiting[0]
+        strategy = self.config.confirmation.get(first.call.tool_name)
+        return {
+            "type": "confirmation",
+            "tool_name": first.call.tool_name,
+            "tool_call_id": first.key,
+            "snapshot_file_path": getattr(strategy, "snapshot_file_path", None),
+            "tool_descriptions": {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
+        }
+
+    def snapshot_fields(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> dict[str, Any]:
         """The snapshot of the run where it stands, but ``messages``, ``trace`` and ``created_at``."""
         return {
             "run_id": self.run_id,
             "phase": self.phase,
-            "stage": self.stage,
+            "stage": self.stage if stage is None else stage,
             "step": self.step,
             "state": serialize_value({k: v for k, v in self._data.items() if k != "messages"}),
             "pending_tool_calls": [c.to_dict() for c in self.calls] if self.phase in CALL_PHASES else [],
@@ -556,14 +651,15 @@ class AgentRun:
             },
             "exit_reason": self.exit_reason,
             "break_point": break_point,
+            "decisions": list(self.decisions),
             "agent_fingerprint": self.fingerprint,
         }
 
-    def make_snapshot(self, break_point: dict[str, Any] | None = None) -> AgentSnapshot:
-        """The run as data, to be resumed where it stands."""
+    def make_snapshot(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> AgentSnapshot:
+        """The run as data, to be resumed where it stands (or at ``stage`` of its phase)."""
         return AgentSnapshot.from_dict(
             {
-                **self.snapshot_fields(break_point),
+                **self.snapshot_fields(break_point, stage),
                 "messages": [m.to_dict() for m in self._data.get("messages") or []],
                 "trace": [r.to_dict() for r in self.trace],
                 "created_at": now_iso(),
@@ -585,6 +681,7 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     Work.CALL_MODEL: AgentRun._call_model,
     Work.PREPARE_CALLS: AgentRun._prepare_calls,
     Work.RUN_TOOLS: AgentRun._run_tools,
+    Work.DECIDE: AgentRun._decide,
     Work.CLEAR_CONTINUE: AgentRun._clear_continue,
     Work.FINISH: AgentRun._finish,
     Work.REPORT_PAUSE: AgentRun._report_pause,

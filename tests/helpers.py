@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from agentfsm import ChatMessage, State, ToolCall, hook, tool
 
@@ -126,3 +126,53 @@ class LoggingHook:
     @classmethod
     def from_dict(cls, data: dict[str, str]) -> LoggingHook:
         return cls(data["name"])
+
+
+# -- confirmation UIs for tests (module-level, so that agents holding them serialize) -----------------
+
+
+class ScriptedUI:
+    """Answers confirmations from a list of (action, feedback, new_tool_params); records what it was asked."""
+
+    def __init__(self, answers: list[list[Any]]) -> None:
+        self.answers = [list(a) for a in answers]
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def get_user_confirmation(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+    ) -> Any:
+        from agentfsm.hitl import ConfirmationUIResult
+
+        self.asked.append((tool_name, tool_params))
+        action, feedback, params = self.answers.pop(0)
+        return ConfirmationUIResult(action, feedback, params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "tests.helpers.ScriptedUI", "init_parameters": {"answers": self.answers}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScriptedUI:
+        return cls(data["init_parameters"]["answers"])
+
+
+class RuleUI:
+    """Decides by the call's arguments, the same way every time: reject an odd ``a``, change ``a == 2`` to 20."""
+
+    def get_user_confirmation(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+    ) -> Any:
+        from agentfsm.hitl import ConfirmationUIResult
+
+        a = tool_params.get("a")
+        if isinstance(a, int) and a % 2:
+            return ConfirmationUIResult("reject", feedback=f"{a} is odd")
+        if a == 2:
+            return ConfirmationUIResult("modify", new_tool_params={**tool_params, "a": 20})
+        return ConfirmationUIResult("confirm")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "tests.helpers.RuleUI", "init_parameters": {}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuleUI:
+        return cls()

@@ -19,6 +19,13 @@ from agentfsm import (
     ToolInvocationError,
 )
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import (
+    BlockingConfirmationStrategy,
+    BreakpointConfirmationStrategy,
+    HITLBreakpointException,
+    NeverAskPolicy,
+    SimpleConsoleUI,
+)
 from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, Facts, build_machine
 from tests.helpers import add, always_continue, call, calls, continue_once, fail, raise_in_hook, stop_at_once
 
@@ -63,6 +70,16 @@ def test_undeclared_edges_raise() -> None:
 
 
 USER = [ChatMessage.from_user("go")]
+
+
+class Refuses(BlockingConfirmationStrategy):
+    """A strategy whose UI is broken: it raises."""
+
+    def __init__(self) -> None:
+        super().__init__(NeverAskPolicy(), SimpleConsoleUI())
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the confirmation UI is down")
 
 
 class Model:
@@ -171,6 +188,24 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
     edges |= _failed_edges(
         Agent(chat_generator=ScriptedChatGenerator(["done"]), hooks={"on_exit": [raise_in_hook]}),
     )
+    # CONFIRM: decided at once, paused for a decision and decided on resume, failed by a strategy that raises.
+    script = [calls(call("add", "a1", a=1, b=2)), "done"]
+    decide_now = BlockingConfirmationStrategy(NeverAskPolicy(), SimpleConsoleUI())
+
+    def confirming(strategy: Any, position: int = 0) -> Agent:
+        model = ScriptedChatGenerator(script, position=position)
+        return Agent(chat_generator=model, tools=[add], confirmation_strategies={"add": strategy})
+
+    edges |= _edges_of(confirming(decide_now).run(USER))
+    with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(HITLBreakpointException) as waiting:
+        confirming(BreakpointConfirmationStrategy("unused")).run(USER)
+    edges |= _logged_edges(caplog)
+    edges |= _edges_of(confirming(decide_now, position=1).run(snapshot=waiting.value.snapshot))
+    with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(BreakpointException) as paused:
+        confirming(decide_now).run(USER, break_point=Breakpoint(phase=Phase.CONFIRM, step=1))
+    edges |= _logged_edges(caplog)
+    edges |= _edges_of(confirming(decide_now, position=1).run(snapshot=paused.value.snapshot))
+    edges |= _failed_edges(confirming(Refuses()))
     for phase, step in [(Phase.LLM_CALL, 0), (Phase.TOOL_PENDING, 1), (Phase.TOOL_RUN, 1), (Phase.EXIT_CHECK, 1)]:
         agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"]), tools=[add])
         with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(BreakpointException) as paused:
@@ -180,25 +215,10 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
     return edges
 
 
-#: Edges no run can take yet: CONFIRM's (agents cannot configure confirmation strategies yet).
-#: They are exercised on the machine below.
-NOT_YET_REACHABLE_FROM_RUNS = {
-    (t.source, t.trigger, t.dest) for t in TRANSITIONS if Phase.CONFIRM in (t.source, t.dest)
-}
-
-
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog)
-    assert taken <= declared
-    assert declared - taken == NOT_YET_REACHABLE_FROM_RUNS
-
-    for source, trigger, dest in NOT_YET_REACHABLE_FROM_RUNS:
-        model = Model()
-        build_machine(model, initial=source)
-        facts = FixedFacts(needs_confirmation=True, strategy_paused=dest is Phase.PAUSED)
-        assert model.trigger(trigger, facts=facts, to=dest), (source, trigger, dest)
-        assert model.state == dest.value
+    assert taken == declared
 
 
 def test_fail_edges_raise_the_original_error() -> None:

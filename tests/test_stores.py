@@ -267,7 +267,7 @@ class RecordingStore(SQLiteSnapshotStore):
 
 
 def without_time(snapshot: AgentSnapshot) -> dict[str, Any]:
-    return {k: v for k, v in snapshot.to_dict().items() if k not in ("created_at", "format_version", "decisions")}
+    return {k: v for k, v in snapshot.to_dict().items() if k not in ("created_at", "format_version")}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

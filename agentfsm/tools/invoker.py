@@ -73,6 +73,8 @@ class CallStatus(StrEnum):
     FAILED = "failed"
     #: A confirmation strategy must decide it before it can run.
     UNDECIDED = "undecided"
+    #: A person rejected it: it never runs; the model is told, with the feedback (``decision``).
+    REJECTED = "rejected"
     #: It ran: ``outcome`` holds what it returned or raised.
     DONE = "done"
 
@@ -89,6 +91,8 @@ class PreparedCall:
     status: CallStatus
     error: ToolError | None = None
     outcome: CallOutcome | None = None
+    #: The confirmation decision taken for it (a ``ToolExecutionDecision``), if one was needed.
+    decision: Any = None
 
 
 class RecordedToolError(Exception):
@@ -277,7 +281,8 @@ class ToolInvoker:
             result = self._result(c, state)
             if c.status is CallStatus.DONE and c.tool is not None:
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
-            messages.append(ChatMessage(ChatRole.TOOL, (result,)))
+            meta = {} if c.decision is None else {"confirmation": c.decision.to_dict()}
+            messages.append(ChatMessage(ChatRole.TOOL, (result,), None, meta))
         if "tool_call_counts" in state.schema:
             state.set("tool_call_counts", counts)
         return messages
@@ -285,6 +290,12 @@ class ToolInvoker:
     def _result(self, c: PreparedCall, state: State) -> ToolCallResult:
         if c.status is CallStatus.FAILED:
             return ToolCallResult(str(c.error), c.call, error=True)
+        if c.status is CallStatus.REJECTED:
+            feedback = c.decision.feedback if c.decision is not None else None
+            rejection = f"Tool execution for {c.call.tool_name!r} was rejected by the user." + (
+                f" With feedback: {feedback}" if feedback else ""
+            )
+            return ToolCallResult(rejection, c.call, error=True)
         if c.status is not CallStatus.DONE or c.outcome is None or c.tool is None:
             raise MachineError(f"Tool call {c.key} to {c.call.tool_name!r} has no result yet: it is {c.status}.")
         tool, outcome = c.tool, c.outcome

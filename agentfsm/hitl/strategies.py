@@ -1,0 +1,145 @@
+"""Confirmation strategies: how the decision for a tool call is taken, now or later."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agentfsm.errors import HITLBreakpointException
+from agentfsm.hitl.policies import ConfirmationPolicy
+from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+from agentfsm.hitl.user_interfaces import ConfirmationUI
+from agentfsm.serialization import import_path, object_path, rebuild
+
+
+class ConfirmationStrategy:
+    """Base class of confirmation strategies: ``run`` returns the decision for one call.
+
+    A strategy that cannot decide now raises ``HITLBreakpointException``: the run pauses in CONFIRM
+    and its snapshot waits for the decision (``agent.run(snapshot=..., decisions=[...])``).
+    """
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> ToolExecutionDecision:
+        """Decide one call (``tool_schema`` may be given as a keyword: the tool's parameter schema)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run().")
+
+    def restore(self, decisions: list[ToolExecutionDecision]) -> None:
+        """Learn again from the decisions of a resumed run (nothing by default)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the strategy."""
+        return {"type": object_path(type(self)), "init_parameters": {}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ConfirmationStrategy:
+        """Deserialize the strategy."""
+        return cls(**data.get("init_parameters", {}))
+
+
+def decision_from(
+    tool_name: str, tool_params: dict[str, Any], tool_call_id: str | None, action: str, **answer: Any
+) -> ToolExecutionDecision:
+    """The decision for a UI's ``action``: confirm (run as proposed), modify (run with new parameters) or reject."""
+    fingerprint = call_fingerprint(tool_name, tool_params)
+    if action == "confirm":
+        return ToolExecutionDecision(tool_name, True, tool_call_id, answer.get("feedback"), tool_params, fingerprint)
+    if action == "modify" and answer.get("new_tool_params") is not None:
+        params = answer["new_tool_params"]
+        feedback = answer.get("feedback") or f"The user changed the arguments from {tool_params} to {params}."
+        return ToolExecutionDecision(tool_name, True, tool_call_id, feedback, params, fingerprint)
+    feedback = answer.get("feedback")
+    return ToolExecutionDecision(tool_name, False, tool_call_id, feedback, None, fingerprint)
+
+
+class BlockingConfirmationStrategy(ConfirmationStrategy):
+    """Asks through ``confirmation_ui`` while the run waits, when ``confirmation_policy`` says to ask.
+
+    Under ``Agent.run_async`` the UI runs in a worker thread: the event loop is never blocked.
+    """
+
+    def __init__(self, confirmation_policy: ConfirmationPolicy, confirmation_ui: ConfirmationUI) -> None:
+        self.confirmation_policy = confirmation_policy
+        self.confirmation_ui = confirmation_ui
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> ToolExecutionDecision:
+        """Ask (if the policy says so) and turn the answer into a decision."""
+        if not self.confirmation_policy.should_ask(tool_name, tool_description, tool_params):
+            return decision_from(tool_name, tool_params, tool_call_id, "confirm")
+        result = self.confirmation_ui.get_user_confirmation(tool_name, tool_description, tool_params, **kwargs)
+        self.confirmation_policy.update_after_confirmation(tool_name, tool_description, tool_params, result)
+        return decision_from(
+            tool_name,
+            tool_params,
+            tool_call_id,
+            result.action,
+            feedback=result.feedback,
+            new_tool_params=result.new_tool_params,
+        )
+
+    def restore(self, decisions: list[ToolExecutionDecision]) -> None:
+        """The policy learns again from the resumed run's decisions (``AskOncePolicy`` remembers)."""
+        self.confirmation_policy.restore(decisions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the strategy with its policy and UI."""
+        return {
+            "type": object_path(type(self)),
+            "init_parameters": {
+                "confirmation_policy": self.confirmation_policy.to_dict(),
+                "confirmation_ui": self.confirmation_ui.to_dict(),
+            },
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None
+    ) -> BlockingConfirmationStrategy:
+        """Deserialize; the policy's and UI's classes are resolved through the allow-list."""
+        params = data["init_parameters"]
+        policy, ui = params["confirmation_policy"], params["confirmation_ui"]
+        return cls(
+            rebuild(import_path(policy["type"], allowed_modules), policy, allowed_modules),
+            rebuild(import_path(ui["type"], allowed_modules), ui, allowed_modules),
+        )
+
+
+class BreakpointConfirmationStrategy(ConfirmationStrategy):
+    """Pauses the run for a decision taken later, anywhere: the snapshot is saved in ``snapshot_file_path``.
+
+    The run takes CONFIRM -> PAUSED (``hitl_pause``) and raises ``HITLBreakpointException``; resume it
+    with ``agent.run(snapshot=..., decisions=[...])``.
+    """
+
+    def __init__(self, snapshot_file_path: str) -> None:
+        self.snapshot_file_path = snapshot_file_path
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> ToolExecutionDecision:
+        """Always raises ``HITLBreakpointException``: the decision comes from outside the run."""
+        raise HITLBreakpointException(
+            f"Tool {tool_name!r} needs a decision.", tool_name, self.snapshot_file_path, tool_call_id
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the strategy."""
+        return {"type": object_path(type(self)), "init_parameters": {"snapshot_file_path": self.snapshot_file_path}}

@@ -1,0 +1,335 @@
+"""Human in the loop: CONFIRM as a guard state, decisions bound to their calls, approve later anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import pty
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from agentfsm import Agent, ChatMessage, Phase
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import (
+    AlwaysAskPolicy,
+    AskOncePolicy,
+    BlockingConfirmationStrategy,
+    BreakpointConfirmationStrategy,
+    ConfirmationUIResult,
+    DecisionError,
+    HITLBreakpointException,
+    NeverAskPolicy,
+    SimpleConsoleUI,
+    ToolExecutionDecision,
+    call_fingerprint,
+    get_tool_calls_and_descriptions_from_snapshot,
+)
+from agentfsm.snapshot import AgentSnapshot
+from agentfsm.testing import assert_resume_equivalent, scripted_conversations
+from tests.helpers import SIDE_EFFECTS, RuleUI, ScriptedUI, add, call, calls, finish, remember
+
+USER = [ChatMessage.from_user("go")]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def blocking(*answers: list[Any], policy: Any = None) -> BlockingConfirmationStrategy:
+    return BlockingConfirmationStrategy(policy or AlwaysAskPolicy(), ScriptedUI(list(answers)))
+
+
+def two_adds(*, strategies: dict[Any, Any], position: int = 0, **kwargs: Any) -> Agent:
+    script = [calls(call("add", "c1", a=1, b=2), call("add", "c2", a=4, b=4)), "done"]
+    return Agent(
+        chat_generator=ScriptedChatGenerator(script, position=position),
+        tools=[add, finish],
+        confirmation_strategies=strategies,
+        **kwargs,
+    )
+
+
+def tool_results(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    return [(r.origin.id or "", str(r.result), r.error) for m in result["messages"] for r in m.tool_call_results]
+
+
+# -- blocking: confirm, reject, modify -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_blocking_confirm_reject_and_modify(use_async: bool) -> None:
+    SIDE_EFFECTS.clear()
+    strategy = blocking(["reject", "not that one", None], ["modify", None, {"a": 40, "b": 2}])
+    agent = two_adds(strategies={"add": strategy})
+    result = asyncio.run(agent.run_async(USER)) if use_async else agent.run(USER)
+    assert SIDE_EFFECTS == ["add(40,2)"], "the rejected call never ran; the modified one ran with its new arguments"
+    results = tool_results(result)
+    assert results[0] == ("c1", "Tool execution for 'add' was rejected by the user. With feedback: not that one", True)
+    assert results[1] == ("c2", "42", False)
+    modified = result["messages"][3]
+    assert modified.tool_call_result.origin.arguments == {"a": 40, "b": 2}
+    assert modified.meta["confirmation"]["final_tool_params"] == {"a": 40, "b": 2}
+    assert "changed the arguments from {'a': 4, 'b': 4}" in modified.meta["confirmation"]["feedback"]
+    assert result["tool_call_counts"] == {"add": 1}
+    assert [(r.source, r.dest) for r in result["trace"]][2:4] == [
+        (Phase.TOOL_PENDING, Phase.CONFIRM),
+        (Phase.CONFIRM, Phase.TOOL_RUN),
+    ]
+    assert strategy.confirmation_ui.asked == [("add", {"a": 1, "b": 2}), ("add", {"a": 4, "b": 4})]  # type: ignore[attr-defined]
+
+
+def test_modified_arguments_are_checked_again() -> None:
+    agent = two_adds(strategies={"add": blocking(["confirm", None, None], ["modify", None, {"a": "four"}])})
+    results = tool_results(agent.run(USER))
+    assert results[1][2] and "Invalid arguments for tool 'add'" in results[1][1]
+
+
+def test_calls_no_strategy_covers_go_straight_to_tool_run() -> None:
+    agent = two_adds(strategies={"finish": blocking()})
+    result = agent.run(USER)
+    assert Phase.CONFIRM not in {r.dest for r in result["trace"]}
+    assert result["tool_call_counts"] == {"add": 2}
+
+
+def test_the_most_specific_key_wins_and_unknown_tools_are_refused() -> None:
+    named, grouped, everything = blocking(["confirm", None, None]), blocking(), blocking()
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["x"]),
+        tools=[add, finish, remember],
+        confirmation_strategies={"add": named, ("add", "finish"): grouped, "*": everything},
+        state_schema={"notes": {"type": list[str]}, "prefix": {"type": str}},
+    )
+    assert agent._confirmation == {"add": named, "finish": grouped, "remember": everything}
+    with pytest.raises(ValueError, match=r"confirmation_strategies names unknown tools \['nope'\]"):
+        Agent(chat_generator=ScriptedChatGenerator([]), tools=[add], confirmation_strategies={"nope": named})
+
+
+def test_never_ask_runs_and_ask_once_asks_once_per_call() -> None:
+    SIDE_EFFECTS.clear()
+    assert two_adds(strategies={"*": blocking(policy=NeverAskPolicy())}).run(USER)["tool_call_counts"] == {"add": 2}
+    once = blocking(["confirm", None, None], policy=AskOncePolicy())
+    script = [calls(call("add", "c1", a=1, b=1)), calls(call("add", "c2", a=1, b=1)), "done"]
+    result = Agent(
+        chat_generator=ScriptedChatGenerator(script), tools=[add], confirmation_strategies={"add": once}
+    ).run(USER)
+    assert result["tool_call_counts"] == {"add": 2} and len(once.confirmation_ui.asked) == 1  # type: ignore[attr-defined]
+
+
+# -- breakpoint: pause, approve later, in parts, anywhere ---------------------------------------------
+
+
+def test_a_breakpoint_strategy_pauses_and_decisions_resume_the_run(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    agent = two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))})
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent.run(USER)
+    exc = paused.value
+    assert (exc.tool_name, exc.tool_call_id) == ("add", "c1") and SIDE_EFFECTS == []
+    snapshot = AgentSnapshot.from_file(exc.snapshot_file_path)  # type: ignore[arg-type]
+    assert snapshot == exc.snapshot and snapshot.phase is Phase.CONFIRM
+    last = snapshot.trace[-1]
+    assert (last["source"], last["trigger"], last["dest"]) == ("TOOL_PENDING", "confirm", "CONFIRM")
+    assert snapshot.stage == 0, "on resume, the strategies are asked about the calls still undecided"
+    calls_, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot)
+    assert [c["id"] for c in calls_] == ["c1"] and descriptions == {"add": "Add two integers."}
+    every, _ = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
+    assert [c["id"] for c in every] == ["c1", "c2"]
+
+    approve = ToolExecutionDecision("add", True, "c1", call_fingerprint=call_fingerprint("add", {"a": 1, "b": 2}))
+    reject = ToolExecutionDecision(
+        "add", False, "c2", "too big", call_fingerprint=call_fingerprint("add", {"a": 4, "b": 4})
+    )
+    later = two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}, position=1)
+    result = later.run(snapshot=snapshot, decisions=[approve, reject])
+    assert SIDE_EFFECTS == ["add(1,2)"]
+    assert tool_results(result) == [
+        ("c1", "3", False),
+        ("c2", "Tool execution for 'add' was rejected by the user. With feedback: too big", True),
+    ]
+    assert result["last_message"].text == "done"
+
+
+def test_decisions_may_arrive_in_parts(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    with pytest.raises(HITLBreakpointException) as first:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    approve_c1 = ToolExecutionDecision("add", True, "c1")
+    with pytest.raises(HITLBreakpointException) as second:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}, position=1).run(
+            snapshot=first.value.snapshot, decisions=[approve_c1]
+        )
+    assert second.value.tool_call_id == "c2" and SIDE_EFFECTS == [], "nothing runs until every call is decided"
+    assert [d["tool_call_id"] for d in second.value.snapshot.decisions] == ["c1"]
+    result = two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}, position=1).run(
+        snapshot=second.value.snapshot, decisions=[ToolExecutionDecision("add", True, "c2")]
+    )
+    assert SIDE_EFFECTS == ["add(1,2)", "add(4,4)"] and result["tool_call_counts"] == {"add": 2}
+
+
+def test_decisions_that_do_not_fit_are_refused_and_nothing_runs(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    with pytest.raises(HITLBreakpointException) as paused:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    snapshot = paused.value.snapshot
+
+    def resume(*decisions: ToolExecutionDecision) -> None:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}, position=1).run(
+            snapshot=snapshot, decisions=list(decisions)
+        )
+
+    with pytest.raises(DecisionError, match=r"No pending tool call 'c9'.*waiting for a decision are \['c1', 'c2'\]"):
+        resume(ToolExecutionDecision("add", True, "c9"))
+    stale = call_fingerprint("add", {"a": 100, "b": 2})
+    with pytest.raises(DecisionError, match="was taken for another call"):
+        resume(ToolExecutionDecision("add", True, "c1", call_fingerprint=stale))
+    with pytest.raises(DecisionError, match="decided already"):
+        resume(ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", False, "c1"))
+    with pytest.raises(DecisionError, match="not waiting for decisions"):
+        two_adds(strategies={}).run(snapshot=pause_before_tools(), decisions=[ToolExecutionDecision("add", True, "c1")])
+    assert SIDE_EFFECTS == []
+
+
+def pause_before_tools() -> AgentSnapshot:
+    from agentfsm import Breakpoint, BreakpointException
+
+    with pytest.raises(BreakpointException) as paused:
+        two_adds(strategies={}).run(USER, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    return paused.value.snapshot  # type: ignore[no-any-return]
+
+
+def test_ask_once_remembers_across_a_pause_in_another_agent(allow_tests_modules: None) -> None:
+    from agentfsm import Breakpoint, BreakpointException
+
+    script = [calls(call("add", "c1", a=1, b=1)), calls(call("add", "c2", a=1, b=1)), "done"]
+
+    def agent(position: int = 0) -> Agent:
+        strategy = blocking(["confirm", None, None], policy=AskOncePolicy())
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position),
+            tools=[add],
+            confirmation_strategies={"add": strategy},
+        )
+
+    first = agent()
+    with pytest.raises(BreakpointException) as paused:
+        first.run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
+    fresh = Agent.from_dict(agent(position=1).to_dict())
+    fresh.run(snapshot=paused.value.snapshot)
+    assert fresh._confirmation["add"].confirmation_ui.asked == [], "confirmed before the pause: not asked again"
+
+
+def test_hitl_exceptions_pickle_with_their_snapshot(tmp_path: Path) -> None:
+    with pytest.raises(HITLBreakpointException) as paused:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    again = pickle.loads(pickle.dumps(paused.value))
+    assert (again.tool_name, again.tool_call_id, again.snapshot) == ("add", "c1", paused.value.snapshot)
+
+
+def test_strategies_serialize_with_the_agent(allow_tests_modules: None, tmp_path: Path) -> None:
+    agent = two_adds(
+        strategies={
+            "add": blocking(["confirm", None, None], policy=AskOncePolicy()),
+            ("finish",): BreakpointConfirmationStrategy(str(tmp_path)),
+        }
+    )
+    rebuilt = Agent.from_dict(agent.to_dict())
+    assert rebuilt.to_dict() == agent.to_dict() and rebuilt.fingerprint == agent.fingerprint
+
+
+def test_confirm_is_drawn_only_with_strategies() -> None:
+    assert "CONFIRM" not in two_adds(strategies={}).draw()
+    drawn = two_adds(strategies={"add": blocking()}).draw()
+    assert "TOOL_PENDING --> CONFIRM : confirm [a strategy covers a call]" in drawn
+    assert "confirmation - add" in drawn
+
+
+# -- every transition, random decisions -------------------------------------------------------------------
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripted_conversations([add], max_replies=4, invalid_calls=False))
+def test_decisions_resume_anywhere_and_run_each_approved_call_once(script: list[ChatMessage]) -> None:
+    def make() -> Agent:
+        strategy = BlockingConfirmationStrategy(AlwaysAskPolicy(), RuleUI())
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script), tools=[add], confirmation_strategies={"add": strategy}
+        )
+
+    assert_resume_equivalent(make, USER, side_effects=SIDE_EFFECTS, allowed_modules=["tests"])
+    rejected = [(c.arguments["a"], c.arguments["b"]) for m in script for c in m.tool_calls if c.arguments["a"] % 2]
+    assert not any(f"add({a},{b})" in SIDE_EFFECTS for a, b in rejected), "a rejected call never runs"
+
+
+# -- the console UI through a real terminal, and the command line ----------------------------------------
+
+
+def test_simple_console_ui_in_a_terminal_asks_again_until_it_can_use_the_answer() -> None:
+    program = (
+        "from agentfsm.hitl import SimpleConsoleUI\n"
+        "schema = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}\n"
+        "result = SimpleConsoleUI().get_user_confirmation('add', 'Add.', {'a': 1}, tool_schema=schema)\n"
+        "print('RESULT', result.action, result.new_tool_params)\n"
+    )
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", program], stdin=follower, stdout=follower, stderr=follower, cwd=ROOT, close_fds=True
+    )
+    os.close(follower)
+    for answer in (b"x\n", b"m\n", b"{not json\n", b"m\n", b'{"a": "two"}\n', b"m\n", b'{"a": 2}\n'):
+        os.write(leader, answer)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closes when the program ends
+            break
+        if not chunk:
+            break
+        output += chunk
+    process.wait(timeout=30)
+    os.close(leader)
+    text = output.decode()
+    assert 'Arguments: {"a": 1}' in text
+    assert "Answer y, n or m." in text and "That is not JSON" in text and "do not fit the tool" in text
+    assert "RESULT modify {'a': 2}" in text
+
+
+def test_cli_resume_approves_and_rejects(tmp_path: Path) -> None:
+    with pytest.raises(HITLBreakpointException) as paused:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    path = paused.value.snapshot_file_path
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", "snapshot", "show", path],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert 'c1: add({"a":1,"b":2}) (waiting for a decision)' in shown.stdout
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.test_hitl:resuming_agent",
+            "--approve", "c1", "--reject", "c2:not now",
+        ],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.test_hitl:resuming_agent", "--modify", "c1:{nope"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "--modify c1: the new arguments are not JSON" in bad.stderr
+
+
+def resuming_agent() -> Agent:
+    """The agent the command-line test resumes with (its model gives the reply after the tools)."""
+    return two_adds(strategies={"add": BreakpointConfirmationStrategy("unused")}, position=1)
+
+
+def test_ui_results_and_decisions_round_trip() -> None:
+    decision = ToolExecutionDecision("add", True, "c1", "ok", {"a": 1}, "abc")
+    assert ToolExecutionDecision.from_dict(json.loads(json.dumps(decision.to_dict()))) == decision
+    assert ConfirmationUIResult("reject", "no").feedback == "no"
+    assert isinstance(SimpleConsoleUI(), SimpleConsoleUI)
