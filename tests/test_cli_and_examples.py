@@ -76,6 +76,19 @@ def test_hooks_example_runs() -> None:
     assert "hooks before_llm - build_context" in done.stdout
 
 
+def test_hitl_approve_later_example_runs() -> None:
+    done = run("examples/hitl_approve_later.py")
+    assert done.returncode == 0, done.stderr
+    assert "paused: pay p1 waits for a decision" in done.stdout
+    assert "reviewer: Send a payment. {'to': 'bob', 'amount': 9000}" in done.stdout
+    assert "tool result p1: paid 30 to ann" in done.stdout
+    assert (
+        "tool result p2: Tool execution for 'pay' was rejected by the user. With feedback: over the 100 EUR limit"
+        in done.stdout
+    )
+    assert "paid: ['30 to ann']" in done.stdout
+
+
 def test_every_example_is_tested() -> None:
-    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py", "hooks.py"}
+    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py", "hooks.py", "hitl_approve_later.py"}
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

@@ -333,3 +333,52 @@ def test_ui_results_and_decisions_round_trip() -> None:
     assert ToolExecutionDecision.from_dict(json.loads(json.dumps(decision.to_dict()))) == decision
     assert ConfirmationUIResult("reject", "no").feedback == "no"
     assert isinstance(SimpleConsoleUI(), SimpleConsoleUI)
+
+
+def test_rich_console_ui_shows_the_call_and_asks_again_until_it_can_use_the_answer() -> None:
+    import io
+
+    from rich.console import Console
+
+    from agentfsm.hitl import RichConsoleUI
+
+    shown = io.StringIO()
+    answers = io.StringIO('m\n{oops\nm\n{"a": "x"}\nm\n{"a": 3}\n')
+    ui = RichConsoleUI(console=Console(file=shown, width=100), stream=answers)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    result = ui.get_user_confirmation("add", "Add two integers.", {"a": 1}, tool_schema=schema)
+    assert result == ConfirmationUIResult("modify", new_tool_params={"a": 3})
+    out = shown.getvalue()
+    assert "add" in out and "Add two integers." in out and '"a": 1' in out
+    assert "That is not JSON" in out and "do not fit the tool" in out
+    rejected = RichConsoleUI(console=Console(file=io.StringIO()), stream=io.StringIO("n\ntoo risky\n"))
+    assert rejected.get_user_confirmation("add", "", {}) == ConfirmationUIResult("reject", "too risky")
+
+
+class OnlyBigPayments(AlwaysAskPolicy):
+    """A user's policy: ask only when a is large."""
+
+    def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
+        return tool_params.get("a", 0) > 2
+
+
+def test_user_policies_decide_when_to_ask() -> None:
+    SIDE_EFFECTS.clear()
+    strategy = blocking(["reject", None, None], policy=OnlyBigPayments())
+    result = two_adds(strategies={"add": strategy}).run(USER)
+    assert strategy.confirmation_ui.asked == [("add", {"a": 4, "b": 4})]  # type: ignore[attr-defined]
+    assert SIDE_EFFECTS == ["add(1,2)"] and result["tool_call_counts"] == {"add": 1}
+
+
+def test_breakpoint_and_decisions_under_run_async(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    strategy = BreakpointConfirmationStrategy(str(tmp_path))
+    with pytest.raises(HITLBreakpointException) as paused:
+        asyncio.run(two_adds(strategies={"add": strategy}).run_async(USER))
+    decisions = [ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", False, "c2")]
+    result = asyncio.run(
+        two_adds(strategies={"add": strategy}, position=1).run_async(
+            snapshot=paused.value.snapshot, decisions=decisions
+        )
+    )
+    assert SIDE_EFFECTS == ["add(1,2)"] and result["last_message"].text == "done"

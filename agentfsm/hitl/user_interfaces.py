@@ -80,9 +80,13 @@ class SimpleConsoleUI(ConfirmationUI):
 
 
 class RichConsoleUI(ConfirmationUI):
-    """Like ``SimpleConsoleUI``, drawn with ``rich`` (``pip install 'agentfsm[rich]'``)."""
+    """Like ``SimpleConsoleUI``, drawn with ``rich`` (``pip install 'agentfsm[rich]'``).
 
-    def __init__(self, console: Any = None) -> None:
+    ``console`` is a ``rich.console.Console`` (a new one on the terminal by default); ``stream``, a
+    text stream to read answers from instead of the keyboard.
+    """
+
+    def __init__(self, console: Any = None, stream: Any = None) -> None:
         try:
             from rich.console import Console
         except ImportError:
@@ -90,6 +94,7 @@ class RichConsoleUI(ConfirmationUI):
 
             raise ConfigurationError("RichConsoleUI needs rich: pip install 'agentfsm[rich]'.") from None
         self._console = console or Console()
+        self._stream = stream
 
     def get_user_confirmation(
         self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
@@ -102,13 +107,15 @@ class RichConsoleUI(ConfirmationUI):
         body = Syntax(json.dumps(tool_params, indent=2), "json")
         self._console.print(Panel(body, title=f"[bold]{tool_name}[/bold]", subtitle=tool_description))
         while True:
-            choice = Prompt.ask("Confirm, reject or modify?", choices=["y", "n", "m"], console=self._console)
+            choice = Prompt.ask(
+                "Confirm, reject or modify?", choices=["y", "n", "m"], console=self._console, stream=self._stream
+            )
             if choice == "y":
                 return ConfirmationUIResult("confirm")
             if choice == "n":
-                feedback = Prompt.ask("Why (optional)?", default="", console=self._console).strip()
+                feedback = Prompt.ask("Why (optional)?", default="", console=self._console, stream=self._stream).strip()
                 return ConfirmationUIResult("reject", feedback=feedback or None)
-            raw = Prompt.ask("New arguments as JSON", console=self._console)
+            raw = Prompt.ask("New arguments as JSON", console=self._console, stream=self._stream)
             try:
                 params = json.loads(raw)
             except json.JSONDecodeError as exc:
