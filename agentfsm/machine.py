@@ -330,10 +330,6 @@ class Dispatch:
             else:
                 self._guarded[source] = _decision_table(source, edges)
 
-    def guarded(self, phase: Phase) -> bool:
-        """Whether leaving ``phase`` depends on facts (a phase with one unguarded way out does not)."""
-        return phase in self._guarded
-
     def next(self, phase: Phase, facts: object) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``.
 

@@ -2,10 +2,10 @@
 
 ``AgentRun`` never calls a model, a tool, a hook or a user. ``next_action`` does the current
 phase's work that needs no I/O, says what the driver must do next as data (``CallModel``,
-``RunTools``, ``RunHooks``, ``Pause``, ``Finish``, ``Fail``) and, once the phase's work is done,
-takes the one declared edge whose guard holds. It is the only place that moves the run. The
-driver performs each action and reports the result (``model_replied``, ``tool_completed``,
-``tools_ran``, ``hooks_ran``); reports only record.
+``RunTools``, ``Confirm``, ``RunHooks``, ``Pause``, ``Finish``, ``Fail``) and, once the phase's
+work is done, takes the one declared edge whose guard holds. It is the only place that moves the
+run. The driver performs each action and reports the result (``model_replied``,
+``tool_completed``, ``tools_ran``, ``decided``, ``hooks_ran``); reports only record.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
 The drivers are in ``agentfsm.drivers``.
 """
