@@ -58,8 +58,6 @@ ACTIVE_PHASES: tuple[Phase, ...] = (
 TERMINAL_PHASES: frozenset[Phase] = frozenset({Phase.DONE, Phase.FAILED})
 #: Phases a run cannot fail from: nothing of the run's own is under way there.
 CANNOT_FAIL: frozenset[Phase] = frozenset({Phase.IDLE, Phase.PAUSED, *TERMINAL_PHASES})
-#: Phases whose snapshots list the last reply's tool calls: they are pending until the tools ran.
-CALL_PHASES: frozenset[Phase] = frozenset({Phase.TOOL_PENDING, Phase.CONFIRM, Phase.TOOL_RUN})
 #: Phases that work on checked calls: a run resumed into one checks its pending calls again first.
 PREPARED_PHASES: frozenset[Phase] = frozenset({Phase.CONFIRM, Phase.TOOL_RUN})
 #: Entering these starts work whose results must be neither lost nor repeated (tool calls, human

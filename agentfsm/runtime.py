@@ -25,7 +25,6 @@ from agentfsm.errors import DecisionError, MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
-    CALL_PHASES,
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
@@ -406,8 +405,9 @@ class AgentRun:
                     c.status, c.outcome = CallStatus.DONE, completed[c.key]
                 elif c.status is CallStatus.READY and c.call.tool_name in covered:
                     c.status = CallStatus.UNDECIDED
+            keys = {c.key for c in self.pending}
             for decision in self.decisions:  # decisions taken before a pause or a crash
-                if decision.get("step") == self.step:
+                if decision.get("step") == self.step and decision.get("tool_call_id") in keys:
                     self.apply_decision(decision, taken_before=True)
 
     def current_tools(self) -> dict[str, Tool]:
@@ -500,20 +500,20 @@ class AgentRun:
                 f"{d.call_fingerprint}); the pending call is {call.call.tool_name}({call.call.arguments}), "
                 f"fingerprint {proposed}. Nothing ran."
             )
-        if call.status is not CallStatus.UNDECIDED:
-            if taken_before:
-                return
+        ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
+        if call.status is not CallStatus.UNDECIDED and not (taken_before and ran):
             raise DecisionError(f"Tool call {d.tool_call_id!r} is decided already ({call.status}); nothing ran.")
         call.decision = d
-        if not d.execute:
-            call.status = CallStatus.REJECTED
-        elif d.final_tool_params is None or d.final_tool_params == call.call.arguments:
-            call.status = CallStatus.READY
-        else:  # modified: the new arguments are checked again, as the model's were
+        if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
             modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
-            [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
-            call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
-            call.status, call.error = checked.status, checked.error
+            if ran:
+                call.call = modified
+            else:  # the new arguments are checked again, as the model's were
+                [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
+                call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
+                call.status, call.error = checked.status, checked.error
+        elif not ran:
+            call.status = CallStatus.READY if d.execute else CallStatus.REJECTED
         if not taken_before:
             self.decisions.append({**d.to_dict(), "call_fingerprint": proposed, "step": self.step})
 
@@ -645,7 +645,7 @@ class AgentRun:
             "stage": self.stage if stage is None else stage,
             "step": self.step,
             "state": serialize_value({k: v for k, v in self._data.items() if k != "messages"}),
-            "pending_tool_calls": [c.to_dict() for c in self.calls] if self.phase in CALL_PHASES else [],
+            "pending_tool_calls": [c.to_dict() for c in self.calls],
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },

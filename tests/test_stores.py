@@ -414,3 +414,36 @@ def test_sqlite_refuses_a_database_of_another_layout(tmp_path: Path) -> None:
     reopened = SQLiteSnapshotStore(tmp_path / "fresh.db")  # its own layout opens again
     assert reopened.runs() == []
     reopened.close()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=scripted_conversations([add], max_replies=4, invalid_calls=False))
+def test_every_durable_snapshot_of_a_run_with_hooks_and_confirmation_resumes_to_the_same_result(
+    script: list[ChatMessage],
+) -> None:
+    from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy
+    from agentfsm.testing import RecordingHook
+    from tests.helpers import RuleUI
+
+    hooks = {
+        point: [RecordingHook(point)] for point in ("before_llm", "after_llm", "before_tool", "after_tool", "on_exit")
+    }
+
+    def make(store: SQLiteSnapshotStore | None = None, position: int = 0) -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position),
+            tools=[add],
+            confirmation_strategies={"add": BlockingConfirmationStrategy(AlwaysAskPolicy(), RuleUI())},
+            hooks=hooks,
+            snapshot_store=store,
+        )
+
+    baseline = comparable_result(make().run(USER))
+    store = SQLiteSnapshotStore(":memory:", durable=True)
+    make(store).run(USER)
+    run_id = store.runs()[0].run_id
+    for info in store.history(run_id):
+        snapshot = store.load(run_id, info.seq)
+        resumed = comparable_result(make(position=snapshot.step).run(snapshot=snapshot.fork()))
+        assert resumed == baseline, f"snapshot {info.seq} ({snapshot.phase.value}, stage {snapshot.stage})"
+    store.close()
