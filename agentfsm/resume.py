@@ -18,7 +18,7 @@ from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
 from agentfsm.serialization import deserialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome
+from agentfsm.tools.invoker import CallOutcome, CallStatus
 
 
 def resume_run(
@@ -53,6 +53,12 @@ def resume_run(
         raise
     except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
+    reason = snap.break_point or {}
+    waiting = set(reason.get("waiting", ())) if reason.get("type") == "confirmation" else set()
+    for c in run.pending:
+        # A call that waited for a decision still waits, whatever this agent's strategies cover.
+        if c.key in waiting and c.status is CallStatus.READY and c.decision is None:
+            c.status = CallStatus.UNDECIDED
     if decisions:
         if run.phase is not Phase.CONFIRM:
             raise DecisionError(
@@ -60,6 +66,16 @@ def resume_run(
             )
         for decision in decisions:
             run.apply_decision(decision)
+    # A call that waited for a decision never runs without one: it has one now, or a strategy of
+    # this agent will decide it.
+    unasked = [
+        c for c in run.pending if c.status is CallStatus.UNDECIDED and c.call.tool_name not in config.confirmation
+    ]
+    if unasked:
+        raise DecisionError(
+            f"Tool calls {[c.key for c in unasked]} of run {snap.run_id} wait for a decision, and no "
+            "confirmation strategy of this agent covers them: pass decisions=[...] for them. Nothing ran."
+        )
     return run
 
 

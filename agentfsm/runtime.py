@@ -633,6 +633,7 @@ class AgentRun:
             "type": "confirmation",
             "tool_name": first.call.tool_name,
             "tool_call_id": first.key,
+            "waiting": [c.key for c in waiting],
             "snapshot_file_path": getattr(strategy, "snapshot_file_path", None),
             "tool_descriptions": {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
         }

@@ -382,3 +382,13 @@ def test_breakpoint_and_decisions_under_run_async(tmp_path: Path) -> None:
         )
     )
     assert SIDE_EFFECTS == ["add(1,2)"] and result["last_message"].text == "done"
+
+
+def test_a_waiting_call_never_runs_without_a_decision(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    with pytest.raises(HITLBreakpointException) as paused:
+        two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    no_strategy = two_adds(strategies={}, position=1)
+    with pytest.raises(DecisionError, match=r"Tool calls \['c2'\] of run .* wait for a decision"):
+        no_strategy.run(snapshot=paused.value.snapshot, decisions=[ToolExecutionDecision("add", True, "c1")])
+    assert SIDE_EFFECTS == []
