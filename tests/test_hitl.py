@@ -9,6 +9,7 @@ import pickle
 import pty
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -325,7 +326,7 @@ def test_cli_resume_approves_and_rejects(tmp_path: Path) -> None:
 
 def resuming_agent() -> Agent:
     """The agent the command-line test resumes with (its model gives the reply after the tools)."""
-    return two_adds(strategies={"add": BreakpointConfirmationStrategy("unused")}, position=1)
+    return two_adds(strategies={"add": BreakpointConfirmationStrategy(tempfile.gettempdir())}, position=1)
 
 
 def test_ui_results_and_decisions_round_trip() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,7 +155,7 @@ def _logged_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, Pha
     return {(Phase(e["source"]), e["trigger"], Phase(e["dest"])) for e in events}
 
 
-def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, Phase]]:
+def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tuple[Phase, str, Phase]]:
     edges: set[tuple[Phase, str, Phase]] = set()
     tools_then_text = ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"])
     edges |= _edges_of(Agent(chat_generator=tools_then_text, tools=[add]).run([ChatMessage.from_user("go")]))
@@ -198,7 +199,7 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
 
     edges |= _edges_of(confirming(decide_now).run(USER))
     with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(HITLBreakpointException) as waiting:
-        confirming(BreakpointConfirmationStrategy("unused")).run(USER)
+        confirming(BreakpointConfirmationStrategy(str(tmp_path))).run(USER)
     edges |= _logged_edges(caplog)
     edges |= _edges_of(confirming(decide_now, position=1).run(snapshot=waiting.value.snapshot))
     with caplog.at_level(logging.DEBUG, logger="agentfsm"), pytest.raises(BreakpointException) as paused:
@@ -215,9 +216,9 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[Phase, str, 
     return edges
 
 
-def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture) -> None:
+def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
-    taken = agent_runs_edges(caplog)
+    taken = agent_runs_edges(caplog, tmp_path)
     assert taken == declared
 
 
