@@ -122,6 +122,10 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
             raise ConfigurationError(f"hooks[{name!r}] must be a list of hooks, got {type(given).__name__}.")
         items = []
         for h in given:
+            if isinstance(h, type):
+                raise ConfigurationError(
+                    f"hooks[{name!r}] holds the class {h.__name__}: give an instance, {h.__name__}(...)."
+                )
             if callable(getattr(h, "run", None)):
                 items.append(h)
             elif callable(h):

@@ -255,6 +255,10 @@ def test_a_hook_that_raises_fails_the_run_and_on_error_hooks_see_the_original_er
 def test_bad_hook_configurations_are_refused_with_the_valid_points() -> None:
     with pytest.raises(ValueError, match="Unknown hook point 'before_everything'; the hook points are: before_run"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"before_everything": [build_context]})
+    with pytest.raises(
+        ValueError, match=r"holds the class GradeFinalAnswer: give an instance, GradeFinalAnswer\(...\)"
+    ):
+        Agent(chat_generator=ScriptedChatGenerator([]), hooks={"on_exit": [GradeFinalAnswer]})
     with pytest.raises(ValueError, match="which is not a hook"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"before_llm": [42]})  # type: ignore[list-item]
     with pytest.raises(ValueError, match="reserved"):
