@@ -78,8 +78,6 @@ KILL_SCRIPT = [calls(call("logged_step", "s1", label="one"), call("logged_step",
 
 # -- hooks (module-level, so that agents holding them serialize) --------------------------------------
 
-HOOK_LOG: list[str] = []
-
 
 @hook
 def stop_at_once(state: State) -> None:
@@ -104,28 +102,6 @@ def always_continue(state: State) -> None:
 def raise_in_hook(state: State) -> None:
     """Fail."""
     raise RuntimeError("the hook failed")
-
-
-def logging_hook(name: str) -> object:
-    """A hook that appends ``name`` and the step to HOOK_LOG (for exactly-once checks)."""
-    return LoggingHook(name)
-
-
-class LoggingHook:
-    """Appends its name and the step to HOOK_LOG each time it runs; serializable by its name."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def run(self, state: State) -> None:
-        HOOK_LOG.append(f"{self.name}@{state.get('step_count')}")
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, str]) -> LoggingHook:
-        return cls(data["name"])
 
 
 # -- confirmation UIs for tests (module-level, so that agents holding them serialize) -----------------

@@ -31,8 +31,6 @@ from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.testing import HOOK_CALLS, RecordingHook, assert_resume_equivalent, hook_sets, scripted_conversations
 from tests.helpers import (
-    HOOK_LOG,
-    LoggingHook,
     add,
     always_continue,
     call,
@@ -241,15 +239,15 @@ class RecordError:
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_hook_that_raises_fails_the_run_and_on_error_hooks_see_the_original_error(use_async: bool) -> None:
     ERRORS_SEEN.clear()
-    HOOK_LOG.clear()
+    HOOK_CALLS.clear()
     agent = Agent(
         chat_generator=ScriptedChatGenerator(["hi"]),
-        hooks={"before_llm": [raise_in_hook], "on_error": [RecordError(), LoggingHook("on_error"), raise_in_hook]},
+        hooks={"before_llm": [raise_in_hook], "on_error": [RecordError(), RecordingHook("on_error"), raise_in_hook]},
     )
     with pytest.raises(RuntimeError, match="the hook failed") as raised:
         asyncio.run(agent.run_async(USER)) if use_async else agent.run(USER)
     assert [raised.value] == ERRORS_SEEN, "on_error hooks ran once, with the error that reached the caller"
-    assert HOOK_LOG == ["on_error@0"]
+    assert HOOK_CALLS == ["on_error@0"]
 
 
 def test_bad_hook_configurations_are_refused_with_the_valid_points() -> None:
@@ -303,7 +301,7 @@ def test_token_usage_is_summed_from_the_replies() -> None:
 def test_hooks_serialize_by_import_path(allow_tests_modules: None) -> None:
     agent = Agent(
         chat_generator=ScriptedChatGenerator(["a"]),
-        hooks={"on_exit": [continue_once], "before_llm": [LoggingHook("b")]},
+        hooks={"on_exit": [continue_once], "before_llm": [RecordingHook("b")]},
     )
     rebuilt = Agent.from_dict(agent.to_dict())
     assert rebuilt._hooks[next(iter(rebuilt._hooks))]  # both points came back
@@ -339,7 +337,7 @@ def test_every_hook_fires_exactly_once_across_pause_and_resume(
 
 def test_hooks_that_ran_are_not_run_again_after_a_crash(tmp_path: Path) -> None:
     store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
-    HOOK_LOG.clear()
+    HOOK_CALLS.clear()
     crash = {"armed": True}
 
     @hook
@@ -353,7 +351,7 @@ def test_hooks_that_ran_are_not_run_again_after_a_crash(tmp_path: Path) -> None:
             chat_generator=ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"]),
             tools=[add],
             snapshot_store=store,
-            hooks={"after_llm": [LoggingHook("after_llm")], "before_tool": [crash_once]},
+            hooks={"after_llm": [RecordingHook("after_llm")], "before_tool": [crash_once]},
         )
 
     with pytest.raises(KeyboardInterrupt):
@@ -365,27 +363,29 @@ def test_hooks_that_ran_are_not_run_again_after_a_crash(tmp_path: Path) -> None:
         chat_generator=ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"], position=1),
         tools=[add],
         snapshot_store=store,
-        hooks={"after_llm": [LoggingHook("after_llm")], "before_tool": [crash_once]},
+        hooks={"after_llm": [RecordingHook("after_llm")], "before_tool": [crash_once]},
     ).run(snapshot=latest)
     assert resumed["last_message"].text == "done"
-    assert HOOK_LOG == ["after_llm@1", "after_llm@2"], "after the first reply once (before the crash), then the second"
+    assert HOOK_CALLS == ["after_llm@1", "after_llm@2"], (
+        "after the first reply once (before the crash), then the second"
+    )
 
 
 def test_a_pause_between_hook_points_keeps_which_ran() -> None:
-    HOOK_LOG.clear()
+    HOOK_CALLS.clear()
     agent = Agent(
         chat_generator=ScriptedChatGenerator(["first", "second"]),
         hooks={
-            "before_run": [LoggingHook("before_run")],
+            "before_run": [RecordingHook("before_run")],
             "on_exit": [continue_once],
-            "after_run": [LoggingHook("after_run")],
+            "after_run": [RecordingHook("after_run")],
         },
     )
     with pytest.raises(BreakpointException) as paused:
         agent.run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
     again = Agent.from_dict(agent.to_dict(), allowed_modules=["tests"])
     again.run(snapshot=paused.value.snapshot)
-    assert HOOK_LOG == ["before_run@0", "after_run@2"]
+    assert HOOK_CALLS == ["before_run@0", "after_run@2"]
 
 
 def test_an_unknown_hook_point_in_agent_config_lists_the_points() -> None:
