@@ -129,6 +129,8 @@ class Agent:
             )
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
+        #: Hooks that only run_async can run (async functions given to @hook).
+        self._async_only_hooks = [hook_name(h) for h in self._every_hook() if getattr(h, "is_async", False)]
         self.confirmation_strategies = dict(confirmation_strategies or {})
         self._confirmation = _resolve_strategies(self.confirmation_strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
@@ -340,9 +342,10 @@ class Agent:
             raise ConfigurationTypeError(
                 "An async streaming_callback needs run_async(); pass a sync callback to run()."
             )
-        async_only = [hook_name(h) for h in self._every_hook() if getattr(h, "is_async", False)]
-        if async_only:
-            raise ConfigurationTypeError(f"Hooks {async_only} are async functions: run the agent with run_async().")
+        if self._async_only_hooks:
+            raise ConfigurationTypeError(
+                f"Hooks {self._async_only_hooks} are async functions: run the agent with run_async()."
+            )
         request = RunRequest(
             messages=messages,
             system_prompt=system_prompt,
