@@ -100,6 +100,48 @@ class ModelClientError(AgentFSMError, RuntimeError):
     """The chat generator failed to produce a reply."""
 
 
+class ModelHTTPError(ModelClientError):
+    """The model server answered with an error status: ``status_code`` and the server's ``body``."""
+
+    def __init__(self, message: str, status_code: int, body: str = "") -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+        #: The server's Retry-After header, when it sent one.
+        self.retry_after: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.status_code, self.body)
+
+
+class AuthenticationError(ModelHTTPError):
+    """The server refused the API key (401 or 403): check the key and the base URL."""
+
+
+class RateLimitError(ModelHTTPError):
+    """The server asked to slow down (429), and the retries ran out."""
+
+
+class BadRequestError(ModelHTTPError):
+    """The server refused the request (another 4xx): the model name, a parameter or the messages."""
+
+
+class ServerError(ModelHTTPError):
+    """The server failed (5xx), and the retries ran out."""
+
+
+class ModelTimeoutError(ModelClientError):
+    """The model server did not answer in time, and the retries ran out."""
+
+
+class ModelConnectionError(ModelClientError):
+    """The model server could not be reached (refused, reset, DNS), and the retries ran out."""
+
+
+class ModelResponseError(ModelClientError):
+    """The model server's answer could not be read (not the expected JSON, or a garbled event stream)."""
+
+
 class ScriptExhaustedError(ModelClientError):
     """A ScriptedChatGenerator was asked for more replies than its script holds."""
 

@@ -1,7 +1,12 @@
-"""Model clients. ``ScriptedChatGenerator`` is the embedded default: no network, no API key."""
+"""Model clients.
+
+``ScriptedChatGenerator`` is the embedded default (no network, no API key); ``OpenAIChatGenerator``
+talks to OpenAI or any OpenAI-compatible server over httpx.
+"""
 
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.generators.openai import OpenAIChatGenerator
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.messages import StreamingCallback
 
-__all__ = ["ChatGenerator", "ScriptedChatGenerator", "StreamingCallback"]
+__all__ = ["ChatGenerator", "OpenAIChatGenerator", "ScriptedChatGenerator", "StreamingCallback"]

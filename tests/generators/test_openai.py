@@ -1,0 +1,369 @@
+"""OpenAIChatGenerator against a real HTTP server on 127.0.0.1 that replays scripted answers and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from agentfsm import Agent, ChatMessage, StreamingChunk, ToolCall
+from agentfsm.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ModelConnectionError,
+    ModelResponseError,
+    ModelTimeoutError,
+    RateLimitError,
+    SerializationError,
+    ServerError,
+)
+from agentfsm.generators import OpenAIChatGenerator
+from agentfsm.messages import RAW_ARGUMENTS_KEY
+from agentfsm.secrets import Secret
+from tests.helpers import SIDE_EFFECTS, add
+
+KEY = "sk-test-do-not-show-0123456789"
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each POST with the next scripted response of its server; records every request."""
+
+    server: ScriptedServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.requests.append({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
+        answer = self.server.answers.popleft()
+        if answer.get("drop"):  # the connection dies without an answer
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        time.sleep(answer.get("delay", 0))
+        self.send_response(answer.get("status", 200))
+        for name, value in answer.get("headers", {}).items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for piece in answer.get("pieces", [answer.get("body", b"")]):
+            self.wfile.write(piece)
+            self.wfile.flush()
+            time.sleep(answer.get("gap", 0))
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """A local model server: ``answers`` are given out in order."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Scripted)
+        self.answers: deque[dict[str, Any]] = deque()
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def reply(self, **answer: Any) -> None:
+        self.answers.append(answer)
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    httpd = ScriptedServer()
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def completion(message: dict[str, Any], finish: str = "stop", usage: dict[str, int] | None = None) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+            "usage": usage or {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
+    ).encode()
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def generator(server: ScriptedServer, **kwargs: Any) -> OpenAIChatGenerator:
+    options: dict[str, Any] = {"max_retries": 2, "backoff_base": 0.001, "timeout": 5.0, **kwargs}
+    return OpenAIChatGenerator("test-model", Secret.from_token(KEY), server.url, **options)
+
+
+def events(*payloads: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(p).encode() + b"\n\n" for p in payloads) + b"data: [DONE]\n\n"
+
+
+def delta(
+    content: str | None = None, calls: list[dict[str, Any]] | None = None, finish: str | None = None
+) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if content is not None:
+        d["content"] = content
+    if calls is not None:
+        d["tool_calls"] = calls
+    return {"model": "test-model", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+
+# -- requests and replies ----------------------------------------------------------------------------
+
+
+def test_a_reply_with_the_request_as_the_api_describes_it(server: ScriptedServer) -> None:
+    server.reply(body=completion({"content": "Hello."}))
+    model = generator(server, generation_kwargs={"temperature": 0})
+    [reply] = model.run([ChatMessage.from_system("Be brief."), ChatMessage.from_user("Hi")], tools=[add])["replies"]
+    assert reply.text == "Hello."
+    assert reply.meta == {
+        "model": "test-model",
+        "index": 0,
+        "finish_reason": "stop",
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    }
+    [request] = server.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["Authorization"] == f"Bearer {KEY}"
+    sent = request["json"]
+    assert sent["model"] == "test-model" and sent["temperature"] == 0
+    assert sent["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert sent["tools"][0] == {
+        "type": "function",
+        "function": {"name": "add", "description": "Add two integers.", "parameters": add.parameters},
+    }
+    model.close()
+
+
+def test_an_agent_runs_parallel_tool_calls_and_corrects_bad_arguments(server: ScriptedServer) -> None:
+    SIDE_EFFECTS.clear()
+    server.reply(
+        body=completion(
+            {
+                "content": None,
+                "tool_calls": [tool_call("c1", "add", '{"a": 1, "b": 2}'), tool_call("c2", "add", "{oops")],
+            },
+            finish="tool_calls",
+        )
+    )
+    server.reply(body=completion({"content": "1 + 2 = 3."}))
+    with Agent(chat_generator=generator(server), tools=[add]) as agent:
+        result = agent.run([ChatMessage.from_user("Add 1 and 2.")])
+    assert SIDE_EFFECTS == ["add(1,2)"] and result["last_message"].text == "1 + 2 = 3."
+    assert result["messages"][1].tool_calls[1].arguments == {RAW_ARGUMENTS_KEY: "{oops"}
+    bad = result["messages"][3].tool_call_result
+    assert bad is not None and bad.error and "not a valid JSON object" in str(bad.result)
+    second = server.requests[1]["json"]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool", "tool"]
+    assert second[2] == {"role": "tool", "content": "3", "tool_call_id": "c1"}
+    assert result["token_usage"] == {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}
+
+
+# -- streaming --------------------------------------------------------------------------------------
+
+
+def streamed_answer() -> bytes:
+    return events(
+        delta("The sum"),
+        delta(" is"),
+        delta(calls=[{"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": '}}]),
+        delta(calls=[{"index": 0, "function": {"arguments": "1, "}}]),
+        delta(
+            calls=[{"index": 1, "id": "c2", "type": "function", "function": {"name": "add", "arguments": '{"a": 3,'}}]
+        ),
+        delta(
+            calls=[
+                {"index": 0, "function": {"arguments": '"b": 2}'}},
+                {"index": 1, "function": {"arguments": ' "b": 4}'}},
+            ]
+        ),
+        delta(finish="tool_calls"),
+        {
+            "model": "test-model",
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        },
+    )
+
+
+def awkward_pieces(body: bytes) -> list[bytes]:
+    """The stream cut at odd places: inside events, inside JSON, several events at once."""
+    cuts = [3, 17, 18, 60, 61, 200, 201, 333, len(body)]
+    pieces, start = [], 0
+    for cut in sorted({c for c in cuts if c <= len(body)}):
+        pieces.append(body[start:cut])
+        start = cut
+    return [p for p in pieces if p]
+
+
+def test_a_streamed_reply_arrives_chunk_by_chunk_and_equals_the_whole_one(server: ScriptedServer) -> None:
+    server.reply(headers={"Content-Type": "text/event-stream"}, pieces=awkward_pieces(streamed_answer()), gap=0.01)
+    chunks: list[StreamingChunk] = []
+    [streamed] = generator(server).run([ChatMessage.from_user("sums")], streaming_callback=chunks.append)["replies"]
+    assert server.requests[0]["json"]["stream"] is True
+    assert "".join(c.content for c in chunks) == "The sum is"
+    assert sum(1 for c in chunks if "tool_call_delta" in c.meta) == 5
+    assert chunks[-1].finish_reason == "tool_calls"
+    server.reply(
+        body=completion(
+            {
+                "content": "The sum is",
+                "tool_calls": [tool_call("c1", "add", '{"a": 1, "b": 2}'), tool_call("c2", "add", '{"a": 3, "b": 4}')],
+            },
+            finish="tool_calls",
+        )
+    )
+    [whole] = generator(server).run([ChatMessage.from_user("sums")])["replies"]
+    assert streamed == whole
+    assert streamed.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "c1"), ToolCall("add", {"a": 3, "b": 4}, "c2")]
+
+
+def test_chunks_reach_the_callback_while_the_server_is_still_sending(server: ScriptedServer) -> None:
+    first, rest = events(delta("early")), events(delta(" late"), delta(finish="stop"))
+    server.reply(pieces=[first[: -len(b"data: [DONE]\n\n")], rest], gap=0.5)
+    arrived: list[tuple[str, float]] = []
+    started = time.perf_counter()
+    generator(server).run(
+        [ChatMessage.from_user("x")], streaming_callback=lambda c: arrived.append((c.content, time.perf_counter()))
+    )
+    early_at = next(t for content, t in arrived if content == "early")
+    late_at = next(t for content, t in arrived if content == " late")
+    assert early_at - started < 0.4 <= late_at - started, "the first chunk came before the rest was sent"
+
+
+def test_async_streaming_with_an_async_callback(server: ScriptedServer) -> None:
+    server.reply(headers={"Content-Type": "text/event-stream"}, pieces=awkward_pieces(streamed_answer()))
+    seen: list[str] = []
+
+    async def callback(chunk: StreamingChunk) -> None:
+        await asyncio.sleep(0)
+        seen.append(chunk.content)
+
+    async def main() -> ChatMessage:
+        model = generator(server)
+        try:
+            return (await model.run_async([ChatMessage.from_user("sums")], streaming_callback=callback))["replies"][0]
+        finally:
+            await model.close_async()
+
+    reply = asyncio.run(main())
+    assert "".join(seen) == "The sum is" and len(reply.tool_calls) == 2
+
+
+def test_reasoning_is_streamed_and_kept_apart_from_the_answer(server: ScriptedServer) -> None:
+    thinking = {"model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "Two and two..."}}]}
+    server.reply(pieces=[events(thinking, delta("Four."), delta(finish="stop"))])
+    chunks: list[StreamingChunk] = []
+    [reply] = generator(server).run([ChatMessage.from_user("2 + 2?")], streaming_callback=chunks.append)["replies"]
+    assert [c.reasoning.reasoning_text for c in chunks if c.reasoning] == ["Two and two..."]
+    assert reply.text == "Four." and reply.reasoning is not None and reply.reasoning.reasoning_text == "Two and two..."
+
+
+def test_a_garbled_event_is_an_error_not_a_silent_loss(server: ScriptedServer) -> None:
+    server.reply(pieces=[b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n'])
+    with pytest.raises(ModelResponseError, match="an event that is not JSON"):
+        generator(server).run([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+
+
+# -- faults ------------------------------------------------------------------------------------------
+
+
+def test_429_is_retried_after_the_servers_retry_after(server: ScriptedServer) -> None:
+    server.reply(status=429, headers={"Retry-After": "0.2"}, body=b'{"error": {"message": "slow down"}}')
+    server.reply(body=completion({"content": "ok"}))
+    started = time.perf_counter()
+    assert generator(server).run([ChatMessage.from_user("x")])["replies"][0].text == "ok"
+    assert time.perf_counter() - started >= 0.2 and len(server.requests) == 2
+
+
+def test_server_errors_are_retried_then_raised_with_the_status_and_the_body(server: ScriptedServer) -> None:
+    for _ in range(3):
+        server.reply(status=500, body=b'{"error": {"message": "the model fell over"}}')
+    with pytest.raises(ServerError, match="answered 500: the model fell over") as raised:
+        generator(server, max_retries=2).run([ChatMessage.from_user("x")])
+    assert raised.value.status_code == 500 and "fell over" in raised.value.body and len(server.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "error"), [(401, AuthenticationError), (400, BadRequestError), (404, BadRequestError)]
+)
+def test_client_errors_are_not_retried(server: ScriptedServer, status: int, error: type[Exception]) -> None:
+    server.reply(status=status, body=b'{"error": {"message": "no"}}')
+    with pytest.raises(error, match=f"answered {status}: no") as raised:
+        generator(server).run([ChatMessage.from_user("x")])
+    assert len(server.requests) == 1 and KEY not in str(raised.value)
+
+
+def test_rate_limits_that_last_raise_rate_limit_error(server: ScriptedServer) -> None:
+    for _ in range(2):
+        server.reply(status=429, headers={"Retry-After": "0"}, body=b"busy")
+    with pytest.raises(RateLimitError):
+        generator(server, max_retries=1).run([ChatMessage.from_user("x")])
+
+
+def test_a_dropped_connection_is_retried(server: ScriptedServer) -> None:
+    server.reply(drop=True)
+    server.reply(body=completion({"content": "back"}))
+    assert generator(server).run([ChatMessage.from_user("x")])["replies"][0].text == "back"
+
+
+def test_a_slow_server_times_out(server: ScriptedServer) -> None:
+    server.reply(delay=1.0, body=completion({"content": "late"}))
+    with pytest.raises(ModelTimeoutError):
+        generator(server, timeout=0.2, max_retries=0).run([ChatMessage.from_user("x")])
+
+
+def test_a_server_that_is_not_there() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = OpenAIChatGenerator(
+        "m", Secret.from_token(KEY), f"http://127.0.0.1:{port}/v1", max_retries=1, backoff_base=0.001
+    )
+    with pytest.raises(ModelConnectionError, match="Could not talk to the model server"):
+        model.run([ChatMessage.from_user("x")])
+
+
+def test_an_agent_runs_async_against_the_server(server: ScriptedServer) -> None:
+    SIDE_EFFECTS.clear()
+    server.reply(
+        body=completion(
+            {"content": None, "tool_calls": [tool_call("c1", "add", '{"a": 2, "b": 2}')]}, finish="tool_calls"
+        )
+    )
+    server.reply(body=completion({"content": "4"}))
+
+    async def main() -> dict[str, Any]:
+        async with Agent(chat_generator=generator(server), tools=[add]) as agent:
+            return await agent.run_async([ChatMessage.from_user("2 + 2?")])
+
+    assert asyncio.run(main())["last_message"].text == "4" and SIDE_EFFECTS == ["add(2,2)"]
+
+
+# -- secrets -----------------------------------------------------------------------------------------
+
+
+def test_the_key_never_shows(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_OPENAI_KEY", KEY)
+    model = OpenAIChatGenerator("m", Secret.from_env_var("TEST_OPENAI_KEY"), server.url)
+    data = model.to_dict()
+    assert KEY not in json.dumps(data) and data["data"]["api_key"]["env_vars"] == ["TEST_OPENAI_KEY"]
+    assert OpenAIChatGenerator.from_dict(data).api_key.resolve_value() == KEY
+    assert KEY not in repr(Secret.from_token(KEY)) and KEY not in repr(model.api_key)
+    with pytest.raises(SerializationError, match="from_token cannot be serialized"):
+        Secret.from_token(KEY).to_dict()
+    agent = Agent(chat_generator=model, tools=[add])
+    assert KEY not in json.dumps(agent.to_dict())
