@@ -1,104 +1,25 @@
-"""OpenAIChatGenerator: the Chat Completions API over httpx, for OpenAI and any compatible server.
+"""OpenAIChatGenerator: the Chat Completions API, for OpenAI and any OpenAI-compatible server.
 
-One ``httpx.Client`` per generator (and one ``httpx.AsyncClient`` for ``run_async``), opened at
-``warm_up`` (or first use) and closed at ``close`` / ``close_async``, so connections are reused.
-Errors are mapped where httpx raises them to ``agentfsm.errors.ModelClientError`` subclasses that
-carry the status and the server's message, never the API key. Requests that fail with 429, a 5xx
-or a connection problem are retried with exponential backoff and jitter, honouring ``Retry-After``.
-Streamed replies are read as server-sent events, line by line as they arrive.
+The HTTP side (clients, retries, typed errors, server-sent events) is ``agentfsm.generators._http``;
+this module maps messages, tools and replies to and from the API.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import random
-import time
-from email.utils import parsedate_to_datetime
 from typing import Any
 
-import httpx
-import orjson
-
-from agentfsm.errors import (
-    AuthenticationError,
-    BadRequestError,
-    ConfigurationError,
-    ModelClientError,
-    ModelConnectionError,
-    ModelHTTPError,
-    ModelResponseError,
-    ModelTimeoutError,
-    RateLimitError,
-    ServerError,
-)
+from agentfsm.generators._http import HTTPChatGenerator, StreamAssembly
 from agentfsm.messages import (
     ChatMessage,
     ReasoningContent,
-    StreamingCallback,
     StreamingChunk,
     ToolCall,
     parse_tool_arguments,
 )
 from agentfsm.secrets import Secret
-from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-#: Statuses worth another try: the server is busy or failed for a moment.
-_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
-#: The longest wait between two tries, whatever the server's Retry-After says.
-_MAX_DELAY_S = 60.0
-
-
-def http_error(status: int, body: str, retry_after: str | None = None) -> ModelHTTPError:
-    """The typed error for an error status, with the server's own message when its body has one."""
-    message = body[:2000]
-    try:
-        decoded = orjson.loads(body)
-        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
-            message = str(decoded["error"].get("message") or message)
-    except orjson.JSONDecodeError:
-        pass
-    kind: type[ModelHTTPError]
-    if status in (401, 403):
-        kind = AuthenticationError
-    elif status == 429:
-        kind = RateLimitError
-    elif status >= 500:
-        kind = ServerError
-    else:
-        kind = BadRequestError
-    error = kind(f"The model server answered {status}: {message}", status, body)
-    error.retry_after = retry_after
-    return error
-
-
-def retryable(error: ModelClientError) -> bool:
-    """Whether another try may succeed: a timeout, a connection problem, 429 or a passing server failure."""
-    if isinstance(error, ModelHTTPError):
-        return error.status_code in _RETRY_STATUSES
-    return isinstance(error, (ModelTimeoutError, ModelConnectionError))
-
-
-def transport_error(exc: httpx.HTTPError) -> ModelClientError:
-    """The typed error for an httpx error that is not a status (a timeout, a connection problem)."""
-    if isinstance(exc, httpx.TimeoutException):
-        return ModelTimeoutError(f"The model server did not answer in time ({type(exc).__name__}).")
-    return ModelConnectionError(f"Could not talk to the model server: {type(exc).__name__}: {exc}")
-
-
-def retry_delay(attempt: int, backoff_base: float, retry_after: str | None) -> float:
-    """Seconds to wait before try ``attempt + 1``: the server's Retry-After, else backoff with jitter."""
-    if retry_after:
-        try:
-            return min(max(float(retry_after), 0.0), _MAX_DELAY_S)
-        except ValueError:
-            try:
-                return min(max(parsedate_to_datetime(retry_after).timestamp() - time.time(), 0.0), _MAX_DELAY_S)
-            except (TypeError, ValueError):
-                pass
-    return float(min(backoff_base * 2**attempt, _MAX_DELAY_S) * random.uniform(0.5, 1.0))
 
 
 def tool_spec(t: Tool) -> dict[str, Any]:
@@ -120,18 +41,17 @@ def reply_from_choice(choice: dict[str, Any], model: str | None, usage: dict[str
     return ChatMessage.from_assistant(message.get("content"), meta=meta, tool_calls=calls, reasoning=reasoning)
 
 
-class _StreamAssembly:
-    """Puts a streamed completion together, event by event, and says what each event adds as chunks."""
+class _CompletionStream(StreamAssembly):
+    """Puts a streamed chat completion together, event by event."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}
         self.model: str | None = None
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
-        #: Chunks handed to the callback so far.
-        self.delivered = 0
 
     def add(self, event: dict[str, Any]) -> list[StreamingChunk]:
         """Take one event in; the chunks it adds (text, reasoning and tool-call deltas)."""
@@ -159,33 +79,6 @@ class _StreamAssembly:
                 self.finish_reason = choice["finish_reason"]
         return chunks
 
-    def broken(self, exc: httpx.HTTPError) -> ModelClientError:
-        """The error for a stream that broke: not retried once chunks reached the callback (they would repeat)."""
-        if not self.delivered:
-            return transport_error(exc)
-        return ModelResponseError(
-            f"The model server's stream broke after {self.delivered} chunks reached the callback "
-            f"({type(exc).__name__}); it is not retried, since the chunks would be sent again."
-        )
-
-    def take(self, event: dict[str, Any] | None, callback: StreamingCallback) -> bool:
-        """Add one event and hand its chunks to ``callback``; False at the end of the stream (``[DONE]``)."""
-        if event is None:
-            return False
-        for chunk in self.add(event):
-            callback(chunk)
-            self.delivered += 1
-        return True
-
-    async def take_async(self, event: dict[str, Any] | None, callback: StreamingCallback) -> bool:
-        """Like ``take``; ``callback`` may be async."""
-        if event is None:
-            return False
-        for chunk in self.add(event):
-            await _called(callback, chunk)
-            self.delivered += 1
-        return True
-
     def message(self) -> ChatMessage:
         """The whole reply, as the same completion without streaming would give it."""
         message: dict[str, Any] = {"content": "".join(self.text) or None}
@@ -205,54 +98,15 @@ class _StreamAssembly:
         return StreamingChunk(finish_reason=self.finish_reason, meta=meta)
 
 
-class EventLines:
-    """Reads server-sent events line by line, as they arrive: ``feed`` returns an event's data once it is whole."""
-
-    def __init__(self) -> None:
-        self._data: list[str] = []
-
-    def feed(self, line: str) -> str | None:
-        """Take one line (without its newline); the event's data when a blank line ends it."""
-        if line.startswith("data:"):
-            self._data.append(line[5:].removeprefix(" "))
-        elif not line and self._data:
-            return self.flush()
-        return None
-
-    def flush(self) -> str | None:
-        """The data of an event the stream ended without a blank line after (if any)."""
-        raw, self._data = ("\n".join(self._data) if self._data else None), []
-        return raw
-
-
-def parse_event(raw: str) -> dict[str, Any] | None:
-    """An event's JSON data (``None`` for ``[DONE]``); a garbled event raises ``ModelResponseError``."""
-    if raw.strip() == "[DONE]":
-        return None
-    try:
-        decoded = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ModelResponseError(f"The model server sent an event that is not JSON: {raw[:200]!r}") from None
-    if not isinstance(decoded, dict):
-        raise ModelResponseError(f"The model server sent an event that is not a JSON object: {raw[:200]!r}")
-    if isinstance(decoded.get("error"), dict):
-        raise ModelResponseError(f"The model server reported an error while streaming: {decoded['error']}")
-    return decoded
-
-
-async def _called(callback: StreamingCallback, chunk: StreamingChunk) -> None:
-    pending = callback(chunk)
-    if inspect.isawaitable(pending):
-        await pending
-
-
-class OpenAIChatGenerator:
+class OpenAIChatGenerator(HTTPChatGenerator):
     """A model client for the Chat Completions API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio, ...).
 
     ``api_base_url`` points it at any OpenAI-compatible server; ``generation_kwargs`` are sent with
-    every request (``temperature``, ``tool_choice``, ``max_tokens``...). ``timeout`` is in seconds,
-    ``max_retries`` the number of tries after the first, ``backoff_base`` the first backoff delay.
+    every request (``temperature``, ``tool_choice``, ``max_tokens``...). See ``HTTPChatGenerator``
+    for ``timeout``, ``max_retries``, ``backoff_base`` and ``http_client_kwargs``.
     """
+
+    path = "/chat/completions"
 
     def __init__(
         self,
@@ -265,51 +119,25 @@ class OpenAIChatGenerator:
         http_client_kwargs: dict[str, Any] | None = None,
         backoff_base: float = 0.5,
     ) -> None:
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}.")
-        if timeout <= 0 or backoff_base < 0:
-            raise ConfigurationError(f"timeout must be > 0 and backoff_base >= 0, got {timeout!r}, {backoff_base!r}.")
-        self.model = model
-        self.api_key = api_key if api_key is not None else Secret.from_env_var("OPENAI_API_KEY")
-        self.api_base_url = (api_base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.generation_kwargs = dict(generation_kwargs or {})
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.http_client_kwargs = dict(http_client_kwargs or {})
-        self.backoff_base = backoff_base
-        self._client: httpx.Client | None = None
-        self._async_client: httpx.AsyncClient | None = None
+        super().__init__(
+            model,
+            api_key if api_key is not None else Secret.from_env_var("OPENAI_API_KEY"),
+            api_base_url or DEFAULT_BASE_URL,
+            generation_kwargs,
+            timeout,
+            max_retries,
+            http_client_kwargs,
+            backoff_base,
+        )
 
-    # -- lifecycle ------------------------------------------------------------------------------------
+    def headers(self, key: str | None) -> dict[str, str]:
+        """A bearer token, when there is a key (a local server may need none)."""
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def _client_options(self) -> dict[str, Any]:
-        key = self.api_key.resolve_value()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return {"timeout": httpx.Timeout(self.timeout), "headers": headers, **self.http_client_kwargs}
-
-    def warm_up(self) -> None:
-        """Open the HTTP client (idempotent); the API key is read now."""
-        if self._client is None:
-            self._client = httpx.Client(**self._client_options())
-
-    def close(self) -> None:
-        """Close the HTTP client."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    async def close_async(self) -> None:
-        """Close both HTTP clients."""
-        self.close()
-        if self._async_client is not None:
-            await self._async_client.aclose()
-            self._async_client = None
-
-    # -- requests -------------------------------------------------------------------------------------
-
-    def _payload(
+    def payload(
         self, messages: list[ChatMessage], tools: list[Tool] | None, stream: bool, **kwargs: Any
     ) -> dict[str, Any]:
+        """The chat completion request."""
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": [m.to_openai_dict_format() for m in messages],
@@ -323,140 +151,10 @@ class OpenAIChatGenerator:
             payload["stream_options"] = {"include_usage": True}
         return payload
 
-    def _replies(self, response: httpx.Response) -> dict[str, list[ChatMessage]]:
-        try:
-            data = response.json()
-            choices = data["choices"]
-            replies = [reply_from_choice(c, data.get("model"), data.get("usage")) for c in choices]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelResponseError(f"The model server's answer is not a chat completion: {exc!r}") from None
-        if not replies:
-            raise ModelResponseError("The model server answered with no choices.")
-        return {"replies": replies}
+    def replies(self, data: Any) -> list[ChatMessage]:
+        """One assistant message per choice."""
+        return [reply_from_choice(c, data.get("model"), data.get("usage")) for c in data["choices"]]
 
-    def _request(
-        self, payload: dict[str, Any], streaming_callback: StreamingCallback | None
-    ) -> dict[str, list[ChatMessage]]:
-        assert self._client is not None
-        url = f"{self.api_base_url}/chat/completions"
-        try:
-            if streaming_callback is None:
-                response = self._client.post(url, json=payload)
-                if response.status_code >= 400:
-                    raise http_error(response.status_code, response.text, response.headers.get("retry-after"))
-                return self._replies(response)
-            with self._client.stream("POST", url, json=payload) as streamed:
-                if streamed.status_code >= 400:
-                    body = streamed.read().decode(errors="replace")
-                    raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
-                assembly, events = _StreamAssembly(), EventLines()
-                try:
-                    for line in streamed.iter_lines():
-                        raw = events.feed(line)
-                        if raw is not None and not assembly.take(parse_event(raw), streaming_callback):
-                            break
-                except httpx.HTTPError as exc:
-                    raise assembly.broken(exc) from exc
-                raw = events.flush()
-                if raw is not None:
-                    assembly.take(parse_event(raw), streaming_callback)
-                streaming_callback(assembly.final_chunk())
-                return {"replies": [assembly.message()]}
-        except httpx.HTTPError as exc:
-            raise transport_error(exc) from exc
-
-    def run(
-        self,
-        messages: list[ChatMessage],
-        tools: list[Tool] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-        **kwargs: Any,
-    ) -> dict[str, list[ChatMessage]]:
-        """Ask the model for its reply (streamed to ``streaming_callback`` when given)."""
-        self.warm_up()
-        payload = self._payload(messages, tools, streaming_callback is not None, **kwargs)
-        attempt = 0
-        while True:
-            try:
-                return self._request(payload, streaming_callback)
-            except ModelClientError as error:
-                if attempt >= self.max_retries or not retryable(error):
-                    raise
-                time.sleep(retry_delay(attempt, self.backoff_base, getattr(error, "retry_after", None)))
-                attempt += 1
-
-    async def _request_async(
-        self, payload: dict[str, Any], streaming_callback: StreamingCallback | None
-    ) -> dict[str, list[ChatMessage]]:
-        if self._async_client is None:
-            self._async_client = httpx.AsyncClient(**self._client_options())
-        url = f"{self.api_base_url}/chat/completions"
-        try:
-            if streaming_callback is None:
-                response = await self._async_client.post(url, json=payload)
-                if response.status_code >= 400:
-                    raise http_error(response.status_code, response.text, response.headers.get("retry-after"))
-                return self._replies(response)
-            async with self._async_client.stream("POST", url, json=payload) as streamed:
-                if streamed.status_code >= 400:
-                    body = (await streamed.aread()).decode(errors="replace")
-                    raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
-                assembly, events = _StreamAssembly(), EventLines()
-                try:
-                    async for line in streamed.aiter_lines():
-                        raw = events.feed(line)
-                        if raw is not None and not await assembly.take_async(parse_event(raw), streaming_callback):
-                            break
-                except httpx.HTTPError as exc:
-                    raise assembly.broken(exc) from exc
-                raw = events.flush()
-                if raw is not None:
-                    await assembly.take_async(parse_event(raw), streaming_callback)
-                await _called(streaming_callback, assembly.final_chunk())
-                return {"replies": [assembly.message()]}
-        except httpx.HTTPError as exc:
-            raise transport_error(exc) from exc
-
-    async def run_async(
-        self,
-        messages: list[ChatMessage],
-        tools: list[Tool] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-        **kwargs: Any,
-    ) -> dict[str, list[ChatMessage]]:
-        """Async twin of ``run``; the streaming callback may be async. Cancelling closes the stream."""
-        payload = self._payload(messages, tools, streaming_callback is not None, **kwargs)
-        attempt = 0
-        while True:
-            try:
-                return await self._request_async(payload, streaming_callback)
-            except ModelClientError as error:
-                if attempt >= self.max_retries or not retryable(error):
-                    raise
-                await asyncio.sleep(retry_delay(attempt, self.backoff_base, getattr(error, "retry_after", None)))
-                attempt += 1
-
-    # -- serialization ----------------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        """Serialize the settings; the API key as the name of its environment variable, never its value."""
-        return {
-            "type": object_path(type(self)),
-            "data": {
-                "model": self.model,
-                "api_key": self.api_key.to_dict(),
-                "api_base_url": self.api_base_url,
-                "generation_kwargs": self.generation_kwargs,
-                "timeout": self.timeout,
-                "max_retries": self.max_retries,
-                "http_client_kwargs": self.http_client_kwargs,
-                "backoff_base": self.backoff_base,
-            },
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OpenAIChatGenerator:
-        """Invert ``to_dict``."""
-        body = dict(data["data"])
-        body["api_key"] = Secret.from_dict(body["api_key"])
-        return cls(**body)
+    def assembly(self) -> StreamAssembly:
+        """A streamed completion's assembly."""
+        return _CompletionStream()
