@@ -1,12 +1,19 @@
 """Model clients.
 
 ``ScriptedChatGenerator`` is the embedded default (no network, no API key); ``OpenAIChatGenerator``
-talks to OpenAI or any OpenAI-compatible server over httpx.
+talks to OpenAI or any OpenAI-compatible server, ``AnthropicChatGenerator`` to Anthropic, over httpx.
 """
 
+from agentfsm.generators.anthropic import AnthropicChatGenerator
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.generators.openai import OpenAIChatGenerator
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.messages import StreamingCallback
 
-__all__ = ["ChatGenerator", "OpenAIChatGenerator", "ScriptedChatGenerator", "StreamingCallback"]
+__all__ = [
+    "AnthropicChatGenerator",
+    "ChatGenerator",
+    "OpenAIChatGenerator",
+    "ScriptedChatGenerator",
+    "StreamingCallback",
+]

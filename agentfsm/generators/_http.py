@@ -36,7 +36,7 @@ from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 
 #: Statuses worth another try: the server is busy or failed for a moment.
-_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 #: The longest wait between two tries, whatever the server's Retry-After says.
 _MAX_DELAY_S = 60.0
 
