@@ -74,7 +74,7 @@ def _demo(args: argparse.Namespace) -> int:
         stdlib_logger.setLevel(logging.DEBUG)
     print(f"user: {DEMO_QUESTION}\n")
     try:
-        result = demo_agent().run([ChatMessage.from_user(DEMO_QUESTION)])
+        result = demo_agent(model_from_args(args.model, args.base_url)).run([ChatMessage.from_user(DEMO_QUESTION)])
     finally:
         stdlib_logger.removeHandler(printer)
     print()
@@ -86,6 +86,27 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"\nassistant: {result['last_message'].text}")
     print(f"({result['step_count']} model calls, {len(result['trace'])} transitions, exit: {result['exit_reason']})")
     return 0
+
+
+def model_from_args(model: str | None, base_url: str | None) -> Any:
+    """``--model openai:NAME`` or ``anthropic:NAME`` (with ``--base-url``) as a model client; None: the script."""
+    if model is None:
+        if base_url is not None:
+            raise CLIError("--base-url needs --model, e.g. --model openai:my-model.")
+        return None
+    from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator
+    from agentfsm.secrets import Secret
+
+    provider, _, name = model.partition(":")
+    clients = {
+        "openai": (OpenAIChatGenerator, "OPENAI_API_KEY"),
+        "anthropic": (AnthropicChatGenerator, "ANTHROPIC_API_KEY"),
+    }
+    if provider not in clients or not name:
+        raise CLIError(f"--model takes openai:MODEL or anthropic:MODEL, got {model!r}.")
+    client, variable = clients[provider]
+    # A local server (--base-url) may need no key; the provider's own API does.
+    return client(name, Secret.from_env_var(variable, strict=base_url is None), base_url)
 
 
 def _diagram(args: argparse.Namespace) -> int:
@@ -234,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run a two-tool agent on the scripted model and print every transition")
     demo.add_argument("-q", "--quiet", action="store_true", help="do not print the transitions")
+    demo.add_argument(
+        "--model",
+        metavar="PROVIDER:MODEL",
+        help="run on a real model: openai:MODEL or anthropic:MODEL (default: the script)",
+    )
+    demo.add_argument("--base-url", metavar="URL", help="the API's base URL, e.g. a local OpenAI-compatible server")
     demo.set_defaults(handler=_demo)
 
     diagram = commands.add_parser("diagram", help="draw the machine, an agent, or where a paused run stands")

@@ -48,10 +48,10 @@ def demo_script() -> list[ChatMessage]:
     ]
 
 
-def demo_agent(**agent_kwargs: Any) -> Agent:
-    """A fresh demo agent with its script; ``agent_kwargs`` add Agent options (a snapshot store...)."""
+def demo_agent(chat_generator: Any = None, **agent_kwargs: Any) -> Agent:
+    """A fresh demo agent, on its script unless ``chat_generator`` is given; ``agent_kwargs`` add Agent options."""
     return Agent(
-        chat_generator=ScriptedChatGenerator(demo_script()),
+        chat_generator=chat_generator if chat_generator is not None else ScriptedChatGenerator(demo_script()),
         tools=[get_weather, calculator],
         system_prompt="You are a concise weather assistant.",
         max_agent_steps=5,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,3 +315,27 @@ def test_the_key_never_shows(server: ScriptedServer, monkeypatch: pytest.MonkeyP
         Secret.from_token(KEY).to_dict()
     agent = Agent(chat_generator=model, tools=[add])
     assert KEY not in json.dumps(agent.to_dict())
+
+
+def test_the_demo_runs_on_a_model_server_when_asked(server: ScriptedServer) -> None:
+    server.reply(
+        body=completion(
+            {"content": None, "tool_calls": [tool_call("w1", "get_weather", '{"city": "Lisbon"}')]}, finish="tool_calls"
+        )
+    )
+    server.reply(body=completion({"content": "Lisbon: 26.5 °C."}))
+    done = subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", "demo", "-q", "--model", "openai:test-model", "--base-url", server.url],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2], check=False,
+        env={**os.environ, "OPENAI_API_KEY": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tool result get_weather -> " in done.stdout and "assistant: Lisbon: 26.5 °C." in done.stdout
+    assert server.requests[0]["json"]["model"] == "test-model" and "Authorization" not in server.requests[0]["headers"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", "demo", "--model", "gemini:x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1 and "--model takes openai:MODEL or anthropic:MODEL" in bad.stderr
