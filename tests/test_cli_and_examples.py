@@ -89,6 +89,21 @@ def test_hitl_approve_later_example_runs() -> None:
     assert "paid: ['30 to ann']" in done.stdout
 
 
+def test_cassette_example_runs() -> None:
+    done = run("examples/cassette.py")
+    assert done.returncode == 0, done.stderr
+    assert "recorded add.json: 5." in done.stdout
+    assert "replayed: 5. (same conversation: True)" in done.stdout
+    assert "a changed agent is caught: Request 1 differs" in done.stdout
+
+
 def test_every_example_is_tested() -> None:
-    tested = {"quickstart.py", "pause_and_resume.py", "durable_run.py", "hooks.py", "hitl_approve_later.py"}
+    tested = {
+        "quickstart.py",
+        "pause_and_resume.py",
+        "durable_run.py",
+        "hooks.py",
+        "hitl_approve_later.py",
+        "cassette.py",
+    }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

@@ -6,12 +6,15 @@ talks to OpenAI or any OpenAI-compatible server, ``AnthropicChatGenerator`` to A
 
 from agentfsm.generators.anthropic import AnthropicChatGenerator
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.generators.cassette import CassetteChatGenerator, CassetteMismatchError
 from agentfsm.generators.openai import OpenAIChatGenerator
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.messages import StreamingCallback
 
 __all__ = [
     "AnthropicChatGenerator",
+    "CassetteChatGenerator",
+    "CassetteMismatchError",
     "ChatGenerator",
     "OpenAIChatGenerator",
     "ScriptedChatGenerator",
