@@ -35,10 +35,13 @@ class Scripted(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Connection", "close")
         self.end_headers()
-        for piece in answer.get("pieces", [answer.get("body", b"")]):
-            self.wfile.write(piece)
-            self.wfile.flush()
-            time.sleep(answer.get("gap", 0))
+        try:
+            for piece in answer.get("pieces", [answer.get("body", b"")]):
+                self.wfile.write(piece)
+                self.wfile.flush()
+                time.sleep(answer.get("gap", 0))
+        except (BrokenPipeError, ConnectionResetError):  # the client went away mid-answer
+            self.server.hung_up.set()
 
 
 class ScriptedServer(ThreadingHTTPServer):
@@ -48,6 +51,8 @@ class ScriptedServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Scripted)
         self.answers: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
+        #: Set when a client closed the connection while an answer was being sent.
+        self.hung_up = threading.Event()
 
     @property
     def url(self) -> str:

@@ -220,6 +220,31 @@ def test_reasoning_is_streamed_and_kept_apart_from_the_answer(server: ScriptedSe
     assert reply.text == "Four." and reply.reasoning is not None and reply.reasoning.reasoning_text == "Two and two..."
 
 
+def test_cancelling_an_async_run_closes_the_stream(server: ScriptedServer) -> None:
+    pieces = [events(delta(f"word {i} "))[: -len(b"data: [DONE]\n\n")] for i in range(40)]
+    server.reply(pieces=pieces, gap=0.05)
+    first = asyncio.Event()
+
+    async def callback(chunk: StreamingChunk) -> None:
+        first.set()
+
+    async def main() -> bool:
+        model = generator(server)
+        task = asyncio.create_task(
+            Agent(chat_generator=model).run_async([ChatMessage.from_user("talk")], streaming_callback=callback)
+        )
+        await first.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The client is still open: only the cancelled stream's own exit can have closed the connection.
+        closed = await asyncio.to_thread(server.hung_up.wait, 5)
+        await model.close_async()
+        return closed
+
+    assert asyncio.run(main()), "the server saw the connection close mid-stream, while the client was open"
+
+
 def test_a_garbled_event_is_an_error_not_a_silent_loss(server: ScriptedServer) -> None:
     server.reply(pieces=[b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n'])
     with pytest.raises(ModelResponseError, match="an event that is not JSON"):
