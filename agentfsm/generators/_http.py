@@ -192,12 +192,16 @@ class HTTPChatGenerator:
 
     #: The API's path under the base URL.
     path = ""
+    #: What ``model``, ``api_key`` and ``api_base_url`` default to (the key: from this variable).
+    default_model = ""
+    api_key_env_var = ""
+    default_base_url = ""
 
     def __init__(
         self,
-        model: str,
-        api_key: Secret,
-        api_base_url: str,
+        model: str | None = None,
+        api_key: Secret | None = None,
+        api_base_url: str | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         timeout: float = 60.0,
         max_retries: int = 3,
@@ -208,9 +212,9 @@ class HTTPChatGenerator:
             raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}.")
         if timeout <= 0 or backoff_base < 0:
             raise ConfigurationError(f"timeout must be > 0 and backoff_base >= 0, got {timeout!r}, {backoff_base!r}.")
-        self.model = model
-        self.api_key = api_key
-        self.api_base_url = api_base_url.rstrip("/")
+        self.model = model or self.default_model
+        self.api_key = api_key if api_key is not None else Secret.from_env_var(self.api_key_env_var)
+        self.api_base_url = (api_base_url or self.default_base_url).rstrip("/")
         self.generation_kwargs = dict(generation_kwargs or {})
         self.timeout = timeout
         self.max_retries = max_retries

@@ -16,7 +16,6 @@ from agentfsm.messages import (
     ToolCall,
     parse_tool_arguments,
 )
-from agentfsm.secrets import Secret
 from agentfsm.tools.tool import Tool
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -107,28 +106,9 @@ class OpenAIChatGenerator(HTTPChatGenerator):
     """
 
     path = "/chat/completions"
-
-    def __init__(
-        self,
-        model: str = "gpt-4o-mini",
-        api_key: Secret | None = None,
-        api_base_url: str | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 3,
-        http_client_kwargs: dict[str, Any] | None = None,
-        backoff_base: float = 0.5,
-    ) -> None:
-        super().__init__(
-            model,
-            api_key if api_key is not None else Secret.from_env_var("OPENAI_API_KEY"),
-            api_base_url or DEFAULT_BASE_URL,
-            generation_kwargs,
-            timeout,
-            max_retries,
-            http_client_kwargs,
-            backoff_base,
-        )
+    default_model = "gpt-4o-mini"
+    api_key_env_var = "OPENAI_API_KEY"
+    default_base_url = DEFAULT_BASE_URL
 
     def headers(self, key: str | None) -> dict[str, str]:
         """A bearer token, when there is a key (a local server may need none)."""
