@@ -56,8 +56,9 @@ class TextContent:
 
 @dataclass(frozen=True, slots=True)
 class ImageContent:
-    """An image, base64-encoded (what a tool with ``raw_result`` may return)."""
+    """An image, base64-encoded: a part of a user's message, or of a ``raw_result`` tool's result."""
 
+    kind: ClassVar[Literal["image"]] = "image"
     base64_image: str
     mime_type: str | None = None
     detail: Literal["auto", "high", "low"] | None = None
@@ -161,12 +162,12 @@ class ReasoningContent:
         return cls(reasoning_text=data["reasoning_text"], extra=data.get("extra", {}))
 
 
-ChatMessageContent = TextContent | ToolCall | ToolCallResult | ReasoningContent
+ChatMessageContent = TextContent | ImageContent | ToolCall | ToolCallResult | ReasoningContent
 
 
 #: The class of each content kind: a message's serialized content is a list of ``{kind: data}``.
 _CONTENT_KINDS: dict[str, type[ChatMessageContent]] = {
-    cls.kind: cls for cls in (TextContent, ToolCall, ToolCallResult, ReasoningContent)
+    cls.kind: cls for cls in (TextContent, ImageContent, ToolCall, ToolCallResult, ReasoningContent)
 }
 
 
@@ -196,9 +197,22 @@ class ChatMessage:
     # -- constructors -----------------------------------------------------------------------------
 
     @classmethod
-    def from_user(cls, text: str, meta: dict[str, Any] | None = None, name: str | None = None) -> ChatMessage:
-        """A message from the user."""
-        return cls(ChatRole.USER, (TextContent(text),), name, meta or {})
+    def from_user(
+        cls,
+        text: str | None = None,
+        meta: dict[str, Any] | None = None,
+        name: str | None = None,
+        *,
+        content_parts: Sequence[TextContent | ImageContent] | None = None,
+    ) -> ChatMessage:
+        """A message from the user: ``text``, or ``content_parts`` (text and images), or both."""
+        parts: tuple[ChatMessageContent, ...] = (
+            *(() if text is None else (TextContent(text),)),
+            *(content_parts or ()),
+        )
+        if not parts:
+            raise ValueError("A user message needs text or content_parts.")
+        return cls(ChatRole.USER, parts, name, meta or {})
 
     @classmethod
     def from_system(cls, text: str, meta: dict[str, Any] | None = None, name: str | None = None) -> ChatMessage:
@@ -247,6 +261,15 @@ class ChatMessage:
     def meta(self) -> dict[str, Any]:
         """Free-form metadata (model name, token usage, ...)."""
         return self._meta
+
+    def texts_and_images(self) -> list[TextContent | ImageContent]:
+        """The text and image parts, in order."""
+        return [p for p in self._content if isinstance(p, (TextContent, ImageContent))]
+
+    @property
+    def images(self) -> list[ImageContent]:
+        """All image parts."""
+        return [p for p in self._content if isinstance(p, ImageContent)]
 
     @property
     def texts(self) -> list[str]:
@@ -339,7 +362,10 @@ class ChatMessage:
             msg["tool_call_id"] = result.origin.id
             return msg
         texts = self.texts
-        msg["content"] = "\n".join(texts) if texts else None
+        if self.images:  # text and images as parts, in order
+            msg["content"] = [_openai_part(p) for p in self.texts_and_images()]
+        else:
+            msg["content"] = "\n".join(texts) if texts else None
         if self.tool_calls:
             calls = []
             for tc in self.tool_calls:

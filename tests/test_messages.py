@@ -73,7 +73,9 @@ def test_from_dict_rejects_malformed_data() -> None:
     with pytest.raises(DeserializationError, match="Unknown chat role"):
         ChatMessage.from_dict({"role": "robot", "content": []})
     with pytest.raises(DeserializationError, match="Unknown message content part"):
-        ChatMessage.from_dict({"role": "user", "content": [{"image": "x"}]})
+        ChatMessage.from_dict({"role": "user", "content": [{"video": "x"}]})
+    with pytest.raises(DeserializationError, match="Malformed chat message"):
+        ChatMessage.from_dict({"role": "user", "content": [{"image": "not an image object"}]})
     with pytest.raises(DeserializationError, match="Malformed"):
         ChatMessage.from_dict({"role": "user"})
 
@@ -114,3 +116,19 @@ def test_invalid_json_arguments_are_kept_not_lost() -> None:
     assert message.tool_call.arguments == {RAW_ARGUMENTS_KEY: "{oops"}
     assert parse_tool_arguments("[1, 2]") == {RAW_ARGUMENTS_KEY: "[1, 2]"}
     assert parse_tool_arguments('{"a": 1}') == {"a": 1}
+
+
+def test_user_messages_carry_images_in_order() -> None:
+    from agentfsm import ImageContent, TextContent
+
+    picture = ImageContent("aGVsbG8=", "image/jpeg", "low")
+    message = ChatMessage.from_user("What is this?", content_parts=[picture, TextContent("Be brief.")])
+    assert message.images == [picture] and message.texts == ["What is this?", "Be brief."]
+    assert ChatMessage.from_dict(message.to_dict()) == message
+    assert message.to_openai_dict_format()["content"] == [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,aGVsbG8=", "detail": "low"}},
+        {"type": "text", "text": "Be brief."},
+    ]
+    with pytest.raises(ValueError, match="needs text or content_parts"):
+        ChatMessage.from_user()

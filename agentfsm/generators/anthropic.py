@@ -45,7 +45,13 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str
                     {"type": "tool_result", "tool_use_id": r.origin.id, "content": content, "is_error": r.error}
                 )
         else:
-            blocks += [{"type": "text", "text": t} for t in m.texts if t]
+            for part in m.texts_and_images():
+                if isinstance(part, TextContent):
+                    if part.text:
+                        blocks.append({"type": "text", "text": part.text})
+                else:
+                    source = {"type": "base64", "media_type": part.mime_type or "image/png", "data": part.base64_image}
+                    blocks.append({"type": "image", "source": source})
             blocks += [
                 {"type": "tool_use", "id": c.id, "name": c.tool_name, "input": c.arguments} for c in m.tool_calls
             ]

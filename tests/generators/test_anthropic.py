@@ -159,3 +159,20 @@ def test_an_agent_runs_tools_against_the_server_sync_and_async(server: ScriptedS
 
     assert asyncio.run(main()) == "5" and SIDE_EFFECTS == ["add(2,3)", "add(2,3)"]
     assert server.requests[1]["json"]["messages"][-1]["content"][0]["tool_use_id"] == "t1"
+
+
+def test_images_in_user_messages_become_image_blocks(server: ScriptedServer) -> None:
+    from agentfsm import ImageContent
+
+    server.reply(body=message({"type": "text", "text": "A cat."}))
+    picture = ChatMessage.from_user("What is this?", content_parts=[ImageContent("aGVsbG8=", "image/png")])
+    generator(server).run([picture])
+    assert server.requests[0]["json"]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="}},
+            ],
+        }
+    ]
