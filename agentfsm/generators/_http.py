@@ -9,6 +9,7 @@ stream (``OpenAIChatGenerator``, ``AnthropicChatGenerator``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import time
@@ -297,13 +298,17 @@ class HTTPChatGenerator:
                     body = streamed.read().decode(errors="replace")
                     raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
                 assembly, events = self.assembly(), EventLines()
+                lines = streamed.iter_lines()
                 try:
-                    for line in streamed.iter_lines():
+                    for line in lines:
                         raw = events.feed(line)
                         if raw is not None and not assembly.take(parse_event(raw), streaming_callback):
                             break
                 except httpx.HTTPError as exc:
                     raise assembly.broken(exc) from exc
+                with contextlib.suppress(httpx.HTTPError):
+                    for _ in lines:  # the rest of the body, so that the connection serves the next request
+                        pass
                 raw = events.flush()
                 if raw is not None:
                     assembly.take(parse_event(raw), streaming_callback)
@@ -349,13 +354,17 @@ class HTTPChatGenerator:
                     body = (await streamed.aread()).decode(errors="replace")
                     raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
                 assembly, events = self.assembly(), EventLines()
+                lines = streamed.aiter_lines()
                 try:
-                    async for line in streamed.aiter_lines():
+                    async for line in lines:
                         raw = events.feed(line)
                         if raw is not None and not await assembly.take_async(parse_event(raw), streaming_callback):
                             break
                 except httpx.HTTPError as exc:
                     raise assembly.broken(exc) from exc
+                with contextlib.suppress(httpx.HTTPError):
+                    async for _ in lines:  # the rest of the body, so that the connection serves the next request
+                        pass
                 raw = events.flush()
                 if raw is not None:
                     await assembly.take_async(parse_event(raw), streaming_callback)

@@ -18,13 +18,16 @@ class Scripted(BaseHTTPRequestHandler):
     """Answers each POST with the next scripted response of its server; records every request."""
 
     server: ScriptedServer
+    protocol_version = "HTTP/1.1"  # an answer with ``keep_alive`` leaves the connection open for the next request
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.requests.append({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
+        self.server.requests.append(
+            {"path": self.path, "headers": dict(self.headers), "json": json.loads(body), "client": self.client_address}
+        )
         answer = self.server.answers.popleft()
         if answer.get("drop"):  # the connection dies without an answer
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -33,10 +36,14 @@ class Scripted(BaseHTTPRequestHandler):
         self.send_response(answer.get("status", 200))
         for name, value in answer.get("headers", {}).items():
             self.send_header(name, value)
-        self.send_header("Connection", "close")
+        pieces = answer.get("pieces", [answer.get("body", b"")])
+        if answer.get("keep_alive"):
+            self.send_header("Content-Length", str(sum(map(len, pieces))))
+        else:
+            self.send_header("Connection", "close")
         self.end_headers()
         try:
-            for piece in answer.get("pieces", [answer.get("body", b"")]):
+            for piece in pieces:
                 self.wfile.write(piece)
                 self.wfile.flush()
                 time.sleep(answer.get("gap", 0))

@@ -126,6 +126,17 @@ def test_a_streamed_reply_equals_the_whole_one(server: ScriptedServer) -> None:
     assert reply == whole and reply.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "t1")]
 
 
+def test_streamed_replies_share_one_connection(server: ScriptedServer) -> None:
+    """The stream is read to its end after ``message_stop``, so the connection goes back to the pool."""
+    server.reply(pieces=[streamed()], keep_alive=True)
+    server.reply(pieces=[streamed()], keep_alive=True)
+    model = generator(server)
+    for _ in range(2):
+        model.run([ChatMessage.from_user("1 + 2")], streaming_callback=lambda c: None)
+    model.close()
+    assert server.requests[0]["client"] == server.requests[1]["client"]
+
+
 def test_errors_are_typed_and_overloads_are_retried(server: ScriptedServer) -> None:
     overloaded = b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
     server.reply(status=529, body=overloaded)

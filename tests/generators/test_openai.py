@@ -220,6 +220,24 @@ def test_reasoning_is_streamed_and_kept_apart_from_the_answer(server: ScriptedSe
     assert reply.text == "Four." and reply.reasoning is not None and reply.reasoning.reasoning_text == "Two and two..."
 
 
+def test_streamed_replies_share_one_connection(server: ScriptedServer) -> None:
+    """The stream is read to its end after ``[DONE]``, so the connection goes back to the pool."""
+    for _ in range(4):
+        server.reply(pieces=[events(delta("ok"), delta(finish="stop"))], keep_alive=True)
+    model = generator(server)
+    for _ in range(2):
+        model.run([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+
+    async def main() -> None:
+        for _ in range(2):
+            await model.run_async([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+        await model.close_async()
+
+    asyncio.run(main())
+    clients = [r["client"] for r in server.requests]
+    assert clients[0] == clients[1] and clients[2] == clients[3], clients
+
+
 def test_cancelling_an_async_run_closes_the_stream(server: ScriptedServer) -> None:
     pieces = [events(delta(f"word {i} "))[: -len(b"data: [DONE]\n\n")] for i in range(40)]
     server.reply(pieces=pieces, gap=0.05)
