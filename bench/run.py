@@ -460,8 +460,26 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
     for row in measured["runs"].values():
         if "error" in row and row["framework"] in not_installed:
             row["error"] = f"not installed: {not_installed[row['framework']]}"
+    measured["clients"] = model_clients(python, pip_install, runs)
     return measured
 
+
+def model_clients(python: Path, pip_install: Callable[..., str | None], runs: int) -> dict[str, Any]:
+    """What ``peers/clients.py`` prints: the model clients against the official SDKs, or ``{"error": why}``."""
+    failed = pip_install(*CLIENT_SDKS)
+    if failed is not None:
+        return {"error": f"the SDKs could not be installed: {failed}"}
+    done = subprocess.run(
+        [str(python), str(HERE / "peers" / "clients.py"), str(runs)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return {"error": f"the clients' benchmark failed: {done.stderr.strip()[-300:]}"}
+    measured: dict[str, Any] = json.loads(done.stdout)
+    return measured
+
+
+#: The official model SDKs that the model clients are timed against.
+CLIENT_SDKS = ["openai", "anthropic"]
 
 #: The peers' packages, framework by framework.
 PEER_PACKAGES = {
@@ -634,6 +652,16 @@ def target_table(results: dict[str, Any]) -> list[str]:
             rows.append((target, f"{times:.1f}x", "yes" if times >= at_least else "no"))
         else:
             rows.append((target, "", "not measured"))
+    clients = results["peers"].get("clients", {}).get("rows")
+    if clients:
+        slowest = min(clients[sdk]["median_us"] / clients[ours]["median_us"] for ours, sdk in CLIENT_PAIRS)
+        rows.append(
+            (
+                "model clients no slower than the openai and anthropic SDKs (the closest of 4 pairs)",
+                f"{slowest:.1f}x",
+                "yes" if slowest >= 1 else "no",
+            )
+        )
     rows.append(
         (
             "a hook firing ≤ 2 µs beyond the hook's own work",
@@ -694,6 +722,37 @@ def peer_tables(peers: dict[str, Any]) -> list[str]:
     for name, row in runs.items():
         if name != row["framework"]:
             lines.append("| " + " | ".join(cells(name, row)) + " |")
+    return lines + client_table(peers.get("clients", {}))
+
+
+#: The model clients' rows and the SDK rows they are compared with.
+CLIENT_PAIRS = tuple(
+    (f"agentfsm {ours}{how}", f"{sdk} SDK{how}")
+    for ours, sdk in (("OpenAIChatGenerator", "openai"), ("AnthropicChatGenerator", "anthropic"))
+    for how in ("", ", streamed")
+)
+
+
+def client_table(clients: dict[str, Any]) -> list[str]:
+    """The model clients against the official SDKs, request by request."""
+    if "error" in clients:
+        return ["", f"The model clients were not measured: {clients['error']}"]
+    if not clients:
+        return []
+    rows, versions = clients["rows"], clients["versions"]
+    lines = [
+        "",
+        f"Model clients: one request to a local keep-alive HTTP server (in the same process) that answers at once "
+        f"with a short prepared reply, {clients['requests_per_sample']} requests a sample, the clients taking turns; "
+        f"openai {versions['openai']}, anthropic {versions['anthropic']}, httpx {versions['httpx']}.",
+        "",
+        "| client | median µs/request | min µs/request | the SDK's median / ours |",
+        "|---|---:|---:|---:|",
+    ]
+    for ours, sdk in CLIENT_PAIRS:
+        ratio = rows[sdk]["median_us"] / rows[ours]["median_us"]
+        lines.append(f"| {ours} | {rows[ours]['median_us']} | {rows[ours]['min_us']} | {ratio:.1f}x |")
+        lines.append(f"| {sdk} | {rows[sdk]['median_us']} | {rows[sdk]['min_us']} | |")
     return lines
 
 

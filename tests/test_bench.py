@@ -129,3 +129,36 @@ def test_target_table_judges_this_run_by_its_medians() -> None:
     assert missed.count("| no |") == 4, missed
     unmeasured = "\n".join(bench.target_table(results(21.0, {})))
     assert "| ≥ 10x faster than Haystack's Agent per plain step |  | not measured |" in unmeasured
+
+
+def test_the_client_table_sets_each_client_beside_its_sdk() -> None:
+    bench = load_bench_script()
+    names = [name for pair in bench.CLIENT_PAIRS for name in pair]
+    rows = {name: {"median_us": 100.0, "min_us": 90.0} for name in names}
+    rows["anthropic SDK, streamed"] = {"median_us": 80.0, "min_us": 75.0}
+    clients = {
+        "rows": rows,
+        "versions": {"openai": "1.0", "anthropic": "2.0", "httpx": "0.28"},
+        "requests_per_sample": 50,
+    }
+    table = "\n".join(bench.client_table(clients))
+    assert "| agentfsm AnthropicChatGenerator, streamed | 100.0 | 90.0 | 0.8x |" in table
+    assert "| openai SDK | 100.0 | 90.0 | |" in table
+    assert "openai 1.0, anthropic 2.0, httpx 0.28" in table
+    assert bench.client_table({"error": "no network"}) == ["", "The model clients were not measured: no network"]
+    runs = {"runs": {}, "clients": clients}
+    targets = "\n".join(
+        bench.target_table(
+            {
+                "growth": {"10": {"durable_write": {"median_us": 1.0}}},
+                "peers": runs,
+                "overhead": {
+                    "plain": {"median_us": 1.0},
+                    "no-op hooks at before_llm, before_tool, on_exit": {"median_us": 2.0},
+                },
+            }
+        )
+    )
+    assert (
+        "| model clients no slower than the openai and anthropic SDKs (the closest of 4 pairs) | 0.8x | no |" in targets
+    )
