@@ -13,6 +13,7 @@ from agentfsm.drivers import SavePause, drive_async, drive_sync
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hooks import Hook, check_hooks, hook_from_dict, hook_name, hook_to_dict
+from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
@@ -58,8 +59,12 @@ class RunRequest:
     break_point: AgentBreakpoint | Breakpoint | None = None
     snapshot: AgentSnapshot | dict[str, Any] | None = None
     strict: bool = False
-    #: Confirmation decisions for a resumed run waiting in CONFIRM.
+    #: Confirmation decisions for a resumed run waiting in CONFIRM (or with calls of unknown outcome).
     decisions: Sequence[Any] = ()
+    #: Start a new run from the snapshot (its record names the snapshot's run and seq as its parent).
+    fork: bool = False
+    #: Claim the stored run even though another process's claim on it is live (that process is gone).
+    take_over: bool = False
 
 
 class Agent:
@@ -123,10 +128,6 @@ class Agent:
             self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
         except TypeError as exc:
             raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
-        if snapshot_store is not None and not isinstance(snapshot_store, SnapshotStore):
-            raise ConfigurationTypeError(
-                f"snapshot_store must be a SnapshotStore, got {type(snapshot_store).__name__}."
-            )
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
         #: Hooks that only run_async can run (async functions given to @hook).
@@ -134,14 +135,25 @@ class Agent:
         self.confirmation_strategies = dict(confirmation_strategies or {})
         self._confirmation = _resolve_strategies(self.confirmation_strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
-        # A durable store records the run at every transition; any other store keeps pause snapshots.
-        self._observers: tuple[RunObserver, ...] = ()
-        self._save_pause: SavePause | None = None
-        if isinstance(snapshot_store, DurableSnapshotStore) and snapshot_store.durable:
-            self._observers = (snapshot_store,)
-        elif snapshot_store is not None:
-            self._save_pause = snapshot_store.save
         self._is_warmed_up = False
+
+    @property
+    def snapshot_store(self) -> SnapshotStore | None:
+        """Where runs keep their snapshots: pauses, and every transition for a durable store."""
+        return self._snapshot_store
+
+    @snapshot_store.setter
+    def snapshot_store(self, store: SnapshotStore | None) -> None:
+        if store is not None and not isinstance(store, SnapshotStore):
+            raise ConfigurationTypeError(
+                f"snapshot_store must be a SnapshotStore (save, claim, release, latest, load, history, runs), "
+                f"got {type(store).__name__}."
+            )
+        self._snapshot_store = store
+        # A durable store records the run at every transition; every store keeps pause snapshots.
+        durable = isinstance(store, DurableSnapshotStore) and store.durable
+        self._observers: tuple[RunObserver, ...] = (store,) if durable else ()  # type: ignore[assignment]
+        self._save_pause: SavePause | None = store.save if store is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -292,16 +304,37 @@ class Agent:
             hooks=self._hooks,
             confirmation=self._confirmation,
         )
-        if request.decisions and request.snapshot is None:
-            raise ConfigurationError("decisions= decide the pending calls of a paused run: pass its snapshot= too.")
+        if request.snapshot is None and (request.decisions or request.fork or request.take_over):
+            raise ConfigurationError(
+                "decisions=, fork= and take_over= are about a stored or paused run: pass its snapshot= too."
+            )
+        if request.take_over and self.snapshot_store is None:
+            raise ConfigurationError("take_over=True takes a run over in a snapshot store: give the agent one.")
         if request.snapshot is not None:
             if request.messages or request.system_prompt is not None or request.state:
                 raise ConfigurationError(
                     "A resumed run continues the snapshot's conversation and State: do not pass messages, "
                     "system_prompt or state values together with snapshot=."
                 )
+            snapshot = request.snapshot
+            if not isinstance(snapshot, AgentSnapshot):
+                snapshot = AgentSnapshot.from_dict(snapshot)
+            parent = (snapshot.run_id, snapshot.seq) if request.fork else None
+            if request.fork:
+                snapshot = snapshot.fork()
+            store = self.snapshot_store
+
+            def claim(checked: AgentSnapshot) -> None:
+                if store is not None:
+                    store.claim(checked.run_id, checked.seq, take_over=request.take_over, parent=parent)
+
             return resume_run(
-                config, self._full_schema, request.snapshot, strict=request.strict, decisions=request.decisions
+                config,
+                self._full_schema,
+                snapshot,
+                strict=request.strict,
+                decisions=request.decisions,
+                before_resume=claim,
             )
         messages = request.messages
         if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
@@ -326,6 +359,8 @@ class Agent:
         tools: ToolSelection | None = None,
         strict: bool = False,
         decisions: Sequence[Any] = (),
+        fork: bool = False,
+        take_over: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -335,7 +370,13 @@ class Agent:
         ``kwargs`` initialise State keys declared in ``state_schema``. ``break_point`` pauses the run
         by raising ``BreakpointException`` (its ``snapshot`` resumes it: ``run(snapshot=...)``); a
         snapshot from a differently configured agent logs a warning, or raises with ``strict=True``.
-        ``decisions`` decide the calls a resumed run waits for in CONFIRM (``agentfsm.hitl``).
+        ``decisions`` decide the calls a resumed run waits for in CONFIRM (``agentfsm.hitl``), or
+        whose outcome a crash left unknown.
+
+        With a snapshot store, a stored run resumes only from its newest snapshot, in one process
+        at a time (``StaleSnapshotError`` otherwise, and nothing runs); ``take_over=True`` takes over
+        a run whose process is gone before its claim expires; ``fork=True`` starts a new run from any
+        snapshot, leaving the snapshot's run as it is.
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
@@ -355,8 +396,14 @@ class Agent:
             snapshot=snapshot,
             strict=strict,
             decisions=decisions,
+            fork=fork,
+            take_over=take_over,
         )
-        return drive_sync(self._new_run(request), self.chat_generator, callback, self._save_pause)
+        run = self._new_run(request)
+        try:
+            return drive_sync(run, self.chat_generator, callback, self._save_pause)
+        finally:
+            self._release(run)
 
     async def run_async(
         self,
@@ -369,6 +416,8 @@ class Agent:
         tools: ToolSelection | None = None,
         strict: bool = False,
         decisions: Sequence[Any] = (),
+        fork: bool = False,
+        take_over: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
@@ -381,9 +430,21 @@ class Agent:
             snapshot=snapshot,
             strict=strict,
             decisions=decisions,
+            fork=fork,
+            take_over=take_over,
         )
         callback = streaming_callback or self.streaming_callback
-        return await drive_async(self._new_run(request), self.chat_generator, callback, self._save_pause)
+        run = self._new_run(request)
+        try:
+            return await drive_async(run, self.chat_generator, callback, self._save_pause)
+        finally:
+            self._release(run)
+
+    def _release(self, run: AgentRun) -> None:
+        """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
+        if self.snapshot_store is not None:
+            status = {Phase.DONE: "done", Phase.PAUSED: "paused"}.get(run.phase, "failed")
+            self.snapshot_store.release(run.run_id, status)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""

@@ -20,11 +20,12 @@ from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.runtime import AgentRun, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm.snapshot import AgentSnapshot
+from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
 from agentfsm.workers import run_in_worker
 
-#: Keeps the snapshot of a paused run (a snapshot store that does not observe the run itself).
-SavePause = Callable[[AgentSnapshot], Any]
+#: Keeps the snapshot of a paused run (a snapshot store's ``save``): says where it is kept.
+SavePause = Callable[[AgentSnapshot], SnapshotInfo]
 
 
 def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> BreakpointException:
@@ -32,12 +33,21 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
 
     A run that waits for a confirmation decision raises ``HITLBreakpointException``.
     """
-    if save is not None:
-        save(snapshot)
+    if save is not None:  # the snapshot given out says where it is stored: it is the run's head
+        snapshot = snapshot.model_copy(update={"seq": save(snapshot).seq})
     reason = snapshot.break_point or {}
     directory = reason.get("snapshot_file_path")
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
+    if reason.get("type") == "outcome_unknown":
+        return BreakpointException(
+            f"Run {snapshot.run_id} stopped in tool_run: tool calls {reason['tool_call_ids']} "
+            f"({', '.join(reason['tool_names'])}) started before the run was interrupted, and their outcome "
+            f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
+            "execute=True runs a call again, execute=False records its feedback as the call's result.",
+            snapshot,
+            path,
+        )
     if reason.get("type") == "confirmation":
         return HITLBreakpointException(
             f"Run {snapshot.run_id} waits for a decision on {reason['tool_name']} (call {reason['tool_call_id']})"

@@ -42,6 +42,25 @@ class SnapshotError(AgentFSMError, ValueError):
     """A snapshot is malformed, truncated, tampered with, of an unknown version, or cannot resume here."""
 
 
+class StaleSnapshotError(SnapshotError):
+    """A stored run cannot be resumed from this snapshot: it is not the run's head, or another process runs it.
+
+    ``run_id``, ``seq`` (the snapshot's number in the store, ``None`` when it does not say) and
+    ``head`` (the run's newest number) say which; ``owner`` is the claim that holds the run, if any.
+    Nothing ran. Resume the head (``store.latest(run_id)``), take over a crashed run
+    (``take_over=True``), or start a new run from this point (``fork=True``).
+    """
+
+    def __init__(
+        self, message: str, run_id: str, seq: int | None = None, head: int | None = None, owner: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.run_id, self.seq, self.head, self.owner = run_id, seq, head, owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.args[0], self.run_id, self.seq, self.head, self.owner)
+
+
 class BreakpointException(AgentFSMError):
     """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it."""
 

@@ -7,7 +7,7 @@ not done yet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
@@ -28,13 +28,21 @@ def resume_run(
     *,
     strict: bool,
     decisions: Sequence[Any] = (),
+    before_resume: Callable[[AgentSnapshot], None] | None = None,
 ) -> AgentRun:
     """The run ``snapshot`` holds, in the phase it recorded, for an agent with this config and State schema.
 
     A snapshot taken by a differently configured agent (another fingerprint) logs a warning, or
     raises ``SnapshotError`` with ``strict``. Any other problem with the snapshot raises ``SnapshotError``.
-    ``decisions`` (``ToolExecutionDecision``) decide pending calls of a run waiting in CONFIRM; one
-    that does not fit a waiting call raises ``DecisionError`` before anything runs.
+    ``decisions`` (``ToolExecutionDecision``) decide pending calls of a run waiting in CONFIRM, or
+    calls whose outcome is unknown; one that does not fit such a call raises ``DecisionError``.
+    ``before_resume`` (a store's claim) is called once all is checked, before the ``resume`` edge:
+    when anything raises, the run has not moved, and nothing ran.
+
+    A snapshot recorded while the tools ran (in TOOL_RUN, no breakpoint) may hold calls that started
+    and did not finish: their outcome is unknown. Those of idempotent tools run again; for the
+    others, the run pauses in TOOL_RUN (break point ``outcome_unknown``) until a decision says to
+    run them again (``execute=True``) or gives their result (``execute=False``, the result as ``feedback``).
     """
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
@@ -55,17 +63,23 @@ def resume_run(
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
     reason = snap.break_point or {}
     waiting = set(reason.get("waiting", ())) if reason.get("type") == "confirmation" else set()
+    unknown = snap.outcome_unknown_calls()
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.
         if c.key in waiting and c.status is CallStatus.READY and c.decision is None:
             c.status = CallStatus.UNDECIDED
+        elif c.key in unknown and c.status is CallStatus.READY:
+            c.status = CallStatus.UNKNOWN
     if decisions:
-        if run.phase is not Phase.CONFIRM:
+        if snap.phase is not Phase.CONFIRM and not unknown:
             raise DecisionError(
-                f"Run {snap.run_id} is not waiting for decisions: it resumes in {run.phase.value}. Nothing ran."
+                f"Run {snap.run_id} is not waiting for decisions: it resumes in {snap.phase.value}. Nothing ran."
             )
         for decision in decisions:
             run.apply_decision(decision)
+    for c in run.pending:  # an idempotent tool's call runs again, unless a decision said otherwise
+        if c.status is CallStatus.UNKNOWN and c.tool is not None and c.tool.idempotent:
+            c.status = CallStatus.READY
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
     unasked = [
@@ -76,6 +90,19 @@ def resume_run(
             f"Tool calls {[c.key for c in unasked]} of run {snap.run_id} wait for a decision, and no "
             "confirmation strategy of this agent covers them: pass decisions=[...] for them. Nothing ran."
         )
+    if before_resume is not None:
+        before_resume(snap)
+    run.interrupt("resume", snap.phase, stage=snap.stage)
+    still_unknown = [c for c in run.pending if c.status is CallStatus.UNKNOWN]
+    if still_unknown:
+        run.snapshot = run.make_snapshot(
+            {
+                "type": "outcome_unknown",
+                "tool_call_ids": [c.key for c in still_unknown],
+                "tool_names": [c.call.tool_name for c in still_unknown],
+            }
+        )
+        run.interrupt("pause", Phase.PAUSED)
     return run
 
 
@@ -101,7 +128,7 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     if run.decisions:
         from agentfsm.hitl.types import ToolExecutionDecision
 
-        taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions]
+        taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions if not d.get("outcome_unknown")]
         for strategy in {id(s): s for s in config.confirmation.values()}.values():
             restore = getattr(strategy, "restore", None)
             if callable(restore):
@@ -109,5 +136,4 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     if snap.phase in PREPARED_PHASES:
         # Before the resume edge: its observers record the calls that finished already.
         run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})
-    run.interrupt("resume", snap.phase, stage=snap.stage)
     return run

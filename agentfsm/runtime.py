@@ -406,8 +406,12 @@ class AgentRun:
                 elif c.status is CallStatus.READY and c.call.tool_name in covered:
                     c.status = CallStatus.UNDECIDED
             keys = {c.key for c in self.pending}
-            for decision in self.decisions:  # decisions taken before a pause or a crash
-                if decision.get("step") == self.step and decision.get("tool_call_id") in keys:
+            for decision in self.decisions:  # confirmations taken before a pause or a crash
+                if (
+                    decision.get("step") == self.step
+                    and decision.get("tool_call_id") in keys
+                    and not decision.get("outcome_unknown")
+                ):
                     self.apply_decision(decision, taken_before=True)
 
     def current_tools(self) -> dict[str, Tool]:
@@ -483,6 +487,7 @@ class AgentRun:
         It must name a pending call waiting for a decision (``tool_call_id``), for the same tool, and,
         when it carries one, the fingerprint of that call's tool name and arguments as proposed.
         Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
+        For a call whose outcome is unknown, ``execute=False`` records ``feedback`` as its result.
         """
         from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
 
@@ -501,9 +506,11 @@ class AgentRun:
                 f"fingerprint {proposed}. Nothing ran."
             )
         ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
-        if call.status is not CallStatus.UNDECIDED and not (taken_before and ran):
+        unknown = call.status is CallStatus.UNKNOWN
+        if call.status is not CallStatus.UNDECIDED and not unknown and not (taken_before and ran):
             raise DecisionError(f"Tool call {d.tool_call_id!r} is decided already ({call.status}); nothing ran.")
-        call.decision = d
+        if not unknown:  # a confirmation: the tool result shows it
+            call.decision = d
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
             modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
             if ran:
@@ -512,10 +519,13 @@ class AgentRun:
                 [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
                 call.status, call.error = checked.status, checked.error
+        elif unknown and not d.execute:
+            call.status, call.outcome = CallStatus.DONE, CallOutcome(value=d.feedback)
         elif not ran:
             call.status = CallStatus.READY if d.execute else CallStatus.REJECTED
         if not taken_before:
-            self.decisions.append({**d.to_dict(), "call_fingerprint": proposed, "step": self.step})
+            taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
+            self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
 
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
@@ -638,6 +648,15 @@ class AgentRun:
             "tool_descriptions": {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
         }
 
+    def _started_calls(self) -> list[str]:
+        """The calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run."""
+        if self.phase is not Phase.TOOL_RUN or PHASE_WORK[Phase.TOOL_RUN][self.stage : self.stage + 1] != (
+            Work.RUN_TOOLS,
+        ):
+            return []
+        started = (CallStatus.READY, CallStatus.DONE, CallStatus.UNKNOWN)
+        return [c.key for c in self.pending if c.status in started]
+
     def snapshot_fields(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> dict[str, Any]:
         """The snapshot of the run where it stands, but ``messages``, ``trace`` and ``created_at``."""
         return {
@@ -650,6 +669,7 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
+            "started_tool_calls": self._started_calls() if break_point is None else [],
             "exit_reason": self.exit_reason,
             "break_point": break_point,
             "decisions": list(self.decisions),

@@ -26,8 +26,9 @@ from agentfsm.machine import ACTIVE_PHASES, Phase
 from agentfsm.messages import ChatMessage
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
-#: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files).
-SNAPSHOT_FORMAT_VERSION = 2
+#: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
+#: version 3 ``seq`` (``None`` in older files).
+SNAPSHOT_FORMAT_VERSION = 3
 
 
 # -- the snapshot -----------------------------------------------------------------------------------
@@ -81,18 +82,27 @@ class AgentSnapshot(BaseModel):
     pending_tool_calls: list[ToolCallData] = []
     decisions: list[dict[str, Any]] = []
     completed_tool_results: dict[str, OutcomeData] = {}
+    #: The calls handed to the tools when the snapshot was recorded (TOOL_RUN, tools running): the
+    #: journal that tells, after a crash, which calls may have run without their result being stored.
+    started_tool_calls: list[str] = []
     exit_reason: str | None = None
     trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None
     agent_fingerprint: str
     created_at: str
+    #: The snapshot's number in its run's history, in the store that keeps it (set by the store;
+    #: ``None`` for a snapshot that no store gave out). A store resumes only its run's newest one.
+    seq: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         # Version 1 had no stage: its snapshots were all taken at the start of a phase's work.
         if isinstance(data, dict) and data.get("format_version") == 1:
-            return {**data, "format_version": SNAPSHOT_FORMAT_VERSION, "stage": 0}
+            data = {**data, "format_version": 2, "stage": 0}
+        # Version 2 had no seq: it says nothing of the snapshot's place in a store.
+        if isinstance(data, dict) and data.get("format_version") == 2:
+            data = {**data, "format_version": SNAPSHOT_FORMAT_VERSION}
         return data
 
     @field_validator("format_version")
@@ -179,9 +189,20 @@ class AgentSnapshot(BaseModel):
         """Read and validate a snapshot file."""
         return cls.from_bytes(read_file(path, "snapshot file"))
 
+    def outcome_unknown_calls(self) -> dict[str, str]:
+        """The pending calls that may have run without their result being recorded: call key -> tool name.
+
+        Those are the calls the snapshot says were handed to the tools (``started_tool_calls``) and
+        have no result in it; a run paused for them (break point ``outcome_unknown``) lists them.
+        """
+        keys = {c.get("id") or f"#{i}": c["tool_name"] for i, c in enumerate(self.pending_tool_calls)}
+        reason = self.break_point or {}
+        started = reason["tool_call_ids"] if reason.get("type") == "outcome_unknown" else self.started_tool_calls
+        return {key: keys[key] for key in started if key in keys and key not in self.completed_tool_results}
+
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
-        return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso()})
+        return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None})
 
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""

@@ -16,7 +16,9 @@ crash_once = {"lookup_b": True}
 done: list[str] = []
 
 
-@tool
+# Looking a key up twice does no harm: a call cut short by a crash may run again when the run resumes
+# (a tool that is not idempotent would make the resumed run stop and ask what to do with that call).
+@tool(idempotent=True)
 def lookup(key: str) -> str:
     """Look a key up (the second call crashes the first time)."""
     if crash_once.get(f"lookup_{key}"):

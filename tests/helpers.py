@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from agentfsm import ChatMessage, State, ToolCall, hook, tool
+from agentfsm import AgentSnapshot, ChatMessage, State, ToolCall, hook, tool
 
 SIDE_EFFECTS: list[str] = []
 
@@ -71,6 +71,13 @@ def logged_step(label: str) -> str:
     with open(os.environ["AGENTFSM_TEST_LOG"], "a", encoding="utf-8") as log:
         log.write(label + "\n")
     return label
+
+
+def rerun_in_doubt(snapshot: AgentSnapshot) -> list[Any]:
+    """Decisions to run again every call of ``snapshot`` whose outcome is unknown (it may have run)."""
+    from agentfsm.hitl import ToolExecutionDecision
+
+    return [ToolExecutionDecision(name, True, key) for key, name in snapshot.outcome_unknown_calls().items()]
 
 
 KILL_SCRIPT = [calls(call("logged_step", "s1", label="one"), call("logged_step", "s2", label="two")), "done"]

@@ -176,7 +176,7 @@ def test_snapshot_file_path_writes_a_readable_file(tmp_path: Path) -> None:
     assert exc.snapshot_file_path is not None
     path = Path(exc.snapshot_file_path)
     assert path.parent == tmp_path and path.name.endswith("_0002_TOOL_RUN.json")
-    assert path.read_text().startswith('{\n  "format_version": 2,')
+    assert path.read_text().startswith('{\n  "format_version": 3,')
     assert AgentSnapshot.from_file(path) == exc.snapshot
     assert str(path) in str(exc)
 

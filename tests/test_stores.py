@@ -13,7 +13,17 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage, Phase, SnapshotError, ToolCall
+from agentfsm import (
+    Agent,
+    AgentSnapshot,
+    Breakpoint,
+    BreakpointException,
+    ChatMessage,
+    Phase,
+    SnapshotError,
+    StaleSnapshotError,
+    ToolCall,
+)
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.stores import (
@@ -35,6 +45,7 @@ from tests.helpers import (
     flaky,
     logged_step,
     remember,
+    rerun_in_doubt,
 )
 
 USER = [ChatMessage.from_user("go")]
@@ -89,7 +100,7 @@ def test_json_store_files_are_readable(tmp_path: Path) -> None:
     store = JsonFileStore(tmp_path)
     snapshot = pause(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=2))
     files = sorted((tmp_path / snapshot.run_id).iterdir())
-    assert [f.name for f in files] == ["000000_0002_TOOL_RUN.json"]
+    assert [f.name for f in files] == ["000000_0002_TOOL_RUN.json", "run.json"]
     assert json.loads(files[0].read_text())["pending_tool_calls"][0]["tool_name"] == "remember"
 
 
@@ -105,9 +116,10 @@ def test_json_store_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         store.save(snapshot.model_copy(update={"step": 2}))
     monkeypatch.undo()
     assert store.latest(snapshot.run_id) == snapshot
-    assert [p.name for p in (tmp_path / snapshot.run_id).iterdir()] == ["000000_0001_LLM_CALL.json"], (
-        "no temp files left"
-    )
+    assert sorted(p.name for p in (tmp_path / snapshot.run_id).iterdir()) == [
+        "000000_0001_LLM_CALL.json",
+        "run.json",
+    ], "no temp files left"
 
 
 # -- durable mode -----------------------------------------------------------------------------------
@@ -145,8 +157,9 @@ def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path)
     ]
     for info in history:
         snapshot = store.load(run_id, info.seq)
-        assert (snapshot.phase, snapshot.step) == (info.phase, info.step)
-        resumed = agent(position=snapshot.step).run(snapshot=snapshot)
+        assert (snapshot.phase, snapshot.step, snapshot.seq) == (info.phase, info.step, info.seq)
+        # A snapshot taken while the tools ran: its calls without a result may have run; run them again.
+        resumed = agent(position=snapshot.step).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
         assert comparable_result(resumed) == baseline, f"resuming from snapshot {info.seq} ({info.phase})"
 
 
@@ -186,7 +199,14 @@ def test_crash_inside_tool_run_resumes_only_unfinished_calls(tmp_path: Path) -> 
     snapshot = store.latest(run.run_id)
     assert snapshot.phase is Phase.TOOL_RUN
     assert snapshot.completed_tool_results == {"f1": {"value": "ONE"}}
-    result = agent(store, script=script, position=1, tool_concurrency=1).run(snapshot=snapshot)
+    resumed = agent(store, script=script, position=1, tool_concurrency=1)
+    # f2 and f3 were handed to the tools before the crash: the run cannot know whether they ran.
+    with pytest.raises(BreakpointException, match=r"tool calls \['f2', 'f3'\] .* outcome is unknown") as paused:
+        resumed.run(snapshot=snapshot)
+    assert SIDE_EFFECTS == ["flaky(one)"], "nothing ran"
+    in_doubt = paused.value.snapshot
+    assert in_doubt.outcome_unknown_calls() == {"f2": "flaky", "f3": "flaky"} and store.runs()[0].status == "paused"
+    result = resumed.run(snapshot=in_doubt, decisions=rerun_in_doubt(in_doubt))
     assert SIDE_EFFECTS == ["flaky(one)", "flaky(two)", "flaky(three)"], "each call ran exactly once"
     assert [m.tool_call_result.result for m in result["messages"] if m.tool_call_result] == ["ONE", "TWO", "THREE"]
     assert store.runs()[0].status == "done"
@@ -222,12 +242,16 @@ def test_a_killed_process_resumes_from_the_database(tmp_path: Path, monkeypatch:
     assert [c["id"] for c in snapshot.pending_tool_calls] == ["s1", "s2"]
 
     monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
-    resumed = Agent(
+    agent = Agent(
         chat_generator=ScriptedChatGenerator(KILL_SCRIPT, position=snapshot.step),
         tools=[logged_step],
         snapshot_store=store,
         tool_concurrency=1,
-    ).run(snapshot=snapshot)
+    )
+    with pytest.raises(StaleSnapshotError, match=r"is being run by .* take the run over"):
+        agent.run(snapshot=snapshot)  # the killed process's claim has not expired
+    assert snapshot.outcome_unknown_calls() == {"s2": "logged_step"}, "s2 was under way when the process died"
+    resumed = agent.run(snapshot=snapshot, take_over=True, decisions=rerun_in_doubt(snapshot))
     assert log.read_text() == "one\ntwo\n", "the finished call did not run again"
     assert [m.tool_call_result.result for m in resumed["messages"] if m.tool_call_result] == ["one", "two"]
     assert store.runs()[0].status == "done"
@@ -267,7 +291,7 @@ class RecordingStore(SQLiteSnapshotStore):
 
 
 def without_time(snapshot: AgentSnapshot) -> dict[str, Any]:
-    return {k: v for k, v in snapshot.to_dict().items() if k not in ("created_at", "format_version")}
+    return {k: v for k, v in snapshot.to_dict().items() if k not in ("created_at", "format_version", "seq")}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -444,6 +468,7 @@ def test_every_durable_snapshot_of_a_run_with_hooks_and_confirmation_resumes_to_
     run_id = store.runs()[0].run_id
     for info in store.history(run_id):
         snapshot = store.load(run_id, info.seq)
-        resumed = comparable_result(make(position=snapshot.step).run(snapshot=snapshot.fork()))
+        decisions = rerun_in_doubt(snapshot)
+        resumed = comparable_result(make(position=snapshot.step).run(snapshot=snapshot, fork=True, decisions=decisions))
         assert resumed == baseline, f"snapshot {info.seq} ({snapshot.phase.value}, stage {snapshot.stage})"
     store.close()

@@ -23,7 +23,11 @@ class SnapshotInfo:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """A run known to a store: its newest snapshot and its status (active, paused, done or failed)."""
+    """A run known to a store: its newest snapshot and its status (active, paused, done or failed).
+
+    ``owner`` is the claim of the process running it (while active), ``taken_over_from`` the claim
+    it took the run over from, and ``parent_run_id`` / ``parent_seq`` the snapshot a fork started from.
+    """
 
     run_id: str
     status: str
@@ -31,16 +35,39 @@ class RunInfo:
     step: int
     snapshots: int
     updated_at: str
+    owner: str | None = None
+    taken_over_from: str | None = None
+    parent_run_id: str | None = None
+    parent_seq: int | None = None
 
 
 @runtime_checkable
 class SnapshotStore(Protocol):
-    """A place to keep snapshots. ``durable`` stores are also told about every transition."""
+    """A place to keep snapshots. ``durable`` stores are also told about every transition.
+
+    A stored run has one head, its newest snapshot, and one process at a time runs it: resuming
+    ``claim``s the run (only from its head, and only when no live claim holds it), and the end of
+    the run, or its pause, ``release``s it.
+    """
 
     durable: bool
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Keep ``snapshot`` as the newest of its run."""
+        """Keep ``snapshot`` as the newest of its run, which is then paused (and no longer claimed)."""
+        ...
+
+    def claim(
+        self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
+    ) -> None:
+        """Take the run from its snapshot ``seq`` to run it here; ``StaleSnapshotError`` if that is not the head.
+
+        Also refused while another process's claim is live, unless ``take_over``. A run the store
+        does not know is registered (``parent``: the run and snapshot a fork starts from).
+        """
+        ...
+
+    def release(self, run_id: str, status: str) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused)."""
         ...
 
     def latest(self, run_id: str) -> AgentSnapshot:

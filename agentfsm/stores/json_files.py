@@ -1,12 +1,29 @@
-"""JsonFileStore: one readable JSON file per snapshot."""
+"""JsonFileStore: one readable JSON file per snapshot, and a claim file per run being run.
+
+A run's folder holds its snapshots (``<seq>_<step>_<phase>.json``), ``run.json`` (its status and,
+for a fork, where it started) and, while a process runs it, ``claim.json``. The claim is taken by
+creating that file exclusively (``O_EXCL``, atomic on a local file system): of several processes
+resuming the same snapshot, one gets it and the others get ``StaleSnapshotError``. What this store
+does not guarantee: a claim whose lease expired is replaced by a rename, so two processes taking
+over the same expired claim at the same instant may both succeed; and the lease is not renewed
+while the run goes on (it is only given up at the end), so ``lease_seconds`` must outlast the run.
+Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
-from agentfsm.errors import SnapshotError
-from agentfsm.snapshot import AgentSnapshot
+import orjson
+
+from agentfsm.errors import SnapshotError, StaleSnapshotError
+from agentfsm.files import atomic_write
+from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores.base import RunInfo, SnapshotInfo
 
 
@@ -15,32 +32,147 @@ class JsonFileStore:
 
     durable = False
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, lease_seconds: float = 3600.0) -> None:
         self.directory = Path(directory)
+        self.lease_seconds = lease_seconds
+        #: The runs this store runs, and the claim under which it does.
+        self._claims: dict[str, str] = {}
 
     def _files(self, run_id: str) -> list[Path]:
-        return sorted((self.directory / run_id).glob("*.json"))
+        return sorted((self.directory / run_id).glob("[0-9]*.json"))
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except orjson.JSONDecodeError as exc:
+            raise SnapshotError(f"{path} is damaged ({exc}).") from None
+        if not isinstance(data, dict):
+            raise SnapshotError(f"{path} is damaged (not a JSON object).")
+        return data
+
+    def _record(self, run_id: str) -> dict[str, Any]:
+        """The run's ``run.json``: its status, and where a fork started."""
+        return self._read(self.directory / run_id / "run.json") or {}
+
+    def _set_record(self, run_id: str, **changes: Any) -> None:
+        path = self.directory / run_id / "run.json"
+        atomic_write(path, orjson.dumps({**self._record(run_id), **changes}))
+
+    # -- claims -------------------------------------------------------------------------------------
+
+    def claim(
+        self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
+    ) -> None:
+        """Take the run from its snapshot ``seq`` to run it in this process (see ``SnapshotStore.claim``)."""
+        path = self.directory / run_id / "claim.json"
+        head = len(self._files(run_id)) - 1
+        holder = self._read(path)
+        live = holder is not None and holder.get("lease_until", 0) > time.time()
+        if live and not take_over:
+            assert holder is not None
+            raise StaleSnapshotError(
+                f"Run {run_id!r} is being run by {holder.get('owner')} (its claim holds until "
+                f"{iso_from_timestamp(holder.get('lease_until', 0))}); nothing ran. If that process is gone, "
+                "take the run over (take_over=True).",
+                run_id,
+                seq,
+                head,
+                holder.get("owner"),
+            )
+        if head >= 0:
+            if seq != head:
+                said = f"Snapshot {seq}" if seq is not None else "A snapshot that does not say its number"
+                raise StaleSnapshotError(
+                    f"{said} of run {run_id!r} is not its newest ({head}); nothing ran. Resume the newest, "
+                    "or start a new run from this point (fork=True).",
+                    run_id,
+                    seq,
+                    head,
+                )
+            if self._record(run_id).get("status") == "done":
+                raise StaleSnapshotError(
+                    f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
+                    run_id,
+                    seq,
+                    head,
+                )
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        claim = orjson.dumps({"owner": owner, "lease_until": time.time() + self.lease_seconds})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if holder is None:
+            try:
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                raise StaleSnapshotError(
+                    f"Run {run_id!r} was claimed by another process just now; nothing ran.", run_id, seq, head
+                ) from None
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(claim)
+        else:
+            atomic_write(path, claim)
+        changes: dict[str, Any] = {"status": "active"}
+        if holder is not None:
+            changes["taken_over_from"] = holder.get("owner")
+        if parent is not None:
+            changes["parent_run_id"], changes["parent_seq"] = parent
+        self._set_record(run_id, **changes)
+        self._claims[run_id] = owner
+
+    def release(self, run_id: str, status: str) -> None:
+        """Give up this process's claim on the run, leaving it ``status``."""
+        owner = self._claims.pop(run_id, None)
+        if owner is None:
+            return
+        path = self.directory / run_id / "claim.json"
+        holder = self._read(path)
+        if holder is None or holder.get("owner") != owner:
+            raise StaleSnapshotError(
+                f"Run {run_id!r} was taken over by {holder and holder.get('owner')} while this process ran it.",
+                run_id,
+            )
+        self._set_record(run_id, status=status)
+        path.unlink()
+
+    # -- snapshots ----------------------------------------------------------------------------------
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Write the snapshot atomically as the next file of its run."""
-        seq = len(self._files(snapshot.run_id))
+        """Write the snapshot atomically as the next file of its run, which is then paused."""
+        run_id = snapshot.run_id
+        if run_id not in self._claims:
+            holder = self._read(self.directory / run_id / "claim.json")
+            if holder is not None and holder.get("lease_until", 0) > time.time():
+                raise StaleSnapshotError(
+                    f"Run {run_id!r} is being run by {holder.get('owner')}: a snapshot cannot be saved into it now.",
+                    run_id,
+                    owner=holder.get("owner"),
+                )
+        seq = len(self._files(run_id))
         name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
-        snapshot.to_file(self.directory / snapshot.run_id / name)
-        return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+        snapshot.model_copy(update={"seq": None}).to_file(self.directory / run_id / name)
+        if run_id in self._claims:
+            self.release(run_id, "paused")
+        else:
+            self._set_record(run_id, status="paused")
+        return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+
+    def _load_file(self, path: Path, seq: int) -> AgentSnapshot:
+        return AgentSnapshot.from_file(path).model_copy(update={"seq": seq})
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot file of the run."""
         files = self._files(run_id)
         if not files:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.directory}.")
-        return AgentSnapshot.from_file(files[-1])
+        return self._load_file(files[-1], len(files) - 1)
 
     def load(self, run_id: str, seq: int) -> AgentSnapshot:
         """The ``seq``-th snapshot file of the run."""
         files = self._files(run_id)
         if not 0 <= seq < len(files):
             raise SnapshotError(f"Run {run_id!r} has {len(files)} snapshots; there is no number {seq}.")
-        return AgentSnapshot.from_file(files[seq])
+        return self._load_file(files[seq], seq)
 
     def history(self, run_id: str) -> list[SnapshotInfo]:
         """Every snapshot file of the run, read and validated."""
@@ -57,5 +189,20 @@ class JsonFileStore:
             files = self._files(folder.name)
             if files:
                 newest = AgentSnapshot.from_file(files[-1])
-                found.append(RunInfo(folder.name, "paused", newest.phase, newest.step, len(files), newest.created_at))
+                record = self._record(folder.name)
+                holder = self._read(folder / "claim.json") or {}
+                found.append(
+                    RunInfo(
+                        folder.name,
+                        record.get("status", "paused"),
+                        newest.phase,
+                        newest.step,
+                        len(files),
+                        newest.created_at,
+                        holder.get("owner"),
+                        record.get("taken_over_from"),
+                        record.get("parent_run_id"),
+                        record.get("parent_seq"),
+                    )
+                )
         return sorted(found, key=lambda r: r.updated_at, reverse=True)

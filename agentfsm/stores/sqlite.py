@@ -7,6 +7,13 @@ messages, new trace entries, the fields that differ from the snapshot before), s
 transition does not grow with the conversation. After a crash, ``latest(run_id)`` resumes the run
 without repeating finished tool calls.
 
+One process at a time runs a stored run, from its newest snapshot (its head): resuming claims
+the run in one transaction (``claim``: the snapshot must be the head, and no live claim may hold
+the run), every commit of the run is written only while that claim still holds it, and the claim
+is a lease that commits renew (``lease_seconds``): once it has expired, another process may take
+a crashed run over, and ``take_over=True`` does so before. A process whose claim was taken over
+gets ``StaleSnapshotError`` at its next commit, and writes nothing more.
+
 A durable store commits a run's snapshots when they must be durable: before the run's tools or
 decisions start (``agentfsm.machine.COMMIT_ON_ENTRY``, so that the model reply that asked for them
 is never requested again), as each tool call finishes, and when the run ends, pauses or fails.
@@ -18,9 +25,11 @@ commit is one row, whatever the number of snapshots it holds.
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +37,7 @@ from typing import Any, Literal
 
 import orjson
 
-from agentfsm.errors import ConfigurationError, SnapshotError
+from agentfsm.errors import ConfigurationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
@@ -36,14 +45,26 @@ from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores.base import RunInfo, SnapshotInfo
 
 #: ``PRAGMA user_version`` of the database layout below.
-_LAYOUT_VERSION = 3
+_LAYOUT_VERSION = 4
+#: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
+#: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
+#: holds unless renewed, the claim it was last taken over from, and, for a fork, the run and the
+#: snapshot it started from.
+_CLAIM_COLUMNS = (
+    ("owner", "TEXT"),
+    ("lease_until", "REAL"),
+    ("taken_over_from", "TEXT"),
+    ("parent_run_id", "TEXT"),
+    ("parent_seq", "INTEGER"),
+)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     number INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL UNIQUE,
     status TEXT NOT NULL,       -- active, paused, done, failed
     created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
+    updated_at TEXT NOT NULL,
+    {", ".join(f"{name} {kind}" for name, kind in _CLAIM_COLUMNS)}
 );
 -- The key packs the run's number and the number of the batch's first snapshot: a batch is one row
 -- of one B-tree (no separate index to update), and a run's batches are one key range.
@@ -67,8 +88,14 @@ _LAST_SEQ = (1 << _SEQ_BITS) - 1
 
 #: A stored trace entry's values, in order.
 _TRACE_FIELDS = TransitionRecord._fields
-_INSERT = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?)"
-_SET_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE number = ?"
+#: A batch is written only while the writer's claim holds the run (one statement: atomic on its own).
+_INSERT = (
+    "INSERT INTO snapshot_batches SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS "
+    "(SELECT 1 FROM runs WHERE number = ? AND owner = ?)"
+)
+#: Renews the claim, or gives it up with the run's new status (owner and lease cleared).
+_RENEW = "UPDATE runs SET updated_at = ?, lease_until = ? WHERE number = ? AND owner = ?"
+_RELEASE = "UPDATE runs SET status = ?, updated_at = ?, owner = NULL, lease_until = NULL WHERE number = ? AND owner = ?"
 
 
 @dataclass(slots=True)
@@ -77,6 +104,9 @@ class _Cursor:
 
     number: int  # the run's row in ``runs``
     next_seq: int
+    #: The claim under which this process writes the run, and when to renew its lease.
+    owner: str
+    renew_at: float
     #: Snapshots recorded but not committed yet (they start at ``next_seq - len(entries)``), and the
     #: run status to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
@@ -84,6 +114,11 @@ class _Cursor:
     status: str | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
+
+
+def _new_claim() -> str:
+    """A claim's owner id: this host and process, and a token of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _created_at(stored: str | float) -> str:
@@ -95,8 +130,8 @@ class SQLiteSnapshotStore:
     """Snapshots in one SQLite file (WAL mode); ``durable=True`` records every transition.
 
     Each commit writes one row, holding the snapshots recorded since the last commit (a durable
-    run commits about twice a step; see the module docstring). One process writes a given run at
-    a time (the next snapshot number is kept in memory).
+    run commits about twice a step; see the module docstring). One claim writes a given run at a
+    time; ``lease_seconds`` is how long a claim holds without a commit (commits renew it).
 
     ``synchronous`` is SQLite's setting, in WAL mode: with ``"NORMAL"`` (the default) a commit
     survives a crash of the process, and a power loss may only roll back the last commits;
@@ -112,24 +147,36 @@ class SQLiteSnapshotStore:
         *,
         durable: bool = False,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
+        lease_seconds: float = 60.0,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL"):
             raise ConfigurationError(f"synchronous must be 'OFF', 'NORMAL' or 'FULL', got {synchronous!r}.")
+        if not lease_seconds > 0:
+            raise ConfigurationError(f"lease_seconds must be > 0, got {lease_seconds!r}.")
         self.path = os.fspath(path)
         self.durable = durable
         self.synchronous = synchronous
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.lease_seconds = lease_seconds
+        self._lock = threading.RLock()
+        # Another process's transaction is waited for (it is short) rather than failed.
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
-            new = self._check_layout()  # before any change to a file that may not be ours
+            layout = self._check_layout()  # before any change to a file that may not be ours
         except BaseException:
             self._db.close()
             raise
         wal = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
         self._db.execute(f"PRAGMA synchronous={synchronous}")
-        if new:
+        if layout == 0:
             self._db.executescript(_SCHEMA)
+        elif layout == 3:
+            added = "".join(f"ALTER TABLE runs ADD COLUMN {name} {kind};" for name, kind in _CLAIM_COLUMNS)
+            self._db.executescript(f"BEGIN; {added} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;")
         self._cursors: dict[str, _Cursor] = {}
+        #: The runs this store runs, and the claim under which it does.
+        self._claims: dict[str, str] = {}
+        #: Runs this store ran until another process took them over.
+        self._lost: set[str] = set()
         self._checkpointer: Checkpointer | None = None
         if wal:  # not for ":memory:"
             # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
@@ -140,17 +187,19 @@ class SQLiteSnapshotStore:
             self._checkpointer = Checkpointer(self.path)
             self._closer = weakref.finalize(self, self._checkpointer.stop)
 
-    def _check_layout(self) -> bool:
-        """True for an empty database (the tables are to be made); SnapshotError for someone else's."""
+    def _check_layout(self) -> int:
+        """The layout to bring up to date (0: an empty database); SnapshotError for someone else's."""
         try:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise SnapshotError(f"{self.path} is not an SQLite database: {exc}.") from exc
         if version == _LAYOUT_VERSION:
-            return False
+            return _LAYOUT_VERSION
         if version == 0 and tables == 0:
-            return True
+            return 0
+        if version == 3:  # the same tables, without the claims' columns
+            return 3
         raise SnapshotError(
             f"{self.path} is not a snapshot database of this agentfsm version (layout {version}, "
             f"expected {_LAYOUT_VERSION}). Use a new file; older snapshots can be moved with "
@@ -171,24 +220,146 @@ class SQLiteSnapshotStore:
             self._closer()
         self._db.close()
 
+    # -- claims ---------------------------------------------------------------------------------
+
+    def claim(
+        self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
+    ) -> None:
+        """Take the run from its snapshot ``seq`` to run it in this process (see ``SnapshotStore.claim``)."""
+        self._claim(run_id, seq, take_over=take_over, parent=parent, from_head=True)
+
+    def _claim(
+        self,
+        run_id: str,
+        seq: int | None,
+        *,
+        take_over: bool = False,
+        parent: tuple[str, int | None] | None = None,
+        from_head: bool,
+    ) -> None:
+        owner, now = _new_claim(), time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the claim
+            try:
+                row = self._db.execute(
+                    "SELECT number, status, owner, lease_until FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is None:
+                    parent_run_id, parent_seq = parent or (None, None)
+                    self._db.execute(
+                        "INSERT INTO runs (run_id, status, created_at, updated_at, owner, lease_until, "
+                        "parent_run_id, parent_seq) VALUES (?, 'active', ?, ?, ?, ?, ?, ?)",
+                        (run_id, now_iso(), now_iso(), owner, now + self.lease_seconds, parent_run_id, parent_seq),
+                    )
+                else:
+                    number, status, holder, until = row
+                    if from_head:
+                        self._check_claim(run_id, seq, self._count(number) - 1, status, holder, until, take_over)
+                    elif holder is not None and until > now:
+                        raise StaleSnapshotError(
+                            f"Run {run_id!r} is being run by {holder}: a snapshot cannot be saved into it now.",
+                            run_id,
+                            seq,
+                            owner=holder,
+                        )
+                    self._db.execute(
+                        "UPDATE runs SET status = 'active', updated_at = ?, owner = ?, lease_until = ?, "
+                        "taken_over_from = COALESCE(?, taken_over_from) WHERE number = ?",
+                        (now_iso(), owner, now + self.lease_seconds, holder, number),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        self._claims[run_id] = owner
+        self._cursors.pop(run_id, None)
+
+    def _check_claim(
+        self,
+        run_id: str,
+        seq: int | None,
+        head: int,
+        status: str,
+        holder: str | None,
+        until: float | None,
+        take_over: bool,
+    ) -> None:
+        """Raise ``StaleSnapshotError`` unless snapshot ``seq`` may claim the run whose newest is ``head``."""
+        if holder is not None and until is not None and until > time.time() and not take_over:
+            raise StaleSnapshotError(
+                f"Run {run_id!r} is being run by {holder} (its claim holds until {iso_from_timestamp(until)} "
+                "unless renewed); nothing ran. If that process is gone, take the run over (take_over=True, "
+                "or agentfsm resume --take-over).",
+                run_id,
+                seq,
+                head,
+                holder,
+            )
+        if seq is None:
+            raise StaleSnapshotError(
+                f"This snapshot of run {run_id!r} does not say which of its {head + 1} stored snapshots it is "
+                f"(no seq); nothing ran. Resume store.latest({run_id!r}), or start a new run from it (fork=True).",
+                run_id,
+                seq,
+                head,
+            )
+        if seq != head:
+            raise StaleSnapshotError(
+                f"Snapshot {seq} of run {run_id!r} is not its newest ({head}): the run went on from it "
+                "already; nothing ran. Resume the newest, or start a new run from this point (fork=True).",
+                run_id,
+                seq,
+                head,
+            )
+        if status == "done":
+            raise StaleSnapshotError(
+                f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
+                run_id,
+                seq,
+                head,
+            )
+
+    def release(self, run_id: str, status: str) -> None:
+        """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
+        if run_id not in self._claims:
+            return
+        cursor = self._cursor(run_id)
+        cursor.status = status
+        self._commit(run_id, cursor)
+
+    def _taken_over(self, run_id: str, cursor: _Cursor) -> StaleSnapshotError:
+        """This process lost the run (its claim expired and another took it over): it writes nothing more."""
+        self._cursors.pop(run_id, None)
+        self._claims.pop(run_id, None)
+        self._lost.add(run_id)
+        with self._lock:
+            row = self._db.execute("SELECT owner FROM runs WHERE number = ?", (cursor.number,)).fetchone()
+        return StaleSnapshotError(
+            f"Run {run_id!r} was taken over by {row[0] if row else None} while this process ran it (claim "
+            f"{cursor.owner}); what this process did after snapshot {cursor.next_seq - len(cursor.entries) - 1} "
+            "is not stored.",
+            run_id,
+            owner=row[0] if row else None,
+        )
+
     # -- writing ----------------------------------------------------------------------------------
 
     def _cursor(self, run_id: str) -> _Cursor:
-        """The run's cursor; the first write of a run in this process marks it active."""
+        """The run's cursor; the first write of a new run claims it for this process."""
         cursor = self._cursors.get(run_id)
         if cursor is None:
+            owner = self._claims.get(run_id)
+            if run_id in self._lost:
+                raise StaleSnapshotError(
+                    f"Run {run_id!r} was taken over: this process writes nothing more of it.", run_id
+                )
+            if owner is None:
+                self._claim(run_id, None, from_head=False)
+                owner = self._claims[run_id]
             number = self._number(run_id)
-            if number is None:
-                now = now_iso()
-                with self._lock:
-                    inserted = self._db.execute(
-                        "INSERT INTO runs (run_id, status, created_at, updated_at) VALUES (?, 'active', ?, ?) "
-                        "RETURNING number",
-                        (run_id, now, now),
-                    ).fetchone()
-                cursor = _Cursor(number=int(inserted[0]), next_seq=0)
-            else:
-                cursor = _Cursor(number=number, next_seq=self._count(number), status="active")
+            assert number is not None
+            renew_at = time.time() + self.lease_seconds / 3
+            cursor = _Cursor(number=number, next_seq=self._count(number), owner=owner, renew_at=renew_at)
             self._cursors[run_id] = cursor
         return cursor
 
@@ -219,59 +390,75 @@ class SQLiteSnapshotStore:
         return cursor.next_seq - 1
 
     def _commit(self, run_id: str, cursor: _Cursor) -> None:
-        """Commit the run's recorded snapshots as one row, with its status, in one transaction."""
+        """Commit the run's recorded snapshots as one row, in one transaction with its new status, if any.
+
+        Written only while this process's claim holds the run (else ``StaleSnapshotError``); a status
+        (done, failed, paused) gives the claim up, and a commit after a third of the lease renews it.
+        """
         entries, status = cursor.entries, cursor.status
         if not entries and status is None:
             return
-        row = None
+        row: tuple[Any, ...] = ()
         if entries:
             last = cursor.body
             assert last is not None
             first_seq = cursor.next_seq - len(entries)
-            blob = orjson.dumps(entries)
             key = (cursor.number << _SEQ_BITS) + first_seq
-            row = (key, len(entries), last["phase"], last["step"], cursor.full, blob)
+            row = (key, len(entries), last["phase"], last["step"], cursor.full, orjson.dumps(entries))
+        now = time.time()
         with self._lock:
-            if row is not None and status is None:
-                self._db.execute(_INSERT, row)  # autocommit: one statement is atomic on its own
+            if status is None and now < cursor.renew_at:
+                # One statement is atomic on its own: no transaction to open.
+                held = self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
             else:
-                now = now_iso()
                 self._db.execute("BEGIN")
                 try:
-                    if row is not None:
-                        self._db.execute(_INSERT, row)
-                    self._db.execute(_SET_STATUS, (status, now, cursor.number))
-                    self._db.execute("COMMIT")
+                    # The batch first: it is written only while the claim is held, which the status clears.
+                    if row:
+                        self._db.execute(_INSERT, (*row, cursor.number, cursor.owner))
+                    if status is None:
+                        renewed = (now_iso(), now + self.lease_seconds, cursor.number, cursor.owner)
+                        held = self._db.execute(_RENEW, renewed).rowcount == 1
+                    else:
+                        released = (status, now_iso(), cursor.number, cursor.owner)
+                        held = self._db.execute(_RELEASE, released).rowcount == 1
+                    self._db.execute("COMMIT" if held else "ROLLBACK")
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
+                cursor.renew_at = now + self.lease_seconds / 3
+        if not held:
+            raise self._taken_over(run_id, cursor)
         # Only once written: a failed commit keeps the snapshots for the next one.
         cursor.entries, cursor.status, cursor.body = [], None, None
+        if status is not None:  # the run is no longer written by this process
+            self._cursors.pop(run_id, None)
+            self._claims.pop(run_id, None)
         if self._checkpointer is not None:
             self._checkpointer.committed()
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Store a whole snapshot as the newest of its run."""
+        """Store a whole snapshot as the newest of its run, which is then paused.
+
+        The snapshot of a run this process runs is its pause; any other snapshot is refused
+        (``StaleSnapshotError``) while another process's claim holds its run.
+        """
         data = snapshot.to_dict()
         messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
+        del data["seq"]  # the snapshot's number is where it is stored
         trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
         cursor = self._cursor(snapshot.run_id)
         seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
+        cursor.status = "paused"
         self._commit(snapshot.run_id, cursor)
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
-    def _set_status(self, run_id: str, status: str) -> None:
-        cursor = self._cursor(run_id)
-        cursor.status = status
-        self._commit(run_id, cursor)
-        self._cursors.pop(run_id, None)  # the run is no longer written by this process
-
     def observe(self, delta: RunDelta) -> None:
-        """Record a run's snapshot where it now stands; mark the run on reaching an end or a pause."""
-        if delta.snapshot is not None:  # the run paused: its snapshot is stored whole
-            self.save(delta.snapshot)
-            self._set_status(delta.run_id, "paused")
-        elif delta.fields is not None:
+        """Record a run's snapshot where it now stands; give the run up when it ends.
+
+        A run that pauses is saved (``save``) by the driver, with the snapshot it pauses with.
+        """
+        if delta.fields is not None:
             cursor = self._cursor(delta.run_id)
             messages = [m.to_dict() for m in delta.messages]
             trace = [list(r) for r in delta.trace]
@@ -279,8 +466,8 @@ class SQLiteSnapshotStore:
             self._add(delta.run_id, cursor, delta.rewritten, messages, trace, delta.fields, time.time())
             if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
                 self._commit(delta.run_id, cursor)
-        elif delta.record is not None:
-            self._set_status(delta.run_id, "done" if delta.record.dest is Phase.DONE else "failed")
+        elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
+            self.release(delta.run_id, "done" if delta.record.dest is Phase.DONE else "failed")
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -318,7 +505,9 @@ class SQLiteSnapshotStore:
                     created = _created_at(created_at)
                 except (TypeError, ValueError) as exc:
                     raise self._damaged(exc) from None
-                return AgentSnapshot.from_dict({**body, "messages": messages, "trace": fields, "created_at": created})
+                return AgentSnapshot.from_dict(
+                    {**body, "messages": messages, "trace": fields, "created_at": created, "seq": seq}
+                )
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _replay(
@@ -378,13 +567,11 @@ class SQLiteSnapshotStore:
         """Every run, most recently updated first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.run_id, r.status, b.phase, b.step, r.updated_at, b.key - (r.number << ?) + b.count "
+                "SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << ?) + b.count, r.updated_at, "
+                "r.owner, r.taken_over_from, r.parent_run_id, r.parent_seq "
                 "FROM runs r JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
                 "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
                 "ORDER BY r.updated_at DESC",
                 (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
             ).fetchall()
-        return [
-            RunInfo(run_id, status, Phase(phase), step, count, updated)
-            for run_id, status, phase, step, updated, count in rows
-        ]
+        return [RunInfo(run_id, status, Phase(phase), *rest) for run_id, status, phase, *rest in rows]

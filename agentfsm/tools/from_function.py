@@ -102,6 +102,7 @@ def create_tool_from_function(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    idempotent: bool = False,
 ) -> Tool:
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
@@ -116,6 +117,7 @@ def create_tool_from_function(
         inputs_from_state=inputs_from_state,
         outputs_to_state=outputs_to_state,
         outputs_to_string=outputs_to_string,
+        idempotent=idempotent,
     )
 
 
@@ -132,6 +134,7 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -143,6 +146,7 @@ def tool(
     inputs_from_state: dict[str, str] | None = None,
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator that turns a typed function into a Tool; use bare (``@tool``) or with options."""
 
@@ -154,6 +158,7 @@ def tool(
             inputs_from_state=inputs_from_state,
             outputs_to_state=outputs_to_state,
             outputs_to_string=outputs_to_string,
+            idempotent=idempotent,
         )
 
     return decorate(function) if function is not None else decorate

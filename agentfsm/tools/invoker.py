@@ -77,6 +77,9 @@ class CallStatus(StrEnum):
     REJECTED = "rejected"
     #: It ran: ``outcome`` holds what it returned or raised.
     DONE = "done"
+    #: It started before a crash and its result was never recorded: it runs again only when a
+    #: decision says so (or its tool is idempotent).
+    UNKNOWN = "outcome_unknown"
 
 
 @dataclass(slots=True)

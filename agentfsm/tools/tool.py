@@ -159,6 +159,9 @@ class Tool:
     outputs_to_string: dict[str, Any] | None = None
     inputs_from_state: dict[str, str] | None = None
     outputs_to_state: dict[str, dict[str, Any]] | None = None
+    #: Running a call twice has the effect of running it once: a call interrupted by a crash runs again
+    #: on resume (otherwise its outcome is unknown, and the run waits for a decision).
+    idempotent: bool = False
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
     _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
 
@@ -221,6 +224,7 @@ class Tool:
                 "outputs_to_string": _serialize_specs(self.outputs_to_string),
                 "inputs_from_state": self.inputs_from_state,
                 "outputs_to_state": _serialize_specs(self.outputs_to_state),
+                "idempotent": self.idempotent,
             },
         }
 
