@@ -210,12 +210,20 @@ def _resume(args: argparse.Namespace) -> int:
     if args.db:
         from agentfsm.stores import SQLiteSnapshotStore
 
-        store = SQLiteSnapshotStore(args.db)
-        snapshot = store.latest(args.file)
+        if not os.path.exists(args.db):
+            raise CLIError(f"no database at {args.db!r}.")
+        # The run goes on in the database it comes from, recorded at every transition.
+        store = SQLiteSnapshotStore(args.db, durable=True)
+        agent.snapshot_store = store
+        snapshot = store.latest(args.file) if args.seq is None else store.load(args.file, args.seq)
     else:
+        if args.seq is not None or args.take_over:
+            raise CLIError("--seq and --take-over are about a run in a store: give its database with --db.")
         snapshot = _load_snapshot(args.file)
     decisions = decisions_from_args(snapshot, args.approve, args.reject, args.modify)
-    result = agent.run(snapshot=snapshot, decisions=decisions)
+    result = agent.run(snapshot=snapshot, decisions=decisions, fork=args.fork, take_over=args.take_over)
+    if args.fork:
+        print(f"(a new run, forked from run {snapshot.run_id} at snapshot {snapshot.seq})", file=sys.stderr)
     last = result["last_message"]
     print(last.text if last is not None and last.text is not None else "")
     print(f"(exit: {result['exit_reason']}, {result['step_count']} model calls)", file=sys.stderr)
@@ -237,14 +245,21 @@ def _runs(args: argparse.Namespace) -> int:
                 "step": r.step,
                 "snapshots": r.snapshots,
                 "updated_at": r.updated_at,
+                "owner": r.owner,
+                "taken_over_from": r.taken_over_from,
+                "parent_run_id": r.parent_run_id,
+                "parent_seq": r.parent_seq,
             }
             for r in runs
         ]
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    print(f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  updated")
+    print(f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  {'updated':<32}  forked from")
     for r in runs:
-        print(f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at}")
+        parent = f"{r.parent_run_id} #{r.parent_seq}" if r.parent_run_id else "-"
+        print(
+            f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at:<32}  {parent}"
+        )
     return 0
 
 
@@ -284,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("file", metavar="FILE", help="a snapshot file, or a run id with --db")
     resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
     resume.add_argument("--db", metavar="FILE", help="resume the latest snapshot of run FILE from this SQLite store")
+    resume.add_argument("--seq", type=int, metavar="N", help="with --db: snapshot N of the run (with --fork)")
+    resume.add_argument(
+        "--fork", action="store_true", help="start a new run from the snapshot; the snapshot's run stays as it is"
+    )
+    resume.add_argument(
+        "--take-over", action="store_true", help="with --db: take the run over from a process that is gone"
+    )
     resume.add_argument("--approve", action="append", default=[], metavar="ID", help="run pending call ID as proposed")
     resume.add_argument(
         "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"

@@ -79,6 +79,18 @@ def test_runs_and_resume_from_the_store(tmp_path: Path) -> None:
     done = cli("resume", run_id, "--db", str(db), "--agent", "tests.test_cli:resumable_demo")
     assert done.returncode == 0, done.stderr
     assert "5.5 °C warmer" in done.stdout
+    # The run is done: resuming it again is refused, and nothing runs; a fork starts a new run.
+    again = cli("resume", run_id, "--db", str(db), "--agent", "tests.test_cli:resumable_demo")
+    assert again.returncode == 1 and f"Run {run_id!r} is done; nothing ran" in again.stderr, again.stderr
+    paused_at = info.value.snapshot.seq
+    fork = ("resume", run_id, "--db", str(db), "--seq", str(paused_at), "--fork")
+    forked = cli(*fork, "--agent", "tests.test_cli:resumable_demo")
+    assert forked.returncode == 0 and "5.5 °C warmer" in forked.stdout, forked.stderr
+    assert f"forked from run {run_id} at snapshot {paused_at}" in forked.stderr
+    rows = json.loads(cli("runs", "--db", str(db), "--json").stdout)
+    child = next(r for r in rows if r["run_id"] != run_id)
+    assert (child["parent_run_id"], child["parent_seq"], child["status"]) == (run_id, paused_at, "done")
+    assert f"{run_id} #{paused_at}" in cli("runs", "--db", str(db)).stdout
 
 
 def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
@@ -89,6 +101,8 @@ def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
         (("diagram", "--agent", "agentfsm.demo:DEMO_QUESTION"), "is a str, not an Agent"),
         (("snapshot", "show", str(tmp_path / "missing.json")), "Cannot read snapshot file"),
         (("runs", "--db", str(tmp_path / "none.db")), "no database at"),
+        (("resume", "r", "--db", str(tmp_path / "none.db"), "--agent", "agentfsm.demo:demo_agent"), "no database at"),
+        (("resume", "f.json", "--take-over", "--agent", "agentfsm.demo:demo_agent"), "give its database with --db"),
     ]:
         done = cli(*args)
         assert done.returncode == 1, args

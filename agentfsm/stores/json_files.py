@@ -183,26 +183,28 @@ class JsonFileStore:
         return infos
 
     def runs(self) -> list[RunInfo]:
-        """Runs with at least one snapshot file."""
+        """Runs with a snapshot file or a record (a claimed run may have no snapshot yet)."""
         found = []
         for folder in self.directory.iterdir() if self.directory.exists() else []:
             files = self._files(folder.name)
-            if files:
-                newest = AgentSnapshot.from_file(files[-1])
-                record = self._record(folder.name)
-                holder = self._read(folder / "claim.json") or {}
-                found.append(
-                    RunInfo(
-                        folder.name,
-                        record.get("status", "paused"),
-                        newest.phase,
-                        newest.step,
-                        len(files),
-                        newest.created_at,
-                        holder.get("owner"),
-                        record.get("taken_over_from"),
-                        record.get("parent_run_id"),
-                        record.get("parent_seq"),
-                    )
+            record = self._record(folder.name)
+            if not (files or record):
+                continue
+            newest = AgentSnapshot.from_file(files[-1]) if files else None
+            holder = self._read(folder / "claim.json") or {}
+            updated = newest.created_at if newest else iso_from_timestamp((folder / "run.json").stat().st_mtime)
+            found.append(
+                RunInfo(
+                    folder.name,
+                    record.get("status", "paused"),
+                    newest.phase if newest else None,
+                    newest.step if newest else 0,
+                    len(files),
+                    updated,
+                    holder.get("owner"),
+                    record.get("taken_over_from"),
+                    record.get("parent_run_id"),
+                    record.get("parent_seq"),
                 )
+            )
         return sorted(found, key=lambda r: r.updated_at, reverse=True)

@@ -569,9 +569,13 @@ class SQLiteSnapshotStore:
             rows = self._db.execute(
                 "SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << ?) + b.count, r.updated_at, "
                 "r.owner, r.taken_over_from, r.parent_run_id, r.parent_seq "
-                "FROM runs r JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
+                "FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
                 "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
                 "ORDER BY r.updated_at DESC",
                 (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
             ).fetchall()
-        return [RunInfo(run_id, status, Phase(phase), *rest) for run_id, status, phase, *rest in rows]
+        # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
+        return [
+            RunInfo(run_id, status, phase and Phase(phase), step or 0, count or 0, *rest)
+            for run_id, status, phase, step, count, *rest in rows
+        ]
