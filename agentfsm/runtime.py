@@ -12,6 +12,7 @@ The drivers are in ``agentfsm.drivers``.
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import time
 import uuid
@@ -42,7 +43,7 @@ from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall, ToolInvoker
-from agentfsm.tools.tool import Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
 #: Reads every fact off a run, in the order of ``Facts``.
@@ -398,6 +399,8 @@ class AgentRun:
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
+        for c in self.pending:
+            self._give_key(c)
         covered = self.config.confirmation
         if completed or covered:
             for c in self.pending:
@@ -413,6 +416,15 @@ class AgentRun:
                     and not decision.get("outcome_unknown")
                 ):
                     self.apply_decision(decision, taken_before=True)
+
+    def _give_key(self, call: PreparedCall) -> None:
+        """Pass the call its idempotency key, when its tool takes one."""
+        if call.tool is not None and call.tool.takes_idempotency_key and call.status is CallStatus.READY:
+            call.arguments[IDEMPOTENCY_KEY] = self.idempotency_key(call.key)
+
+    def idempotency_key(self, call_key: str) -> str:
+        """The key of a call of this step: the same each time the call runs, distinct from every other call's."""
+        return hashlib.sha256(f"{self.run_id}/{self.step}/{call_key}".encode()).hexdigest()[:32]
 
     def current_tools(self) -> dict[str, Tool]:
         """The tools the model can call now: the run's tools and what its dynamic toolsets show."""
@@ -519,6 +531,7 @@ class AgentRun:
                 [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
                 call.status, call.error = checked.status, checked.error
+                self._give_key(call)
         elif unknown and not d.execute:
             call.status, call.outcome = CallStatus.DONE, CallOutcome(value=d.feedback)
         elif not ran:

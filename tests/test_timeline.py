@@ -376,3 +376,37 @@ def test_a_layout_3_database_is_brought_up_to_date(tmp_path: Path) -> None:
     snapshot = paused(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=1))
     assert agent(store, position=1).run(snapshot=snapshot)["last_message"].text == "done"
     assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+PAYMENTS: dict[str, int] = {}
+
+
+@tool
+def pay(amount: int, idempotency_key: str) -> str:
+    """Pay once per key, as a payment API would: the same key again changes nothing."""
+    PAYMENTS.setdefault(idempotency_key, amount)
+    if "crash" in CRASH_ON:
+        CRASH_ON.discard("crash")
+        raise KeyboardInterrupt("crash after the payment went through")
+    return f"paid {PAYMENTS[idempotency_key]}"
+
+
+def test_a_call_runs_again_with_the_same_idempotency_key(tmp_path: Path) -> None:
+    assert "idempotency_key" not in pay.parameters["properties"], "the model does not see it"
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    script = [calls(call("pay", "p1", amount=5), call("pay", "p2", amount=7)), "paid"]
+    make = lambda position=0: Agent(  # noqa: E731
+        chat_generator=ScriptedChatGenerator(script, position=position),
+        tools=[pay],
+        snapshot_store=store,
+        tool_concurrency=1,
+    )
+    PAYMENTS.clear()
+    CRASH_ON.add("crash")
+    with pytest.raises(KeyboardInterrupt):
+        make().run(USER)
+    assert list(PAYMENTS.values()) == [5], "the first payment went through, its result was never recorded"
+    snapshot = store.latest(store.runs()[0].run_id)
+    result = make(1).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
+    assert sorted(PAYMENTS.values()) == [5, 7], "run again with the same key: the payment service deduplicated it"
+    assert [m.tool_call_result.result for m in result["messages"] if m.tool_call_result] == ["paid 5", "paid 7"]

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
-from agentfsm.tools.tool import Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 
 
 def _strip_titles(node: Any) -> Any:
@@ -106,9 +106,11 @@ def create_tool_from_function(
 ) -> Tool:
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
-    Parameters fed from State (``inputs_from_state``) are left out of the schema the model sees.
+    Parameters fed from State (``inputs_from_state``) are left out of the schema the model sees, and so
+    is an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``).
     """
     skip = frozenset((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else frozenset()
+    skip |= {IDEMPOTENCY_KEY}
     return Tool(
         name=name or function.__name__,
         description=description if description is not None else inspect.getdoc(function) or "",

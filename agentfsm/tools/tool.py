@@ -142,6 +142,10 @@ def _deserialize_specs(specs: dict[str, Any] | None, allowed: Iterable[str] | No
     return out
 
 
+#: The parameter through which a tool's function receives its call's idempotency key.
+IDEMPOTENCY_KEY = "idempotency_key"
+
+
 @dataclass
 class Tool:
     """A function the model can call, described by a name, a description and a JSON schema.
@@ -164,6 +168,9 @@ class Tool:
     idempotent: bool = False
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
     _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
+    #: The function has an ``idempotency_key`` parameter: each call is given a key of its own, the
+    #: same when the call runs again after a crash, so that an external system can deduplicate it.
+    takes_idempotency_key: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -188,6 +195,10 @@ class Tool:
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
         self._check = compile_validator(self.parameters, self._validator)
+        try:
+            self.takes_idempotency_key = IDEMPOTENCY_KEY in inspect.signature(self.function).parameters
+        except (TypeError, ValueError):  # a callable without a signature
+            self.takes_idempotency_key = False
 
     @property
     def tool_spec(self) -> dict[str, Any]:
