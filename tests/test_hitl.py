@@ -194,6 +194,30 @@ def test_decisions_that_do_not_fit_are_refused_and_nothing_runs(tmp_path: Path) 
     assert SIDE_EFFECTS == []
 
 
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_second_resume_of_the_same_paused_run_is_refused(tmp_path: Path, durable: bool) -> None:
+    from agentfsm import StaleSnapshotError
+    from agentfsm.stores import SQLiteSnapshotStore
+
+    SIDE_EFFECTS.clear()
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=durable)
+    strategies = {"add": BreakpointConfirmationStrategy(str(tmp_path))}
+    with pytest.raises(HITLBreakpointException) as paused:
+        two_adds(strategies=strategies, snapshot_store=store).run(USER)
+    snapshot = paused.value.snapshot
+    approve_both = [ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", True, "c2")]
+    two_adds(strategies=strategies, snapshot_store=store, position=1).run(snapshot=snapshot, decisions=approve_both)
+    assert SIDE_EFFECTS == ["add(1,2)", "add(4,4)"]
+    reject_both = [ToolExecutionDecision("add", False, "c1"), ToolExecutionDecision("add", False, "c2")]
+    second = two_adds(strategies=strategies, snapshot_store=store, position=1)
+    with pytest.raises(StaleSnapshotError, match="nothing ran"):
+        second.run(snapshot=snapshot, decisions=reject_both)  # another reviewer, later, on the same pause
+    from_file = AgentSnapshot.from_file(paused.value.snapshot_file_path)  # type: ignore[arg-type]
+    with pytest.raises(StaleSnapshotError, match="nothing ran"):
+        second.run(snapshot=from_file, decisions=reject_both)
+    assert SIDE_EFFECTS == ["add(1,2)", "add(4,4)"], "the second resume ran nothing"
+
+
 def pause_before_tools() -> AgentSnapshot:
     from agentfsm import Breakpoint, BreakpointException
 
