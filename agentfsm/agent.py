@@ -12,7 +12,15 @@ from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.drivers import SavePause, drive_async, drive_sync
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators.base import ChatGenerator
-from agentfsm.hooks import Hook, check_hooks, hook_from_dict, hook_name, hook_to_dict
+from agentfsm.hooks import (
+    Hook,
+    check_hooks,
+    hook_from_dict,
+    hook_name,
+    hook_state_schema,
+    hook_to_dict,
+    hooked_strategies,
+)
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.resume import resume_run
@@ -65,6 +73,8 @@ class RunRequest:
     fork: bool = False
     #: Claim the stored run even though another process's claim on it is live (that process is gone).
     take_over: bool = False
+    #: Request-scoped objects for hooks and confirmation strategies (never stored in a snapshot).
+    hook_context: dict[str, Any] | None = None
 
 
 class Agent:
@@ -130,10 +140,25 @@ class Agent:
             raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
+        for key, definition in hook_state_schema(self._hooks).items():
+            if key in self.state_schema and self.state_schema[key]["type"] != definition["type"]:
+                raise ConfigurationError(
+                    f"state_schema declares {key!r} as {self.state_schema[key]['type']!r}, but a hook writes it as "
+                    f"{definition['type']!r}: drop it from state_schema, or rename it."
+                )
+            self._full_schema.setdefault(key, complete_schema({key: definition})[key])
         #: Hooks that only run_async can run (async functions given to @hook).
         self._async_only_hooks = [hook_name(h) for h in self._every_hook() if getattr(h, "is_async", False)]
         self.confirmation_strategies = dict(confirmation_strategies or {})
-        self._confirmation = _resolve_strategies(self.confirmation_strategies, [t.name for t in known])
+        strategies = {**self.confirmation_strategies}
+        for key, strategy in hooked_strategies(self._hooks):
+            if key in strategies:
+                raise ConfigurationError(
+                    f"The confirmation strategy for {key!r} is given twice: in confirmation_strategies and in a "
+                    "ConfirmationHook. Give it once."
+                )
+            strategies[key] = strategy
+        self._confirmation = _resolve_strategies(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         self._is_warmed_up = False
 
@@ -361,6 +386,7 @@ class Agent:
         decisions: Sequence[Any] = (),
         fork: bool = False,
         take_over: bool = False,
+        hook_context: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -377,6 +403,10 @@ class Agent:
         at a time (``StaleSnapshotError`` otherwise, and nothing runs); ``take_over=True`` takes over
         a run whose process is gone before its claim expires; ``fork=True`` starts a new run from any
         snapshot, leaving the snapshot's run as it is.
+
+        ``hook_context`` reaches the hooks and confirmation strategies that take a ``hook_context``
+        keyword (a websocket, a queue, a user id...); it is never written into a snapshot, so a
+        resumed run is given its own.
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
@@ -398,8 +428,10 @@ class Agent:
             decisions=decisions,
             fork=fork,
             take_over=take_over,
+            hook_context=hook_context,
         )
         run = self._new_run(request)
+        run.context = request.hook_context
         try:
             return drive_sync(run, self.chat_generator, callback, self._save_pause)
         finally:
@@ -418,6 +450,7 @@ class Agent:
         decisions: Sequence[Any] = (),
         fork: bool = False,
         take_over: bool = False,
+        hook_context: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
@@ -432,9 +465,11 @@ class Agent:
             decisions=decisions,
             fork=fork,
             take_over=take_over,
+            hook_context=hook_context,
         )
         callback = streaming_callback or self.streaming_callback
         run = self._new_run(request)
+        run.context = request.hook_context
         try:
             return await drive_async(run, self.chat_generator, callback, self._save_pause)
         finally:
@@ -479,11 +514,7 @@ class Agent:
                     point.value: [hook_to_dict(h, point.value) for h in hooks] for point, hooks in self._hooks.items()
                 }
                 or None,
-                "confirmation_strategies": [
-                    {"key": list(key) if isinstance(key, tuple) else key, "strategy": _strategy_to_dict(strategy)}
-                    for key, strategy in self.confirmation_strategies.items()
-                ]
-                or None,
+                "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
             },
         }
 
@@ -499,12 +530,7 @@ class Agent:
         if params.get("streaming_callback"):
             params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
         if params.get("confirmation_strategies"):
-            params["confirmation_strategies"] = {
-                tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]: rebuild(
-                    import_path(entry["strategy"]["type"], allowed_modules), entry["strategy"], allowed_modules
-                )
-                for entry in params["confirmation_strategies"]
-            }
+            params["confirmation_strategies"] = strategies_from_dict(params["confirmation_strategies"], allowed_modules)
         if params.get("hooks"):
             params["hooks"] = {
                 point: [hook_from_dict(h, allowed_modules) for h in hooks] for point, hooks in params["hooks"].items()
@@ -540,12 +566,27 @@ def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: lis
     return resolved
 
 
-def _strategy_to_dict(strategy: Any) -> dict[str, Any]:
-    to_dict = getattr(strategy, "to_dict", None)
-    if not callable(to_dict):
-        raise ConfigurationTypeError(f"{type(strategy).__name__} has no to_dict(): give it to_dict/from_dict.")
-    data: dict[str, Any] = to_dict()
-    return data
+def strategies_to_dict(strategies: dict[str | tuple[str, ...], Any]) -> list[dict[str, Any]]:
+    """Confirmation strategies as data: each key (a tuple as a list) and its strategy's ``to_dict``."""
+    entries = []
+    for key, strategy in strategies.items():
+        to_dict = getattr(strategy, "to_dict", None)
+        if not callable(to_dict):
+            raise ConfigurationTypeError(f"{type(strategy).__name__} has no to_dict(): give it to_dict/from_dict.")
+        entries.append({"key": list(key) if isinstance(key, tuple) else key, "strategy": to_dict()})
+    return entries
+
+
+def strategies_from_dict(
+    entries: list[dict[str, Any]], allowed_modules: Iterable[str] | None = None
+) -> dict[str | tuple[str, ...], Any]:
+    """Invert ``strategies_to_dict``, through the serialization allow-list."""
+    return {
+        tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]: rebuild(
+            import_path(entry["strategy"]["type"], allowed_modules), entry["strategy"], allowed_modules
+        )
+        for entry in entries
+    }
 
 
 def _split_dynamic(

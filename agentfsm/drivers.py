@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from agentfsm.errors import BreakpointException, HITLBreakpointException
-from agentfsm.hooks import accepts_error, hook_name
+from agentfsm.hooks import accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
@@ -70,8 +70,13 @@ def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
 
 
 def _hook_kwargs(action: RunHooks, h: Any) -> dict[str, Any]:
-    """What an ``on_error`` hook is given beside the State: the error, if it takes it."""
-    return {"error": action.error} if accepts_error(h) else {}
+    """What a hook is given beside the State, when it takes it: the error (``on_error``), the run's ``hook_context``."""
+    kwargs: dict[str, Any] = {}
+    if action.error is not None and accepts(h, "error"):
+        kwargs["error"] = action.error
+    if action.context is not None and accepts(h, "hook_context"):
+        kwargs["hook_context"] = action.context
+    return kwargs
 
 
 def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
@@ -81,8 +86,8 @@ def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
     logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
 
 
-def _question(strategy: Any, decide: Any, call: PreparedCall) -> dict[str, Any]:
-    """What a strategy is asked about one call (and the tool's schema, when its ``decide`` takes it)."""
+def _question(strategy: Any, decide: Any, call: PreparedCall, context: Any = None) -> dict[str, Any]:
+    """What a strategy is asked about one call (and the tool's schema and the run's ``hook_context``, when ``decide`` takes them)."""
     tool = call.tool
     asked: dict[str, Any] = {
         "tool_name": call.call.tool_name,
@@ -91,26 +96,29 @@ def _question(strategy: Any, decide: Any, call: PreparedCall) -> dict[str, Any]:
         "tool_call_id": call.key,
     }
     parameters = inspect.signature(decide).parameters
-    if tool is not None and ("tool_schema" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())):
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    if tool is not None and ("tool_schema" in parameters or takes_any):
         asked["tool_schema"] = tool.parameters
+    if context is not None and ("hook_context" in parameters or takes_any):
+        asked["hook_context"] = context
     return asked
 
 
-def _ask(strategy: Any, call: PreparedCall) -> Any:
+def _ask(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
     """The strategy's decision for one call, or ``None`` when it defers (raises ``HITLBreakpointException``)."""
     try:
-        return strategy.run(**_question(strategy, strategy.run, call))
+        return strategy.run(**_question(strategy, strategy.run, call, context))
     except HITLBreakpointException:
         return None
 
 
-async def _ask_async(strategy: Any, call: PreparedCall) -> Any:
+async def _ask_async(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
     """Like ``_ask``: ``run_async`` when the strategy has it, else ``run`` in a worker thread (a UI may block)."""
     decide = getattr(strategy, "run_async", None)
     if decide is None:
-        return await run_in_worker(_ask, strategy, call)
+        return await run_in_worker(_ask, strategy, call, context)
     try:
-        return await decide(**_question(strategy, decide, call))
+        return await decide(**_question(strategy, decide, call, context))
     except HITLBreakpointException:
         return None
 
@@ -140,11 +148,11 @@ def drive_sync(
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
                 case Confirm():
-                    run.decided([_ask(s, c) for c, s in zip(action.calls, action.strategies, strict=True)])
+                    run.decided([_ask(s, c, run.context) for c, s in zip(action.calls, action.strategies, strict=True)])
                 case RunHooks():
                     for h in action.hooks:
                         try:
-                            if action.error is None:
+                            if action.error is None and action.context is None:
                                 h.run(run.state)
                             else:
                                 h.run(run.state, **_hook_kwargs(action, h))
@@ -195,11 +203,16 @@ async def drive_async(
                             if inspect.isawaitable(pending):
                                 await pending
                 case Confirm():
-                    run.decided([await _ask_async(s, c) for c, s in zip(action.calls, action.strategies, strict=True)])
+                    run.decided(
+                        [
+                            await _ask_async(s, c, run.context)
+                            for c, s in zip(action.calls, action.strategies, strict=True)
+                        ]
+                    )
                 case RunHooks():
                     for h in action.hooks:
                         hook_async = getattr(h, "run_async", None)
-                        kwargs = {} if action.error is None else _hook_kwargs(action, h)
+                        kwargs = {} if action.error is None and action.context is None else _hook_kwargs(action, h)
                         try:
                             if hook_async is not None:
                                 await hook_async(run.state, **kwargs)

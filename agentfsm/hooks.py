@@ -93,14 +93,14 @@ def hook_name(h: Any) -> str:
     return h.name if isinstance(h, FunctionHook) else type(h).__name__
 
 
-def accepts_error(h: Any) -> bool:
-    """Whether ``h.run`` takes an ``error`` keyword (``on_error`` hooks are then given the exception)."""
+def accepts(h: Any, keyword: str) -> bool:
+    """Whether ``h.run`` takes ``keyword``: ``error`` (given to ``on_error`` hooks), ``hook_context``."""
     function = h.function if isinstance(h, FunctionHook) else h.run
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
-    return "error" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[Any, ...]]:
@@ -126,6 +126,11 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
                 raise ConfigurationError(
                     f"hooks[{name!r}] holds the class {h.__name__}: give an instance, {h.__name__}(...)."
                 )
+            points = getattr(h, "points", None)  # where a hook class says it belongs
+            if isinstance(points, frozenset) and name not in points:
+                raise ConfigurationError(
+                    f"hooks[{name!r}] holds a {type(h).__name__}, which goes on {', '.join(sorted(points))}."
+                )
             if callable(getattr(h, "run", None)):
                 items.append(h)
             elif callable(h):
@@ -138,6 +143,27 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
         if items:
             checked[Work(name)] = tuple(items)
     return checked
+
+
+def hook_state_schema(hooks: Mapping[Work, Sequence[Any]]) -> dict[str, Any]:
+    """The State keys the hooks write (a hook's ``state_schema``): the agent adds them to its schema."""
+    schema: dict[str, Any] = {}
+    for point_hooks in hooks.values():
+        for h in point_hooks:
+            schema.update(getattr(h, "state_schema", None) or {})
+    return schema
+
+
+def hooked_strategies(hooks: Mapping[Work, Sequence[Any]]) -> list[tuple[Any, Any]]:
+    """The confirmation strategies given through ``ConfirmationHook``s, as (key, strategy) pairs."""
+    from agentfsm.builtin_hooks.confirmation import ConfirmationHook
+
+    return [
+        (key, strategy)
+        for h in hooks.get(Work.BEFORE_TOOL, ())
+        if isinstance(h, ConfirmationHook)
+        for key, strategy in h.confirmation_strategies.items()
+    ]
 
 
 # -- serialization ------------------------------------------------------------------------------------

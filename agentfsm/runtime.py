@@ -189,6 +189,8 @@ class RunHooks:
     point: Work
     hooks: tuple[Any, ...]
     error: BaseException | None = None
+    #: The run's ``hook_context`` (``Agent.run(hook_context=...)``): hooks that take it are given it.
+    context: Any = None
 
 
 @dataclass(slots=True)
@@ -241,6 +243,8 @@ class AgentRun:
         self.snapshot: AgentSnapshot | None = None
         #: The exception that failed the run.
         self.error: BaseException | None = None
+        #: Request-scoped objects for hooks and confirmation strategies: never in a snapshot.
+        self.context: dict[str, Any] | None = None
         #: Every confirmation decision taken in the run (``ToolExecutionDecision.to_dict()`` and its ``step``).
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
@@ -379,7 +383,7 @@ class AgentRun:
 
     def _run_hooks(self, item: Work) -> Action:
         self._conversation_before_hooks = self._conversation_version()
-        return RunHooks(item, self.config.hooks[item], self.error)
+        return RunHooks(item, self.config.hooks[item], self.error, self.context)
 
     def _conversation_version(self) -> tuple[int, int]:
         """The conversation's State version and length: the same pair means at most the same messages."""
