@@ -97,6 +97,16 @@ def test_cassette_example_runs() -> None:
     assert "a changed agent is caught: Request 1 differs" in done.stdout
 
 
+def test_ready_hooks_example_runs() -> None:
+    done = run("examples/ready_hooks.py")
+    assert done.returncode == 0, done.stderr
+    assert "budget: exit token_budget after 3 model calls" in done.stdout
+    assert "budget: I stopped here: this run used 1200 tokens, its budget is 1000." in done.stdout
+    assert "compaction: largest request 8 messages; the whole conversation kept: 62 messages" in done.stdout
+    assert "offload: read back '<html>https://example.com'" in done.stdout
+    assert "rejected by the user. With feedback: never delete files" in done.stdout
+
+
 def test_every_example_is_tested() -> None:
     tested = {
         "quickstart.py",
@@ -105,5 +115,6 @@ def test_every_example_is_tested() -> None:
         "hooks.py",
         "hitl_approve_later.py",
         "cassette.py",
+        "ready_hooks.py",
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
