@@ -42,6 +42,7 @@ from agentfsm import (
     hook,
     tool,
 )
+from agentfsm.builtin_hooks import CompactionHook, MessageCount, SlidingWindowCompactor
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.runtime import RunDelta
@@ -513,6 +514,25 @@ def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
         }
 
 
+#: The compaction of the compaction table: the model is sent at most the task and the last two steps.
+def compacting_hooks() -> dict[str, list[Any]]:
+    """A sliding window that keeps two steps once the conversation passes 40 messages."""
+    return {"before_llm": [CompactionHook(SlidingWindowCompactor(min_keep_steps=2), MessageCount(40))]}
+
+
+def compaction(lengths: list[int], runs: int) -> dict[str, Any]:
+    """Per-step cost of runs of each length (a step adds two messages), without and with compaction."""
+    user = [ChatMessage.from_user("go")]
+    out: dict[str, Any] = {}
+    for steps in lengths:
+        configurations = {
+            "plain": Configuration(partial(workload_agent, steps), user),
+            "compacted": Configuration(partial(workload_agent, steps, hooks=compacting_hooks()), user),
+        }
+        out[str(2 * steps + 2)] = per_step_us(configurations, steps, runs)
+    return out
+
+
 def snapshot_costs(sizes: list[int], runs: int) -> dict[str, Any]:
     """Encode/decode time and size of a snapshot paused after a conversation of each length."""
     out: dict[str, Any] = {}
@@ -587,6 +607,13 @@ def markdown(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
+        "| messages at the end of the run | plain µs/step | with compaction µs/step (a sliding window of two steps past 40 messages) |",
+        "|---:|---:|---:|",
+    ]
+    for size, row in results["compaction"].items():
+        lines.append(f"| {size} | {row['plain']['median_us']} | {row['compacted']['median_us']} |")
+    lines += [
+        "",
         "| history (messages) | snapshot bytes | encode µs | decode µs | resume from file µs | resume from SQLite µs |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
@@ -652,6 +679,18 @@ def target_table(results: dict[str, Any]) -> list[str]:
             rows.append((target, f"{times:.1f}x", "yes" if times >= at_least else "no"))
         else:
             rows.append((target, "", "not measured"))
+    compacted = results.get("compaction")
+    if compacted:
+        short, long = compacted[min(compacted, key=int)], compacted[max(compacted, key=int)]
+        growth_with = long["compacted"]["median_us"] / short["compacted"]["median_us"]
+        rows.append(
+            (
+                f"with compaction, a step of a {max(compacted, key=int)}-message run costs what one of a "
+                f"{min(compacted, key=int)}-message run does (≤ 1.5x)",
+                f"{growth_with:.2f}x",
+                "yes" if growth_with <= 1.5 else "no",
+            )
+        )
     clients = results["peers"].get("clients", {}).get("rows")
     if clients:
         slowest = min(clients[sdk]["median_us"] / clients[ours]["median_us"] for ours, sdk in CLIENT_PAIRS)
@@ -808,6 +847,7 @@ def main(argv: list[str] | None = None) -> int:
         "overhead": per_step,
         "growth": growth(sizes, steps, runs),
         "snapshots": snapshot_costs(sizes, runs),
+        "compaction": compaction([5, 20] if args.quick else [50, 500], runs),
         **concurrency_in_a_fresh_process(agents, 10, step_us, 1 if args.quick else 5),
     }
     if not (args.quick or args.no_peers):

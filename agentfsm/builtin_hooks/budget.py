@@ -52,8 +52,8 @@ class TokenBudgetHook:
 
     def run(self, state: State) -> None:
         """Stop the run when the budget is used up."""
-        used = total_tokens(state.get("token_usage"))
-        if used >= self.max_total_tokens and not state.get("stop_run"):
+        used = total_tokens(state.data.get("token_usage"))
+        if used >= self.max_total_tokens and not state.data.get("stop_run"):
             note = f"I stopped here: this run used {used} tokens, its budget is {self.max_total_tokens}."
             _stop(state, "token_budget", note if self.add_final_message else None)
 
@@ -82,8 +82,8 @@ class StepBudgetHook:
 
     def run(self, state: State) -> None:
         """Stop the run when the budget is used up."""
-        made = sum((state.get("tool_call_counts") or {}).values())
-        if made >= self.max_tool_calls and not state.get("stop_run"):
+        made = sum((state.data.get("tool_call_counts") or {}).values())
+        if made >= self.max_tool_calls and not state.data.get("stop_run"):
             note = f"I stopped here: this run made {made} tool calls, its budget is {self.max_tool_calls}."
             _stop(state, "tool_call_budget", note if self.add_final_message else None)
 

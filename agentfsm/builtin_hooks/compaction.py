@@ -324,7 +324,7 @@ class CompactionHook:
 
     def run(self, state: State) -> None:
         """Compact the conversation when the trigger holds."""
-        messages: list[ChatMessage] = state.get("messages") or []
+        messages: list[ChatMessage] = state.data.get("messages") or []  # read, never changed in place
         if not self.trigger(messages):
             return
         compacted = self.compactor.compact(list(messages))

@@ -203,7 +203,7 @@ class ToolResultOffloadHook:
 
     def run(self, state: State) -> None:
         """Offload the large results of the step that just ran."""
-        messages: list[ChatMessage] = state.get("messages") or []
+        messages: list[ChatMessage] = state.data.get("messages") or []  # read, never changed in place
         start = len(messages)
         while start > 0 and messages[start - 1].role is ChatRole.TOOL:
             start -= 1
