@@ -113,7 +113,7 @@ class Agent:
         self.tools = tools
         self._static_items, self._dynamic = _split_dynamic(tools)
         self._tools = flatten_tools(self._static_items)
-        known = self._known_tools()
+        known = self.known_tools()
         check_unique_names(known)
         self.system_prompt = system_prompt
         self.exit_conditions = list(exit_conditions) if exit_conditions is not None else ["text"]
@@ -182,7 +182,7 @@ class Agent:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    def _known_tools(self) -> list[Tool]:
+    def known_tools(self) -> list[Tool]:
         """Every tool this agent can call: its own and every tool its dynamic toolsets can show."""
         return [*self._tools, *(t for toolset in self._dynamic for t in toolset.catalog_tools())]
 
@@ -199,7 +199,7 @@ class Agent:
             item.warm_up()
         # Toolsets may build their tools in warm_up.
         self._tools = flatten_tools(self._static_items)
-        check_unique_names(self._known_tools())
+        check_unique_names(self.known_tools())
         self._is_warmed_up = True
 
     def warm_up(self) -> None:
@@ -303,7 +303,7 @@ class Agent:
                     "inputs_from_state": t.inputs_from_state,
                     "outputs_to_state": sorted(t.outputs_to_state or {}),
                 }
-                for t in self._known_tools()
+                for t in self.known_tools()
             ],
             "exit_conditions": self.exit_conditions,
             "state_schema": {key: repr(definition["type"]) for key, definition in self.state_schema.items()},

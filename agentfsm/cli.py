@@ -263,6 +263,34 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from agentfsm.web import create_app
+    except ImportError as exc:
+        raise CLIError(f"the review page needs the web extra: pip install 'agentfsm[web]' ({exc}).") from None
+    from agentfsm.stores import SQLiteSnapshotStore
+
+    if not os.path.exists(args.store):
+        raise CLIError(f"no database at {args.store!r}.")
+    token = args.token or os.environ.get("AGENTFSM_TOKEN")
+    if args.host not in LOOPBACK and not token:
+        raise CLIError(
+            f"--host {args.host} opens the page to other machines: give it a --token (or AGENTFSM_TOKEN), "
+            "which every request must then carry."
+        )
+    agent = load_agent(args.agent) if args.agent else None
+    app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token)
+    where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
+    print(f"agentfsm review page: {where}", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
@@ -314,6 +342,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
     )
     resume.set_defaults(handler=_resume)
+
+    serve = commands.add_parser("serve", help="the review page: runs, diagrams, decisions from a browser")
+    serve.add_argument("--store", required=True, metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
+    serve.add_argument("--agent", metavar="MODULE:ATTR", help="the agent that resumes runs decided on the page")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
+    serve.add_argument("--token", help="an access token every request must carry (required off loopback)")
+    serve.set_defaults(handler=_serve)
 
     runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store")
     runs.add_argument("--db", required=True, metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")

@@ -1,0 +1,375 @@
+"""The review page: a store's runs, where each stands on the agent's diagram, and decisions from a browser.
+
+``create_app(store, agent)`` is an ASGI application (Starlette); ``agentfsm serve`` runs it with
+uvicorn. Pages are rendered on the server (no front-end build) and every text from a run is
+escaped. A run waiting in CONFIRM shows its pending calls with approve / reject / modify forms;
+submitting resumes the run through ``agent.run(snapshot=..., decisions=...)``, the same API as
+the command line. State-changing requests are POSTs carrying the page's CSRF token; with
+``token`` set, every request must carry it too (``?token=``, then a cookie). Needs the ``web``
+extra: ``pip install 'agentfsm[web]'``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import secrets
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from agentfsm.agent import Agent
+from agentfsm.diagrams import MissingRendererError, machine_diagram
+from agentfsm.errors import (
+    AgentFSMError,
+    BreakpointException,
+    DecisionError,
+    SnapshotError,
+    StaleSnapshotError,
+    ToolArgumentsError,
+)
+from agentfsm.messages import ChatMessage
+from agentfsm.snapshot import AgentSnapshot
+from agentfsm.stores.base import RunInfo, SnapshotStore
+
+#: The name of the cookie that carries the access token once a page was opened with ``?token=``.
+TOKEN_COOKIE = "agentfsm_token"
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 72rem; }
+table { border-collapse: collapse; } td, th { padding: .3rem .6rem; border-bottom: 1px solid #ddd; text-align: left; }
+.status { font-weight: 600; } .waiting { color: #b45309; } .done { color: #15803d; } .failed { color: #b91c1c; }
+.message { border-left: 3px solid #ccc; padding: .3rem .8rem; margin: .5rem 0; white-space: pre-wrap; }
+.assistant { border-color: #2563eb; } .tool { border-color: #9333ea; } .user { border-color: #15803d; }
+.error { background: #fee2e2; padding: .8rem; } .call { border: 1px solid #ddd; padding: .8rem; margin: .8rem 0; }
+.diagram svg { max-width: 100%; height: auto; } textarea { width: 100%; font-family: monospace; }
+"""
+
+
+#: Checks modified arguments in the browser before the form is sent: JSON, an object, the schema's
+#: required keys and property types. The server checks them again, against the whole schema.
+CHECK_ARGUMENTS = """
+const types = {
+  string: (v) => typeof v === "string", integer: Number.isInteger, number: (v) => typeof v === "number",
+  boolean: (v) => typeof v === "boolean", array: Array.isArray,
+  object: (v) => typeof v === "object" && v !== null && !Array.isArray(v),
+};
+function problemWith(text, schema) {
+  let value;
+  try { value = JSON.parse(text); } catch (error) { return "The new arguments are not JSON: " + error.message; }
+  if (!types.object(value)) return "The new arguments must be a JSON object.";
+  for (const key of schema.required || []) if (!(key in value)) return `"${key}" is required.`;
+  for (const [key, property] of Object.entries(schema.properties || {})) {
+    const check = types[property.type];
+    if (key in value && check && !check(value[key])) return `"${key}" must be of type ${property.type}.`;
+  }
+  return null;
+}
+document.getElementById("decisions").addEventListener("submit", (event) => {
+  for (const call of document.querySelectorAll(".call")) {
+    const shown = call.querySelector(".problem");
+    const action = call.querySelector(`input[name="action:${call.dataset.call}"]:checked`).value;
+    const problem = action === "modify" ? problemWith(call.querySelector("textarea").value, JSON.parse(call.dataset.schema)) : null;
+    shown.hidden = problem === null;
+    shown.textContent = problem || "";
+    if (problem !== null) event.preventDefault();
+  }
+});
+"""
+
+
+def h(value: Any) -> str:
+    """Escape any value for HTML."""
+    return html.escape(str(value), quote=True)
+
+
+def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
+    """What the page calls a run's status: running, paused, waiting for approval, done or failed."""
+    if info.status == "active":
+        return "running"
+    if info.status == "paused" and snapshot is not None and (snapshot.break_point or {}).get("type") == "confirmation":
+        return "waiting for approval"
+    return info.status
+
+
+def page(title: str, body: str) -> HTMLResponse:
+    """A whole HTML page."""
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{h(title)}</title>"
+        f"<style>{STYLE}</style></head><body><p><a href='/'>agentfsm runs</a></p>{body}</body></html>"
+    )
+
+
+def error_page(status: int, message: str) -> HTMLResponse:
+    """A page saying what went wrong; nothing was changed."""
+    response = page("error", f"<div class='error'><strong>{h(message)}</strong></div>")
+    response.status_code = status
+    return response
+
+
+class ReviewApp:
+    """The review page's state: the store, the agent that resumes runs, and the tokens."""
+
+    def __init__(self, store: SnapshotStore, agent: Agent | None = None, token: str | None = None) -> None:
+        self.store = store
+        self.agent = agent
+        if agent is not None:
+            agent.snapshot_store = store  # a run resumed here goes on in the store it comes from
+        self.token = token
+        self.csrf = secrets.token_urlsafe(32)
+
+    # -- access --------------------------------------------------------------------------------------
+
+    def allowed(self, request: Request) -> bool:
+        """With a token, a request must carry it: as ``?token=``, a cookie, or ``Authorization: Bearer``."""
+        if self.token is None:
+            return True
+        given = (
+            request.query_params.get("token")
+            or request.cookies.get(TOKEN_COOKIE)
+            or request.headers.get("authorization", "").removeprefix("Bearer ")
+        )
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def latest(self, run_id: str) -> AgentSnapshot | None:
+        """The run's newest snapshot, or None for a run without one yet."""
+        try:
+            return self.store.latest(run_id)
+        except SnapshotError:
+            return None
+
+    # -- pages ---------------------------------------------------------------------------------------
+
+    async def runs(self, request: Request) -> Response:
+        """The runs list, filtered by ``?status=``."""
+        wanted = request.query_params.get("status")
+        rows = []
+        for info in await run_in_threadpool(self.store.runs):
+            snapshot = self.latest(info.run_id)
+            status = status_of(info, snapshot)
+            if wanted and status != wanted:
+                continue
+            exit_reason = snapshot.exit_reason if snapshot is not None else None
+            rows.append(
+                f"<tr><td><a href='/runs/{quote(info.run_id)}'>{h(info.run_id)}</a></td>"
+                f"<td class='status'>{h(status)}</td><td>{h(info.phase.value if info.phase else '-')}</td>"
+                f"<td>{info.step}</td><td>{h(exit_reason or '')}</td><td>{h(info.updated_at)}</td></tr>"
+            )
+        filters = " ".join(
+            f"<a href='/?status={quote(s)}'>{h(s)}</a>"
+            for s in ("running", "paused", "waiting for approval", "done", "failed")
+        )
+        body = (
+            f"<h1>Runs</h1><p>Show: <a href='/'>all</a> {filters}</p>"
+            "<table><tr><th>run</th><th>status</th><th>phase</th><th>step</th><th>exit reason</th>"
+            f"<th>last change</th></tr>{''.join(rows)}</table>"
+        )
+        return page("agentfsm runs", body)
+
+    async def run(self, request: Request) -> Response:
+        """One run: diagram, pending calls and their forms, conversation, trace, snapshot history."""
+        run_id = request.path_params["run_id"]
+        info = next((r for r in await run_in_threadpool(self.store.runs) if r.run_id == run_id), None)
+        snapshot = self.latest(run_id)
+        if info is None or snapshot is None:
+            return error_page(404, f"No run {run_id!r} with a snapshot in this store.")
+        status = status_of(info, snapshot)
+        parts = [
+            f"<h1>Run {h(run_id)}</h1>",
+            f"<p class='status' id='status'>{h(status)}</p>",
+            f"<p>phase {h(snapshot.phase.value)}, step {snapshot.step}"
+            + (f", exit reason {h(snapshot.exit_reason)}" if snapshot.exit_reason else "")
+            + "</p>",
+            f"<div class='diagram'>{await run_in_threadpool(self.diagram, snapshot, status)}</div>",
+        ]
+        if status == "waiting for approval":
+            parts.append(self.decision_form(snapshot))
+        parts.append(
+            "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages)
+        )
+        parts.append(trace_html(snapshot))
+        history = await run_in_threadpool(self.store.history, run_id)
+        links = "".join(
+            f"<li><a href='/runs/{quote(run_id)}/snapshots/{i.seq}'>#{i.seq}</a> {h(i.phase.value)}, step {i.step}, "
+            f"{h(i.created_at)}</li>"
+            for i in history
+        )
+        parts.append(f"<h2>Snapshots</h2><ol start='0'>{links}</ol>")
+        return page(f"run {run_id}", "".join(parts))
+
+    def diagram(self, snapshot: AgentSnapshot, status: str) -> str:
+        """The agent's diagram with where the run stands (SVG; Mermaid text without a renderer)."""
+        paused = status in ("paused", "waiting for approval")
+        options: dict[str, Any] = {"snapshot": snapshot} if paused else {"trace": snapshot.trace}
+        try:
+            svg = machine_diagram("svg", agent=self.agent, **options)
+            return svg.decode() if isinstance(svg, bytes) else svg
+        except MissingRendererError:
+            return f"<pre>{h(machine_diagram('mermaid', agent=self.agent, **options))}</pre>"
+
+    def decision_form(self, snapshot: AgentSnapshot) -> str:
+        """Approve / reject / modify for each call waiting for a decision."""
+        from agentfsm.hitl import get_tool_calls_and_descriptions_from_snapshot
+
+        if self.agent is None:
+            return "<p>Start the page with an agent (<code>--agent</code>) to decide.</p>"
+        calls, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
+        schemas = {t.name: t.parameters for t in self.agent.known_tools()}
+        waiting = set((snapshot.break_point or {}).get("waiting", ()))
+        blocks = []
+        for i, call in enumerate(calls):
+            call_id = call.get("id") or f"#{i}"
+            if call_id not in waiting:
+                continue
+            arguments = orjson.dumps(call["arguments"], option=orjson.OPT_INDENT_2).decode()
+            schema = orjson.dumps(schemas.get(call["tool_name"], {})).decode()
+            blocks.append(
+                f"<div class='call' data-call='{h(call_id)}' data-schema='{h(schema)}'>"
+                f"<h3>{h(call['tool_name'])} <small>{h(call_id)}</small></h3>"
+                f"<p>{h(descriptions.get(call['tool_name'], ''))}</p><pre>{h(arguments)}</pre>"
+                f"<label><input type='radio' name='action:{h(call_id)}' value='approve' checked> approve</label> "
+                f"<label><input type='radio' name='action:{h(call_id)}' value='reject'> reject</label> "
+                f"<label><input type='radio' name='action:{h(call_id)}' value='modify'> modify</label>"
+                f"<p><label>feedback <input name='feedback:{h(call_id)}' size='60'></label></p>"
+                f"<p><label>new arguments (JSON, for modify)<textarea name='params:{h(call_id)}' rows='4'>"
+                f"{h(arguments)}</textarea></label></p><p class='problem error' hidden></p></div>"
+            )
+        return (
+            f"<h2>Waiting for your decision</h2><form id='decisions' method='post' "
+            f"action='/runs/{quote(snapshot.run_id)}/decide'>"
+            f"<input type='hidden' name='csrf' value='{h(self.csrf)}'>"
+            f"<input type='hidden' name='seq' value='{h(snapshot.seq)}'>"
+            f"{''.join(blocks)}<button type='submit' id='decide'>Submit and resume</button></form>"
+            f"<script>{CHECK_ARGUMENTS}</script>"
+        )
+
+    async def snapshot_json(self, request: Request) -> Response:
+        """One snapshot as JSON."""
+        try:
+            snapshot = self.store.load(request.path_params["run_id"], int(request.path_params["seq"]))
+        except (SnapshotError, ValueError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return Response(snapshot.to_bytes(), media_type="application/json")
+
+    async def decide(self, request: Request) -> Response:
+        """Resume a run waiting in CONFIRM with the form's decisions; refuse anything that does not fit."""
+        form = await request.form()
+        if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self.csrf.encode()):
+            return error_page(
+                403, "This form is not from this page (CSRF token missing or wrong). Nothing was changed."
+            )
+        if self.agent is None:
+            return error_page(400, "This page was started without an agent: it cannot resume runs.")
+        run_id = request.path_params["run_id"]
+        snapshot = self.latest(run_id)
+        if snapshot is None or str(snapshot.seq) != form.get("seq"):
+            return error_page(
+                409,
+                f"Run {run_id} moved on since this page was shown (it is no longer at that snapshot). Nothing was changed.",
+            )
+        if (snapshot.break_point or {}).get("type") != "confirmation":
+            return error_page(409, f"Run {run_id} is not waiting for a decision. Nothing was changed.")
+        try:
+            decisions = self.decisions(snapshot, {k: str(v) for k, v in form.items()})
+        except (ToolArgumentsError, DecisionError, ValueError) as exc:
+            return error_page(400, f"{exc} Nothing was changed.")
+        try:
+            await run_in_threadpool(self.agent.run, snapshot=snapshot, decisions=decisions)
+        except StaleSnapshotError as exc:
+            return error_page(409, f"{exc}")
+        except BreakpointException:
+            pass  # paused again (another confirmation, a breakpoint): the run page shows where
+        except AgentFSMError as exc:
+            return error_page(400, f"The run could not go on: {exc}")
+        return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
+
+    def decisions(self, snapshot: AgentSnapshot, form: dict[str, str]) -> list[Any]:
+        """The form's answers as decisions bound to the calls shown; modified arguments checked against the tool."""
+        from agentfsm.hitl import ToolExecutionDecision, call_fingerprint
+
+        assert self.agent is not None
+        tools = {t.name: t for t in self.agent.known_tools()}
+        waiting = set((snapshot.break_point or {}).get("waiting", ()))
+        decisions = []
+        for i, call in enumerate(snapshot.pending_tool_calls):
+            call_id = call.get("id") or f"#{i}"
+            if call_id not in waiting:
+                continue
+            name, arguments = call["tool_name"], call["arguments"]
+            action, feedback = form.get(f"action:{call_id}", "approve"), form.get(f"feedback:{call_id}") or None
+            fingerprint = call_fingerprint(name, arguments)
+            if action == "approve":
+                decisions.append(ToolExecutionDecision(name, True, call_id, feedback, arguments, fingerprint))
+            elif action == "reject":
+                decisions.append(ToolExecutionDecision(name, False, call_id, feedback, None, fingerprint))
+            elif action == "modify":
+                try:
+                    params = orjson.loads(form.get(f"params:{call_id}", ""))
+                except orjson.JSONDecodeError as exc:
+                    raise ValueError(f"The new arguments of {call_id} are not JSON ({exc}).") from None
+                if not isinstance(params, dict):
+                    raise ValueError(f"The new arguments of {call_id} must be a JSON object.")
+                if name in tools:
+                    tools[name].validate_arguments(params)
+                note = feedback or f"The reviewer changed the arguments from {arguments} to {params}."
+                decisions.append(ToolExecutionDecision(name, True, call_id, note, params, fingerprint))
+            else:
+                raise ValueError(f"Unknown action {action!r} for {call_id}: approve, reject or modify.")
+        return decisions
+
+
+def message_html(message: ChatMessage) -> str:
+    """One message, escaped; tool calls and results folded."""
+    role = message.role.value
+    parts = [h(text) for text in message.texts]
+    for call in message.tool_calls:
+        arguments = h(orjson.dumps(call.arguments).decode())
+        parts.append(f"<details><summary>calls {h(call.tool_name)} ({h(call.id or '')})</summary>{arguments}</details>")
+    for result in message.tool_call_results:
+        label = "error from" if result.error else "result of"
+        parts.append(
+            f"<details><summary>{label} {h(result.origin.tool_name)} ({h(result.origin.id or '')})</summary>"
+            f"{h(result.result)}</details>"
+        )
+    return f"<div class='message {h(role)}'><strong>{h(role)}</strong> {''.join(parts)}</div>"
+
+
+def trace_html(snapshot: AgentSnapshot) -> str:
+    """The transitions so far, as a timeline table."""
+    rows = "".join(
+        f"<tr><td>{r['step']}</td><td>{h(r['source'])}</td><td>&rarr;</td><td>{h(r['dest'])}</td>"
+        f"<td>{h(r['trigger'])}</td><td>{r['duration_us']:.0f} µs</td></tr>"
+        for r in snapshot.trace
+    )
+    return f"<h2>Transitions</h2><table><tr><th>step</th><th>from</th><th></th><th>to</th><th>trigger</th><th>time in phase</th></tr>{rows}</table>"
+
+
+def create_app(store: SnapshotStore, agent: Agent | None = None, *, token: str | None = None) -> Starlette:
+    """The review page for ``store``; ``agent`` resumes the runs decided on it; ``token`` guards every request."""
+    review = ReviewApp(store, agent, token)
+
+    def guarded(handler: Any) -> Any:
+        async def endpoint(request: Request) -> Response:
+            if not review.allowed(request):
+                return error_page(401, "This page needs its access token: open it with ?token=...")
+            response: Response = await handler(request)
+            if review.token is not None and request.query_params.get("token"):
+                response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict")
+            return response
+
+        return endpoint
+
+    return Starlette(
+        routes=[
+            Route("/", guarded(review.runs)),
+            Route("/runs/{run_id}", guarded(review.run)),
+            Route("/runs/{run_id}/snapshots/{seq}", guarded(review.snapshot_json)),
+            Route("/runs/{run_id}/decide", guarded(review.decide), methods=["POST"]),
+        ]
+    )
