@@ -247,6 +247,7 @@ def _runs(args: argparse.Namespace) -> int:
                 "updated_at": r.updated_at,
                 "owner": r.owner,
                 "taken_over_from": r.taken_over_from,
+                "taken_over_by": r.taken_over_by,
                 "parent_run_id": r.parent_run_id,
                 "parent_seq": r.parent_seq,
             }

@@ -257,6 +257,8 @@ def test_a_killed_worker_is_taken_over_once_its_lease_expires(tmp_path: Path, mo
     result = resumed.run(snapshot=in_doubt, decisions=rerun_in_doubt(in_doubt))
     assert log.read_text() == "one\ntwo\n", "the finished call did not run again"
     assert result["last_message"].text == "done"
+    [run] = store.runs()
+    assert (run.status, run.taken_over_from) == ("done", dead) and run.taken_over_by not in (None, dead)
 
 
 def test_a_worker_whose_run_was_taken_over_writes_nothing_more(tmp_path: Path) -> None:
@@ -308,6 +310,7 @@ def test_a_json_store_claims_a_run_by_creating_its_claim_file(tmp_path: Path) ->
     assert agent(store, position=1).run(snapshot=snapshot)["last_message"].text == "done"
     [run] = store.runs()
     assert (run.status, run.taken_over_from, run.owner) == ("done", "elsewhere:1:x", None)
+    assert run.taken_over_by is not None and run.taken_over_by != "elsewhere:1:x"
     assert not claim.exists()
 
 

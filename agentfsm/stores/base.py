@@ -25,8 +25,9 @@ class SnapshotInfo:
 class RunInfo:
     """A run known to a store: its newest snapshot and its status (active, paused, done or failed).
 
-    ``owner`` is the claim of the process running it (while active), ``taken_over_from`` the claim
-    it took the run over from, and ``parent_run_id`` / ``parent_seq`` the snapshot a fork started from.
+    ``owner`` is the claim of the process running it (while active), ``taken_over_from`` and
+    ``taken_over_by`` the claims of the last take-over, and ``parent_run_id`` / ``parent_seq`` the
+    snapshot a fork started from.
     """
 
     run_id: str
@@ -37,6 +38,7 @@ class RunInfo:
     updated_at: str
     owner: str | None = None
     taken_over_from: str | None = None
+    taken_over_by: str | None = None
     parent_run_id: str | None = None
     parent_seq: int | None = None
 

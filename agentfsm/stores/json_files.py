@@ -114,7 +114,7 @@ class JsonFileStore:
             atomic_write(path, claim)
         changes: dict[str, Any] = {"status": "active"}
         if holder is not None:
-            changes["taken_over_from"] = holder.get("owner")
+            changes["taken_over_from"], changes["taken_over_by"] = holder.get("owner"), owner
         if parent is not None:
             changes["parent_run_id"], changes["parent_seq"] = parent
         self._set_record(run_id, **changes)
@@ -203,6 +203,7 @@ class JsonFileStore:
                     updated,
                     holder.get("owner"),
                     record.get("taken_over_from"),
+                    record.get("taken_over_by"),
                     record.get("parent_run_id"),
                     record.get("parent_seq"),
                 )

@@ -48,12 +48,13 @@ from agentfsm.stores.base import RunInfo, SnapshotInfo
 _LAYOUT_VERSION = 4
 #: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
 #: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
-#: holds unless renewed, the claim it was last taken over from, and, for a fork, the run and the
-#: snapshot it started from.
+#: holds unless renewed, the claim it was last taken over from and the claim that took it over,
+#: and, for a fork, the run and the snapshot it started from.
 _CLAIM_COLUMNS = (
     ("owner", "TEXT"),
     ("lease_until", "REAL"),
     ("taken_over_from", "TEXT"),
+    ("taken_over_by", "TEXT"),
     ("parent_run_id", "TEXT"),
     ("parent_seq", "INTEGER"),
 )
@@ -264,8 +265,9 @@ class SQLiteSnapshotStore:
                         )
                     self._db.execute(
                         "UPDATE runs SET status = 'active', updated_at = ?, owner = ?, lease_until = ?, "
-                        "taken_over_from = COALESCE(?, taken_over_from) WHERE number = ?",
-                        (now_iso(), owner, now + self.lease_seconds, holder, number),
+                        "taken_over_from = COALESCE(?, taken_over_from), "
+                        "taken_over_by = CASE WHEN ? IS NULL THEN taken_over_by ELSE ? END WHERE number = ?",
+                        (now_iso(), owner, now + self.lease_seconds, holder, holder, owner, number),
                     )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -568,7 +570,7 @@ class SQLiteSnapshotStore:
         with self._lock:
             rows = self._db.execute(
                 "SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << ?) + b.count, r.updated_at, "
-                "r.owner, r.taken_over_from, r.parent_run_id, r.parent_seq "
+                "r.owner, r.taken_over_from, r.taken_over_by, r.parent_run_id, r.parent_seq "
                 "FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
                 "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
                 "ORDER BY r.updated_at DESC",
