@@ -413,3 +413,30 @@ def test_a_call_runs_again_with_the_same_idempotency_key(tmp_path: Path) -> None
     result = make(1).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
     assert sorted(PAYMENTS.values()) == [5, 7], "run again with the same key: the payment service deduplicated it"
     assert [m.tool_call_result.result for m in result["messages"] if m.tool_call_result] == ["paid 5", "paid 7"]
+
+
+def test_async_resumes_claim_the_run_too(tmp_path: Path) -> None:
+    import asyncio
+
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    snapshot = paused(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=1))
+
+    async def both() -> list[Any]:
+        first = await agent(store, position=1).run_async(snapshot=snapshot)
+        try:
+            await agent(store, position=1).run_async(snapshot=snapshot)
+        except StaleSnapshotError as stale:
+            return [first["last_message"].text, stale.run_id]
+        return [first["last_message"].text, None]
+
+    assert asyncio.run(both()) == ["done", snapshot.run_id]
+
+
+def test_a_fork_without_a_store_is_a_new_run() -> None:
+    snapshot = paused(agent(None), Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    with pytest.raises(BreakpointException) as again:
+        agent(None, position=1).run(
+            snapshot=snapshot, fork=True, break_point=Breakpoint(phase=Phase.EXIT_CHECK, step=1)
+        )
+    forked = again.value.snapshot
+    assert forked.run_id != snapshot.run_id and forked.trace[: len(snapshot.trace)] == snapshot.trace
