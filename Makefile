@@ -34,8 +34,9 @@ typecheck: $(VENV)/.installed-dev
 
 check: test lint typecheck
 
-diagrams: $(VENV)/.installed-dev
+diagrams: $(VENV)/.installed-dev chromium
 	$(BIN)/python diagrams/generate.py
+	$(BIN)/python diagrams/review_page.py
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py

@@ -320,3 +320,20 @@ def test_serve_runs_the_page(runs: Runs, tmp_path: Path) -> None:
         server.terminate()
         _, err = server.communicate(timeout=10)
     assert f"http://127.0.0.1:{port}/?token=t0k" in err
+
+
+def test_the_readme_screenshot_is_made_by_the_same_page(tmp_path: Path) -> None:
+    """``make diagrams`` photographs the page with diagrams/review_page.py: it still runs, and the README shows its picture."""
+    needs_browser()
+    sys.path.insert(0, str(ROOT / "diagrams"))
+    try:
+        import review_page
+    finally:
+        sys.path.remove(str(ROOT / "diagrams"))
+    shot = tmp_path / "review-page.png"
+    review_page.screenshot(shot)
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    assert (ROOT / "diagrams" / "review-page.png").read_bytes().startswith(b"\x89PNG")
+    assert (
+        "![A run waiting for approval on the review page](diagrams/review-page.png)" in (ROOT / "README.md").read_text()
+    )
