@@ -44,7 +44,7 @@ def pay(to: str, amount: int) -> str:
     return f"paid {amount} to {to}"
 
 
-SCRIPT = [
+SCRIPT: list[ChatMessage | str] = [
     ChatMessage.from_assistant(
         "Paying both invoices.",
         tool_calls=[
