@@ -290,7 +290,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         "max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", stop_requested=False, exit_reached=False, steps_left=False
     ),
     _edge("continue", P.EXIT_CHECK, P.LLM_CALL, stop_requested=False, exit_reached=False, steps_left=True),
-    *_interrupts("pause", P.PAUSED, "breakpoint matches"),
+    *_interrupts("pause", P.PAUSED, "breakpoint matches, or calls are in doubt after a crash"),
     *[
         Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")
         for dest in ACTIVE_PHASES
