@@ -301,7 +301,8 @@ class CompactionHook:
     ``trigger``: ``MessageCount(n)`` or ``EstimatedTokens(n)`` (any callable of the messages works,
     but only those two serialize). ``keep_history``: the messages taken out go to State's
     ``compacted_messages`` (declared by the hook), so nothing given is lost; without it, only a
-    durable snapshot store's earlier snapshots keep them.
+    durable snapshot store's earlier snapshots keep them (and its new snapshots stay small: State
+    is stored whole at every transition).
     """
 
     points = frozenset({"before_llm"})
