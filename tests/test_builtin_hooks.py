@@ -297,3 +297,17 @@ def test_a_run_with_every_ready_hook_resumes_anywhere_to_the_same_result(
         lambda: ready_agent(tmp_path), USER, side_effects=SIDE_EFFECTS, use_async=use_async, double_breaks=True
     )
     assert checked > 10
+
+
+def test_without_keep_history_a_durable_store_still_holds_every_message(tmp_path: Path) -> None:
+    from agentfsm.stores import SQLiteSnapshotStore
+
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    hooks = {"before_llm": [CompactionHook(SlidingWindowCompactor(), MessageCount(5), keep_history=False)]}
+    agent = Agent(chat_generator=ScriptedChatGenerator(adding(6)), tools=[add], hooks=hooks, snapshot_store=store)
+    result = agent.run(USER)
+    assert "compacted_messages" not in result
+    [run] = store.runs()
+    seen = {repr(m) for info in store.history(run.run_id) for m in store.load(run.run_id, info.seq).messages}
+    whole = Agent(chat_generator=ScriptedChatGenerator(adding(6)), tools=[add]).run(USER)["messages"]
+    assert all(repr(m.to_dict()) in seen for m in whole), "every message is in some stored snapshot"
