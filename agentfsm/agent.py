@@ -479,7 +479,7 @@ class Agent:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
         if self.snapshot_store is not None:
             status = {Phase.DONE: "done", Phase.PAUSED: "paused"}.get(run.phase, "failed")
-            self.snapshot_store.release(run.run_id, status)
+            self.snapshot_store.release(run.run_id, status, run.exit_reason)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""

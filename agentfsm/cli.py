@@ -248,6 +248,7 @@ def _runs(args: argparse.Namespace) -> int:
                 "owner": r.owner,
                 "taken_over_from": r.taken_over_from,
                 "taken_over_by": r.taken_over_by,
+                "exit_reason": r.exit_reason,
                 "parent_run_id": r.parent_run_id,
                 "parent_seq": r.parent_seq,
             }

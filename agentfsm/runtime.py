@@ -116,6 +116,8 @@ class RunDelta:
     fields: dict[str, Any] | None
     #: The snapshot of a run that just paused.
     snapshot: AgentSnapshot | None = None
+    #: How the run ended, once it entered DONE.
+    exit_reason: str | None = None
 
 
 class RunObserver(Protocol):
@@ -638,7 +640,7 @@ class AgentRun:
         trace, self._told_trace = self.trace[self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
         snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
-        delta = RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot)
+        delta = RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
         for observer in self.config.observers:
             observer.observe(delta)
 

@@ -155,7 +155,7 @@ class ReviewApp:
             status = status_of(info, snapshot)
             if wanted and status != wanted:
                 continue
-            exit_reason = snapshot.exit_reason if snapshot is not None else None
+            exit_reason = info.exit_reason or (snapshot.exit_reason if snapshot is not None else None)
             rows.append(
                 f"<tr><td><a href='/runs/{quote(info.run_id)}'>{h(info.run_id)}</a></td>"
                 f"<td class='status'>{h(status)}</td><td>{h(info.phase.value if info.phase else '-')}</td>"
@@ -184,7 +184,7 @@ class ReviewApp:
             f"<h1>Run {h(run_id)}</h1>",
             f"<p class='status' id='status'>{h(status)}</p>",
             f"<p>phase {h(snapshot.phase.value)}, step {snapshot.step}"
-            + (f", exit reason {h(snapshot.exit_reason)}" if snapshot.exit_reason else "")
+            + (f", exit reason {h(exit_reason)}" if (exit_reason := info.exit_reason or snapshot.exit_reason) else "")
             + "</p>",
             f"<div class='diagram'>{await run_in_threadpool(self.diagram, snapshot, status)}</div>",
         ]

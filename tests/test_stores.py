@@ -153,7 +153,15 @@ def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path)
     ]
     assert len(history) == sum(1 for r in result["trace"] if r.dest is not p.DONE) + 3
     assert store.runs() == [
-        RunInfo(run_id, "done", history[-1].phase, history[-1].step, len(history), store.runs()[0].updated_at)
+        RunInfo(
+            run_id,
+            "done",
+            history[-1].phase,
+            history[-1].step,
+            len(history),
+            store.runs()[0].updated_at,
+            exit_reason="text",
+        )
     ]
     for info in history:
         snapshot = store.load(run_id, info.seq)

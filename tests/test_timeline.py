@@ -114,6 +114,7 @@ def test_a_fork_starts_a_new_run_that_names_its_parent(store: SnapshotStore) -> 
     runs = {r.run_id: r for r in store.runs()}
     [child] = [r for r in runs.values() if r.run_id != first.run_id]
     assert (child.parent_run_id, child.parent_seq, child.status) == (first.run_id, first.seq, "done")
+    assert child.exit_reason == "text", "the store records how a run ended"
     assert runs[first.run_id].parent_run_id is None
 
 

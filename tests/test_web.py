@@ -132,6 +132,7 @@ def test_the_runs_list_and_its_filter(runs: Runs, make_client: Any) -> None:
     listing = client.get("/").text
     assert runs.waiting in listing and runs.done in listing
     assert "waiting for approval" in listing and "<td class='status'>done</td>" in listing
+    assert "<td>text</td>" in listing, "a finished run's exit reason"
     done_only = client.get("/", params={"status": "done"}).text
     assert runs.done in done_only and runs.waiting not in done_only
 

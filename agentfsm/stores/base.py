@@ -41,6 +41,8 @@ class RunInfo:
     taken_over_by: str | None = None
     parent_run_id: str | None = None
     parent_seq: int | None = None
+    #: How a finished run ended (``text``, ``max_agent_steps``...), as its result says.
+    exit_reason: str | None = None
 
 
 @runtime_checkable
@@ -68,8 +70,8 @@ class SnapshotStore(Protocol):
         """
         ...
 
-    def release(self, run_id: str, status: str) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused)."""
+    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason."""
         ...
 
     def latest(self, run_id: str) -> AgentSnapshot:

@@ -120,8 +120,8 @@ class JsonFileStore:
         self._set_record(run_id, **changes)
         self._claims[run_id] = owner
 
-    def release(self, run_id: str, status: str) -> None:
-        """Give up this process's claim on the run, leaving it ``status``."""
+    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` and its exit reason."""
         owner = self._claims.pop(run_id, None)
         if owner is None:
             return
@@ -132,7 +132,7 @@ class JsonFileStore:
                 f"Run {run_id!r} was taken over by {holder and holder.get('owner')} while this process ran it.",
                 run_id,
             )
-        self._set_record(run_id, status=status)
+        self._set_record(run_id, status=status, exit_reason=exit_reason)
         path.unlink()
 
     # -- snapshots ----------------------------------------------------------------------------------
@@ -206,6 +206,7 @@ class JsonFileStore:
                     record.get("taken_over_by"),
                     record.get("parent_run_id"),
                     record.get("parent_seq"),
+                    record.get("exit_reason"),
                 )
             )
         return sorted(found, key=lambda r: r.updated_at, reverse=True)

@@ -49,7 +49,7 @@ _LAYOUT_VERSION = 4
 #: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
 #: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
 #: holds unless renewed, the claim it was last taken over from and the claim that took it over,
-#: and, for a fork, the run and the snapshot it started from.
+#: for a fork, the run and the snapshot it started from, and how a finished run ended.
 _CLAIM_COLUMNS = (
     ("owner", "TEXT"),
     ("lease_until", "REAL"),
@@ -57,6 +57,7 @@ _CLAIM_COLUMNS = (
     ("taken_over_by", "TEXT"),
     ("parent_run_id", "TEXT"),
     ("parent_seq", "INTEGER"),
+    ("exit_reason", "TEXT"),
 )
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -96,7 +97,10 @@ _INSERT = (
 )
 #: Renews the claim, or gives it up with the run's new status (owner and lease cleared).
 _RENEW = "UPDATE runs SET updated_at = ?, lease_until = ? WHERE number = ? AND owner = ?"
-_RELEASE = "UPDATE runs SET status = ?, updated_at = ?, owner = NULL, lease_until = NULL WHERE number = ? AND owner = ?"
+_RELEASE = (
+    "UPDATE runs SET status = ?, exit_reason = ?, updated_at = ?, owner = NULL, lease_until = NULL "
+    "WHERE number = ? AND owner = ?"
+)
 
 
 @dataclass(slots=True)
@@ -108,6 +112,8 @@ class _Cursor:
     #: The claim under which this process writes the run, and when to renew its lease.
     owner: str
     renew_at: float
+    #: How the run ended, committed with its final status.
+    exit_reason: str | None = None
     #: Snapshots recorded but not committed yet (they start at ``next_seq - len(entries)``), and the
     #: run status to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
@@ -321,12 +327,12 @@ class SQLiteSnapshotStore:
                 head,
             )
 
-    def release(self, run_id: str, status: str) -> None:
+    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
         """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
         if run_id not in self._claims:
             return
         cursor = self._cursor(run_id)
-        cursor.status = status
+        cursor.status, cursor.exit_reason = status, exit_reason
         self._commit(run_id, cursor)
 
     def _taken_over(self, run_id: str, cursor: _Cursor) -> StaleSnapshotError:
@@ -422,7 +428,7 @@ class SQLiteSnapshotStore:
                         renewed = (now_iso(), now + self.lease_seconds, cursor.number, cursor.owner)
                         held = self._db.execute(_RENEW, renewed).rowcount == 1
                     else:
-                        released = (status, now_iso(), cursor.number, cursor.owner)
+                        released = (status, cursor.exit_reason, now_iso(), cursor.number, cursor.owner)
                         held = self._db.execute(_RELEASE, released).rowcount == 1
                     self._db.execute("COMMIT" if held else "ROLLBACK")
                 except BaseException:
@@ -469,7 +475,8 @@ class SQLiteSnapshotStore:
             if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
                 self._commit(delta.run_id, cursor)
         elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            self.release(delta.run_id, "done" if delta.record.dest is Phase.DONE else "failed")
+            status = "done" if delta.record.dest is Phase.DONE else "failed"
+            self.release(delta.run_id, status, delta.exit_reason)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -570,7 +577,7 @@ class SQLiteSnapshotStore:
         with self._lock:
             rows = self._db.execute(
                 "SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << ?) + b.count, r.updated_at, "
-                "r.owner, r.taken_over_from, r.taken_over_by, r.parent_run_id, r.parent_seq "
+                "r.owner, r.taken_over_from, r.taken_over_by, r.parent_run_id, r.parent_seq, r.exit_reason "
                 "FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
                 "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
                 "ORDER BY r.updated_at DESC",
