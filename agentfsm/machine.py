@@ -133,27 +133,47 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
 SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.CALL_MODEL: ("stop_requested", True),
     Work.AFTER_LLM: ("stop_requested", True),
+    Work.CLEAR_CONTINUE: ("continue_requested", False),
     Work.ON_EXIT: ("exit_reached", False),
 }
 
+#: Facts that keep one value in a run, with that value: a run that nothing can write ``stop_run`` or
+#: ``continue_run`` into (no hooks, no tool mapping them) never asks to stop or continue, and a
+#: run without confirmation strategies never confirms. Runs of each configuration get a work plan
+#: and a ``Dispatch`` where such facts are constants: they are never worked out.
+ConstantFacts = frozenset[tuple[str, bool]]
 
-#: A run's work plan: per phase, for each stage, the next item with something to do and its position.
-WorkPlan = dict[Phase, tuple[tuple[int, Work] | None, ...]]
+
+#: One entry of a work plan: the item's position in its phase's work, the item, and the fact that
+#: skips it with the value that does (``None``: it is never skipped).
+PlannedWork = tuple[int, Work, tuple[str, bool] | None]
+#: A run's work plan: per phase, for each stage, the next item with something to do.
+WorkPlan = dict[Phase, tuple[PlannedWork | None, ...]]
 
 
 @functools.cache
-def work_plan(hooked: frozenset[Work]) -> WorkPlan:
-    """For each phase and each stage of it, the next work item with something to do, and its position.
+def work_plan(hooked: frozenset[Work], constants: ConstantFacts = frozenset()) -> WorkPlan:
+    """For each phase and each stage of it, the next work item with something to do.
 
     ``hooked`` are the hook points that have hooks in a run; the others are left out of the plan
-    (``None``: the phase's work is done). Positions are those of ``PHASE_WORK``, so a snapshot's
-    ``stage`` means the same whatever hooks the run that resumes it has.
+    (``None``: the phase's work is done), and so is work that one of the ``constants`` always skips.
+    Positions are those of ``PHASE_WORK``, so a snapshot's ``stage`` means the same whatever
+    hooks the run that resumes it has.
     """
+    values = dict(constants)
     plan: WorkPlan = {}
     for phase in Phase:
         items = PHASE_WORK.get(phase, ())
-        todo = [(i, item) for i, item in enumerate(items) if item not in HOOK_POINTS or item in hooked]
-        plan[phase] = tuple(next(((i, it) for i, it in todo if i >= stage), None) for stage in range(len(items) + 1))
+        todo: list[PlannedWork] = []
+        for i, item in enumerate(items):
+            skip = SKIP_WORK.get(item)
+            if skip is not None and skip[0] in values:
+                if values[skip[0]] is skip[1]:
+                    continue  # always skipped
+                skip = None  # never skipped
+            if item not in HOOK_POINTS or item in hooked:
+                todo.append((i, item, skip))
+        plan[phase] = tuple(next((w for w in todo if w[0] >= stage), None) for stage in range(len(items) + 1))
     return plan
 
 
@@ -310,7 +330,9 @@ class Dispatch:
 
     __slots__ = ("_allowed", "_guarded", "_unguarded")
 
-    def __init__(self, transitions: Iterable[Transition]) -> None:
+    def __init__(self, transitions: Iterable[Transition], constants: ConstantFacts = frozenset()) -> None:
+        """Compile ``transitions``; the facts in ``constants`` have their value there and are never read."""
+        values = dict(constants)
         by_source: dict[Phase, list[Transition]] = {}
         allowed: dict[tuple[Phase, str], set[Phase]] = {}
         for t in transitions:
@@ -322,11 +344,13 @@ class Dispatch:
         self._unguarded: dict[Phase, Transition] = {}
         #: Phases with guarded edges: the facts to read, and the edge for each combination of their values.
         self._guarded: dict[Phase, tuple[Callable[[object], Any], dict[Any, Transition]]] = {}
-        for source, edges in by_source.items():
-            if len(edges) == 1 and not edges[0].when:
+        for source, declared in by_source.items():
+            # Edges a constant rules out are left out; the constants are not read by the others.
+            edges = [t for t in declared if all(values.get(name, value) is value for name, value in t.when)]
+            if len(edges) == 1 and all(name in values for name, _ in edges[0].when):
                 self._unguarded[source] = edges[0]
             else:
-                self._guarded[source] = _decision_table(source, edges)
+                self._guarded[source] = _decision_table(source, edges, values)
 
     def next(self, phase: Phase, facts: object) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``.
@@ -352,15 +376,17 @@ class Dispatch:
             )
 
 
-def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[object], Any], dict[Any, Transition]]:
+def _decision_table(
+    source: Phase, edges: list[Transition], constants: dict[str, bool]
+) -> tuple[Callable[[object], Any], dict[Any, Transition]]:
     """The facts ``edges`` read and, for each combination of their values, the one edge that holds."""
-    names = sorted({name for t in edges for name, _ in t.when})
+    names = sorted({name for t in edges for name, _ in t.when} - set(constants))
     unknown = set(names) - set(FACT_NAMES)
     if unknown:
         raise MachineError(f"Guards out of {source.value} read unknown facts {sorted(unknown)}; facts: {FACT_NAMES}.")
     table: dict[Any, Transition] = {}
     for values in itertools.product((False, True), repeat=len(names)):
-        facts = dict(zip(names, values, strict=True))
+        facts = {**constants, **dict(zip(names, values, strict=True))}
         holding = [t for t in edges if all(facts[name] is value for name, value in t.when)]
         if len(holding) != 1:
             raise MachineError(
@@ -372,6 +398,12 @@ def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[o
 
 
 DISPATCH = Dispatch(TRANSITIONS)
+
+
+@functools.cache
+def dispatch_for(constants: ConstantFacts) -> Dispatch:
+    """The table compiled for runs in which the facts of ``constants`` keep their value."""
+    return Dispatch(TRANSITIONS, constants) if constants else DISPATCH
 
 
 def build_machine(model: Any, initial: Phase = Phase.IDLE) -> Any:

@@ -31,11 +31,12 @@ from agentfsm.machine import (
     FACT_NAMES,
     HOOK_POINTS,
     PHASE_WORK,
-    SKIP_WORK,
+    ConstantFacts,
     Facts,
     Phase,
     Transition,
     Work,
+    dispatch_for,
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall
@@ -251,8 +252,11 @@ class AgentRun:
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
+        constants = constant_facts(config, state)
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
-        self._plan = work_plan(frozenset(config.hooks))
+        self._plan = work_plan(frozenset(config.hooks), constants)
+        #: The table compiled for this run's configuration (facts it cannot change are constants).
+        self._dispatch = dispatch_for(constants)
         #: The tools shown to the model when no dynamic toolset changes them between calls.
         self._static_tools = None if config.dynamic else list(config.tools.values())
         #: The conversation's version when the last hooks were handed out (did they change it?).
@@ -261,6 +265,12 @@ class AgentRun:
         self._told: tuple[int, int] | None = None
         self._told_trace = 0
         self._entered = time.perf_counter()
+        #: The work item whose action was handed out and whose report has not come yet.
+        self._awaiting: Work | None = None
+        #: Whether the run logs its transitions (decided when it starts: see ``agentfsm.logs``).
+        self._logging = stdlib_logger.isEnabledFor(DEBUG)
+        #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
+        self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -343,17 +353,17 @@ class AgentRun:
         while True:
             upcoming = self._plan[self.phase][self.stage]
             if upcoming is None:  # the phase's work is done
-                self._move(DISPATCH.next(self.phase, self))
+                self._move(self._dispatch.next(self.phase, self))
                 continue
             # The next item of the phase's work: work that needs I/O becomes an action for the driver
             # (its report moves the stage on); the rest is done here.
-            self.stage, item = upcoming
-            skip = SKIP_WORK.get(item)
+            self.stage, item, skip = upcoming
             if skip is not None and getattr(self, skip[0]) is skip[1]:
                 self.stage += 1
                 continue
             action = _DO[item](self, item)
             if action is not None:
+                self._awaiting = item
                 return action
 
     # -- the work items (``_DO`` says which method does which) ----------------------------------------
@@ -379,8 +389,7 @@ class AgentRun:
         return Confirm(undecided, [self.config.confirmation[c.call.tool_name] for c in undecided])
 
     def _clear_continue(self, item: Work) -> None:
-        if self._data.get("continue_run"):
-            self.state.set("continue_run", False)
+        self.state.set("continue_run", False)
         self.stage += 1
 
     def _run_hooks(self, item: Work) -> Action:
@@ -405,8 +414,9 @@ class AgentRun:
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
-        for c in self.pending:
-            self._give_key(c)
+        if self._keyed:
+            for c in self.pending:
+                self._give_key(c)
         covered = self.config.confirmation
         if completed or covered:
             for c in self.pending:
@@ -443,17 +453,20 @@ class AgentRun:
 
     # -- the driver's reports: they record, and never move the run ----------------------------------
 
-    def _expect(self, item: Work, what: str) -> None:
-        work = PHASE_WORK.get(self.phase, ())
-        if self.stage >= len(work) or work[self.stage] is not item:
-            where = f"{self.phase.value} with {item.value} done" if _PHASE_OF[item] is self.phase else self.phase.value
-            raise MachineError(
-                f"{what} is only valid in {_PHASE_OF[item].value} while {item.value} is under way; the run is in {where}."
-            )
+    # Each report answers the action handed out for its work item, once: it checks ``_awaiting``.
+
+    def _unexpected(self, item: Work, what: str) -> MachineError:
+        """The error for a report that answers no action handed out."""
+        where = f"{self.phase.value} with {item.value} done" if _PHASE_OF[item] is self.phase else self.phase.value
+        return MachineError(
+            f"{what} is only valid in {_PHASE_OF[item].value} while {item.value} is under way; the run is in {where}."
+        )
 
     def model_replied(self, output: Any) -> None:
         """Record the chat generator's output: the replies join the conversation, their tool calls are pending."""
-        self._expect(Work.CALL_MODEL, "model_replied")
+        if self._awaiting is not Work.CALL_MODEL:
+            raise self._unexpected(Work.CALL_MODEL, "model_replied")
+        self._awaiting = None
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
             raise _bad_output(output)
@@ -482,7 +495,9 @@ class AgentRun:
 
     def tools_ran(self) -> list[ChatMessage]:
         """Record the step's tool results in the conversation and State; returns the new messages."""
-        self._expect(Work.RUN_TOOLS, "tools_ran")
+        if self._awaiting is not Work.RUN_TOOLS:
+            raise self._unexpected(Work.RUN_TOOLS, "tools_ran")
+        self._awaiting = None
         messages = self.config.invoker.finish(self.pending, self.state)
         self.state.append("messages", messages)
         self.calls, self.pending = [], []
@@ -491,7 +506,9 @@ class AgentRun:
 
     def decided(self, decisions: list[Any]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
-        self._expect(Work.DECIDE, "decided")
+        if self._awaiting is not Work.DECIDE:
+            raise self._unexpected(Work.DECIDE, "decided")
+        self._awaiting = None
         for decision in decisions:
             if decision is not None:
                 self.apply_decision(decision)
@@ -552,7 +569,9 @@ class AgentRun:
         After ``after_llm`` and ``before_tool`` hooks, the pending calls are those the conversation now
         holds: the hooks may have changed them, and what is checked and run is what they left.
         """
-        self._expect(point, "hooks_ran")
+        if self._awaiting is not point:
+            raise self._unexpected(point, "hooks_ran")
+        self._awaiting = None
         if (
             point in (Work.AFTER_LLM, Work.BEFORE_TOOL)
             and self._conversation_version() != self._conversation_before_hooks
@@ -590,7 +609,7 @@ class AgentRun:
                 logger.warning(
                     "max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps
                 )
-        if stdlib_logger.isEnabledFor(DEBUG):
+        if self._logging:
             logger.debug(
                 "transition",
                 run_id=self.run_id,
@@ -714,6 +733,28 @@ class AgentRun:
         data["exit_reason"] = self.exit_reason
         data["trace"] = list(self.trace)
         return data
+
+
+def constant_facts(config: RunConfig, state: State) -> ConstantFacts:
+    """The facts a run with this configuration and starting State can never change (see ``ConstantFacts``).
+
+    ``stop_run`` and ``continue_run`` are reserved State keys: only hooks and tools that map them
+    (``outputs_to_state``; a dynamic toolset may show such a tool) write them.
+    """
+    tools = list(config.tools.values())
+
+    def never_written(key: str) -> bool:
+        writers = config.hooks or config.dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
+        return not writers and not state.data.get(key)
+
+    constants = []
+    if never_written("stop_run"):
+        constants.append(("stop_requested", False))
+    if never_written("continue_run"):
+        constants.append(("continue_requested", False))
+    if not config.confirmation:
+        constants += [("needs_confirmation", False), ("strategy_paused", False)]
+    return frozenset(constants)
 
 
 #: Which method does each work item: an action for the driver, or ``None`` once done in the run.

@@ -455,3 +455,27 @@ def test_the_hook_contract_on_an_error() -> None:
     with pytest.raises(ToolInvocationError, match="boom"):
         agent.run(USER)
     assert HOOK_CALLS == ["before_run@0", "before_llm@0", "after_llm@1", "before_tool@1", "on_error@1"]
+
+
+def test_stop_run_written_by_a_tool_or_a_snapshot_is_honoured_without_hooks() -> None:
+    from agentfsm import Breakpoint, BreakpointException, Phase, tool
+    from agentfsm.generators import ScriptedChatGenerator
+
+    @tool(outputs_to_state={"stop_run": {"source": "reason"}})
+    def halt(reason: str) -> dict[str, str]:
+        """Ask the run to stop."""
+        return {"reason": reason}
+
+    script = [calls(call("halt", "h1", reason="the tool said so")), "never sent"]
+    result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[halt]).run([ChatMessage.from_user("go")])
+    assert result["exit_reason"] == "the tool said so" and result["step_count"] == 1
+
+    # A hook asked to stop while a call was pending; the run paused; an agent without hooks resumes it.
+    script = [calls(call("add", "a1", a=1, b=2)), "never sent"]
+    with_hook = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add], hooks={"after_llm": [stop_at_once]})
+    with pytest.raises(BreakpointException) as paused:
+        with_hook.run([ChatMessage.from_user("go")], break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    assert paused.value.snapshot.state["stop_run"] == "stopped by a hook"
+    without_hooks = Agent(chat_generator=ScriptedChatGenerator(script, position=1), tools=[add])
+    result = without_hooks.run(snapshot=paused.value.snapshot)
+    assert result["exit_reason"] == "stopped by a hook" and result["step_count"] == 1

@@ -286,3 +286,42 @@ def test_edges_into_done_say_the_exit_reason() -> None:
         "continue_capped": "max_agent_steps",
         "max_steps": "max_agent_steps",
     }
+
+
+CONSTANT_SETS = [
+    frozenset({("stop_requested", False), ("continue_requested", False)}),
+    frozenset({("needs_confirmation", False), ("strategy_paused", False)}),
+    frozenset(
+        {
+            ("stop_requested", False),
+            ("continue_requested", False),
+            ("needs_confirmation", False),
+            ("strategy_paused", False),
+        }
+    ),
+]
+
+
+@pytest.mark.parametrize("constants", CONSTANT_SETS)
+def test_a_table_compiled_with_constant_facts_takes_the_same_edges(constants: frozenset[tuple[str, bool]]) -> None:
+    from agentfsm.machine import dispatch_for
+
+    compiled = dispatch_for(constants)
+    for phase in Phase:
+        if phase in TERMINAL_PHASES or phase is Phase.PAUSED:
+            continue
+        for facts in ALL_FACTS:
+            if all(getattr(facts, name) is value for name, value in constants):
+                assert compiled.next(phase, facts) == DISPATCH.next(phase, facts), (phase, facts)
+
+
+def test_a_plan_leaves_out_work_a_constant_always_skips() -> None:
+    from agentfsm.machine import Work, work_plan
+
+    def items(plan: dict[Phase, tuple[object, ...]]) -> set[object]:
+        return {entry[1] for entries in plan.values() for entry in entries if entry is not None}  # type: ignore[index]
+
+    hookless = work_plan(frozenset(), CONSTANT_SETS[0])
+    assert Work.CLEAR_CONTINUE not in items(hookless), "nothing can set continue_run: nothing to clear"
+    assert all(e is None or e[2] is None for e in hookless[Phase.LLM_CALL]), "nothing can ask to stop"  # type: ignore[index]
+    assert Work.CLEAR_CONTINUE in items(work_plan(frozenset({Work.ON_EXIT})))
