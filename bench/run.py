@@ -449,6 +449,9 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
     if failed is not None:
         return {"error": f"agentfsm could not be installed in {venv}: {failed}"}
     not_installed = {name: why for name, packages in PEER_PACKAGES.items() if (why := pip_install(*packages))}
+    # The durable rows write to files: the kernel's writeback of what this process and pip wrote
+    # before would otherwise land in their timed runs (seen as medians 40% above their minimums).
+    os.sync()
     done = subprocess.run(
         [str(python), str(HERE / "peers" / "workloads.py"), str(steps), str(runs)],
         capture_output=True,
