@@ -98,10 +98,11 @@ def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
     return info.status
 
 
-def page(title: str, body: str) -> HTMLResponse:
-    """A whole HTML page."""
+def page(title: str, body: str, refresh: int | None = None) -> HTMLResponse:
+    """A whole HTML page; ``refresh``: seconds after which the browser loads it again."""
+    again = f"<meta http-equiv='refresh' content='{refresh}'>" if refresh else ""
     return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{h(title)}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'>{again}<title>{h(title)}</title>"
         f"<style>{STYLE}</style></head><body><p><a href='/'>agentfsm runs</a></p>{body}</body></html>"
     )
 
@@ -201,7 +202,8 @@ class ReviewApp:
             for i in history
         )
         parts.append(f"<h2>Snapshots</h2><ol start='0'>{links}</ol>")
-        return page(f"run {run_id}", "".join(parts))
+        # A run that is going on is shown moving: the page loads again every two seconds.
+        return page(f"run {run_id}", "".join(parts), refresh=2 if status == "running" else None)
 
     def diagram(self, snapshot: AgentSnapshot, status: str) -> str:
         """The agent's diagram with where the run stands (SVG; Mermaid text without a renderer)."""

@@ -338,3 +338,12 @@ def test_the_readme_screenshot_is_made_by_the_same_page(tmp_path: Path) -> None:
     assert (
         "![A run waiting for approval on the review page](diagrams/review-page.png)" in (ROOT / "README.md").read_text()
     )
+
+
+def test_a_running_run_is_shown_moving(runs: Runs, make_client: Any) -> None:
+
+    runs.store.claim(runs.waiting, runs.store.latest(runs.waiting).seq)  # another process runs it now
+    client = make_client(create_app(runs.store, runs.agent))
+    page = client.get(f"/runs/{runs.waiting}").text
+    assert "<p class='status' id='status'>running</p>" in page and "http-equiv='refresh'" in page
+    assert "http-equiv='refresh'" not in client.get(f"/runs/{runs.done}").text
