@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.generators import ScriptedChatGenerator
@@ -25,6 +23,9 @@ from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.web import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "diagrams"))
+import review_page  # noqa: E402 - the repository's screenshot script: its local server and Chromium settings
+
 PAID: list[str] = []
 
 
@@ -211,16 +212,6 @@ def test_serve_refuses_other_machines_without_a_token(tmp_path: Path) -> None:
 # -- a real browser ---------------------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-#: As the machine needs them: no sandbox as root, and no background connections to a network that is closed.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def needs_browser() -> None:
@@ -237,27 +228,8 @@ def needs_browser() -> None:
 
 @pytest.fixture
 def served(runs: Runs) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(runs.store, runs.agent),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            http="h11",
-            loop="asyncio",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with review_page.serving(create_app(runs.store, runs.agent)) as url:
+        yield url
 
 
 def test_a_reviewer_approves_one_call_and_rejects_another_in_a_browser(runs: Runs, served: str, tmp_path: Path) -> None:
@@ -267,7 +239,7 @@ def test_a_reviewer_approves_one_call_and_rejects_another_in_a_browser(runs: Run
     artifacts = Path(os.environ.get("AGENTFSM_TEST_ARTIFACTS", ROOT / "test-artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=review_page.CHROMIUM_ARGS)
         try:
             page = browser.new_page()
             page.goto(served)
@@ -326,11 +298,6 @@ def test_serve_runs_the_page(runs: Runs, tmp_path: Path) -> None:
 def test_the_readme_screenshot_is_made_by_the_same_page(tmp_path: Path) -> None:
     """``make diagrams`` photographs the page with diagrams/review_page.py: it still runs, and the README shows its picture."""
     needs_browser()
-    sys.path.insert(0, str(ROOT / "diagrams"))
-    try:
-        import review_page
-    finally:
-        sys.path.remove(str(ROOT / "diagrams"))
     shot = tmp_path / "review-page.png"
     review_page.screenshot(shot)
     assert shot.read_bytes().startswith(b"\x89PNG")
