@@ -7,13 +7,16 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import import_named_module
+
+if TYPE_CHECKING:
+    from agentfsm.snapshot import AgentSnapshot, ToolCallData
 
 
 class _TransitionPrinter(logging.Handler):
@@ -137,8 +140,7 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         print("pending tool calls:")
         decided = {d["tool_call_id"]: d for d in snapshot.decisions if d.get("step") == snapshot.step}
         waiting = (snapshot.break_point or {}).get("type") == "confirmation"
-        for i, call in enumerate(snapshot.pending_tool_calls):
-            key = call.get("id") or f"#{i}"
+        for key, call in snapshot.pending_calls_by_key().items():
             if key in snapshot.completed_tool_results:
                 status = " (finished)"
             elif key in decided:
@@ -167,15 +169,13 @@ def _result_text(message: ChatMessage) -> str:
     return " ".join(getattr(part, "text", "[image]") for part in result.result)
 
 
-def decisions_from_args(snapshot: Any, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
+def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
     """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls."""
     from agentfsm.hitl import ToolExecutionDecision, call_fingerprint
 
-    pending: dict[str, dict[str, Any]] = {
-        c.get("id") or f"#{i}": dict(c) for i, c in enumerate(snapshot.pending_tool_calls)
-    }
+    pending = snapshot.pending_calls_by_key()
 
-    def call(call_id: str) -> dict[str, Any]:
+    def call(call_id: str) -> ToolCallData:
         if call_id not in pending:
             raise CLIError(f"the snapshot has no pending call {call_id!r}; its pending calls are {sorted(pending)}.")
         return pending[call_id]

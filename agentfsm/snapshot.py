@@ -189,16 +189,25 @@ class AgentSnapshot(BaseModel):
         """Read and validate a snapshot file."""
         return cls.from_bytes(read_file(path, "snapshot file"))
 
+    def pending_calls_by_key(self) -> dict[str, ToolCallData]:
+        """The pending calls by the key that ``completed_tool_results``, decisions and break points use.
+
+        A call's key is its id, or ``#<position>`` in the reply (``agentfsm.tools.invoker.call_key``).
+        """
+        return {c.get("id") or f"#{i}": c for i, c in enumerate(self.pending_tool_calls)}
+
     def outcome_unknown_calls(self) -> dict[str, str]:
         """The pending calls that may have run without their result being recorded: call key -> tool name.
 
         Those are the calls the snapshot says were handed to the tools (``started_tool_calls``) and
         have no result in it; a run paused for them (break point ``outcome_unknown``) lists them.
         """
-        keys = {c.get("id") or f"#{i}": c["tool_name"] for i, c in enumerate(self.pending_tool_calls)}
+        calls = self.pending_calls_by_key()
         reason = self.break_point or {}
         started = reason["tool_call_ids"] if reason.get("type") == "outcome_unknown" else self.started_tool_calls
-        return {key: keys[key] for key in started if key in keys and key not in self.completed_tool_results}
+        return {
+            key: calls[key]["tool_name"] for key in started if key in calls and key not in self.completed_tool_results
+        }
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""

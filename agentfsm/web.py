@@ -221,14 +221,10 @@ class ReviewApp:
 
         if self.agent is None:
             return "<p>Start the page with an agent (<code>--agent</code>) to decide.</p>"
-        calls, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
+        _, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
         schemas = {t.name: t.parameters for t in self.agent.known_tools()}
-        waiting = set((snapshot.break_point or {}).get("waiting", ()))
         blocks = []
-        for i, call in enumerate(calls):
-            call_id = call.get("id") or f"#{i}"
-            if call_id not in waiting:
-                continue
+        for call_id, call in waiting_calls(snapshot).items():
             arguments = orjson.dumps(call["arguments"], option=orjson.OPT_INDENT_2).decode()
             schema = orjson.dumps(schemas.get(call["tool_name"], {})).decode()
             blocks.append(
@@ -297,12 +293,8 @@ class ReviewApp:
 
         assert self.agent is not None
         tools = {t.name: t for t in self.agent.known_tools()}
-        waiting = set((snapshot.break_point or {}).get("waiting", ()))
         decisions = []
-        for i, call in enumerate(snapshot.pending_tool_calls):
-            call_id = call.get("id") or f"#{i}"
-            if call_id not in waiting:
-                continue
+        for call_id, call in waiting_calls(snapshot).items():
             name, arguments = call["tool_name"], call["arguments"]
             action, feedback = form.get(f"action:{call_id}", "approve"), form.get(f"feedback:{call_id}") or None
             fingerprint = call_fingerprint(name, arguments)
@@ -324,6 +316,12 @@ class ReviewApp:
             else:
                 raise ValueError(f"Unknown action {action!r} for {call_id}: approve, reject or modify.")
         return decisions
+
+
+def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
+    """The pending calls of a run paused in CONFIRM that wait for a decision, by key."""
+    waiting = set((snapshot.break_point or {}).get("waiting", ()))
+    return {key: call for key, call in snapshot.pending_calls_by_key().items() if key in waiting}
 
 
 def message_html(message: ChatMessage) -> str:
