@@ -171,7 +171,7 @@ def _result_text(message: ChatMessage) -> str:
 
 def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
     """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls."""
-    from agentfsm.hitl import ToolExecutionDecision, call_fingerprint
+    from agentfsm.hitl.strategies import decision_from
 
     pending = snapshot.pending_calls_by_key()
 
@@ -183,13 +183,11 @@ def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: lis
     decisions = []
     for call_id in approve:
         c = call(call_id)
-        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
-        decisions.append(ToolExecutionDecision(c["tool_name"], True, call_id, None, c["arguments"], fingerprint))
+        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "confirm"))
     for entry in reject:
         call_id, _, feedback = entry.partition(":")
         c = call(call_id)
-        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
-        decisions.append(ToolExecutionDecision(c["tool_name"], False, call_id, feedback or None, None, fingerprint))
+        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "reject", feedback=feedback or None))
     for entry in modify:
         call_id, _, raw = entry.partition(":")
         c = call(call_id)
@@ -199,9 +197,7 @@ def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: lis
             raise CLIError(f"--modify {call_id}: the new arguments are not JSON ({exc}).") from None
         if not isinstance(params, dict):
             raise CLIError(f"--modify {call_id}: the new arguments must be a JSON object.")
-        fingerprint = call_fingerprint(c["tool_name"], c["arguments"])
-        feedback = f"The user changed the arguments from {c['arguments']} to {params}."
-        decisions.append(ToolExecutionDecision(c["tool_name"], True, call_id, feedback, params, fingerprint))
+        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "modify", new_tool_params=params))
     return decisions
 
 

@@ -289,7 +289,7 @@ class ReviewApp:
 
     def decisions(self, snapshot: AgentSnapshot, form: dict[str, str]) -> list[Any]:
         """The form's answers as decisions bound to the calls shown; modified arguments checked against the tool."""
-        from agentfsm.hitl import ToolExecutionDecision, call_fingerprint
+        from agentfsm.hitl.strategies import decision_from
 
         assert self.agent is not None
         tools = {t.name: t for t in self.agent.known_tools()}
@@ -297,11 +297,10 @@ class ReviewApp:
         for call_id, call in waiting_calls(snapshot).items():
             name, arguments = call["tool_name"], call["arguments"]
             action, feedback = form.get(f"action:{call_id}", "approve"), form.get(f"feedback:{call_id}") or None
-            fingerprint = call_fingerprint(name, arguments)
             if action == "approve":
-                decisions.append(ToolExecutionDecision(name, True, call_id, feedback, arguments, fingerprint))
+                decisions.append(decision_from(name, arguments, call_id, "confirm", feedback=feedback))
             elif action == "reject":
-                decisions.append(ToolExecutionDecision(name, False, call_id, feedback, None, fingerprint))
+                decisions.append(decision_from(name, arguments, call_id, "reject", feedback=feedback))
             elif action == "modify":
                 try:
                     params = orjson.loads(form.get(f"params:{call_id}", ""))
@@ -311,8 +310,9 @@ class ReviewApp:
                     raise ValueError(f"The new arguments of {call_id} must be a JSON object.")
                 if name in tools:
                     tools[name].validate_arguments(params)
-                note = feedback or f"The reviewer changed the arguments from {arguments} to {params}."
-                decisions.append(ToolExecutionDecision(name, True, call_id, note, params, fingerprint))
+                decisions.append(
+                    decision_from(name, arguments, call_id, "modify", feedback=feedback, new_tool_params=params)
+                )
             else:
                 raise ValueError(f"Unknown action {action!r} for {call_id}: approve, reject or modify.")
         return decisions
