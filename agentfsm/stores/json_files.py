@@ -13,9 +13,7 @@ Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
 from __future__ import annotations
 
 import os
-import socket
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ import orjson
 from agentfsm.errors import SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
-from agentfsm.stores.base import RunInfo, SnapshotInfo
+from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
 
 
 class JsonFileStore:
@@ -69,36 +67,13 @@ class JsonFileStore:
         path = self.directory / run_id / "claim.json"
         head = len(self._files(run_id)) - 1
         holder = self._read(path)
-        live = holder is not None and holder.get("lease_until", 0) > time.time()
-        if live and not take_over:
-            assert holder is not None
-            raise StaleSnapshotError(
-                f"Run {run_id!r} is being run by {holder.get('owner')} (its claim holds until "
-                f"{iso_from_timestamp(holder.get('lease_until', 0))}); nothing ran. If that process is gone, "
-                "take the run over (take_over=True).",
-                run_id,
-                seq,
-                head,
-                holder.get("owner"),
-            )
+        owner_before, until = (
+            (holder.get("owner"), holder.get("lease_until", 0)) if holder is not None else (None, None)
+        )
+        check_not_held(run_id, seq, head, owner_before, until, take_over)
         if head >= 0:
-            if seq != head:
-                said = f"Snapshot {seq}" if seq is not None else "A snapshot that does not say its number"
-                raise StaleSnapshotError(
-                    f"{said} of run {run_id!r} is not its newest ({head}); nothing ran. Resume the newest, "
-                    "or start a new run from this point (fork=True).",
-                    run_id,
-                    seq,
-                    head,
-                )
-            if self._record(run_id).get("status") == "done":
-                raise StaleSnapshotError(
-                    f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
-                    run_id,
-                    seq,
-                    head,
-                )
-        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+            check_head(run_id, seq, head, self._record(run_id).get("status"))
+        owner = new_claim()
         claim = orjson.dumps({"owner": owner, "lease_until": time.time() + self.lease_seconds})
         path.parent.mkdir(parents=True, exist_ok=True)
         if holder is None:
@@ -114,7 +89,7 @@ class JsonFileStore:
             atomic_write(path, claim)
         changes: dict[str, Any] = {"status": "active"}
         if holder is not None:
-            changes["taken_over_from"], changes["taken_over_by"] = holder.get("owner"), owner
+            changes["taken_over_from"], changes["taken_over_by"] = owner_before, owner
         if parent is not None:
             changes["parent_run_id"], changes["parent_seq"] = parent
         self._set_record(run_id, **changes)

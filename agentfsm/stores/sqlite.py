@@ -25,11 +25,9 @@ commit is one row, whatever the number of snapshots it holds.
 from __future__ import annotations
 
 import os
-import socket
 import sqlite3
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,7 +40,7 @@ from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
-from agentfsm.stores.base import RunInfo, SnapshotInfo
+from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
 
 #: ``PRAGMA user_version`` of the database layout below.
 _LAYOUT_VERSION = 4
@@ -121,11 +119,6 @@ class _Cursor:
     status: str | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
-
-
-def _new_claim() -> str:
-    """A claim's owner id: this host and process, and a token of its own."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _created_at(stored: str | float) -> str:
@@ -244,7 +237,7 @@ class SQLiteSnapshotStore:
         parent: tuple[str, int | None] | None = None,
         from_head: bool,
     ) -> None:
-        owner, now = _new_claim(), time.time()
+        owner, now = new_claim(), time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the claim
             try:
@@ -261,7 +254,9 @@ class SQLiteSnapshotStore:
                 else:
                     number, status, holder, until = row
                     if from_head:
-                        self._check_claim(run_id, seq, self._count(number) - 1, status, holder, until, take_over)
+                        head = self._count(number) - 1
+                        check_not_held(run_id, seq, head, holder, until, take_over)
+                        check_head(run_id, seq, head, status)
                     elif holder is not None and until > now:
                         raise StaleSnapshotError(
                             f"Run {run_id!r} is being run by {holder}: a snapshot cannot be saved into it now.",
@@ -281,51 +276,6 @@ class SQLiteSnapshotStore:
                 raise
         self._claims[run_id] = owner
         self._cursors.pop(run_id, None)
-
-    def _check_claim(
-        self,
-        run_id: str,
-        seq: int | None,
-        head: int,
-        status: str,
-        holder: str | None,
-        until: float | None,
-        take_over: bool,
-    ) -> None:
-        """Raise ``StaleSnapshotError`` unless snapshot ``seq`` may claim the run whose newest is ``head``."""
-        if holder is not None and until is not None and until > time.time() and not take_over:
-            raise StaleSnapshotError(
-                f"Run {run_id!r} is being run by {holder} (its claim holds until {iso_from_timestamp(until)} "
-                "unless renewed); nothing ran. If that process is gone, take the run over (take_over=True, "
-                "or agentfsm resume --take-over).",
-                run_id,
-                seq,
-                head,
-                holder,
-            )
-        if seq is None:
-            raise StaleSnapshotError(
-                f"This snapshot of run {run_id!r} does not say which of its {head + 1} stored snapshots it is "
-                f"(no seq); nothing ran. Resume store.latest({run_id!r}), or start a new run from it (fork=True).",
-                run_id,
-                seq,
-                head,
-            )
-        if seq != head:
-            raise StaleSnapshotError(
-                f"Snapshot {seq} of run {run_id!r} is not its newest ({head}): the run went on from it "
-                "already; nothing ran. Resume the newest, or start a new run from this point (fork=True).",
-                run_id,
-                seq,
-                head,
-            )
-        if status == "done":
-            raise StaleSnapshotError(
-                f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
-                run_id,
-                seq,
-                head,
-            )
 
     def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
         """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
