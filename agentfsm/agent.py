@@ -328,6 +328,7 @@ class Agent:
             observers=self._observers,
             hooks=self._hooks,
             confirmation=self._confirmation,
+            hook_context=request.hook_context,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -431,7 +432,6 @@ class Agent:
             hook_context=hook_context,
         )
         run = self._new_run(request)
-        run.context = request.hook_context
         try:
             return drive_sync(run, self.chat_generator, callback, self._save_pause)
         finally:
@@ -469,7 +469,6 @@ class Agent:
         )
         callback = streaming_callback or self.streaming_callback
         run = self._new_run(request)
-        run.context = request.hook_context
         try:
             return await drive_async(run, self.chat_generator, callback, self._save_pause)
         finally:

@@ -148,7 +148,12 @@ def drive_sync(
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
                 case Confirm():
-                    run.decided([_ask(s, c, run.context) for c, s in zip(action.calls, action.strategies, strict=True)])
+                    run.decided(
+                        [
+                            _ask(s, c, run.config.hook_context)
+                            for c, s in zip(action.calls, action.strategies, strict=True)
+                        ]
+                    )
                 case RunHooks():
                     for h in action.hooks:
                         try:
@@ -205,7 +210,7 @@ async def drive_async(
                 case Confirm():
                     run.decided(
                         [
-                            await _ask_async(s, c, run.context)
+                            await _ask_async(s, c, run.config.hook_context)
                             for c, s in zip(action.calls, action.strategies, strict=True)
                         ]
                     )

@@ -146,6 +146,9 @@ class RunConfig:
     hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
     #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
     confirmation: Mapping[str, Any] = field(default_factory=dict)
+    #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
+    #: never in a snapshot.
+    hook_context: dict[str, Any] | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -246,8 +249,6 @@ class AgentRun:
         self.snapshot: AgentSnapshot | None = None
         #: The exception that failed the run.
         self.error: BaseException | None = None
-        #: Request-scoped objects for hooks and confirmation strategies: never in a snapshot.
-        self.context: dict[str, Any] | None = None
         #: Every confirmation decision taken in the run (``ToolExecutionDecision.to_dict()`` and its ``step``).
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
@@ -394,7 +395,7 @@ class AgentRun:
 
     def _run_hooks(self, item: Work) -> Action:
         self._conversation_before_hooks = self._conversation_version()
-        return RunHooks(item, self.config.hooks[item], self.error, self.context)
+        return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
 
     def _conversation_version(self) -> tuple[int, int]:
         """The conversation's State version and length: the same pair means at most the same messages."""
