@@ -22,7 +22,7 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agentfsm.errors import DeserializationError, SerializationError
+from agentfsm.errors import ConfigurationTypeError, DeserializationError, SerializationError
 
 ENV_ALLOWED_MODULES = "AGENTFSM_ALLOWED_MODULES"
 _ALWAYS_ALLOWED = ("agentfsm", "builtins", "typing")
@@ -106,6 +106,19 @@ def rebuild(cls: Any, data: Any, allowed_modules: Iterable[str] | None = None) -
     except (TypeError, ValueError):
         accepts = False
     return from_dict(data, allowed_modules=allowed_modules) if accepts else from_dict(data)
+
+
+def object_to_dict(obj: Any) -> dict[str, Any]:
+    """An object that has ``to_dict`` as data: its class's import path, and what ``to_dict`` returns."""
+    to_dict = getattr(obj, "to_dict", None)
+    if not callable(to_dict):
+        raise ConfigurationTypeError(f"{type(obj).__name__} has no to_dict(): it cannot be serialized.")
+    return {"type": object_path(type(obj)), "data": to_dict()}
+
+
+def object_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
+    """Invert ``object_to_dict``; the class is resolved through the allow-list."""
+    return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
 
 
 # -- callables ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentfsm.errors import ConfigurationError
 from agentfsm.messages import ChatMessage, ChatRole
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import object_from_dict, object_to_dict
 from agentfsm.state import State, replace_values
 
 #: What compaction adds to State: the messages taken out of the conversation, oldest first.
@@ -273,7 +273,7 @@ class SummarizationCompactor:
     def to_dict(self) -> dict[str, Any]:
         """Serialize; the chat generator by its own ``to_dict``."""
         return {
-            "chat_generator": {"type": object_path(type(self.chat_generator)), "data": self.chat_generator.to_dict()},
+            "chat_generator": object_to_dict(self.chat_generator),
             "min_keep_steps": self.min_keep_steps,
             "prompt": self.prompt,
             "summary_prefix": self.summary_prefix,
@@ -282,17 +282,8 @@ class SummarizationCompactor:
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Sequence[str] | None = None) -> SummarizationCompactor:
         """Deserialize through the serialization allow-list."""
-        generator = data["chat_generator"]
-        model = rebuild(import_path(generator["type"], allowed_modules), generator["data"], allowed_modules)
+        model = object_from_dict(data["chat_generator"], allowed_modules)
         return cls(model, **{k: v for k, v in data.items() if k != "chat_generator"})
-
-
-def _part_to_dict(part: Any) -> dict[str, Any]:
-    return {"type": object_path(type(part)), "data": part.to_dict()}
-
-
-def _part_from_dict(data: dict[str, Any], allowed_modules: Sequence[str] | None) -> Any:
-    return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
 
 
 class CompactionHook:
@@ -339,8 +330,8 @@ class CompactionHook:
     def to_dict(self) -> dict[str, Any]:
         """Serialize the compactor and the trigger by their classes' ``to_dict``."""
         return {
-            "compactor": _part_to_dict(self.compactor),
-            "trigger": _part_to_dict(self.trigger),
+            "compactor": object_to_dict(self.compactor),
+            "trigger": object_to_dict(self.trigger),
             "keep_history": self.keep_history,
         }
 
@@ -348,7 +339,7 @@ class CompactionHook:
     def from_dict(cls, data: dict[str, Any], allowed_modules: Sequence[str] | None = None) -> CompactionHook:
         """Deserialize through the serialization allow-list."""
         return cls(
-            _part_from_dict(data["compactor"], allowed_modules),
-            _part_from_dict(data["trigger"], allowed_modules),
+            object_from_dict(data["compactor"], allowed_modules),
+            object_from_dict(data["trigger"], allowed_modules),
             data.get("keep_history", True),
         )

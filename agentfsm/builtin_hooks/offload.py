@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentfsm.errors import ConfigurationError, ToolInvocationError
 from agentfsm.files import atomic_write
 from agentfsm.messages import ChatMessage, ChatRole
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import object_from_dict, object_path, object_to_dict
 from agentfsm.state import State, replace_values
 from agentfsm.tools.tool import Tool
 
@@ -114,18 +114,6 @@ class SQLiteToolResultStore:
         return cls(data["path"])
 
 
-def _store_to_dict(store: ToolResultStore) -> dict[str, Any]:
-    to_dict = getattr(store, "to_dict", None)
-    if not callable(to_dict):
-        raise ConfigurationError(f"{type(store).__name__} has no to_dict(): give it to_dict/from_dict to serialize.")
-    return {"type": object_path(type(store)), "data": to_dict()}
-
-
-def _store_from_dict(data: dict[str, Any], allowed_modules: Any = None) -> ToolResultStore:
-    store: ToolResultStore = rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
-    return store
-
-
 READ_TOOL_NAME = "read_offloaded_result"
 
 
@@ -163,12 +151,12 @@ class ReadOffloadedResultTool(Tool):
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize by its store."""
-        return {"type": object_path(type(self)), "data": {"store": _store_to_dict(self.store)}}
+        return {"type": object_path(type(self)), "data": {"store": object_to_dict(self.store)}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Any = None) -> ReadOffloadedResultTool:
         """Deserialize through the serialization allow-list."""
-        return cls(_store_from_dict(data["data"]["store"], allowed_modules))
+        return cls(object_from_dict(data["data"]["store"], allowed_modules))
 
 
 class ToolResultOffloadHook:
@@ -213,9 +201,9 @@ class ToolResultOffloadHook:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize by the store's ``to_dict``."""
-        return {"store": _store_to_dict(self.store), "threshold": self.threshold, "preview_chars": self.preview_chars}
+        return {"store": object_to_dict(self.store), "threshold": self.threshold, "preview_chars": self.preview_chars}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Any = None) -> ToolResultOffloadHook:
         """Deserialize through the serialization allow-list."""
-        return cls(_store_from_dict(data["store"], allowed_modules), data["threshold"], data["preview_chars"])
+        return cls(object_from_dict(data["store"], allowed_modules), data["threshold"], data["preview_chars"])

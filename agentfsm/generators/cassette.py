@@ -17,7 +17,7 @@ import orjson
 from agentfsm.errors import ConfigurationError, ModelClientError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import object_from_dict, object_path, object_to_dict
 from agentfsm.tools.tool import Tool
 
 CASSETTE_VERSION = 1
@@ -149,9 +149,7 @@ class CassetteChatGenerator:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize: the path, the mode and (recording) the generator."""
-        generator = None
-        if self.generator is not None:
-            generator = {"type": object_path(type(self.generator)), "data": self.generator.to_dict()}
+        generator = object_to_dict(self.generator) if self.generator is not None else None
         return {
             "type": object_path(type(self)),
             "data": {"path": str(self.path), "mode": self.mode, "generator": generator},
@@ -162,9 +160,7 @@ class CassetteChatGenerator:
         """Invert ``to_dict``."""
         body = data["data"]
         inner = body.get("generator")
-        generator = None
-        if inner is not None:
-            generator = rebuild(import_path(inner["type"], allowed_modules), inner["data"], allowed_modules)
+        generator = object_from_dict(inner, allowed_modules) if inner is not None else None
         return cls(body["path"], generator, body["mode"])
 
 

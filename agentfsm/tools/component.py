@@ -16,7 +16,7 @@ from typing import Any
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
 from agentfsm.messages import ChatMessage
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import object_from_dict, object_path, object_to_dict
 from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
 from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs
 
@@ -150,15 +150,8 @@ class ComponentTool(Tool):
         if callable(warm):
             warm()
 
-    @staticmethod
-    def _dump(obj: Any) -> dict[str, Any]:
-        to_dict = getattr(obj, "to_dict", None)
-        if not callable(to_dict):
-            raise ConfigurationTypeError(f"{type(obj).__name__} has no to_dict(): it cannot be serialized.")
-        return {"type": object_path(type(obj)), "data": to_dict()}
-
     def _config(self) -> dict[str, Any]:
-        return {"component": self._dump(self.component), **self._tool_config()}
+        return {"component": object_to_dict(self.component), **self._tool_config()}
 
     def _tool_config(self) -> dict[str, Any]:
         return {
@@ -174,15 +167,11 @@ class ComponentTool(Tool):
         """Serialize the tool and its component (which needs ``to_dict``/``from_dict``)."""
         return {"type": object_path(type(self)), "data": self._config()}
 
-    @staticmethod
-    def _load_component(data: dict[str, Any], allowed_modules: Iterable[str] | None) -> Any:
-        return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ComponentTool:
         """Deserialize; the component's class is resolved through the allow-list."""
         body = data["data"]
-        return cls(cls._load_component(body["component"], allowed_modules), **cls._tool_kwargs(body, allowed_modules))
+        return cls(object_from_dict(body["component"], allowed_modules), **cls._tool_kwargs(body, allowed_modules))
 
     @staticmethod
     def _tool_kwargs(body: dict[str, Any], allowed_modules: Iterable[str] | None) -> dict[str, Any]:
@@ -302,7 +291,7 @@ class PipelineTool(ComponentTool):
     def _config(self) -> dict[str, Any]:
         return {
             **self._tool_config(),
-            "pipeline": self._dump(self.pipeline),
+            "pipeline": object_to_dict(self.pipeline),
             "input_mapping": self.input_mapping,
             "output_mapping": self.output_mapping,
         }
@@ -312,7 +301,7 @@ class PipelineTool(ComponentTool):
         """Deserialize; the pipeline's class is resolved through the allow-list."""
         body = data["data"]
         return cls(
-            cls._load_component(body["pipeline"], allowed_modules),
+            object_from_dict(body["pipeline"], allowed_modules),
             input_mapping=body["input_mapping"],
             output_mapping=body["output_mapping"],
             **cls._tool_kwargs(body, allowed_modules),
