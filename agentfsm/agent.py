@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.drivers import SavePause, drive_async, drive_sync
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, check_int
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hooks import (
     Hook,
@@ -105,8 +105,7 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
     ) -> None:
         _check_generator(chat_generator)
-        if isinstance(max_agent_steps, bool) or not isinstance(max_agent_steps, int) or max_agent_steps < 1:
-            raise ConfigurationError(f"max_agent_steps must be an int >= 1, got {max_agent_steps!r}.")
+        check_int("max_agent_steps", max_agent_steps, 1)
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ConfigurationTypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}.")
         self.chat_generator = chat_generator

@@ -38,6 +38,13 @@ class DeserializationError(AgentFSMError, ValueError):
     """Serialized data could not be turned back into objects (unknown, refused or malformed)."""
 
 
+def check_int(name: str, value: Any, least: int) -> int:
+    """``value``, when it is an int (not a bool) of at least ``least``; else ``ConfigurationError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}.")
+    return value
+
+
 class SnapshotError(AgentFSMError, ValueError):
     """A snapshot is malformed, truncated, tampered with, of an unknown version, or cannot resume here."""
 

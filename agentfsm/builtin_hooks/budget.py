@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfsm.errors import ConfigurationError
+from agentfsm.errors import check_int
 from agentfsm.messages import ChatMessage
 from agentfsm.state import State
 
@@ -22,12 +22,6 @@ def total_tokens(usage: Mapping[str, int] | None) -> int:
         if key in usage:
             return usage[key]
     return max(sum(usage.get(key, 0) for key in parts) for parts in _PART_KEYS)
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}.")
-    return value
 
 
 def _stop(state: State, reason: str, message: str | None) -> None:
@@ -47,7 +41,7 @@ class TokenBudgetHook:
     points = frozenset({"before_llm"})
 
     def __init__(self, max_total_tokens: int, add_final_message: bool = False) -> None:
-        self.max_total_tokens = _positive("max_total_tokens", max_total_tokens)
+        self.max_total_tokens = check_int("max_total_tokens", max_total_tokens, 1)
         self.add_final_message = add_final_message
 
     def run(self, state: State) -> None:
@@ -77,7 +71,7 @@ class StepBudgetHook:
     points = frozenset({"before_llm"})
 
     def __init__(self, max_tool_calls: int, add_final_message: bool = False) -> None:
-        self.max_tool_calls = _positive("max_tool_calls", max_tool_calls)
+        self.max_tool_calls = check_int("max_tool_calls", max_tool_calls, 1)
         self.add_final_message = add_final_message
 
     def run(self, state: State) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentfsm.errors import ConfigurationError
+from agentfsm.errors import ConfigurationError, check_int
 from agentfsm.messages import ChatMessage, ChatRole
 from agentfsm.serialization import object_from_dict, object_to_dict
 from agentfsm.state import State, replace_values
@@ -42,9 +42,7 @@ class MessageCount:
     """Trigger: the conversation holds more than ``max_messages`` messages."""
 
     def __init__(self, max_messages: int) -> None:
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 2:
-            raise ConfigurationError(f"max_messages must be an int >= 2, got {max_messages!r}.")
-        self.max_messages = max_messages
+        self.max_messages = check_int("max_messages", max_messages, 2)
 
     def __call__(self, messages: Sequence[ChatMessage]) -> bool:
         """Whether to compact."""
@@ -64,9 +62,7 @@ class EstimatedTokens:
     """Trigger: the conversation's estimated tokens (``estimate_tokens``) pass ``max_tokens``."""
 
     def __init__(self, max_tokens: int) -> None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigurationError(f"max_tokens must be an int >= 1, got {max_tokens!r}.")
-        self.max_tokens = max_tokens
+        self.max_tokens = check_int("max_tokens", max_tokens, 1)
 
     def __call__(self, messages: Sequence[ChatMessage]) -> bool:
         """Whether to compact."""
@@ -121,12 +117,6 @@ def split_steps(messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], lis
     return head, steps
 
 
-def _check_keep(min_keep_steps: Any) -> int:
-    if isinstance(min_keep_steps, bool) or not isinstance(min_keep_steps, int) or min_keep_steps < 1:
-        raise ConfigurationError(f"min_keep_steps must be an int >= 1, got {min_keep_steps!r}.")
-    return min_keep_steps
-
-
 def _notes(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     return [m for m in messages if is_note(m)]
 
@@ -153,7 +143,7 @@ class SlidingWindowCompactor:
     def __init__(
         self, min_keep_steps: int = 1, omission_note: str | None = "[{count} earlier messages were left out here.]"
     ) -> None:
-        self.min_keep_steps = _check_keep(min_keep_steps)
+        self.min_keep_steps = check_int("min_keep_steps", min_keep_steps, 1)
         self.omission_note = omission_note
 
     def compact(self, messages: list[ChatMessage]) -> list[ChatMessage] | None:
@@ -185,10 +175,8 @@ class ToolResultPruningCompactor:
     """
 
     def __init__(self, max_chars: int = 200, min_keep_steps: int = 1) -> None:
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 0:
-            raise ConfigurationError(f"max_chars must be an int >= 0, got {max_chars!r}.")
-        self.max_chars = max_chars
-        self.min_keep_steps = _check_keep(min_keep_steps)
+        self.max_chars = check_int("max_chars", max_chars, 0)
+        self.min_keep_steps = check_int("min_keep_steps", min_keep_steps, 1)
 
     def _pruned(self, message: ChatMessage) -> ChatMessage:
         result = message.tool_call_result
@@ -254,7 +242,7 @@ class SummarizationCompactor:
         if not callable(getattr(chat_generator, "run", None)):
             raise ConfigurationError(f"chat_generator must have run(messages=...), got {chat_generator!r}.")
         self.chat_generator = chat_generator
-        self.min_keep_steps = _check_keep(min_keep_steps)
+        self.min_keep_steps = check_int("min_keep_steps", min_keep_steps, 1)
         self.prompt = prompt
         self.summary_prefix = summary_prefix
 

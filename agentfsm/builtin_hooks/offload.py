@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agentfsm.errors import ConfigurationError, ToolInvocationError
+from agentfsm.errors import ConfigurationError, ToolInvocationError, check_int
 from agentfsm.files import atomic_write
 from agentfsm.messages import ChatMessage, ChatRole
 from agentfsm.serialization import object_from_dict, object_path, object_to_dict
@@ -167,10 +167,8 @@ class ToolResultOffloadHook:
     def __init__(self, store: ToolResultStore, threshold: int = 4000, preview_chars: int = 200) -> None:
         if not isinstance(store, ToolResultStore):
             raise ConfigurationError(f"store must be a ToolResultStore (put, get), got {store!r}.")
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
-            raise ConfigurationError(f"threshold must be an int >= 1, got {threshold!r}.")
         self.store = store
-        self.threshold = threshold
+        self.threshold = check_int("threshold", threshold, 1)
         self.preview_chars = preview_chars
 
     def read_tool(self) -> ReadOffloadedResultTool:
