@@ -517,9 +517,8 @@ def growth(sizes: list[int], steps: int, runs: int) -> dict[str, Any]:
         }
 
 
-#: The compaction of the compaction table: the model is sent at most the task and the last two steps.
 def compacting_hooks() -> dict[str, list[Any]]:
-    """A sliding window that keeps two steps once the conversation passes 40 messages."""
+    """The compaction table's hooks: a sliding window that keeps two steps once the conversation passes 40 messages."""
     return {"before_llm": [CompactionHook(SlidingWindowCompactor(min_keep_steps=2), MessageCount(40))]}
 
 
