@@ -75,6 +75,8 @@ class RunRequest:
     take_over: bool = False
     #: Request-scoped objects for hooks and confirmation strategies (never stored in a snapshot).
     hook_context: dict[str, Any] | None = None
+    #: The new run's id (a durable run's is its workflow's); a fresh one when None.
+    run_id: str | None = None
 
 
 class Agent:
@@ -313,7 +315,8 @@ class Agent:
         }
         return fingerprint(shape)
 
-    def _new_run(self, request: RunRequest) -> AgentRun:
+    def new_run(self, request: RunRequest) -> AgentRun:
+        """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
         self.warm_up()
         selected, dynamic = self._select_tools(request.tools)
         config = RunConfig(
@@ -371,7 +374,7 @@ class Agent:
         conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
         state = State.from_complete_schema(self._full_schema, {**request.state, "messages": conversation})
         state.set("step_count", 0)
-        return AgentRun(config, state)
+        return AgentRun(config, state, request.run_id)
 
     def run(
         self,
@@ -430,7 +433,7 @@ class Agent:
             take_over=take_over,
             hook_context=hook_context,
         )
-        run = self._new_run(request)
+        run = self.new_run(request)
         try:
             return drive_sync(run, self.chat_generator, callback, self._save_pause)
         finally:
@@ -467,7 +470,7 @@ class Agent:
             hook_context=hook_context,
         )
         callback = streaming_callback or self.streaming_callback
-        run = self._new_run(request)
+        run = self.new_run(request)
         try:
             return await drive_async(run, self.chat_generator, callback, self._save_pause)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -112,3 +113,13 @@ class AgentBreakpoint:
                 )
         else:
             raise ConfigurationError(f"break_point must be a Breakpoint or ToolBreakpoint, got {type(bp).__name__}.")
+
+
+def breakpoint_from_dict(data: Mapping[str, Any]) -> Breakpoint:
+    """Invert ``Breakpoint.to_dict`` (a ``ToolBreakpoint``'s too)."""
+    kwargs: dict[str, Any] = {k: data[k] for k in ("component_name", "visit_count", "snapshot_file_path") if k in data}
+    if "phase" in data:
+        kwargs.update(phase=Phase(data["phase"]), step=data.get("step"))
+    if data.get("type") == ToolBreakpoint.__name__:
+        return ToolBreakpoint(**kwargs, tool_name=data.get("tool_name"))
+    return Breakpoint(**kwargs)

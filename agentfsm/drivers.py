@@ -1,6 +1,6 @@
-"""The two drivers of a run: the only places where a run's I/O happens.
+"""The drivers of a run: the only places where a run's I/O happens.
 
-``drive_sync`` and ``drive_async`` ask the run for its next action, perform it, and report the
+``drive_sync`` and ``drive_async`` (and ``agentfsm.durable``'s ``drive_durable``) ask the run for its next action, perform it, and report the
 result back. They make no decisions of their own, so they make the same ones (a hypothesis test
 compares them), and each handles every kind of action: a new one that a driver does not handle
 fails type checking (``assert_never``).
@@ -123,6 +123,23 @@ async def _ask_async(strategy: Any, call: PreparedCall, context: Any = None) -> 
         return None
 
 
+def run_hooks(run: AgentRun, action: RunHooks) -> None:
+    """Run the action's hooks on the run's State, in order, in this thread."""
+    for h in action.hooks:
+        try:
+            if action.error is None and action.context is None:
+                h.run(run.state)
+            else:
+                h.run(run.state, **_hook_kwargs(action, h))
+        except Exception as exc:
+            _hook_failed(action, h, exc)
+
+
+def ask_strategies(run: AgentRun, action: Confirm) -> list[Any]:
+    """Each call's decision from its strategy (``None`` where it defers), asked in this thread."""
+    return [_ask(s, c, run.config.hook_context) for c, s in zip(action.calls, action.strategies, strict=True)]
+
+
 def drive_sync(
     run: AgentRun,
     generator: Any,
@@ -148,21 +165,9 @@ def drive_sync(
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
                 case Confirm():
-                    run.decided(
-                        [
-                            _ask(s, c, run.config.hook_context)
-                            for c, s in zip(action.calls, action.strategies, strict=True)
-                        ]
-                    )
+                    run.decided(ask_strategies(run, action))
                 case RunHooks():
-                    for h in action.hooks:
-                        try:
-                            if action.error is None and action.context is None:
-                                h.run(run.state)
-                            else:
-                                h.run(run.state, **_hook_kwargs(action, h))
-                        except Exception as exc:
-                            _hook_failed(action, h, exc)
+                    run_hooks(run, action)
                     run.hooks_ran(action.point)
                 case Pause():
                     raise pause_exception(action.snapshot, save_pause)

@@ -93,16 +93,7 @@ def resume_run(
     if before_resume is not None:
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)
-    still_unknown = [c for c in run.pending if c.status is CallStatus.UNKNOWN]
-    if still_unknown:
-        run.snapshot = run.make_snapshot(
-            {
-                "type": "outcome_unknown",
-                "tool_call_ids": [c.key for c in still_unknown],
-                "tool_names": [c.call.tool_name for c in still_unknown],
-            }
-        )
-        run.interrupt("pause", Phase.PAUSED)
+    run.pause_in_doubt()
     return run
 
 

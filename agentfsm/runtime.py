@@ -74,7 +74,8 @@ def unanswered_calls(messages: list[ChatMessage]) -> list[ToolCall]:
     return calls
 
 
-def _bad_output(output: Any) -> ModelClientError:
+def bad_model_output(output: Any) -> ModelClientError:
+    """The error for a chat generator's output that is not ``{'replies': [ChatMessage, ...]}``."""
     return ModelClientError(
         f"The chat generator must return {{'replies': [ChatMessage, ...]}} with at least one reply, got {output!r}."
     )
@@ -470,12 +471,12 @@ class AgentRun:
         self._awaiting = None
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
-            raise _bad_output(output)
+            raise bad_model_output(output)
         calls: list[ToolCall] = []
         usage: list[dict[str, Any]] = []
         for reply in replies:
             if not isinstance(reply, ChatMessage):
-                raise _bad_output(output)
+                raise bad_model_output(output)
             calls += reply.tool_calls
             if isinstance(reply.meta.get("usage"), dict):
                 usage.append(reply.meta["usage"])
@@ -581,6 +582,26 @@ class AgentRun:
         self.stage += 1
         if self.config.observers and self.phase in ACTIVE_PHASES:
             self._tell(None)
+
+    def pause_in_doubt(self) -> bool:
+        """Take the ``pause`` edge when pending calls have an unknown outcome (break point ``outcome_unknown``).
+
+        Such a call started before a crash and its result was never recorded: it waits for a decision
+        (``execute=True`` runs it again, ``execute=False`` gives its result). False: there is none.
+        """
+        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
+        if not unknown:
+            return False
+        self._awaiting = None
+        self.snapshot = self.make_snapshot(
+            {
+                "type": "outcome_unknown",
+                "tool_call_ids": [c.key for c in unknown],
+                "tool_names": [c.call.tool_name for c in unknown],
+            }
+        )
+        self.interrupt("pause", Phase.PAUSED)
+        return True
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -728,12 +749,17 @@ class AgentRun:
 
     def result(self) -> dict[str, Any]:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
-        data = dict(self._data)
-        messages = data.get("messages") or []
-        data["last_message"] = messages[-1] if messages else None
-        data["exit_reason"] = self.exit_reason
-        data["trace"] = list(self.trace)
-        return data
+        return run_result(self._data, self.exit_reason, self.trace)
+
+
+def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> dict[str, Any]:
+    """What ``Agent.run`` returns for a run with this State data, exit reason and trace."""
+    result = dict(data)
+    messages = result.get("messages") or []
+    result["last_message"] = messages[-1] if messages else None
+    result["exit_reason"] = exit_reason
+    result["trace"] = list(trace)
+    return result
 
 
 def constant_facts(config: RunConfig, state: State) -> ConstantFacts:

@@ -143,7 +143,7 @@ def _failed_edges(agent: Agent) -> set[tuple[Phase, str, Phase]]:
     from agentfsm.agent import RunRequest
     from agentfsm.drivers import drive_sync
 
-    run = agent._new_run(RunRequest(messages=[ChatMessage.from_user("go")]))
+    run = agent.new_run(RunRequest(messages=[ChatMessage.from_user("go")]))
     with pytest.raises(Exception):  # each scenario raises its own error
         drive_sync(run, agent.chat_generator, None)
     assert run.phase is Phase.FAILED

@@ -201,7 +201,8 @@ class ToolInvoker:
 
     # -- execute ----------------------------------------------------------------------------------
 
-    def _call(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None) -> CallOutcome:
+    def invoke(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None) -> CallOutcome:
+        """Run one ready call: what its tool returned, or the exception it raised."""
         tool = prepared.tool
         assert tool is not None
         arguments = prepared.arguments
@@ -235,12 +236,12 @@ class ToolInvoker:
         if len(ready) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
-            futures = {self._executor.submit(self._call, c, streaming_callback): c for c in ready}
+            futures = {self._executor.submit(self.invoke, c, streaming_callback): c for c in ready}
             for future in as_completed(futures):
                 self._done(futures[future], future.result(), on_complete)
         else:
             for c in ready:
-                self._done(c, self._call(c, streaming_callback), on_complete)
+                self._done(c, self.invoke(c, streaming_callback), on_complete)
 
     async def execute_async(
         self,
@@ -255,18 +256,18 @@ class ToolInvoker:
         ready = [c for c in calls if c.status is CallStatus.READY]
         if not self.sync_tools_in_threads:
             for c in ready:
-                self._done(c, self._call(c, streaming_callback), on_complete)
+                self._done(c, self.invoke(c, streaming_callback), on_complete)
         elif len(ready) > 1 and self.tool_concurrency > 1:
             semaphore = asyncio.Semaphore(self.tool_concurrency)
 
             async def run_one(c: PreparedCall) -> None:
                 async with semaphore:
-                    self._done(c, await run_in_worker(self._call, c, streaming_callback), on_complete)
+                    self._done(c, await run_in_worker(self.invoke, c, streaming_callback), on_complete)
 
             await asyncio.gather(*(run_one(c) for c in ready))
         else:
             for c in ready:
-                self._done(c, await run_in_worker(self._call, c, streaming_callback), on_complete)
+                self._done(c, await run_in_worker(self.invoke, c, streaming_callback), on_complete)
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""
