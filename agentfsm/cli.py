@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +35,8 @@ class CLIError(Exception):
     """A problem with the command's input, reported as ``agentfsm: error: ...`` and exit code 1."""
 
 
-def load_agent(spec: str) -> Any:
-    """``module:attr`` -> an Agent (``attr`` may also be a function that returns one)."""
-    from agentfsm.agent import Agent
-
+def _load(spec: str, kind: type, article: str) -> Any:
+    """``module:attr`` -> a ``kind`` (``attr`` may also be a function that returns one)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CLIError(f"--agent takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
@@ -51,11 +51,33 @@ def load_agent(spec: str) -> Any:
         obj = getattr(module, attr)
     except AttributeError:
         raise CLIError(f"module {module_name!r} has no attribute {attr!r}.") from None
-    if callable(obj) and not isinstance(obj, Agent):
+    if callable(obj) and not isinstance(obj, kind):
         obj = obj()
-    if not isinstance(obj, Agent):
-        raise CLIError(f"{spec} is a {type(obj).__name__}, not an Agent (or a function returning one).")
+    if not isinstance(obj, kind):
+        raise CLIError(
+            f"{spec} is a {type(obj).__name__}, not {article} {kind.__name__} (or a function returning one)."
+        )
     return obj
+
+
+def load_agent(spec: str) -> Any:
+    """``module:attr`` -> an Agent (``attr`` may also be a function that returns one)."""
+    from agentfsm.agent import Agent
+
+    return _load(spec, Agent, "an")
+
+
+def load_durable_agent(spec: str) -> Any:
+    """``module:attr`` -> a DurableAgent (or a function that returns one)."""
+    return _load(spec, _durable_module().DurableAgent, "a")
+
+
+def _durable_module() -> Any:
+    try:
+        from agentfsm import durable
+    except ImportError as exc:
+        raise CLIError(f"durable runs need the dbos extra: pip install 'agentfsm[dbos]' ({exc}).") from None
+    return durable
 
 
 def _load_snapshot(path: str) -> Any:
@@ -229,6 +251,10 @@ def _resume(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from agentfsm.stores import SQLiteSnapshotStore
 
+    if args.system_db:
+        return _durable_runs(args)
+    if args.db is None:
+        raise CLIError("give the runs' database: --db FILE (a snapshot store) or --system-db URL (durable runs).")
     if not os.path.exists(args.db):
         raise CLIError(f"no database at {args.db!r}.")
     runs = SQLiteSnapshotStore(args.db).runs()
@@ -261,6 +287,81 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _durable_runs(args: argparse.Namespace) -> int:
+    from dbos import DBOSClient
+
+    durable = _durable_module()
+    client = DBOSClient(system_database_url=args.system_db)
+    try:
+        records = durable.list_runs(client)
+    finally:
+        client.destroy()
+    rows = [
+        {
+            "run_id": r.run_id,
+            "status": r.status,
+            "workflow_id": r.workflow_id,
+            "workflow_status": r.workflow_status,
+            "workflow_name": r.workflow_name,
+            "phase": r.paused.phase.value if r.paused else None,
+            "waiting_for": sorted(r.paused.pending_calls_by_key()) if r.paused else [],
+            "exit_reason": r.done["exit_reason"] if r.done else None,
+            "error": repr(r.error) if r.error is not None else None,
+        }
+        for r in records
+    ]
+    if args.json:
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"{'run':<34} {'status':<8} {'workflow':<38} {'phase':<13} detail")
+    for row in rows:
+        detail = row["exit_reason"] or row["error"] or ", ".join(row["waiting_for"]) or ""
+        print(f"{row['run_id']:<34} {row['status']:<8} {row['workflow_id']:<38} {row['phase'] or '-':<13} {detail}")
+    return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    from dbos import DBOSClient
+
+    durable = _durable_module()
+    client = DBOSClient(system_database_url=args.system_db)
+    try:
+        record = durable.find_run(client, args.run_id)
+        if record.paused is None:
+            raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
+        approve = args.approve
+        if not (approve or args.reject or args.modify):  # every call the run waits for, as proposed
+            reason = record.paused.break_point or {}
+            approve = list(reason.get("waiting") or reason.get("tool_call_ids") or [])
+        decisions = decisions_from_args(record.paused, approve, args.reject, args.modify)
+        workflow_id = durable.continue_run(client, args.run_id, decisions)
+    finally:
+        client.destroy()
+    print(f"run {args.run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from dbos import DBOS
+
+    durable = _durable_module()
+    agents = [load_durable_agent(spec) for spec in args.agent]
+    durable.launch(
+        args.system_db,
+        executor_id=args.executor_id,
+        queues={agent.queue: args.concurrency for agent in agents},
+        log_level=args.log_level,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    names = ", ".join(agent.workflow_name for agent in agents)
+    print(f"agentfsm worker {args.executor_id or 'local'}: running {names}", file=sys.stderr, flush=True)
+    stop.wait()
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+    return 0
+
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -287,6 +388,39 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"agentfsm review page: {where}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
     return 0
+
+
+def _add_durable_commands(commands: Any) -> None:
+    """``agentfsm worker`` and ``agentfsm approve``: durable runs on DBOS."""
+    worker = commands.add_parser("worker", help="run durable agents' runs from their DBOS queue (until SIGTERM)")
+    worker.add_argument(
+        "--agent", action="append", required=True, metavar="MODULE:ATTR", help="a DurableAgent (repeatable)"
+    )
+    worker.add_argument(
+        "--system-db", required=True, metavar="URL", help="the DBOS system database (sqlite:///... or postgresql://...)"
+    )
+    worker.add_argument(
+        "--executor-id",
+        metavar="ID",
+        help="this worker's id, the same when it restarts: it recovers its unfinished runs",
+    )
+    worker.add_argument("--concurrency", type=int, metavar="N", help="at most N runs at once in this worker")
+    worker.add_argument("--log-level", default="WARNING", help="DBOS's log level (default WARNING)")
+    worker.set_defaults(handler=_worker)
+
+    approve = commands.add_parser("approve", help="decide a paused durable run; a worker continues it")
+    approve.add_argument("run_id", metavar="RUN_ID")
+    approve.add_argument("--system-db", required=True, metavar="URL", help="the DBOS system database of the run")
+    approve.add_argument(
+        "--approve", action="append", default=[], metavar="ID", help="run call ID as proposed (default: every call)"
+    )
+    approve.add_argument(
+        "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"
+    )
+    approve.add_argument(
+        "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
+    )
+    approve.set_defaults(handler=_approve)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,10 +483,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", help="an access token every request must carry (required off loopback)")
     serve.set_defaults(handler=_serve)
 
-    runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store")
-    runs.add_argument("--db", required=True, metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
+    runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store, or the durable runs")
+    where = runs.add_mutually_exclusive_group()
+    where.add_argument("--db", metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
+    where.add_argument("--system-db", metavar="URL", help="the DBOS system database of durable runs")
     runs.add_argument("--json", action="store_true", help="print JSON")
     runs.set_defaults(handler=_runs)
+
+    _add_durable_commands(commands)
     return parser
 
 

@@ -68,6 +68,10 @@ class StaleSnapshotError(SnapshotError):
         return type(self), (self.args[0], self.run_id, self.seq, self.head, self.owner)
 
 
+class DurabilityError(AgentFSMError, RuntimeError):
+    """A durable run cannot start or be found as asked: DBOS is not launched here, the run is unknown, its id is taken."""
+
+
 class BreakpointException(AgentFSMError):
     """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it."""
 

@@ -1,0 +1,424 @@
+"""Durable runs on DBOS: the same agent as workflows, crash recovery in real processes, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from dbos import DBOS, DBOSClient
+
+from agentfsm import Agent, ChatMessage, State, hook, tool
+from agentfsm.durable import DurableAgent, launch
+from agentfsm.errors import (
+    DecisionError,
+    DurabilityError,
+    HITLBreakpointException,
+    SnapshotError,
+    StaleSnapshotError,
+    ToolInvocationError,
+)
+from agentfsm.hitl import ToolExecutionDecision
+from agentfsm.machine import Phase
+from agentfsm.testing import comparable_result
+from tests import durable_agents
+from tests.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
+from tests.helpers import RESUME_SCHEMA, call, remember
+from tests.postgres import PostgresServer, postgres  # noqa: F401 (the fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 60
+
+# -- agents run in this process (registered with DBOS before it launches) -----------------------------
+
+RELEASE = threading.Event()
+
+
+@tool(idempotent=True)
+def wait_for_release(label: str) -> str:
+    """Wait until the test releases it."""
+    RELEASE.wait(TIMEOUT)
+    return label.upper()
+
+
+@tool
+def broken(label: str) -> str:
+    """Always raises."""
+    raise RuntimeError(f"broken {label}")
+
+
+class WaitingModel(TurnModel):
+    """``TurnModel`` whose first reply also calls ``wait_for_release``."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        output = super().run(messages, tools)
+        reply = output["replies"][0]
+        if reply.tool_calls:
+            n = messages[-1].text
+            extra = call("wait_for_release", f"call-{n}-w", label=f"{n}-w")
+            output = {"replies": [ChatMessage.from_assistant(tool_calls=[*reply.tool_calls, extra])]}
+        return output
+
+
+def _local(model: Any, tools: list[Any], **kwargs: Any) -> Agent:
+    return Agent(chat_generator=model, tools=tools, tool_concurrency=4, **kwargs)
+
+
+plain = DurableAgent(_local(TurnModel(), [effect]), "plain")
+waiting = DurableAgent(_local(WaitingModel(), [effect, wait_for_release]), "waiting")
+failing = DurableAgent(_local(TurnModel(tool="broken"), [broken], raise_on_tool_invocation_failure=True), "failing")
+
+
+@hook
+def note_step(state: State) -> None:
+    """Note each model call in State."""
+    state.set("notes", [f"before model call {state.get('step_count') + 1}"])
+
+
+stateful = DurableAgent(
+    Agent(
+        chat_generator=TurnModel(tool="remember", argument="text"),
+        tools=[remember],
+        state_schema=RESUME_SCHEMA,
+        hooks={"before_llm": [note_step]},
+    ),
+    "stateful",
+)
+
+
+@pytest.fixture
+def launched(tmp_path: Path) -> Iterator[str]:
+    """DBOS launched in this process on a fresh SQLite system database."""
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    launch(url, executor_id="pytest")
+    yield url
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def user(text: str) -> list[ChatMessage]:
+    return [ChatMessage.from_user(text)]
+
+
+def step_names(workflow_id: str, db: Any = DBOS) -> list[tuple[int, str]]:
+    return [(s["function_id"], s["function_name"]) for s in db.list_workflow_steps(workflow_id)]
+
+
+# -- in one process ------------------------------------------------------------------------------------------
+
+
+def test_a_durable_run_gives_the_in_process_result_with_one_step_per_model_and_tool_call(launched: str) -> None:
+    result = plain.run(user("1"), run_id="r1")
+    expected = plain.agent.run(user("1"))
+    assert comparable_result(result) == comparable_result(expected)
+    assert result["last_message"].text == "done: 1-A, 1-B"
+    # The tools are idempotent: no journal step. Two parallel calls: two steps, ids drawn in call order.
+    assert step_names("r1") == [(1, "model"), (2, "tool"), (3, "tool"), (4, "model")]
+    # The run's record: done, with the result kept as data.
+    assert plain.result("r1")["last_message"].text == "done: 1-A, 1-B"
+    with pytest.raises(DurabilityError, match="is done"):
+        plain.snapshot("r1")
+
+
+def test_the_step_sequence_is_the_same_with_cold_and_warm_caches(launched: str) -> None:
+    """Nothing adds a step when a cache is warm: the second run has the first one's steps."""
+    plain.run(user("1"), run_id="cold")
+    plain.run(user("1"), run_id="warm")
+    assert step_names("cold") == step_names("warm")
+
+
+def test_hooks_and_state_run_as_steps_and_resume_from_their_record(launched: str) -> None:
+    result = stateful.run(user("2"), run_id="s1", notes=["start"], prefix="p:")
+    expected = stateful.agent.run(user("2"), notes=["start"], prefix="p:")
+    assert result["notes"] == ["start", "before model call 1", "p:2-a", "p:2-b", "before model call 2"]
+    assert comparable_result(result) == comparable_result(expected)
+    names = [name for _, name in step_names("s1")]
+    assert names.count("hooks:before_llm") == result["step_count"]
+
+
+def test_a_failed_run_raises_its_error(launched: str) -> None:
+    with pytest.raises(ToolInvocationError, match="RuntimeError: broken 3-a"):
+        failing.run(user("3"), run_id="f1")
+    with pytest.raises(DurabilityError, match=r"Run f1 failed.*broken 3-a"):
+        failing.snapshot("f1")
+
+
+def test_the_snapshot_of_a_running_run_is_derived_from_its_checkpoints(launched: str) -> None:
+    RELEASE.clear()
+    handle = waiting.start(user("4"), run_id="w1")
+    deadline = time.monotonic() + TIMEOUT
+    while [n for _, n in step_names("w1")].count("tool") < 2:  # the two quick calls are recorded
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    snapshot = waiting.snapshot("w1")
+    assert snapshot.phase is Phase.TOOL_RUN
+    assert sorted(snapshot.completed_tool_results) == ["call-4-a", "call-4-b"]
+    assert "call-4-w" in snapshot.started_tool_calls
+    RELEASE.set()
+    assert handle.result()["last_message"].text == "done: 4-A, 4-B, 4-W"
+
+
+def test_a_run_waiting_for_a_decision_is_a_finished_workflow_and_a_decision_continues_it(launched: str) -> None:
+    confirmed = durable_agents.confirmed
+    with pytest.raises(HITLBreakpointException) as paused:
+        confirmed.run(user("5"), run_id="h1")
+    snapshot = paused.value.snapshot
+    assert snapshot is not None and snapshot.phase is Phase.CONFIRM and snapshot.seq == 0
+    assert DBOS.retrieve_workflow("h1").get_status().status == "SUCCESS"  # nothing waits in memory
+    decisions = [
+        ToolExecutionDecision("effect", True, "call-5-a"),
+        ToolExecutionDecision("effect", False, "call-5-b", feedback="not this one"),
+    ]
+    result = confirmed.run(snapshot=snapshot, decisions=decisions)
+    assert result["last_message"].text.startswith("done: 5-A, ")
+    assert "not this one" in result["last_message"].text
+    # The same pause again: refused, nothing runs.
+    with pytest.raises(StaleSnapshotError, match="moved on"):
+        confirmed.run(snapshot=snapshot, decisions=decisions)
+
+
+def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: str) -> None:
+    confirmed = durable_agents.confirmed
+    with pytest.raises(HITLBreakpointException):
+        confirmed.run(user("6"), run_id="h2")
+    with pytest.raises(DecisionError, match="not on 'call-9'"):
+        confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-9")])
+    with pytest.raises(DecisionError, match="is a effect call, not add"):
+        confirmed.resume("h2", [ToolExecutionDecision("add", True, "call-6-a")])
+    with pytest.raises(DurabilityError, match="No durable run 'nobody'"):
+        confirmed.resume("nobody", [])
+    plain.run(user("7"), run_id="done-run")
+    with pytest.raises(DecisionError, match="is done, not paused"):
+        plain.resume("done-run", [ToolExecutionDecision("effect", True, "call-7-a")])
+    # The run still waits, and goes on with decisions that fit.
+    handle = confirmed.resume(
+        "h2", [ToolExecutionDecision("effect", True, "call-6-a"), ToolExecutionDecision("effect", True, "call-6-b")]
+    )
+    assert handle.result()["last_message"].text == "done: 6-A, 6-B"
+    with pytest.raises(DecisionError, match="is done, not paused"):
+        confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-6-a")])
+
+
+def test_of_simultaneous_decisions_on_one_pause_exactly_one_continues_the_run(launched: str) -> None:
+    from agentfsm.durable import continue_run
+
+    confirmed = durable_agents.confirmed
+    with pytest.raises(HITLBreakpointException):
+        confirmed.run(user("6"), run_id="race")
+    decisions = [ToolExecutionDecision("effect", True, "call-6-a"), ToolExecutionDecision("effect", True, "call-6-b")]
+    start = threading.Barrier(6)
+    outcomes: list[str] = []
+
+    def decide() -> None:
+        start.wait()
+        try:
+            outcomes.append(continue_run(DBOS, "race", decisions))
+        except (StaleSnapshotError, DecisionError) as exc:
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=decide) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("race/1") == 1, outcomes
+    assert DBOS.retrieve_workflow("race/1").get_result()["done"]["exit_reason"] == "text"
+
+
+def test_run_ids_are_unique(launched: str) -> None:
+    plain.run(user("1"), run_id="same")
+    with pytest.raises(DurabilityError, match="exists already"):
+        plain.start(user("1"), run_id="same")
+    with pytest.raises(Exception, match="must not be empty or end in"):
+        plain.start(user("1"), run_id="x/2")
+
+
+def test_a_durable_run_never_starts_without_a_launched_dbos() -> None:
+    with pytest.raises(DurabilityError, match="DBOS is not launched"):
+        plain.start(user("1"))
+    with pytest.raises(DurabilityError, match="DBOS is not launched"):
+        plain.run(user("1"))
+
+
+def test_durable_agents_refuse_what_they_cannot_keep() -> None:
+    from agentfsm.stores import SQLiteSnapshotStore
+
+    with pytest.raises(ValueError, match="without a snapshot_store"):
+        DurableAgent(_local(TurnModel(), [effect], snapshot_store=SQLiteSnapshotStore(":memory:")), "stored")
+    with pytest.raises(ValueError, match="name must be"):
+        DurableAgent(_local(TurnModel(), [effect]), "no spaces")
+
+
+# -- worker processes ------------------------------------------------------------------------------------------
+
+
+class Worker:
+    """``agentfsm worker`` in its own process; what it prints goes to a file next to the test's."""
+
+    def __init__(self, url: str, agent: str, executor_id: str, env: dict[str, str], concurrency: int = 4) -> None:
+        command = [sys.executable, "-m", "agentfsm.cli", "worker", "--agent", agent, "--system-db", url]
+        command += ["--executor-id", executor_id, "--concurrency", str(concurrency)]
+        self.log = Path(env[ATTEMPTS]).with_name(f"worker-{executor_id}-{time.monotonic_ns()}.log")
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # It says so once DBOS is launched.
+        _wait(lambda: "running" in self.log.read_text() or self.process.poll() is not None, "the worker")
+        assert self.process.poll() is None, self.log.read_text()
+
+    def kill(self) -> None:
+        """``kill -9``."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(TIMEOUT)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        ATTEMPTS: str(tmp_path / "attempts.log"),
+        EFFECTS: str(tmp_path / "effects.sqlite"),
+        BLOCK: str(tmp_path / "block"),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def _attempts(tmp_path: Path) -> Counter[str]:
+    path = tmp_path / "attempts.log"
+    return Counter(line.split()[0] for line in path.read_text().splitlines()) if path.exists() else Counter()
+
+
+def _effects(tmp_path: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "effects.sqlite") as db:
+        return sorted(label for (label,) in db.execute("SELECT label FROM effects"))
+
+
+def _wait(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def system_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh DBOS system database: a SQLite file, or a database on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.url(f"t{time.monotonic_ns()}")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", *args],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_calls(
+    system_db: str, tmp_path: Path
+) -> None:
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)
+    client = DBOSClient(system_database_url=system_db)
+    try:
+        handle = durable_agents.killable.start(user("7"), run_id="k1", client=client)
+        # Killed while the slow call runs, after the two quick ones were recorded.
+        _wait(lambda: [n for _, n in step_names("k1", client)].count("tool") == 2, "two recorded calls")
+        _wait(lambda: _attempts(tmp_path)["7-slow"] == 1, "the slow call")
+        worker.kill()
+        # Where the run stands now, from its checkpoints: two calls done, the slow one started.
+        snapshot = durable_agents.killable.snapshot("k1", client)
+        assert snapshot.phase is Phase.TOOL_RUN
+        assert sorted(snapshot.completed_tool_results) == ["call-7-a", "call-7-b"]
+        assert "call-7-slow" in snapshot.started_tool_calls
+        listed = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
+        assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "running")]
+        (tmp_path / "block").unlink()
+        worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)  # the same worker, restarted
+        result = handle.result()
+    finally:
+        worker.stop()
+        client.destroy()
+    expected = durable_agents.killable.agent.run(user("7"))
+    assert comparable_result(result) == comparable_result(expected)
+    # Finished calls ran once; the call in flight ran again (its tool is idempotent), its effect once.
+    assert _attempts(tmp_path) == {"7-a": 1, "7-b": 1, "7-slow": 2}
+    assert _effects(tmp_path) == ["7-a", "7-b", "7-slow"]
+
+
+def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_from_another_process(
+    system_db: str, tmp_path: Path
+) -> None:
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
+    client = DBOSClient(system_database_url=system_db)
+    try:
+        handle = durable_agents.killable_once.start(user("8"), run_id="k2", client=client)
+        _wait(lambda: [n for _, n in step_names("k2", client)].count("tool") == 2, "two recorded calls")
+        _wait(lambda: _attempts(tmp_path)["8-slow"] == 1, "the slow call")
+        worker.kill()
+        (tmp_path / "block").unlink()
+        worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
+        with pytest.raises(Exception, match="outcome is unknown") as paused:
+            handle.result()
+        snapshot = paused.value.snapshot  # type: ignore[attr-defined]
+        assert snapshot.outcome_unknown_calls() == {"call-8-slow": "once"}
+        assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 1}  # nothing ran again unasked
+        # A person decides from another process: run it again.
+        approved = _cli("approve", "k2", "--system-db", system_db, "--approve", "call-8-slow")
+        assert approved.returncode == 0, approved.stderr
+        assert "continues as workflow k2/1" in approved.stdout
+        result = durable_agents.killable_once.result("k2", client) if _done(client, "k2/1") else None
+        assert result is not None
+        again = _cli("approve", "k2", "--system-db", system_db)
+        assert again.returncode == 1 and "not paused" in again.stderr
+    finally:
+        worker.stop()
+        client.destroy()
+    expected = durable_agents.killable_once.agent.run(user("8"))
+    assert comparable_result(result) == comparable_result(expected)
+    assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 2}
+
+
+def _done(client: DBOSClient, workflow_id: str) -> bool:
+    client.retrieve_workflow(workflow_id).get_result(polling_interval_sec=0.05)
+    return True
+
+
+def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = Worker(url, "tests.durable_reconfigured:parallel", "w1", _env(tmp_path))
+    client = DBOSClient(system_database_url=url)
+    try:
+        handle = durable_agents.parallel.start(user("9"), run_id="c1", client=client)
+        with pytest.raises(SnapshotError, match="configured differently"):
+            handle.result()
+        assert step_names("c1", client) == []  # nothing ran
+    finally:
+        worker.stop()
+        client.destroy()
