@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench diagrams clean chromium
+.PHONY: demo test lint typecheck check bench diagrams clean chromium postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,14 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
 		|| echo "Chromium could not be installed: the browser test will be skipped (CI fails it)."
 
-test: $(VENV)/.installed-dev chromium
+# PostgreSQL for the durable-run tests (each test session starts its own server in a temporary
+# directory): Debian's package, installed once when missing (as root). Without it those tests are
+# skipped, or fail under CI.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
+		|| echo "PostgreSQL could not be installed: its tests will be skipped (CI fails them)."
+
+test: $(VENV)/.installed-dev chromium postgresql
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev

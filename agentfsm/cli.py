@@ -350,6 +350,7 @@ def _worker(args: argparse.Namespace) -> int:
         args.system_db,
         executor_id=args.executor_id,
         queues={agent.queue: args.concurrency for agent in agents},
+        polling_interval=args.poll_interval,
         log_level=args.log_level,
     )
     stop = threading.Event()
@@ -405,6 +406,9 @@ def _add_durable_commands(commands: Any) -> None:
         help="this worker's id, the same when it restarts: it recovers its unfinished runs",
     )
     worker.add_argument("--concurrency", type=int, metavar="N", help="at most N runs at once in this worker")
+    worker.add_argument(
+        "--poll-interval", type=float, default=0.1, metavar="SECONDS", help="how often to look for queued runs (0.1)"
+    )
     worker.add_argument("--log-level", default="WARNING", help="DBOS's log level (default WARNING)")
     worker.set_defaults(handler=_worker)
 

@@ -368,16 +368,45 @@ def list_runs(db: Any) -> list[RunRecord]:
     return _records(db)
 
 
-def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = ()) -> str:
-    """Enqueue the continuation of paused run ``run_id`` with ``decisions``: its workflow id.
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """What continues a paused run: the run as it stands, and the workflow (id and input) to start."""
 
-    The decisions are checked against the paused snapshot first. ``DurabilityError`` for an unknown
-    run, ``DecisionError`` for one that is not paused or decisions that fit no waiting call,
-    ``StaleSnapshotError`` when another decision on this pause came first.
+    record: RunRecord
+    workflow_id: str
+    request: dict[str, Any]
+
+    def decided_already(self) -> StaleSnapshotError:
+        """The error for a second decision on the same pause."""
+        return StaleSnapshotError(
+            f"Run {self.record.run_id} was decided already: its pause {self.record.segment} is continued by "
+            f"workflow {self.workflow_id}. Nothing ran.",
+            run_id=self.record.run_id,
+            seq=self.record.segment,
+            head=self.record.segment + 1,
+        )
+
+
+def continuation(
+    db: Any, run_id: str, decisions: Sequence[Any] = (), expected_segment: int | None = None
+) -> Continuation:
+    """The continuation of paused run ``run_id`` with ``decisions``, checked against its paused snapshot.
+
+    ``DurabilityError`` for an unknown run, ``DecisionError`` for one that is not paused or decisions
+    that fit no waiting call; ``StaleSnapshotError`` when the run moved on from pause ``expected_segment``
+    (a snapshot's ``seq``).
     """
     from agentfsm.hitl.types import ToolExecutionDecision
 
     record = find_run(db, run_id)
+    if expected_segment is not None and record.segment != expected_segment:
+        raise StaleSnapshotError(
+            f"Run {run_id} moved on from pause {expected_segment} (its newest workflow is {record.workflow_id}). "
+            "Nothing ran.",
+            run_id=run_id,
+            seq=expected_segment,
+            head=record.segment,
+        )
     snapshot = record.paused
     if snapshot is None:
         raise DecisionError(f"Run {run_id} is {record.status}, not paused: there is nothing to decide. Nothing ran.")
@@ -389,23 +418,26 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = ()) -> str:
         "snapshot": snapshot.to_dict(),
         "decisions": [d.to_dict() for d in taken],
     }
+    return Continuation(record, segment_id(run_id, record.segment + 1), request)
+
+
+def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = ()) -> str:
+    """Enqueue the continuation of paused run ``run_id`` on its queue: its workflow id.
+
+    Errors as ``continuation``'s, and ``StaleSnapshotError`` when another decision on this pause came first.
+    """
+    c = continuation(db, run_id, decisions)
     options: dict[str, Any] = {
-        "workflow_name": record.workflow_name,
-        "queue_name": record.queue_name or DEFAULT_QUEUE,
-        "workflow_id": segment_id(run_id, record.segment + 1),
+        "workflow_name": c.record.workflow_name,
+        "queue_name": c.record.queue_name or DEFAULT_QUEUE,
+        "workflow_id": c.workflow_id,
         "workflow_id_reuse_policy": "reject",
     }
     enqueue = getattr(db, "enqueue_workflow_with_options", None) or db.enqueue
     try:
-        handle = enqueue(options, request)
+        handle = enqueue(options, c.request)
     except DBOSWorkflowIDInUseError:
-        raise StaleSnapshotError(
-            f"Run {run_id} was decided already: its pause {record.segment} is continued by workflow "
-            f"{options['workflow_id']}. Nothing ran.",
-            run_id=run_id,
-            seq=record.segment,
-            head=record.segment + 1,
-        ) from None
+        raise c.decided_already() from None
     return str(handle.workflow_id)
 
 
@@ -606,10 +638,11 @@ class DurableAgent:
         decisions: Sequence[Any] = (),
         **state: Any,
     ) -> dict[str, Any]:
-        """Like ``Agent.run``, durably: start the run (or continue the paused ``snapshot``) and wait for it.
+        """Like ``Agent.run``, durably: run the workflow in this thread (or continue the paused ``snapshot``).
 
         Returns the run's result; a run that pauses raises ``BreakpointException`` (a confirmation:
         ``HITLBreakpointException``) whose snapshot continues it: ``run(snapshot=exc.snapshot, decisions=[...])``.
+        A snapshot the run has moved past raises ``StaleSnapshotError``, and nothing runs.
         """
         if snapshot is not None:
             if messages or system_prompt is not None or state or break_point is not None:
@@ -618,32 +651,28 @@ class DurableAgent:
                     "break_point or state values together with snapshot=."
                 )
             snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
-            return self.resume(snap.run_id, decisions, expected_segment=snap.seq).result()
+            _check_launched()
+            c = continuation(DBOS, snap.run_id, decisions, expected_segment=snap.seq)
+            return self._run_here(c.request, c.workflow_id, c.decided_already)
         if decisions:
             raise ConfigurationError("decisions= are for a paused run: pass its snapshot= too.")
-        return self.start(
-            messages or [], run_id=run_id, system_prompt=system_prompt, break_point=break_point, **state
-        ).result()
+        request = self._request(messages or [], run_id, system_prompt, break_point, state)
+        return self._run_here(request, request["run_id"], lambda: _taken(request["run_id"]))
 
-    def resume(self, run_id: str, decisions: Sequence[Any] = (), *, expected_segment: int | None = None) -> DurableRun:
-        """Continue paused run ``run_id`` with ``decisions`` (on the queue): the continuation's handle.
-
-        ``expected_segment`` (a snapshot's ``seq``): refuse with ``StaleSnapshotError`` when the run
-        moved past that pause.
-        """
+    def _run_here(self, request: dict[str, Any], workflow_id: str, taken: Callable[[], Exception]) -> dict[str, Any]:
+        """Run workflow ``workflow_id`` in this thread (as durable as in the background, without waiting for it)."""
         _check_launched()
-        if expected_segment is not None:
-            record = find_run(DBOS, run_id)
-            if record.segment != expected_segment:
-                raise StaleSnapshotError(
-                    f"Run {run_id} moved on from pause {expected_segment} (its newest workflow is "
-                    f"{record.workflow_id}). Nothing ran.",
-                    run_id=run_id,
-                    seq=expected_segment,
-                    head=record.segment,
-                )
-        workflow_id = continue_run(DBOS, run_id, decisions)
-        return DurableRun(self, run_id, workflow_id)
+        try:
+            with SetWorkflowID(workflow_id, workflow_id_reuse_policy="reject"):
+                output = self._workflow(request)
+        except DBOSWorkflowIDInUseError:
+            raise taken() from None
+        return self.outcome(output, workflow_id)
+
+    def resume(self, run_id: str, decisions: Sequence[Any] = ()) -> DurableRun:
+        """Continue paused run ``run_id`` with ``decisions`` on its queue (a worker runs it): its handle."""
+        _check_launched()
+        return DurableRun(self, run_id, continue_run(DBOS, run_id, decisions))
 
     def outcome(self, output: Any, workflow_id: str) -> dict[str, Any]:
         """The result of a workflow's output, or the ``BreakpointException`` of a paused run."""
@@ -730,13 +759,15 @@ def launch(
     app_name: str = "agentfsm",
     executor_id: str | None = None,
     queues: dict[str, int | None] | None = None,
+    polling_interval: float = 0.1,
     log_level: str = "WARNING",
 ) -> None:
     """Configure and launch DBOS in this process, and listen to the durable agents' queues.
 
     ``executor_id``: give each worker its own, stable across restarts: a restarted worker recovers
     the workflows its previous life left unfinished. ``queues``: the per-worker concurrency limit of
-    each queue (default: the ``agentfsm`` queue, unlimited).
+    each queue (default: the ``agentfsm`` queue, unlimited). ``polling_interval``: how often, in
+    seconds, the worker looks for queued runs (DBOS's default is 1 s: a second's wait per run).
     """
     limits = queues if queues is not None else {DEFAULT_QUEUE: None}
     config: dict[str, Any] = {"name": app_name, "system_database_url": system_database_url, "log_level": log_level}
@@ -746,7 +777,9 @@ def launch(
     DBOS.listen_queues(list(limits))
     DBOS.launch()
     for queue, limit in limits.items():
-        DBOS.register_queue(queue, worker_concurrency=limit, on_conflict="always_update")
+        DBOS.register_queue(
+            queue, worker_concurrency=limit, on_conflict="always_update", polling_interval_sec=polling_interval
+        )
 
 
 def serve_forever(stop: threading.Event | None = None) -> None:

@@ -6,6 +6,9 @@ import pytest
 
 from agentfsm.serialization import _user_allowed, allow_modules
 
+#: The ``postgres`` fixture: a real PostgreSQL server for the durable-run tests.
+pytest_plugins = ["tests.postgres"]
+
 
 @pytest.fixture
 def allow_tests_modules() -> object:

@@ -6,6 +6,7 @@ the server are skipped, or fail under CI (``CI`` set), which must run them.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 
-def _bindir() -> Path | None:
+def postgres_bindir() -> Path | None:
+    """Where Debian's PostgreSQL binaries are, if installed."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     return Path(found[-1]).parent if found else None
 
@@ -32,16 +34,17 @@ def _free_port() -> int:
 class PostgresServer:
     """A PostgreSQL cluster of its own, run as the ``postgres`` user when the tests run as root."""
 
-    def __init__(self, bindir: Path, directory: Path) -> None:
+    def __init__(self, bindir: Path, directory: Path, fsync: bool = False) -> None:
         self.bindir, self.data, self.port = bindir, directory / "data", _free_port()
         self.user = "postgres" if os.geteuid() == 0 else None
         directory.mkdir(parents=True, exist_ok=True)
         if self.user:
             shutil.chown(directory, self.user)
         self._run("initdb", "-D", str(self.data), "-U", "agentfsm", "--auth=trust", "-E", "UTF8", "--no-sync")
-        # The tests kill workers, never this server: it need not wait for the disk.
-        settings = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {directory} -c fsync=off -c max_connections=300"
-        self._options = settings
+        # The tests kill workers, never this server: it need not wait for the disk (a benchmark's does).
+        self._options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {directory} -c max_connections=300"
+        if not fsync:
+            self._options += " -c fsync=off"
         self.start()
 
     def _run(self, program: str, *args: str) -> None:
@@ -63,19 +66,30 @@ class PostgresServer:
         return f"postgresql://agentfsm@127.0.0.1:{self.port}/{database}"
 
 
+@contextlib.contextmanager
+def temporary_server(fsync: bool = False) -> Iterator[PostgresServer]:
+    """A PostgreSQL server in a directory of its own (pytest's are closed to the postgres user), removed after."""
+    bindir = postgres_bindir()
+    if bindir is None:
+        raise FileNotFoundError("PostgreSQL is not installed (make test installs Debian's postgresql package)")
+    directory = Path(tempfile.mkdtemp(prefix="agentfsm-postgres-"))
+    try:
+        server = PostgresServer(bindir, directory, fsync)
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """The session's PostgreSQL server, in a directory of its own (pytest's are closed to the postgres user)."""
-    bindir = _bindir()
-    if bindir is None:
+    """The session's PostgreSQL server."""
+    if postgres_bindir() is None:
         message = "PostgreSQL is not installed (make test installs Debian's postgresql package)"
         if os.environ.get("CI"):
             pytest.fail(message + ": CI must run the PostgreSQL tests")
         pytest.skip(message)
-    directory = Path(tempfile.mkdtemp(prefix="agentfsm-postgres-"))
-    server = PostgresServer(bindir, directory)
-    try:
+    with temporary_server() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)

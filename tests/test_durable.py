@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from agentfsm.testing import comparable_result
 from tests import durable_agents
 from tests.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
 from tests.helpers import RESUME_SCHEMA, call, remember
-from tests.postgres import PostgresServer, postgres  # noqa: F401 (the fixture)
+from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 60
@@ -422,3 +423,132 @@ def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Pat
     finally:
         worker.stop()
         client.destroy()
+
+
+def test_three_workers_share_one_postgresql_and_a_killed_one_loses_no_run_and_repeats_no_call(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.url(f"many{time.monotonic_ns()}")
+    env = _env(tmp_path)
+    runs = 200
+    # Each worker takes at most 4 runs at once from the queue.
+    workers = {name: Worker(url, "tests.durable_agents:parallel", name, env) for name in ("w1", "w2", "w3")}
+    client = DBOSClient(system_database_url=url)
+    try:
+        handles = [durable_agents.parallel.start(user(str(i)), run_id=f"p{i}", client=client) for i in range(runs)]
+
+        def finished() -> int:
+            return len(client.list_workflows(status="SUCCESS", load_input=False, load_output=False))
+
+        def under_way(worker: str) -> list[str]:
+            found = client.list_workflows(status="PENDING", executor_id=worker, load_input=False, load_output=False)
+            return [s.workflow_id for s in found]
+
+        _wait(lambda: finished() >= runs // 3 and under_way("w2"), "a third of the runs")
+        workers["w2"].kill()  # mid-way, with runs of its own under way
+        killed_at, stranded = finished(), under_way("w2")
+        workers["w2"] = Worker(url, "tests.durable_agents:parallel", "w2", env)  # restarted: it recovers them
+        results = [handle.result() for handle in handles]
+        executors = Counter(s.executor_id for s in client.list_workflows(load_input=False, load_output=False))
+    finally:
+        for worker in workers.values():
+            worker.stop()
+        client.destroy()
+    assert killed_at < runs and stranded  # runs were under way in the killed worker: it finished them
+    assert all(results[int(run_id[1:])]["exit_reason"] == "text" for run_id in stranded)
+    assert [r["last_message"].text for r in results] == [f"done: {i}-A, {i}-B" for i in range(runs)]
+    assert set(executors) == {"w1", "w2", "w3"}, executors  # the queue spread the runs
+    # Every call's effect exactly once; a call ran twice only if it was under way in w2 when it died.
+    labels = [f"{i}-{x}" for i in range(runs) for x in "ab"]
+    assert _effects(tmp_path) == sorted(labels)
+    attempts = _attempts(tmp_path)
+    assert set(attempts) == set(labels)
+    again = {label: n for label, n in attempts.items() if n > 1}
+    assert all(n == 2 for n in again.values()) and len(again) <= 4 * 2, again
+
+
+def _resident(pid: int) -> tuple[int, int]:
+    """A process's resident memory (kB) and thread count, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]), int(fields["Threads"])
+
+
+def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memory(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    import psycopg
+
+    url = postgres.url(f"paused{time.monotonic_ns()}")
+    env = _env(tmp_path)
+    runs = 10_000
+    idle = Worker(url, "tests.durable_agents:confirmed", "w1", env)
+    time.sleep(0.5)
+    baseline = _resident(idle.process.pid)
+    idle.stop()
+    workers = [Worker(url, "tests.durable_agents:confirmed", name, env, concurrency=32) for name in ("w1", "w2")]
+    client = DBOSClient(system_database_url=url)
+    try:
+        with ThreadPoolExecutor(4) as pool:  # a web app's request threads, say
+            list(
+                pool.map(
+                    lambda i: durable_agents.confirmed.start(user(str(i)), run_id=f"h{i}", client=client), range(runs)
+                )
+            )
+        _wait(
+            lambda: len(client.list_workflows(status="SUCCESS", load_input=False, load_output=False)) == runs,
+            "every run to pause",
+        )
+        assert client.list_workflows(status=["PENDING", "ENQUEUED"], load_input=False, load_output=False) == []
+        for worker in workers:
+            worker.stop()
+        # A worker started now holds nothing for the waiting runs: no workflow to recover, no thread, no memory.
+        workers = [Worker(url, "tests.durable_agents:confirmed", "w1", env)]
+        time.sleep(0.5)
+        rss, threads = _resident(workers[0].process.pid)
+        # (DBOS's own threads come and go: a few either way; a thread or coroutine per run would be 10,000.)
+        assert threads <= baseline[1] + 3, (threads, baseline)
+        assert rss < baseline[0] * 1.2, (rss, baseline)
+        # The cost is rows: one per run, and one per step (its model call and its confirmation).
+        with psycopg.connect(url) as db:
+            counts = [
+                db.execute(f"SELECT count(*) FROM dbos.{t}").fetchone()[0]
+                for t in ("workflow_status", "operation_outputs")
+            ]  # type: ignore[index]
+        assert counts == [runs, 2 * runs]
+        # Days later, from another process: a decision, and the run goes on.
+        for i in (0, 4_321, runs - 1):
+            assert _cli("approve", f"h{i}", "--system-db", url).returncode == 0
+        for i in (0, 4_321, runs - 1):
+            assert (
+                durable_agents.confirmed.outcome(
+                    client.retrieve_workflow(f"h{i}/1").get_result(polling_interval_sec=0.05), f"h{i}/1"
+                )["last_message"].text
+                == f"done: {i}-A, {i}-B"
+            )
+    finally:
+        for worker in workers:
+            worker.stop()
+        client.destroy()
+
+
+def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeated(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.url(f"lost{time.monotonic_ns()}")
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(url, "tests.durable_agents:killable", "w1", env)
+    client = DBOSClient(system_database_url=url)
+    try:
+        handle = durable_agents.killable.start(user("3"), run_id="l1", client=client)
+        _wait(lambda: _attempts(tmp_path)["3-slow"] == 1, "the slow call")
+        postgres.stop()  # every connection cut while the call runs
+        (tmp_path / "block").unlink()  # the call finishes; its result cannot be recorded yet
+        time.sleep(1.0)
+        postgres.start()
+        result = handle.result()
+    finally:
+        worker.stop()
+        client.destroy()
+    assert result["last_message"].text == "done: 3-A, 3-B, 3-SLOW"
+    assert _attempts(tmp_path) == {"3-a": 1, "3-b": 1, "3-slow": 1}
