@@ -445,7 +445,7 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
         )
         return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["pip failed"])[-1]
 
-    failed = pip_install("-e", str(HERE.parent))
+    failed = pip_install("-e", f"{HERE.parent}[dbos]")
     if failed is not None:
         return {"error": f"agentfsm could not be installed in {venv}: {failed}"}
     not_installed = {name: why for name, packages in PEER_PACKAGES.items() if (why := pip_install(*packages))}
@@ -480,6 +480,45 @@ def model_clients(python: Path, pip_install: Callable[..., str | None], runs: in
         return {"error": f"the clients' benchmark failed: {done.stderr.strip()[-300:]}"}
     measured: dict[str, Any] = json.loads(done.stdout)
     return measured
+
+
+def durable_runs(python: Path, steps: int, runs: int, throughput_runs: int) -> dict[str, Any]:
+    """What ``peers/durable.py`` prints, on a SQLite file and on a PostgreSQL server: ``{database: figures}``.
+
+    ``python``: the peers' interpreter (for pydantic-ai's DBOSAgent), or this one without the peers.
+    """
+    sys.path.insert(0, str(HERE.parent))
+    from tests.postgres import temporary_server
+
+    def measure(url: str) -> dict[str, Any]:
+        os.sync()
+        done = subprocess.run(
+            [str(python), str(HERE / "peers" / "durable.py"), url, str(steps), str(runs), str(throughput_runs)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            return {"error": f"the durable benchmark failed: {done.stderr.strip()[-300:]}"}
+        measured: dict[str, Any] = json.loads(done.stdout)
+        return measured
+
+    out: dict[str, Any] = {}
+    pinned = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if pinned is not None:  # DBOS writes from its own threads, and the server is a process of its own
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out["SQLite"] = measure(f"sqlite:///{tmp}/dbos.sqlite")
+        try:
+            with temporary_server(fsync=True) as server:
+                out["PostgreSQL"] = measure(server.url("bench"))
+        except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+            out["PostgreSQL"] = {"error": f"no PostgreSQL server: {exc}"}
+    finally:
+        if pinned is not None:
+            os.sched_setaffinity(0, pinned)
+    return out
 
 
 #: The official model SDKs that the model clients are timed against.
@@ -648,12 +687,51 @@ def markdown(results: dict[str, Any]) -> str:
             f"{row['ratio_to_ideal_plus_overhead']} | "
             f"{row['peak_kib_per_run']} |"
         )
+    lines += durable_table(results["durable"])
     peers = results["peers"]
     if "error" in peers:
         lines += ["", f"The peers were not measured: {peers['error']}"]
     elif peers:
         lines += peer_tables(peers)
     return "\n".join([lines[0], *target_table(results), *lines[1:]]) + "\n"
+
+
+def durable_table(durable: dict[str, Any]) -> list[str]:
+    """Durable runs on DBOS against in-process runs, agentfsm and pydantic-ai, per system database."""
+    if not durable:
+        return []
+    databases = {name: m for name, m in durable.items() if name not in ("steps", "throughput_runs")}
+    versions = next((m["versions"] for m in databases.values() if "versions" in m), {})
+    lines = [
+        "",
+        f"Durable runs on DBOS {versions.get('dbos', '')} (`agentfsm.durable`), pydantic-ai "
+        f"{versions.get('pydantic-ai', 'not installed')}: "
+        f"{durable['steps']} steps of the same workload, each model call and each tool call a DBOS step (pydantic-ai's "
+        "tool a `DBOS.step`), the four configurations taking turns in one process; runs per second: "
+        f"{durable['throughput_runs']} one-tool-call runs from 8 threads at once. Not pinned to a CPU: DBOS "
+        "writes from its own threads. SQLite: a file, DBOS's settings; PostgreSQL: Debian's server in a temporary "
+        "directory on this machine, its default settings (fsync on).",
+        "",
+        "| system database | configuration | median µs/step | min µs/step | durable overhead µs/step | runs/s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for database, measured in databases.items():
+        if "error" in measured:
+            lines.append(f"| {database} | {measured['error'][:150]} | | | | |")
+            continue
+        per_step, throughput = measured["per_step"], measured["runs_per_second"]
+        for name, row in per_step.items():
+            if "error" in row:
+                lines.append(f"| {database} | {name}: {row['error'][:100]} | | | | |")
+                continue
+            framework = name.split(",")[0]
+            plain = per_step.get(f"{framework}, in-process", {})
+            extra = row["median_us"] - plain["median_us"] if "in-process" not in name and "median_us" in plain else None
+            lines.append(
+                f"| {database} | {name} | {row['median_us']} | {row['min_us']} | "
+                f"{'' if extra is None else round(extra, 1)} | {throughput.get(name, '')} |"
+            )
+    return lines
 
 
 #: The speed budget, as ratios to the peers measured in the same run: (what, agentfsm's row, the peer's row, at least).
@@ -856,6 +934,14 @@ def main(argv: list[str] | None = None) -> int:
         results["peers"] = peers(steps, runs)
     else:
         results["peers"] = {}
+    peers_python = HERE / ".peers-venv" / "bin" / "python"
+    use_peers = not (args.quick or args.no_peers) and peers_python.exists()
+    durable_steps, throughput_runs = (2, 10) if args.quick else (10, 200)
+    results["durable"] = {
+        "steps": durable_steps,
+        "throughput_runs": throughput_runs,
+        **durable_runs(peers_python if use_peers else Path(sys.executable), durable_steps, runs, throughput_runs),
+    }
     # The same floor measured again at the end: how steady the machine was during the run.
     results["bare_loop_at_end"] = bare_loop_us(steps, runs)
     args.out.mkdir(parents=True, exist_ok=True)
