@@ -137,10 +137,31 @@ def model_from_args(model: str | None, base_url: str | None) -> Any:
 def _diagram(args: argparse.Namespace) -> int:
     from agentfsm.diagrams import machine_diagram, write_diagram
 
-    agent = load_agent(args.agent) if args.agent else None
-    snapshot = _load_snapshot(args.snapshot) if args.snapshot else None
+    if args.system_db:
+        if not args.run:
+            raise CLIError("--system-db draws a durable run: give its id with --run RUN_ID.")
+        runs, durable = _durable_runs(args.system_db, args.agent)
+        try:
+            snapshot = runs.latest(args.run)
+        finally:
+            runs.db.destroy()
+        agent = durable.agent if durable is not None else None
+    else:
+        if args.run:
+            raise CLIError("--run names a durable run: give its DBOS system database with --system-db URL.")
+        agent = load_agent(args.agent) if args.agent else None
+        snapshot = _load_snapshot(args.snapshot) if args.snapshot else None
     write_diagram(args.output, machine_diagram(args.format, agent=agent, snapshot=snapshot))
     return 0
+
+
+def _durable_runs(system_db: str, agent: str | None) -> tuple[Any, Any]:
+    """The durable runs of a system database (through a DBOSClient), and the DurableAgent ``--agent`` names."""
+    from dbos import DBOSClient
+
+    durable = _durable_module()
+    agent_ = load_durable_agent(agent) if agent else None
+    return durable.DurableRuns(DBOSClient(system_database_url=system_db), agent_), agent_
 
 
 def _snapshot_show(args: argparse.Namespace) -> int:
@@ -252,7 +273,7 @@ def _runs(args: argparse.Namespace) -> int:
     from agentfsm.stores import SQLiteSnapshotStore
 
     if args.system_db:
-        return _durable_runs(args)
+        return _list_durable_runs(args)
     if args.db is None:
         raise CLIError("give the runs' database: --db FILE (a snapshot store) or --system-db URL (durable runs).")
     if not os.path.exists(args.db):
@@ -287,7 +308,7 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _durable_runs(args: argparse.Namespace) -> int:
+def _list_durable_runs(args: argparse.Namespace) -> int:
     from dbos import DBOSClient
 
     durable = _durable_module()
@@ -375,16 +396,25 @@ def _serve(args: argparse.Namespace) -> int:
         raise CLIError(f"the review page needs the web extra: pip install 'agentfsm[web]' ({exc}).") from None
     from agentfsm.stores import SQLiteSnapshotStore
 
-    if not os.path.exists(args.store):
-        raise CLIError(f"no database at {args.store!r}.")
     token = args.token or os.environ.get("AGENTFSM_TOKEN")
     if args.host not in LOOPBACK and not token:
         raise CLIError(
             f"--host {args.host} opens the page to other machines: give it a --token (or AGENTFSM_TOKEN), "
             "which every request must then carry."
         )
-    agent = load_agent(args.agent) if args.agent else None
-    app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token)
+    if args.system_db:  # durable runs: decisions go to the run's queue, for a worker
+        runs, durable = _durable_runs(args.system_db, args.agent)
+        agent = durable.agent if durable is not None else None
+        app = create_app(runs, agent, token=token, resume=runs.decide if agent is not None else None)
+    else:
+        if args.store is None:
+            raise CLIError(
+                "give the runs' database: --store FILE (a snapshot store) or --system-db URL (durable runs)."
+            )
+        if not os.path.exists(args.store):
+            raise CLIError(f"no database at {args.store!r}.")
+        agent = load_agent(args.agent) if args.agent else None
+        app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token)
     where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"agentfsm review page: {where}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
@@ -446,6 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
     diagram.add_argument("--agent", metavar="MODULE:ATTR", help="an Agent (or a function returning one) to draw")
     diagram.add_argument("--format", choices=["mermaid", "dot", "svg", "png"], default="mermaid")
     diagram.add_argument("--snapshot", metavar="FILE", help="highlight where this snapshot's run stands")
+    diagram.add_argument("--system-db", metavar="URL", help="with --run: a durable run's DBOS system database")
+    diagram.add_argument(
+        "--run", metavar="RUN_ID", help="highlight where this durable run stands (--agent: its DurableAgent)"
+    )
     diagram.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default: stdout)")
     diagram.set_defaults(handler=_diagram)
 
@@ -480,8 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
     resume.set_defaults(handler=_resume)
 
     serve = commands.add_parser("serve", help="the review page: runs, diagrams, decisions from a browser")
-    serve.add_argument("--store", required=True, metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
-    serve.add_argument("--agent", metavar="MODULE:ATTR", help="the agent that resumes runs decided on the page")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--store", metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
+    source.add_argument("--system-db", metavar="URL", help="the DBOS system database of durable runs")
+    serve.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="the agent that resumes runs decided on the page (a DurableAgent with --system-db)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
     serve.add_argument("--token", help="an access token every request must carry (required off loopback)")

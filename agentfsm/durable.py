@@ -46,6 +46,7 @@ from agentfsm.errors import (
     SnapshotError,
     StaleSnapshotError,
 )
+from agentfsm.machine import PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import (
     AgentRun,
@@ -61,8 +62,9 @@ from agentfsm.runtime import (
     run_result,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
-from agentfsm.snapshot import AgentSnapshot
+from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.state import State
+from agentfsm.stores.base import RunInfo, SnapshotInfo
 from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
@@ -300,6 +302,8 @@ class RunRecord:
     done: dict[str, Any] | None
     #: The error a failed run's workflow ended with.
     error: BaseException | None
+    #: When the workflow last changed.
+    updated_at: str
 
     @property
     def workflow_id(self) -> str:
@@ -325,34 +329,38 @@ def _paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:
     return AgentSnapshot.from_dict(output["paused"]).model_copy(update={"seq": segment})
 
 
-def _records(db: Any, run_ids: Sequence[str] | None = None) -> list[RunRecord]:
-    """The newest workflow of each run (of ``run_ids``, or of every run) in the system database."""
-    statuses = db.list_workflows(workflow_id_prefix=list(run_ids) if run_ids else None)
-    newest: dict[str, tuple[int, Any]] = {}
-    for status in statuses:
-        request = (status.input or {}).get("args", (None,))[0] if status.input else None
+def _workflows(db: Any, run_ids: Sequence[str] | None = None) -> dict[str, list[RunRecord]]:
+    """Each run's workflows (of ``run_ids``, or of every run) in the system database, first segment first."""
+    found: dict[str, list[RunRecord]] = {}
+    for status in db.list_workflows(workflow_id_prefix=list(run_ids) if run_ids else None):
+        request = status.input["args"][0] if status.input and status.input.get("args") else None
         if not isinstance(request, dict) or "run_id" not in request:
             continue  # not an agentfsm workflow
         match = _CONTINUATION.match(status.workflow_id)
         run_id, segment = (match["run"], int(match["segment"])) if match else (status.workflow_id, 0)
         if run_id != request["run_id"] or (run_ids and run_id not in run_ids):
             continue
-        if run_id not in newest or segment > newest[run_id][0]:
-            newest[run_id] = (segment, status)
-    return [
-        RunRecord(
+        output = status.output if status.status == "SUCCESS" and isinstance(status.output, dict) else {}
+        record = RunRecord(
             run_id,
             segment,
             status.status,
             status.name,
             status.queue_name,
-            status.input["args"][0],
-            _paused_snapshot(status.output, segment) if status.status == "SUCCESS" else None,
-            status.output.get("done") if status.status == "SUCCESS" and isinstance(status.output, dict) else None,
+            request,
+            _paused_snapshot(output, segment),
+            output.get("done"),
             status.error,
+            iso_from_timestamp((status.updated_at or status.created_at or 0) / 1000),
         )
-        for run_id, (segment, status) in sorted(newest.items(), key=lambda item: item[1][1].created_at or 0)
-    ]
+        found.setdefault(run_id, []).append(record)
+    return {run_id: sorted(records, key=lambda r: r.segment) for run_id, records in found.items()}
+
+
+def _records(db: Any, run_ids: Sequence[str] | None = None) -> list[RunRecord]:
+    """The newest workflow of each run (of ``run_ids``, or of every run), the runs oldest first."""
+    runs = _workflows(db, run_ids).values()
+    return [records[-1] for records in sorted(runs, key=lambda records: records[0].updated_at)]
 
 
 def find_run(db: Any, run_id: str) -> RunRecord:
@@ -421,12 +429,12 @@ def continuation(
     return Continuation(record, segment_id(run_id, record.segment + 1), request)
 
 
-def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = ()) -> str:
+def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_segment: int | None = None) -> str:
     """Enqueue the continuation of paused run ``run_id`` on its queue: its workflow id.
 
     Errors as ``continuation``'s, and ``StaleSnapshotError`` when another decision on this pause came first.
     """
-    c = continuation(db, run_id, decisions)
+    c = continuation(db, run_id, decisions, expected_segment)
     options: dict[str, Any] = {
         "workflow_name": c.record.workflow_name,
         "queue_name": c.record.queue_name or DEFAULT_QUEUE,
@@ -696,27 +704,102 @@ class DurableAgent:
     def snapshot(self, run_id: str, db: Any = DBOS) -> AgentSnapshot:
         """Where run ``run_id`` stands, derived from its workflow's checkpoints (``db``: DBOS, or a ``DBOSClient``).
 
-        A paused run's snapshot is its workflow's output; a running (or crashed) one's is rebuilt by
-        driving the run over the steps its workflow recorded so far. A finished run has a ``result``
-        instead, a failed one its error (``DurabilityError`` says which).
+        A paused run's snapshot is its workflow's output, a finished one's is where it stood last
+        (``final_snapshot``); a running (or crashed) one's is rebuilt by driving the run over the
+        steps its workflow recorded so far. A failed run has its error instead (``DurabilityError`` says it).
         """
-        record = find_run(db, run_id)
+        return self._view(find_run(db, run_id), db)
+
+    def _view(self, record: RunRecord, db: Any) -> AgentSnapshot:
         if record.paused is not None:
             return record.paused
         if record.done is not None:
-            raise DurabilityError(f"Run {run_id} is done: read its result with result({run_id!r}).")
+            return final_snapshot(record.done, record.segment)
         if record.status == "failed":
-            raise DurabilityError(f"Run {run_id} failed ({record.workflow_status}): {record.error!r}")
+            raise DurabilityError(f"Run {record.run_id} failed ({record.workflow_status}): {record.error!r}")
         run = self._run_for(record.request)
         steps = RecordedSteps(record.workflow_id, db.list_workflow_steps(record.workflow_id))
         try:
             output: dict[str, Any] = drive_durable(run, self.agent.chat_generator, steps)
         except EndOfRecord:
             return run.make_snapshot().model_copy(update={"seq": record.segment})
-        snapshot = _paused_snapshot(output, record.segment)
-        if snapshot is None:  # all recorded: the workflow is writing its output now
-            raise DurabilityError(f"Run {run_id} is done: read its result with result({run_id!r}).")
-        return snapshot
+        # Every step recorded: the workflow is writing its output now.
+        paused = _paused_snapshot(output, record.segment)
+        return paused if paused is not None else final_snapshot(output["done"], record.segment)
+
+
+class DurableRuns:
+    """Durable runs read the way the review page reads a snapshot store (``runs``, ``latest``, ``history``, ``load``).
+
+    ``db``: DBOS launched in this process, or a ``DBOSClient``. ``durable``: the runs' DurableAgent,
+    which derives where a running run stands (without it, only paused and finished runs have a
+    snapshot). Snapshot ``N`` of a run is the pause that ended its workflow ``N``, or where its
+    newest workflow stands. A decision (``decide``) goes to the run's queue, for a worker.
+    """
+
+    def __init__(self, db: Any, durable: DurableAgent | None = None) -> None:
+        self.db = db
+        self.durable = durable
+
+    def _view(self, record: RunRecord) -> AgentSnapshot:
+        if record.paused is None and record.done is None and self.durable is None:
+            raise SnapshotError(f"Run {record.run_id} is {record.status}: its DurableAgent derives where it stands.")
+        if self.durable is None:
+            return record.paused or final_snapshot(record.done or {}, record.segment)
+        try:
+            return self.durable._view(record, self.db)
+        except DurabilityError as exc:
+            raise SnapshotError(str(exc)) from None
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, most recently updated first (``active`` while its workflow runs or waits to)."""
+        infos = []
+        for record in _records(self.db):
+            try:
+                snapshot: AgentSnapshot | None = self._view(record)
+            except SnapshotError:
+                snapshot = None
+            infos.append(
+                RunInfo(
+                    record.run_id,
+                    "active" if record.status == "running" else record.status,
+                    snapshot.phase if snapshot else None,
+                    snapshot.step if snapshot else 0,
+                    record.segment + 1,
+                    record.updated_at,
+                    exit_reason=record.done["exit_reason"] if record.done else None,
+                )
+            )
+        return sorted(infos, key=lambda info: info.updated_at, reverse=True)
+
+    def latest(self, run_id: str) -> AgentSnapshot:
+        """Where the run stands now; ``SnapshotError`` when that cannot be said (unknown or failed run)."""
+        found = _workflows(self.db, [run_id]).get(run_id)
+        if not found:
+            raise SnapshotError(f"No durable run {run_id!r} in this DBOS system database.")
+        return self._view(found[-1])
+
+    def history(self, run_id: str) -> list[SnapshotInfo]:
+        """The run's pauses, then where it stands now."""
+        infos = []
+        for record in _workflows(self.db, [run_id]).get(run_id, []):
+            try:
+                snapshot = self._view(record)
+            except SnapshotError:
+                continue
+            infos.append(SnapshotInfo(run_id, record.segment, snapshot.phase, snapshot.step, record.updated_at))
+        return infos
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """Snapshot ``seq`` of the run."""
+        found = [r for r in _workflows(self.db, [run_id]).get(run_id, []) if r.segment == seq]
+        if not found:
+            raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+        return self._view(found[0])
+
+    def decide(self, snapshot: AgentSnapshot, decisions: Sequence[Any]) -> None:
+        """Continue the paused run ``snapshot`` is of with ``decisions``, on its queue (it must be that pause)."""
+        continue_run(self.db, snapshot.run_id, decisions, expected_segment=snapshot.seq)
 
 
 def _taken(run_id: str) -> DurabilityError:
@@ -724,20 +807,36 @@ def _taken(run_id: str) -> DurabilityError:
 
 
 def _result_record(run: AgentRun) -> dict[str, Any]:
-    """A finished run's result as data: the workflow's output."""
-    data = run.state.data
+    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
     return {
-        "messages": [m.to_dict() for m in data.get("messages") or []],
-        "state": serialize_value({k: v for k, v in data.items() if k != "messages"}),
-        "exit_reason": run.exit_reason,
+        **run.snapshot_fields(),
+        "phase": run.phase.value,
+        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
         "trace": [r.to_dict() for r in run.trace],
+        "created_at": now_iso(),
     }
 
 
 def _result(record: dict[str, Any]) -> dict[str, Any]:
-    """``Agent.run``'s result for a finished run's ``_result_record``."""
+    """``Agent.run``'s result for a finished run's record."""
     data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
     return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
+
+
+def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
+    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
+
+    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
+    """
+    return AgentSnapshot.from_dict(
+        {
+            **record,
+            "phase": Phase.EXIT_CHECK.value,
+            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
+            "trace": record["trace"][:-1],
+            "seq": segment,
+        }
+    )
 
 
 def _check_launched() -> None:

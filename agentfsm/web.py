@@ -4,17 +4,20 @@
 uvicorn. Pages are rendered on the server (no front-end build) and every text from a run is
 escaped. A run waiting in CONFIRM shows its pending calls with approve / reject / modify forms;
 submitting resumes the run through ``agent.run(snapshot=..., decisions=...)``, the same API as
-the command line. State-changing requests are POSTs carrying the page's CSRF token; with
+the command line (durable runs: the decision goes to the run's queue, for a worker). State-changing requests are POSTs carrying the page's CSRF token; with
 ``token`` set, every request must carry it too (``?token=``, then a cookie). Needs the ``web``
 extra: ``pip install 'agentfsm[web]'``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hmac
 import html
 import secrets
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 from urllib.parse import quote
 
 import orjson
@@ -36,7 +39,7 @@ from agentfsm.errors import (
 )
 from agentfsm.messages import ChatMessage
 from agentfsm.snapshot import AgentSnapshot
-from agentfsm.stores.base import RunInfo, SnapshotStore
+from agentfsm.stores.base import RunInfo, SnapshotInfo, SnapshotStore
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
@@ -114,14 +117,44 @@ def error_page(status: int, message: str) -> HTMLResponse:
     return response
 
 
-class ReviewApp:
-    """The review page's state: the store, the agent that resumes runs, and the tokens."""
+class Runs(Protocol):
+    """What the page reads runs from: a ``SnapshotStore``, or ``agentfsm.durable.DurableRuns``."""
 
-    def __init__(self, store: SnapshotStore, agent: Agent | None = None, token: str | None = None) -> None:
+    def runs(self) -> list[RunInfo]:
+        """Every run, most recently updated first."""
+
+    def latest(self, run_id: str) -> AgentSnapshot:
+        """Where the run stands now (``SnapshotError`` when it has no snapshot)."""
+
+    def history(self, run_id: str) -> list[SnapshotInfo]:
+        """The run's snapshots, oldest first."""
+
+    def load(self, run_id: str, seq: int) -> AgentSnapshot:
+        """Snapshot ``seq`` of the run."""
+
+
+#: Continues a run waiting for decisions, from the snapshot the decisions were taken on.
+Resume = Callable[[AgentSnapshot, list[Any]], None]
+
+
+def resume_here(agent: Agent, snapshot: AgentSnapshot, decisions: list[Any]) -> None:
+    """Resume the run in this process (it goes on in the store it comes from) until it ends or pauses again."""
+    with contextlib.suppress(BreakpointException):  # paused again: the run page shows where
+        agent.run(snapshot=snapshot, decisions=decisions)
+
+
+class ReviewApp:
+    """The review page's state: where runs are read from, the agent and how decisions continue runs, the tokens."""
+
+    def __init__(
+        self, store: Runs, agent: Agent | None = None, token: str | None = None, resume: Resume | None = None
+    ) -> None:
         self.store = store
         self.agent = agent
-        if agent is not None:
-            agent.snapshot_store = store  # a run resumed here goes on in the store it comes from
+        if resume is None and agent is not None:
+            agent.snapshot_store = cast(SnapshotStore, store)  # a run resumed here goes on in its store
+            resume = functools.partial(resume_here, agent)
+        self.resume = resume
         self.token = token
         self.csrf = secrets.token_urlsafe(32)
 
@@ -148,11 +181,11 @@ class ReviewApp:
     # -- pages ---------------------------------------------------------------------------------------
 
     async def runs(self, request: Request) -> Response:
-        """The runs list, filtered by ``?status=``."""
+        """The runs list, filtered by ``?status=`` (stores are read in worker threads, off the event loop)."""
         wanted = request.query_params.get("status")
         rows = []
         for info in await run_in_threadpool(self.store.runs):
-            snapshot = self.latest(info.run_id)
+            snapshot = await run_in_threadpool(self.latest, info.run_id)
             status = status_of(info, snapshot)
             if wanted and status != wanted:
                 continue
@@ -177,7 +210,7 @@ class ReviewApp:
         """One run: diagram, pending calls and their forms, conversation, trace, snapshot history."""
         run_id = request.path_params["run_id"]
         info = next((r for r in await run_in_threadpool(self.store.runs) if r.run_id == run_id), None)
-        snapshot = self.latest(run_id)
+        snapshot = await run_in_threadpool(self.latest, run_id)
         if info is None or snapshot is None:
             return error_page(404, f"No run {run_id!r} with a snapshot in this store.")
         status = status_of(info, snapshot)
@@ -250,7 +283,9 @@ class ReviewApp:
     async def snapshot_json(self, request: Request) -> Response:
         """One snapshot as JSON."""
         try:
-            snapshot = self.store.load(request.path_params["run_id"], int(request.path_params["seq"]))
+            snapshot = await run_in_threadpool(
+                self.store.load, request.path_params["run_id"], int(request.path_params["seq"])
+            )
         except (SnapshotError, ValueError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         return Response(snapshot.to_bytes(), media_type="application/json")
@@ -262,10 +297,10 @@ class ReviewApp:
             return error_page(
                 403, "This form is not from this page (CSRF token missing or wrong). Nothing was changed."
             )
-        if self.agent is None:
+        if self.agent is None or self.resume is None:
             return error_page(400, "This page was started without an agent: it cannot resume runs.")
         run_id = request.path_params["run_id"]
-        snapshot = self.latest(run_id)
+        snapshot = await run_in_threadpool(self.latest, run_id)
         if snapshot is None or str(snapshot.seq) != form.get("seq"):
             return error_page(
                 409,
@@ -278,11 +313,9 @@ class ReviewApp:
         except (ToolArgumentsError, DecisionError, ValueError) as exc:
             return error_page(400, f"{exc} Nothing was changed.")
         try:
-            await run_in_threadpool(self.agent.run, snapshot=snapshot, decisions=decisions)
+            await run_in_threadpool(self.resume, snapshot, decisions)
         except StaleSnapshotError as exc:
             return error_page(409, f"{exc}")
-        except BreakpointException:
-            pass  # paused again (another confirmation, a breakpoint): the run page shows where
         except AgentFSMError as exc:
             return error_page(400, f"The run could not go on: {exc}")
         return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)
@@ -350,9 +383,16 @@ def trace_html(snapshot: AgentSnapshot) -> str:
     return f"<h2>Transitions</h2><table><tr><th>step</th><th>from</th><th></th><th>to</th><th>trigger</th><th>time in phase</th></tr>{rows}</table>"
 
 
-def create_app(store: SnapshotStore, agent: Agent | None = None, *, token: str | None = None) -> Starlette:
-    """The review page for ``store``; ``agent`` resumes the runs decided on it; ``token`` guards every request."""
-    review = ReviewApp(store, agent, token)
+def create_app(
+    store: Runs, agent: Agent | None = None, *, token: str | None = None, resume: Resume | None = None
+) -> Starlette:
+    """The review page for ``store``'s runs; ``token`` guards every request.
+
+    ``agent`` draws the runs and checks modified arguments; decisions taken on the page continue a
+    run through ``resume`` (by default: ``agent.run`` in this process, in ``store``). For durable
+    runs: ``create_app(DurableRuns(db, durable), durable.agent, resume=DurableRuns(...).decide)``.
+    """
+    review = ReviewApp(store, agent, token, resume)
 
     def guarded(handler: Any) -> Any:
         async def endpoint(request: Request) -> Response:

@@ -125,8 +125,10 @@ def test_a_durable_run_gives_the_in_process_result_with_one_step_per_model_and_t
     assert step_names("r1") == [(1, "model"), (2, "tool"), (3, "tool"), (4, "model")]
     # The run's record: done, with the result kept as data.
     assert plain.result("r1")["last_message"].text == "done: 1-A, 1-B"
-    with pytest.raises(DurabilityError, match="is done"):
-        plain.snapshot("r1")
+    # Its snapshot: where it stood last, as a snapshot store keeps a finished run.
+    final = plain.snapshot("r1")
+    assert (final.phase, final.exit_reason, len(final.messages)) == (Phase.EXIT_CHECK, "text", 5)
+    assert [r["dest"] for r in final.trace][-1] == "EXIT_CHECK"
 
 
 def test_the_step_sequence_is_the_same_with_cold_and_warm_caches(launched: str) -> None:
@@ -552,3 +554,52 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
         client.destroy()
     assert result["last_message"].text == "done: 3-A, 3-B, 3-SLOW"
     assert _attempts(tmp_path) == {"3-a": 1, "3-b": 1, "3-slow": 1}
+
+
+# -- the same views as a snapshot store's: the review page, the diagram, the runs list ------------------------
+
+
+def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(launched: str) -> None:
+    from agentfsm.durable import DurableRuns
+    from agentfsm.web import create_app
+    from tests.test_web import ASGIClient, csrf_and_seq
+
+    confirmed = durable_agents.confirmed
+    with pytest.raises(HITLBreakpointException):
+        confirmed.run(user("11"), run_id="page-waiting")
+    plain.run(user("12"), run_id="page-done")
+    runs = DurableRuns(DBOS, confirmed)
+    client = ASGIClient(create_app(runs, confirmed.agent, resume=runs.decide))
+    try:
+        listing = client.get("/").text
+        assert "page-waiting" in listing and "waiting for approval" in listing
+        assert "page-done" in listing and "<td class='status'>done</td>" in listing and "<td>text</td>" in listing
+        done = client.get("/runs/page-done").text
+        assert "done: 12-A, 12-B" in done and "EXIT_CHECK" in done
+        page = client.get("/runs/page-waiting").text
+        assert "call-11-a" in page and "call-11-b" in page
+        form = {**csrf_and_seq(page), "action:call-11-b": "reject", "feedback:call-11-b": "no"}
+        sent = client.post("/runs/page-waiting/decide", data=form)
+        assert sent.status_code == 303, sent.text
+        result = DBOS.retrieve_workflow("page-waiting/1").get_result()  # a worker of the queue ran it: here
+        assert result["done"]["exit_reason"] == "text"
+        again = client.post("/runs/page-waiting/decide", data=form)
+        assert again.status_code == 409  # that pause is decided
+        history = runs.history("page-waiting")
+        assert [(i.seq, i.phase) for i in history] == [(0, Phase.CONFIRM), (1, Phase.EXIT_CHECK)]
+        assert runs.load("page-waiting", 0).phase is Phase.CONFIRM
+    finally:
+        client.close()
+
+
+def test_the_command_line_draws_and_lists_durable_runs(launched: str, tmp_path: Path) -> None:
+    confirmed = durable_agents.confirmed
+    with pytest.raises(HITLBreakpointException):
+        confirmed.run(user("13"), run_id="drawn")
+    drawn = _cli("diagram", "--system-db", launched, "--run", "drawn", "--agent", "tests.durable_agents:confirmed")
+    assert drawn.returncode == 0, drawn.stderr
+    assert "CONFIRM" in drawn.stdout and "classDef current" in drawn.stdout
+    listed = _cli("runs", "--system-db", launched)
+    assert listed.returncode == 0 and "drawn" in listed.stdout and "paused" in listed.stdout
+    missing = _cli("diagram", "--system-db", launched)
+    assert missing.returncode == 1 and "--run RUN_ID" in missing.stderr
