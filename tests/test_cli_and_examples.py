@@ -107,8 +107,21 @@ def test_ready_hooks_example_runs() -> None:
     assert "rejected by the user. With feedback: never delete files" in done.stdout
 
 
+def test_scaling_out_example_runs() -> None:
+    done = run("examples/scaling_out.py")
+    assert done.returncode == 0, done.stderr
+    assert "ann: Done: ann: 120 EUR." in done.stdout and "bob: Done: bob: 120 EUR." in done.stdout
+    assert "waits for a decision on pay" in done.stdout
+    assert "paused runs: ['rent']" in done.stdout
+    assert "run rent continues as workflow rent/1 (1 decisions)" in done.stdout
+    assert "rent: Done: paid 900 to landlord." in done.stdout
+    assert "Duplicate registration" not in done.stdout + done.stderr
+
+
 def test_every_example_is_tested() -> None:
     tested = {
+        "scaling_out.py",
+        "durable_clerk.py",  # the agent scaling_out.py's worker runs
         "quickstart.py",
         "pause_and_resume.py",
         "durable_run.py",
