@@ -66,6 +66,7 @@ from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.state import State
 from agentfsm.stores.base import RunInfo, SnapshotInfo
 from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
+from agentfsm.workers import run_in_worker
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
 DEFAULT_QUEUE = "agentfsm"
@@ -274,6 +275,9 @@ def _idempotent(call: PreparedCall) -> bool:
 
 
 # -- runs and their workflows -------------------------------------------------------------------------------
+
+#: ``Agent.run`` options that hold objects of the calling process, or are about snapshot stores.
+_IN_PROCESS_ONLY = frozenset({"streaming_callback", "hook_context", "tools", "fork", "take_over", "strict"})
 
 _CONTINUATION = re.compile(r"^(?P<run>.+)/(?P<segment>[1-9][0-9]*)$")
 
@@ -579,6 +583,12 @@ class DurableAgent:
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
         if run_id is not None and (not run_id or _CONTINUATION.match(run_id)):
             raise ConfigurationError(f"A durable run id must not be empty or end in '/<number>', got {run_id!r}.")
+        unsupported = sorted(set(state) & _IN_PROCESS_ONLY)
+        if unsupported:
+            raise ConfigurationError(
+                f"{unsupported} are Agent.run options a durable run does not take: its workflow may go on in "
+                "another process, which has no callback or request objects of this one (and no snapshot store)."
+            )
         bp = break_point.break_point if isinstance(break_point, AgentBreakpoint) else break_point
         request = {
             "run_id": run_id or uuid.uuid4().hex,
@@ -666,6 +676,30 @@ class DurableAgent:
             raise ConfigurationError("decisions= are for a paused run: pass its snapshot= too.")
         request = self._request(messages or [], run_id, system_prompt, break_point, state)
         return self._run_here(request, request["run_id"], lambda: _taken(request["run_id"]))
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage] | None = None,
+        *,
+        run_id: str | None = None,
+        system_prompt: str | None = None,
+        break_point: AgentBreakpoint | Breakpoint | None = None,
+        snapshot: AgentSnapshot | dict[str, Any] | None = None,
+        decisions: Sequence[Any] = (),
+        **state: Any,
+    ) -> dict[str, Any]:
+        """``run`` for event loops: the workflow runs in a worker thread (its steps and hooks are sync)."""
+        call = functools.partial(
+            self.run,
+            messages,
+            run_id=run_id,
+            system_prompt=system_prompt,
+            break_point=break_point,
+            snapshot=snapshot,
+            decisions=decisions,
+            **state,
+        )
+        return await run_in_worker(call)
 
     def _run_here(self, request: dict[str, Any], workflow_id: str, taken: Callable[[], Exception]) -> dict[str, Any]:
         """Run workflow ``workflow_id`` in this thread (as durable as in the background, without waiting for it)."""

@@ -131,6 +131,21 @@ def test_a_durable_run_gives_the_in_process_result_with_one_step_per_model_and_t
     assert [r["dest"] for r in final.trace][-1] == "EXIT_CHECK"
 
 
+async def test_run_async_runs_the_workflow_off_the_event_loop(launched: str) -> None:
+    result = await plain.run_async(user("1"), run_id="a1")
+    assert result["last_message"].text == "done: 1-A, 1-B"
+    with pytest.raises(HITLBreakpointException) as paused:
+        await durable_agents.confirmed.run_async(user("2"), run_id="a2")
+    decisions = [ToolExecutionDecision("effect", True, "call-2-a"), ToolExecutionDecision("effect", True, "call-2-b")]
+    done = await durable_agents.confirmed.run_async(snapshot=paused.value.snapshot, decisions=decisions)
+    assert done["last_message"].text == "done: 2-A, 2-B"
+
+
+def test_options_that_hold_objects_of_this_process_are_refused(launched: str) -> None:
+    with pytest.raises(ValueError, match=r"\['hook_context', 'streaming_callback'\] are Agent.run options"):
+        plain.run(user("1"), hook_context={"user": 1}, streaming_callback=print)
+
+
 def test_the_step_sequence_is_the_same_with_cold_and_warm_caches(launched: str) -> None:
     """Nothing adds a step when a cache is warm: the second run has the first one's steps."""
     plain.run(user("1"), run_id="cold")
