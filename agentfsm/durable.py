@@ -33,7 +33,7 @@ from typing import Any, Protocol, assert_never
 
 import dbos._dbos as dbos_core
 from dbos import DBOS, DBOSClient, SetWorkflowID
-from dbos._error import DBOSBaseException, DBOSException, DBOSWorkflowIDInUseError
+from dbos import error as dbos_errors
 
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
@@ -200,7 +200,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
                     raise action.error
                 case _:
                     assert_never(action)
-        except (EndOfRecord, DBOSException, DBOSBaseException):
+        except (EndOfRecord, dbos_errors.DBOSException, dbos_errors.DBOSBaseException):
             raise  # not the run's own error: DBOS's, or the end of what a workflow recorded
         except BaseException as exc:
             if not run.fail(exc):
@@ -448,7 +448,7 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_s
     enqueue = getattr(db, "enqueue_workflow_with_options", None) or db.enqueue
     try:
         handle = enqueue(options, c.request)
-    except DBOSWorkflowIDInUseError:
+    except dbos_errors.DBOSWorkflowIDInUseError:
         raise c.decided_already() from None
     return str(handle.workflow_id)
 
@@ -631,7 +631,7 @@ class DurableAgent:
             }
             try:
                 handle: Any = client.enqueue(options, request)  # type: ignore[arg-type]
-            except DBOSWorkflowIDInUseError:
+            except dbos_errors.DBOSWorkflowIDInUseError:
                 raise _taken(workflow_id) from None
             return DurableRun(self, workflow_id, handle.workflow_id, client)
         _check_launched()
@@ -641,7 +641,7 @@ class DurableAgent:
                     handle = DBOS.enqueue_workflow(self.queue, self._workflow, request)
                 else:
                     handle = DBOS.start_workflow(self._workflow, request)
-        except DBOSWorkflowIDInUseError:
+        except dbos_errors.DBOSWorkflowIDInUseError:
             raise _taken(workflow_id) from None
         return DurableRun(self, workflow_id, handle.workflow_id)
 
@@ -707,7 +707,7 @@ class DurableAgent:
         try:
             with SetWorkflowID(workflow_id, workflow_id_reuse_policy="reject"):
                 output = self._workflow(request)
-        except DBOSWorkflowIDInUseError:
+        except dbos_errors.DBOSWorkflowIDInUseError:
             raise taken() from None
         return self.outcome(output, workflow_id)
 

@@ -19,7 +19,7 @@ import pytest
 from dbos import DBOS, DBOSClient
 
 from agentfsm import Agent, ChatMessage, State, hook, tool
-from agentfsm.durable import DurableAgent, launch
+from agentfsm.durable import DurableAgent, DurableRun, decide, launch
 from agentfsm.errors import (
     DecisionError,
     DurabilityError,
@@ -217,9 +217,14 @@ def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: st
     with pytest.raises(DecisionError, match="is done, not paused"):
         plain.resume("done-run", [ToolExecutionDecision("effect", True, "call-7-a")])
     # The run still waits, and goes on with decisions that fit.
-    handle = confirmed.resume(
-        "h2", [ToolExecutionDecision("effect", True, "call-6-a"), ToolExecutionDecision("effect", True, "call-6-b")]
+    # Decided through the Python API a process without the agent uses (a DBOSClient underneath).
+    continued = decide(
+        launched,
+        "h2",
+        [ToolExecutionDecision("effect", True, "call-6-a"), ToolExecutionDecision("effect", True, "call-6-b")],
     )
+    assert continued == "h2/1"
+    handle = DurableRun(confirmed, "h2", continued)
     assert handle.result()["last_message"].text == "done: 6-A, 6-B"
     with pytest.raises(DecisionError, match="is done, not paused"):
         confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-6-a")])
