@@ -452,15 +452,9 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
     # The durable rows write to files: the kernel's writeback of what this process and pip wrote
     # before would otherwise land in their timed runs (seen as medians 40% above their minimums).
     os.sync()
-    done = subprocess.run(
-        [str(python), str(HERE / "peers" / "workloads.py"), str(steps), str(runs)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        return {"error": f"the workload failed: {done.stderr.strip()[-300:]}"}
-    measured: dict[str, Any] = json.loads(done.stdout)
+    measured = run_script(python, "workloads.py", "the workload", steps, runs)
+    if "error" in measured:
+        return measured
     for row in measured["runs"].values():
         if "error" in row and row["framework"] in not_installed:
             row["error"] = f"not installed: {not_installed[row['framework']]}"
@@ -473,11 +467,16 @@ def model_clients(python: Path, pip_install: Callable[..., str | None], runs: in
     failed = pip_install(*CLIENT_SDKS)
     if failed is not None:
         return {"error": f"the SDKs could not be installed: {failed}"}
+    return run_script(python, "clients.py", "the clients' benchmark", runs)
+
+
+def run_script(python: Path, script: str, what: str, *args: object) -> dict[str, Any]:
+    """The JSON that ``peers/<script>`` prints when ``python`` runs it, or ``{"error": why}`` when it fails."""
     done = subprocess.run(
-        [str(python), str(HERE / "peers" / "clients.py"), str(runs)], capture_output=True, text=True, check=False
+        [str(python), str(HERE / "peers" / script), *map(str, args)], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        return {"error": f"the clients' benchmark failed: {done.stderr.strip()[-300:]}"}
+        return {"error": f"{what} failed: {done.stderr.strip()[-300:]}"}
     measured: dict[str, Any] = json.loads(done.stdout)
     return measured
 
@@ -492,16 +491,7 @@ def durable_runs(python: Path, steps: int, runs: int, throughput_runs: int) -> d
 
     def measure(url: str) -> dict[str, Any]:
         os.sync()
-        done = subprocess.run(
-            [str(python), str(HERE / "peers" / "durable.py"), url, str(steps), str(runs), str(throughput_runs)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            return {"error": f"the durable benchmark failed: {done.stderr.strip()[-300:]}"}
-        measured: dict[str, Any] = json.loads(done.stdout)
-        return measured
+        return run_script(python, "durable.py", "the durable benchmark", url, steps, runs, throughput_runs)
 
     out: dict[str, Any] = {}
     pinned = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None

@@ -360,6 +360,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def kill_during_the_slow_call(worker: Worker, client: DBOSClient, tmp_path: Path, run_id: str, slow: str) -> None:
+    """``kill -9`` the worker while the run's slow call runs, once its two quick calls are recorded."""
+    _wait(lambda: [n for _, n in step_names(run_id, client)].count("tool") == 2, "two recorded calls")
+    _wait(lambda: _attempts(tmp_path)[slow] == 1, "the slow call")
+    worker.kill()
+
+
 def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_calls(
     system_db: str, tmp_path: Path
 ) -> None:
@@ -369,10 +376,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
     client = DBOSClient(system_database_url=system_db)
     try:
         handle = durable_agents.killable.start(user("7"), run_id="k1", client=client)
-        # Killed while the slow call runs, after the two quick ones were recorded.
-        _wait(lambda: [n for _, n in step_names("k1", client)].count("tool") == 2, "two recorded calls")
-        _wait(lambda: _attempts(tmp_path)["7-slow"] == 1, "the slow call")
-        worker.kill()
+        kill_during_the_slow_call(worker, client, tmp_path, "k1", "7-slow")
         # Where the run stands now, from its checkpoints: two calls done, the slow one started.
         snapshot = durable_agents.killable.snapshot("k1", client)
         assert snapshot.phase is Phase.TOOL_RUN
@@ -402,9 +406,7 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
     client = DBOSClient(system_database_url=system_db)
     try:
         handle = durable_agents.killable_once.start(user("8"), run_id="k2", client=client)
-        _wait(lambda: [n for _, n in step_names("k2", client)].count("tool") == 2, "two recorded calls")
-        _wait(lambda: _attempts(tmp_path)["8-slow"] == 1, "the slow call")
-        worker.kill()
+        kill_during_the_slow_call(worker, client, tmp_path, "k2", "8-slow")
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
         with pytest.raises(Exception, match="outcome is unknown") as paused:
@@ -416,8 +418,8 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
         approved = _cli("approve", "k2", "--system-db", system_db, "--approve", "call-8-slow")
         assert approved.returncode == 0, approved.stderr
         assert "continues as workflow k2/1" in approved.stdout
-        result = durable_agents.killable_once.result("k2", client) if _done(client, "k2/1") else None
-        assert result is not None
+        client.retrieve_workflow("k2/1").get_result(polling_interval_sec=0.05)  # a worker ran it
+        result = durable_agents.killable_once.result("k2", client)
         again = _cli("approve", "k2", "--system-db", system_db)
         assert again.returncode == 1 and "not paused" in again.stderr
     finally:
@@ -426,11 +428,6 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
     expected = durable_agents.killable_once.agent.run(user("8"))
     assert comparable_result(result) == comparable_result(expected)
     assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 2}
-
-
-def _done(client: DBOSClient, workflow_id: str) -> bool:
-    client.retrieve_workflow(workflow_id).get_result(polling_interval_sec=0.05)
-    return True
 
 
 def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Path) -> None:

@@ -1,0 +1,182 @@
+"""The durable driver: a run's I/O actions as DBOS steps, and what its workflow ends with.
+
+Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
+model call, tool call, confirmation and hook point is a step whose output is its checkpoint. A
+workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
+fields, in DONE).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, assert_never
+
+from dbos import error as dbos_errors
+
+from agentfsm.drivers import ask_strategies, run_hooks
+from agentfsm.durable.steps import EndOfRecord, Steps
+from agentfsm.machine import PHASE_WORK, Phase
+from agentfsm.messages import ChatMessage
+from agentfsm.runtime import (
+    AgentRun,
+    CallModel,
+    Confirm,
+    Fail,
+    Finish,
+    Pause,
+    RunHooks,
+    RunTools,
+    TransitionRecord,
+    bad_model_output,
+    run_result,
+)
+from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.snapshot import AgentSnapshot, now_iso
+from agentfsm.state import State
+from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
+
+
+def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]:
+    """Perform a run's I/O as steps until it finishes or pauses: the workflow's output.
+
+    ``{"done": result}`` for a finished run (its result as data), ``{"paused": snapshot}`` for a
+    paused one; a failed run raises its error. Same decisions as ``drive_sync``: only the I/O differs.
+    """
+    while True:
+        try:
+            action = run.next_action()
+            match action:
+                case CallModel():
+                    output = steps.run("model", functools.partial(_call_model, generator, action))
+                    run.model_replied({"replies": [ChatMessage.from_dict(m) for m in output["replies"]]})
+                case RunTools():
+                    _run_tools(run, action.calls, steps)
+                case Confirm():
+                    decisions = steps.run("confirm", functools.partial(_confirm, run, action))
+                    run.decided(decisions)
+                case RunHooks():
+                    ran: list[bool] = []
+                    record = steps.run(f"hooks:{action.point.value}", functools.partial(_hooks, run, action, ran))
+                    if not ran:  # recorded: the State the hooks left
+                        _restore_state(run.state, record)
+                    run.hooks_ran(action.point)
+                case Pause():
+                    return {"paused": action.snapshot.to_dict()}
+                case Finish():
+                    return {"done": result_record(run)}
+                case Fail():
+                    raise action.error
+                case _:
+                    assert_never(action)
+        except (EndOfRecord, dbos_errors.DBOSException, dbos_errors.DBOSBaseException):
+            raise  # not the run's own error: DBOS's, or the end of what a workflow recorded
+        except BaseException as exc:
+            if not run.fail(exc):
+                raise
+
+
+def _call_model(generator: Any, action: CallModel) -> dict[str, Any]:
+    output = generator.run(messages=action.messages, tools=action.tools or None, streaming_callback=None)
+    replies = output.get("replies") if isinstance(output, dict) else None
+    if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
+        raise bad_model_output(output)
+    return {"replies": [r.to_dict() for r in replies]}
+
+
+def _confirm(run: AgentRun, action: Confirm) -> list[dict[str, Any] | None]:
+    return [d if d is None or isinstance(d, dict) else d.to_dict() for d in ask_strategies(run, action)]
+
+
+def _hooks(run: AgentRun, action: RunHooks, ran: list[bool]) -> dict[str, Any]:
+    run_hooks(run, action)
+    ran.append(True)
+    return _state_record(run.state)
+
+
+def _state_record(state: State) -> dict[str, Any]:
+    data = state.data
+    return {
+        "messages": [m.to_dict() for m in data.get("messages") or []],
+        "values": serialize_value({k: v for k, v in data.items() if k != "messages"}),
+    }
+
+
+def _restore_state(state: State, record: dict[str, Any]) -> None:
+    state.restore(
+        {**deserialize_value(record["values"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
+    )
+
+
+def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
+    """Each ready call a step; a call an earlier attempt started and never finished is in doubt."""
+    ready = [c for c in calls if c.status is CallStatus.READY]
+    fresh: list[bool] = []  # the journal step ran here: no earlier attempt started these calls
+
+    def journal() -> list[str]:
+        fresh.append(True)
+        return [c.key for c in ready]
+
+    if any(not _idempotent(c) for c in ready):
+        steps.run("tools_started", journal)
+
+    def call(c: PreparedCall) -> dict[str, Any]:
+        if not fresh and not _idempotent(c):
+            return {"outcome_unknown": True}
+        return run.config.invoker.invoke(c).to_dict()
+
+    def done(i: int, output: dict[str, Any]) -> None:
+        c = ready[i]
+        if output.get("outcome_unknown"):
+            c.status = CallStatus.UNKNOWN
+            return
+        c.status, c.outcome = CallStatus.DONE, CallOutcome.from_dict(output)
+        run.tool_completed(c)
+
+    if ready:
+        steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
+    if not run.pause_in_doubt():
+        run.tools_ran()
+
+
+def _idempotent(call: PreparedCall) -> bool:
+    return call.tool is not None and call.tool.idempotent
+
+
+def result_record(run: AgentRun) -> dict[str, Any]:
+    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
+    return {
+        **run.snapshot_fields(),
+        "phase": run.phase.value,
+        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
+        "trace": [r.to_dict() for r in run.trace],
+        "created_at": now_iso(),
+    }
+
+
+def result_from_record(record: dict[str, Any]) -> dict[str, Any]:
+    """``Agent.run``'s result for a finished run's record."""
+    data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
+    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
+
+
+def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
+    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
+
+    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
+    """
+    return AgentSnapshot.from_dict(
+        {
+            **record,
+            "phase": Phase.EXIT_CHECK.value,
+            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
+            "trace": record["trace"][:-1],
+            "seq": segment,
+        }
+    )
+
+
+def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:
+    """The snapshot a workflow's output holds when its run paused (numbered by the segment it ended)."""
+    if not isinstance(output, dict) or "paused" not in output:
+        return None
+    return AgentSnapshot.from_dict(output["paused"]).model_copy(update={"seq": segment})

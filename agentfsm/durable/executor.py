@@ -1,0 +1,38 @@
+"""Launching DBOS in a process that runs durable runs (a worker, or an application)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbos import DBOS
+
+from agentfsm.durable.records import DEFAULT_QUEUE
+
+
+def launch(
+    system_database_url: str,
+    *,
+    app_name: str = "agentfsm",
+    executor_id: str | None = None,
+    queues: dict[str, int | None] | None = None,
+    polling_interval: float = 0.1,
+    log_level: str = "WARNING",
+) -> None:
+    """Configure and launch DBOS in this process, and listen to the durable agents' queues.
+
+    ``executor_id``: give each worker its own, stable across restarts: a restarted worker recovers
+    the workflows its previous life left unfinished. ``queues``: the per-worker concurrency limit of
+    each queue (default: the ``agentfsm`` queue, unlimited). ``polling_interval``: how often, in
+    seconds, the worker looks for queued runs (DBOS's default is 1 s: a second's wait per run).
+    """
+    limits = queues if queues is not None else {DEFAULT_QUEUE: None}
+    config: dict[str, Any] = {"name": app_name, "system_database_url": system_database_url, "log_level": log_level}
+    if executor_id is not None:
+        config["executor_id"] = executor_id
+    DBOS(config=config)  # type: ignore[arg-type]
+    DBOS.listen_queues(list(limits))
+    DBOS.launch()
+    for queue, limit in limits.items():
+        DBOS.register_queue(
+            queue, worker_concurrency=limit, on_conflict="always_update", polling_interval_sec=polling_interval
+        )
