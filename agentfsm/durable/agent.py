@@ -286,7 +286,8 @@ class DurableAgent:
 
         A paused run's snapshot is its workflow's output, a finished one's is where it stood last
         (``final_snapshot``); a running (or crashed) one's is rebuilt by driving the run over the
-        steps its workflow recorded so far. A failed run has its error instead (``DurabilityError`` says it).
+        steps its workflow recorded so far, and a failed one's the same way, up to where it failed
+        (its error: ``find_run(db, run_id).error``).
         """
         return self.view(find_run(db, run_id), db)
 
@@ -296,8 +297,6 @@ class DurableAgent:
             return record.paused
         if record.done is not None:
             return final_snapshot(record.done, record.segment)
-        if record.status == "failed":
-            raise DurabilityError(f"Run {record.run_id} failed ({record.workflow_status}): {record.error!r}")
         run = self._run_for(record.request)
         steps = RecordedSteps(record.workflow_id, db.list_workflow_steps(record.workflow_id))
         try:

@@ -71,6 +71,8 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
         except (EndOfRecord, dbos_errors.DBOSException, dbos_errors.DBOSBaseException):
             raise  # not the run's own error: DBOS's, or the end of what a workflow recorded
         except BaseException as exc:
+            if steps.reading:  # a failed run is shown where it failed, before its fail edge
+                raise EndOfRecord from exc
             if not run.fail(exc):
                 raise
 

@@ -15,6 +15,10 @@ from agentfsm.errors import SnapshotError
 class Steps(Protocol):
     """Runs a run's steps: each one's output is its checkpoint."""
 
+    #: The steps are read back from a record, to show where a run stands: nothing runs, and the
+    #: run's first error (a failed run's) ends the record.
+    reading: bool
+
     def run(self, name: str, body: Callable[[], Any]) -> Any:
         """The step's output: ``body()``'s, or the one recorded for it."""
 
@@ -28,6 +32,8 @@ class WorkflowSteps:
     ``run_each`` draws the steps' ids in order before any runs (``DBOS.reserve_step``), so a
     recovered workflow finds each output under the same id whatever order they finished in.
     """
+
+    reading = False
 
     def __init__(self, pool: ThreadPoolExecutor | None) -> None:
         self._pool = pool
@@ -65,6 +71,8 @@ class EndOfRecord(Exception):
 
 class RecordedSteps:
     """The steps a workflow recorded, given back in the order the run asks for them."""
+
+    reading = True
 
     def __init__(self, workflow_id: str, steps: Sequence[Any]) -> None:
         self._workflow_id = workflow_id

@@ -8,7 +8,7 @@ from typing import Any
 from agentfsm.durable.agent import DurableAgent
 from agentfsm.durable.driver import final_snapshot
 from agentfsm.durable.records import RunRecord, continue_run, newest_workflows, run_workflows
-from agentfsm.errors import DurabilityError, SnapshotError
+from agentfsm.errors import SnapshotError
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import RunInfo, SnapshotInfo
 
@@ -27,14 +27,13 @@ class DurableRuns:
         self.durable = durable
 
     def _view(self, record: RunRecord) -> AgentSnapshot:
-        if record.paused is None and record.done is None and self.durable is None:
-            raise SnapshotError(f"Run {record.run_id} is {record.status}: its DurableAgent derives where it stands.")
-        if self.durable is None:
-            return record.paused or final_snapshot(record.done or {}, record.segment)
-        try:
+        if self.durable is not None:
             return self.durable.view(record, self.db)
-        except DurabilityError as exc:
-            raise SnapshotError(str(exc)) from None
+        if record.paused is not None:
+            return record.paused
+        if record.done is not None:
+            return final_snapshot(record.done, record.segment)
+        raise SnapshotError(f"Run {record.run_id} is {record.status}: its DurableAgent derives where it stands.")
 
     def runs(self) -> list[RunInfo]:
         """Every run, most recently updated first (``active`` while its workflow runs or waits to)."""
