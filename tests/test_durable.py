@@ -623,3 +623,26 @@ def test_the_command_line_draws_and_lists_durable_runs(launched: str, tmp_path: 
     assert listed.returncode == 0 and "drawn" in listed.stdout and "paused" in listed.stdout
     missing = _cli("diagram", "--system-db", launched)
     assert missing.returncode == 1 and "--run RUN_ID" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("durable", "state"), [(plain, {}), (stateful, {"notes": [], "prefix": "p:"})], ids=["tools", "hooks and State"]
+)
+def test_the_snapshot_derived_after_any_step_resumes_to_the_uninterrupted_result(
+    launched: str, durable: DurableAgent, state: dict[str, Any]
+) -> None:
+    """Cut a finished run's record after each of its steps: the snapshot derived there resumes to the same result."""
+    from agentfsm.durable import RecordedSteps, drive_durable
+    from agentfsm.durable.steps import EndOfRecord
+    from tests.helpers import rerun_in_doubt
+
+    result = durable.run(user("5"), run_id="whole", **state)
+    steps = DBOS.list_workflow_steps("whole")
+    request = find_run(DBOS, "whole").request
+    for cut in range(len(steps)):
+        run = durable._run_for(request)
+        with pytest.raises(EndOfRecord):
+            drive_durable(run, durable.agent.chat_generator, RecordedSteps("whole", steps[:cut]))
+        snapshot = run.make_snapshot()
+        resumed = durable.agent.run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
+        assert comparable_result(resumed) == comparable_result(result), f"cut after {cut} steps"
