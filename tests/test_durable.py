@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,8 @@ from typing import Any
 import orjson
 import pytest
 from dbos import DBOS, DBOSClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentfsm import Agent, ChatMessage, State, hook, tool
 from agentfsm.durable import DurableAgent, DurableRun, decide, find_run, launch
@@ -28,12 +31,13 @@ from agentfsm.errors import (
     StaleSnapshotError,
     ToolInvocationError,
 )
+from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
 from agentfsm.machine import Phase
-from agentfsm.testing import comparable_result
+from agentfsm.testing import HOOK_CALLS, comparable_result, hook_sets, scripted_conversations
 from tests import durable_agents
 from tests.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
-from tests.helpers import RESUME_SCHEMA, call, remember
+from tests.helpers import RESUME_SCHEMA, add, call, remember
 from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +89,10 @@ def note_step(state: State) -> None:
     state.set("notes", [f"before model call {state.get('step_count') + 1}"])
 
 
+starting = DurableAgent(
+    Agent(chat_generator=TurnModel(), tools=[effect], state_schema=RESUME_SCHEMA, hooks={"before_run": [note_step]}),
+    "starting",
+)
 stateful = DurableAgent(
     Agent(
         chat_generator=TurnModel(tool="remember", argument="text"),
@@ -97,12 +105,24 @@ stateful = DurableAgent(
 
 
 @pytest.fixture
+def launched_without_queues(tmp_path: Path) -> Iterator[str]:
+    """DBOS launched in this process, listening to no queue (no thread of it draws random numbers while hypothesis does)."""
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    launch(url, executor_id="pytest", queues={})
+    yield url
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+@pytest.fixture
 def launched(tmp_path: Path) -> Iterator[str]:
     """DBOS launched in this process on a fresh SQLite system database."""
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     launch(url, executor_id="pytest")
     yield url
     DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+USER = [ChatMessage.from_user("go")]
 
 
 def user(text: str) -> list[ChatMessage]:
@@ -646,3 +666,53 @@ def test_the_snapshot_derived_after_any_step_resumes_to_the_uninterrupted_result
         snapshot = run.make_snapshot()
         resumed = durable.agent.run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
         assert comparable_result(resumed) == comparable_result(result), f"cut after {cut} steps"
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(script=scripted_conversations([add], max_replies=4), hooks=hook_sets(max_per_point=1), cut=st.integers(0, 40))
+def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
+    launched_without_queues: str, script: list[ChatMessage], hooks: dict[str, list[Any]], cut: int
+) -> None:
+    """Generated conversations and hooks: the same result durable as in-process, each hook once; and the
+    snapshot derived from the record cut after any step resumes, in-process, to that result."""
+    from agentfsm.durable import RecordedSteps, drive_durable
+    from agentfsm.durable.steps import EndOfRecord
+    from tests.helpers import rerun_in_doubt
+
+    def agent(position: int = 0) -> Agent:
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=[add], hooks=hooks)
+
+    HOOK_CALLS.clear()
+    expected = agent().run(USER)
+    hooks_in_process = list(HOOK_CALLS)
+    HOOK_CALLS.clear()
+    run_id = f"generated-{uuid.uuid4().hex[:12]}"
+    durable = DurableAgent(agent(), run_id)  # registered after launch: this process runs it
+    result = durable.run(USER, run_id=run_id)
+    assert comparable_result(result) == comparable_result(expected)
+    assert hooks_in_process == HOOK_CALLS
+    steps = DBOS.list_workflow_steps(run_id)
+    run = durable._run_for(find_run(DBOS, run_id).request)
+    try:
+        drive_durable(run, durable.agent.chat_generator, RecordedSteps(run_id, steps[: cut % (len(steps) + 1)]))
+    except EndOfRecord:
+        if run.phase is Phase.IDLE:  # cut before its first step: a recovered workflow starts it over
+            return
+        snapshot = run.make_snapshot()
+        resumed = agent(position=snapshot.step).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
+        assert comparable_result(resumed) == comparable_result(expected)
+
+
+def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_without_queues: str) -> None:
+    plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
+    assert find_run(DBOS, "queued").status == "running"
+    snapshot = plain.snapshot("queued")
+    assert (snapshot.phase, snapshot.step, len(snapshot.messages)) == (Phase.LLM_CALL, 0, 1)
+    # With a before_run hook, its first phase is IDLE's work: no snapshot yet, as in a snapshot store.
+    starting.start(user("1"), run_id="queued-hooked", queued=True)
+    with pytest.raises(SnapshotError, match=r"has not started yet \(workflow queued-hooked is ENQUEUED\)"):
+        starting.snapshot("queued-hooked")

@@ -27,6 +27,7 @@ from agentfsm.durable.records import (
 )
 from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
+from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import AgentRun
 from agentfsm.serialization import deserialize_value, serialize_value
@@ -302,6 +303,11 @@ class DurableAgent:
         try:
             output: dict[str, Any] = drive_durable(run, self.agent.chat_generator, steps)
         except EndOfRecord:
+            if run.phase is Phase.IDLE:  # as a snapshot store, no snapshot before the run's first phase
+                raise SnapshotError(
+                    f"Run {record.run_id} has not started yet (workflow {record.workflow_id} is "
+                    f"{record.workflow_status}): it has no snapshot before its first phase."
+                ) from None
             return run.make_snapshot().model_copy(update={"seq": record.segment})
         # Every step recorded: the workflow is writing its output now.
         paused = paused_snapshot(output, record.segment)
