@@ -716,3 +716,18 @@ def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_witho
     starting.start(user("1"), run_id="queued-hooked", queued=True)
     with pytest.raises(SnapshotError, match=r"has not started yet \(workflow queued-hooked is ENQUEUED\)"):
         starting.snapshot("queued-hooked")
+
+
+def test_workers_hosting_different_agents_share_the_queue(tmp_path: Path) -> None:
+    """DBOS versions an application by its registered workflows: a worker with other agents must still take these runs."""
+    from examples.durable_clerk import durable as clerk
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = Worker(url, "examples.durable_clerk:durable", "clerk-worker", _env(tmp_path))
+    launch(url, executor_id="app", queues={})  # this process registers many more durable agents
+    try:
+        handle = clerk.start(user("balance ann"), run_id="mixed", queued=True)
+        assert handle.result()["last_message"].text == "Done: ann: 120 EUR."
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        worker.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
 from dbos import DBOS
@@ -16,6 +17,7 @@ def launch(
     executor_id: str | None = None,
     queues: dict[str, int | None] | None = None,
     polling_interval: float = 0.1,
+    application_version: str | None = None,
     log_level: str = "WARNING",
 ) -> None:
     """Configure and launch DBOS in this process, and listen to the durable agents' queues.
@@ -24,9 +26,19 @@ def launch(
     the workflows its previous life left unfinished. ``queues``: the per-worker concurrency limit of
     each queue (default: the ``agentfsm`` queue, unlimited). ``polling_interval``: how often, in
     seconds, the worker looks for queued runs (DBOS's default is 1 s: a second's wait per run).
+
+    ``application_version``: DBOS recovers and dequeues a workflow only in executors of its version.
+    Its default is a hash of the workflows a process registers, so a worker hosting other durable
+    agents would be another version and leave these runs alone; here it is agentfsm's version: the
+    workflow code is agentfsm's driver, and each run checks its agent's fingerprint itself.
     """
     limits = queues if queues is not None else {DEFAULT_QUEUE: None}
-    config: dict[str, Any] = {"name": app_name, "system_database_url": system_database_url, "log_level": log_level}
+    config: dict[str, Any] = {
+        "name": app_name,
+        "system_database_url": system_database_url,
+        "application_version": application_version or f"agentfsm-{version('agentfsm')}",
+        "log_level": log_level,
+    }
     if executor_id is not None:
         config["executor_id"] = executor_id
     DBOS(config=config)  # type: ignore[arg-type]
