@@ -680,6 +680,7 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
     """Generated conversations and hooks: the same result durable as in-process, each hook once; and the
     snapshot derived from the record cut after any step resumes, in-process, to that result."""
     from agentfsm.durable import RecordedSteps, drive_durable
+    from agentfsm.durable.driver import snapshot_where
     from agentfsm.durable.steps import EndOfRecord
     from tests.helpers import rerun_in_doubt
 
@@ -700,9 +701,9 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
     try:
         drive_durable(run, durable.agent.chat_generator, RecordedSteps(run_id, steps[: cut % (len(steps) + 1)]))
     except EndOfRecord:
-        if run.phase is Phase.IDLE:  # cut before its first step: a recovered workflow starts it over
+        if run.phase is Phase.IDLE:  # cut before its first phase: no snapshot, a recovered workflow starts over
             return
-        snapshot = run.make_snapshot()
+        snapshot = snapshot_where(run, 0)
         resumed = agent(position=snapshot.step).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
         assert comparable_result(resumed) == comparable_result(expected)
 
@@ -714,7 +715,7 @@ def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_witho
     assert (snapshot.phase, snapshot.step, len(snapshot.messages)) == (Phase.LLM_CALL, 0, 1)
     # With a before_run hook, its first phase is IDLE's work: no snapshot yet, as in a snapshot store.
     starting.start(user("1"), run_id="queued-hooked", queued=True)
-    with pytest.raises(SnapshotError, match=r"has not started yet \(workflow queued-hooked is ENQUEUED\)"):
+    with pytest.raises(SnapshotError, match=r"has not started yet.*\(workflow queued-hooked is ENQUEUED\)"):
         starting.snapshot("queued-hooked")
 
 

@@ -16,7 +16,13 @@ from dbos import error as dbos_errors
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
 from agentfsm.drivers import pause_exception
-from agentfsm.durable.driver import drive_durable, final_snapshot, paused_snapshot, result_from_record
+from agentfsm.durable.driver import (
+    drive_durable,
+    final_snapshot,
+    paused_snapshot,
+    result_from_record,
+    snapshot_where,
+)
 from agentfsm.durable.records import (
     CONTINUATION,
     DEFAULT_QUEUE,
@@ -27,7 +33,6 @@ from agentfsm.durable.records import (
 )
 from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
-from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import AgentRun
 from agentfsm.serialization import deserialize_value, serialize_value
@@ -303,12 +308,10 @@ class DurableAgent:
         try:
             output: dict[str, Any] = drive_durable(run, self.agent.chat_generator, steps)
         except EndOfRecord:
-            if run.phase is Phase.IDLE:  # as a snapshot store, no snapshot before the run's first phase
-                raise SnapshotError(
-                    f"Run {record.run_id} has not started yet (workflow {record.workflow_id} is "
-                    f"{record.workflow_status}): it has no snapshot before its first phase."
-                ) from None
-            return run.make_snapshot().model_copy(update={"seq": record.segment})
+            try:
+                return snapshot_where(run, record.segment)
+            except SnapshotError as exc:
+                raise SnapshotError(f"{exc} (workflow {record.workflow_id} is {record.workflow_status})") from None
         # Every step recorded: the workflow is writing its output now.
         paused = paused_snapshot(output, record.segment)
         return paused if paused is not None else final_snapshot(output["done"], record.segment)

@@ -15,6 +15,7 @@ from dbos import error as dbos_errors
 
 from agentfsm.drivers import ask_strategies, run_hooks
 from agentfsm.durable.steps import EndOfRecord, Steps
+from agentfsm.errors import SnapshotError
 from agentfsm.machine import PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import (
@@ -182,3 +183,17 @@ def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:
     if not isinstance(output, dict) or "paused" not in output:
         return None
     return AgentSnapshot.from_dict(output["paused"]).model_copy(update={"seq": segment})
+
+
+def snapshot_where(run: AgentRun, segment: int) -> AgentSnapshot:
+    """Where a run driven over its workflow's record stands when the record ends, as its snapshot.
+
+    In DONE (its after_run hooks not recorded yet) that is where it stood last (``final_snapshot``);
+    before its first phase (its before_run hooks not recorded yet) there is none, as in a snapshot
+    store: ``SnapshotError``.
+    """
+    if run.phase is Phase.IDLE:
+        raise SnapshotError(f"Run {run.run_id} has not started yet: it has no snapshot before its first phase.")
+    if run.phase is Phase.DONE:
+        return final_snapshot(result_record(run), segment)
+    return run.make_snapshot().model_copy(update={"seq": segment})
