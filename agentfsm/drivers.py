@@ -1,9 +1,9 @@
 """The drivers of a run: the only places where a run's I/O happens.
 
-``drive_sync`` and ``drive_async`` (and ``agentfsm.durable``'s ``drive_durable``) ask the run for its next action, perform it, and report the
-result back. They make no decisions of their own, so they make the same ones (a hypothesis test
-compares them), and each handles every kind of action: a new one that a driver does not handle
-fails type checking (``assert_never``).
+``drive_sync`` and ``drive_async`` (and ``agentfsm.durable``'s ``drive_durable``) ask the run for
+its next action, perform it, and report the result back. They make no decisions of their own, so
+they make the same ones (hypothesis tests compare them), and each handles every kind of action: a
+new one that a driver does not handle fails type checking (``assert_never``).
 """
 
 from __future__ import annotations
