@@ -25,7 +25,8 @@ def postgres_bindir() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -35,7 +36,7 @@ class PostgresServer:
     """A PostgreSQL cluster of its own, run as the ``postgres`` user when the tests run as root."""
 
     def __init__(self, bindir: Path, directory: Path, fsync: bool = False) -> None:
-        self.bindir, self.data, self.port = bindir, directory / "data", _free_port()
+        self.bindir, self.data, self.port = bindir, directory / "data", free_port()
         self.user = "postgres" if os.geteuid() == 0 else None
         directory.mkdir(parents=True, exist_ok=True)
         if self.user:

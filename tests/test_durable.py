@@ -643,6 +643,27 @@ def test_the_command_line_draws_and_lists_durable_runs(launched: str, tmp_path: 
     assert listed.returncode == 0 and "drawn" in listed.stdout and "paused" in listed.stdout
     missing = _cli("diagram", "--system-db", launched)
     assert missing.returncode == 1 and "--run RUN_ID" in missing.stderr
+    # The review page over them, as `agentfsm serve` starts it.
+    import httpx
+
+    from tests.postgres import free_port
+
+    port = free_port()
+    command = ["serve", "--system-db", launched, "--agent", "tests.durable_agents:confirmed", "--port", str(port)]
+    server = subprocess.Popen([sys.executable, "-m", "agentfsm.cli", *command], cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        page: httpx.Response | None = None
+        deadline = time.monotonic() + TIMEOUT
+        while page is None and time.monotonic() < deadline:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/runs/drawn")
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        assert page is not None and page.status_code == 200
+        assert "waiting for approval" in page.text and "call-13-a" in page.text
+    finally:
+        server.terminate()
+        server.wait(TIMEOUT)
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,7 @@ class DurableAgent:
         self.name = name
         self.queue = queue
         self.workflow_name = f"agentfsm.{name}"
-        concurrency = agent._invoker.tool_concurrency
+        concurrency = agent.tool_concurrency
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="agentfsm-step") if concurrency > 1 else None
 
         def workflow(request: dict[str, Any]) -> dict[str, Any]:
