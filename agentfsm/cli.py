@@ -380,7 +380,9 @@ def _worker(args: argparse.Namespace) -> int:
     names = ", ".join(agent.workflow_name for agent in agents)
     print(f"agentfsm worker {args.executor_id or 'local'}: running {names}", file=sys.stderr, flush=True)
     stop.wait()
-    DBOS.destroy(workflow_completion_timeout_sec=0)
+    # No more runs are taken; those under way get --drain seconds to finish. The rest are recovered
+    # by the next worker started with this executor id.
+    DBOS.destroy(workflow_completion_timeout_sec=args.drain)
     return 0
 
 
@@ -438,6 +440,13 @@ def _add_durable_commands(commands: Any) -> None:
     worker.add_argument("--concurrency", type=int, metavar="N", help="at most N runs at once in this worker")
     worker.add_argument(
         "--poll-interval", type=float, default=0.1, metavar="SECONDS", help="how often to look for queued runs (0.1)"
+    )
+    worker.add_argument(
+        "--drain",
+        type=int,
+        default=10,
+        metavar="SECONDS",
+        help="on SIGTERM, let the runs under way finish for up to SECONDS (default 10)",
     )
     worker.add_argument("--log-level", default="WARNING", help="DBOS's log level (default WARNING)")
     worker.set_defaults(handler=_worker)

@@ -309,9 +309,11 @@ def test_durable_agents_refuse_what_they_cannot_keep() -> None:
 class Worker:
     """``agentfsm worker`` in its own process; what it prints goes to a file next to the test's."""
 
-    def __init__(self, url: str, agent: str, executor_id: str, env: dict[str, str], concurrency: int = 4) -> None:
+    def __init__(
+        self, url: str, agent: str, executor_id: str, env: dict[str, str], concurrency: int = 4, drain: int = 0
+    ) -> None:
         command = [sys.executable, "-m", "agentfsm.cli", "worker", "--agent", agent, "--system-db", url]
-        command += ["--executor-id", executor_id, "--concurrency", str(concurrency)]
+        command += ["--executor-id", executor_id, "--concurrency", str(concurrency), "--drain", str(drain)]
         self.log = Path(env[ATTEMPTS]).with_name(f"worker-{executor_id}-{time.monotonic_ns()}.log")
         with self.log.open("w") as log:
             self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -753,3 +755,24 @@ def test_workers_hosting_different_agents_share_the_queue(tmp_path: Path) -> Non
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
         worker.stop()
+
+
+def test_a_stopped_worker_lets_the_runs_under_way_finish(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(url, "tests.durable_agents:killable", "w1", env, drain=30)
+    client = DBOSClient(system_database_url=url)
+    try:
+        handle = durable_agents.killable.start(user("4"), run_id="drained", client=client)
+        _wait(lambda: _attempts(tmp_path)["4-slow"] == 1, "the slow call")
+        worker.process.send_signal(signal.SIGTERM)  # a redeploy: the worker stops taking runs
+        time.sleep(0.5)
+        assert worker.process.poll() is None  # it waits for the run under way
+        (tmp_path / "block").unlink()
+        assert worker.process.wait(TIMEOUT) == 0
+        assert handle.result()["last_message"].text == "done: 4-A, 4-B, 4-SLOW"
+    finally:
+        worker.stop()
+        client.destroy()
+    assert _attempts(tmp_path) == {"4-a": 1, "4-b": 1, "4-slow": 1}
