@@ -204,7 +204,7 @@ def test_the_snapshot_of_a_running_run_is_derived_from_its_checkpoints(launched:
     assert sorted(snapshot.completed_tool_results) == ["call-4-a", "call-4-b"]
     assert "call-4-w" in snapshot.started_tool_calls
     RELEASE.set()
-    assert handle.result()["last_message"].text == "done: 4-A, 4-B, 4-W"
+    assert handle.result(timeout=TIMEOUT)["last_message"].text == "done: 4-A, 4-B, 4-W"
 
 
 def test_a_run_waiting_for_a_decision_is_a_finished_workflow_and_a_decision_continues_it(launched: str) -> None:
@@ -248,7 +248,7 @@ def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: st
     )
     assert continued == "h2/1"
     handle = DurableRun(confirmed, "h2", continued)
-    assert handle.result()["last_message"].text == "done: 6-A, 6-B"
+    assert handle.result(timeout=TIMEOUT)["last_message"].text == "done: 6-A, 6-B"
     with pytest.raises(DecisionError, match="is done, not paused"):
         confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-6-a")])
 
@@ -411,7 +411,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
         assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "running")]
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)  # the same worker, restarted
-        result = handle.result()
+        result = handle.result(timeout=TIMEOUT)
     finally:
         worker.stop()
         client.destroy()
@@ -435,7 +435,7 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
         with pytest.raises(Exception, match="outcome is unknown") as paused:
-            handle.result()
+            handle.result(timeout=TIMEOUT)
         snapshot = paused.value.snapshot  # type: ignore[attr-defined]
         assert snapshot.outcome_unknown_calls() == {"call-8-slow": "once"}
         assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 1}  # nothing ran again unasked
@@ -462,7 +462,7 @@ def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Pat
     try:
         handle = durable_agents.parallel.start(user("9"), run_id="c1", client=client)
         with pytest.raises(SnapshotError, match="configured differently"):
-            handle.result()
+            handle.result(timeout=TIMEOUT)
         assert step_names("c1", client) == []  # nothing ran
     finally:
         worker.stop()
@@ -492,7 +492,7 @@ def test_three_workers_share_one_postgresql_and_a_killed_one_loses_no_run_and_re
         workers["w2"].kill()  # mid-way, with runs of its own under way
         killed_at, stranded = finished(), under_way("w2")
         workers["w2"] = Worker(url, "tests.durable_agents:parallel", "w2", env)  # restarted: it recovers them
-        results = [handle.result() for handle in handles]
+        results = [handle.result(timeout=TIMEOUT) for handle in handles]
         executors = Counter(s.executor_id for s in client.list_workflows(load_input=False, load_output=False))
     finally:
         for worker in workers.values():
@@ -590,7 +590,7 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
         (tmp_path / "block").unlink()  # the call finishes; its result cannot be recorded yet
         time.sleep(1.0)
         postgres.start()
-        result = handle.result()
+        result = handle.result(timeout=TIMEOUT)
     finally:
         worker.stop()
         client.destroy()
@@ -732,8 +732,10 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
 
 
 def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_without_queues: str) -> None:
-    plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
+    handle = plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
     assert find_run(DBOS, "queued").status == "running"
+    with pytest.raises(DurabilityError, match=r"has not ended after 0.2 s \(workflow queued is ENQUEUED"):
+        handle.result(timeout=0.2)
     snapshot = plain.snapshot("queued")
     assert (snapshot.phase, snapshot.step, len(snapshot.messages)) == (Phase.LLM_CALL, 0, 1)
     # With a before_run hook, its first phase is IDLE's work: no snapshot yet, as in a snapshot store.
@@ -751,7 +753,7 @@ def test_workers_hosting_different_agents_share_the_queue(tmp_path: Path) -> Non
     launch(url, executor_id="app", queues={})  # this process registers many more durable agents
     try:
         handle = clerk.start(user("balance ann"), run_id="mixed", queued=True)
-        assert handle.result()["last_message"].text == "Done: ann: 120 EUR."
+        assert handle.result(timeout=TIMEOUT)["last_message"].text == "Done: ann: 120 EUR."
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
         worker.stop()
@@ -771,7 +773,7 @@ def test_a_stopped_worker_lets_the_runs_under_way_finish(tmp_path: Path) -> None
         assert worker.process.poll() is None  # it waits for the run under way
         (tmp_path / "block").unlink()
         assert worker.process.wait(TIMEOUT) == 0
-        assert handle.result()["last_message"].text == "done: 4-A, 4-B, 4-SLOW"
+        assert handle.result(timeout=TIMEOUT)["last_message"].text == "done: 4-A, 4-B, 4-SLOW"
     finally:
         worker.stop()
         client.destroy()

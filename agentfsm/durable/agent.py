@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +53,22 @@ class DurableRun:
         self._durable = durable
         self._db = db
 
-    def result(self) -> dict[str, Any]:
-        """Wait for the workflow: the run's result, or ``BreakpointException`` when it paused (or its error)."""
-        output: Any = self._db.retrieve_workflow(self.workflow_id).get_result(polling_interval_sec=0.05)
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for the workflow: the run's result, or ``BreakpointException`` when it paused (or its error).
+
+        ``timeout`` (seconds): ``DurabilityError`` when the workflow has not ended by then (a queued
+        run no worker took, say); the run is left as it is.
+        """
+        handle = self._db.retrieve_workflow(self.workflow_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while deadline is not None and handle.get_status().status in ("PENDING", "ENQUEUED", "DELAYED"):
+            if time.monotonic() > deadline:
+                raise DurabilityError(
+                    f"Run {self.run_id} has not ended after {timeout} s (workflow {self.workflow_id} is "
+                    f"{handle.get_status().status}; is a worker listening to its queue?). It goes on."
+                )
+            time.sleep(0.05)
+        output: Any = handle.get_result(polling_interval_sec=0.05)
         return self._durable.outcome(output, self.workflow_id)
 
 
