@@ -437,7 +437,12 @@ def _add_durable_commands(commands: Any) -> None:
         metavar="ID",
         help="this worker's id, the same when it restarts: it recovers its unfinished runs",
     )
-    worker.add_argument("--concurrency", type=int, metavar="N", help="at most N runs at once in this worker")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="at most N runs at once per worker (the queue's setting, kept in the database: the last given wins)",
+    )
     worker.add_argument(
         "--poll-interval", type=float, default=0.1, metavar="SECONDS", help="how often to look for queued runs (0.1)"
     )

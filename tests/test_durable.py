@@ -778,3 +778,15 @@ def test_a_stopped_worker_lets_the_runs_under_way_finish(tmp_path: Path) -> None
         worker.stop()
         client.destroy()
     assert _attempts(tmp_path) == {"4-a": 1, "4-b": 1, "4-slow": 1}
+
+
+def test_a_process_that_gives_no_limit_leaves_the_queues_limit(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    worker = Worker(url, "tests.durable_agents:parallel", "w1", _env(tmp_path), concurrency=3)
+    launch(url, executor_id="app")  # the agentfsm queue, no limit given
+    try:
+        queue = DBOS.retrieve_queue("agentfsm")
+        assert queue is not None and queue.worker_concurrency == 3
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        worker.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import version
-from typing import Any
+from typing import Any, Literal
 
 from dbos import DBOS
 
@@ -24,7 +24,8 @@ def launch(
 
     ``executor_id``: give each worker its own, stable across restarts: a restarted worker recovers
     the workflows its previous life left unfinished. ``queues``: the per-worker concurrency limit of
-    each queue (default: the ``agentfsm`` queue, unlimited). ``polling_interval``: how often, in
+    each queue to listen to (default: the ``agentfsm`` queue, no limit given). DBOS keeps a queue's
+    limit in the database, for all its workers: a limit given here sets it, ``None`` leaves it. ``polling_interval``: how often, in
     seconds, the worker looks for queued runs (DBOS's default is 1 s: a second's wait per run).
 
     ``application_version``: DBOS recovers and dequeues a workflow only in executors of its version.
@@ -45,6 +46,9 @@ def launch(
     DBOS.listen_queues(list(limits))
     DBOS.launch()
     for queue, limit in limits.items():
+        # The limit is the queue's, kept in the database for all its workers: one given sets it, none
+        # leaves what another worker set.
+        conflict: Literal["never_update", "always_update"] = "never_update" if limit is None else "always_update"
         DBOS.register_queue(
-            queue, worker_concurrency=limit, on_conflict="always_update", polling_interval_sec=polling_interval
+            queue, worker_concurrency=limit, on_conflict=conflict, polling_interval_sec=polling_interval
         )
