@@ -352,8 +352,7 @@ def _approve(args: argparse.Namespace) -> int:
             raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
         approve = args.approve
         if not (approve or args.reject or args.modify):  # every call the run waits for, as proposed
-            reason = record.paused.break_point or {}
-            approve = list(reason.get("waiting") or reason.get("tool_call_ids") or [])
+            approve = record.paused.awaited_decisions()
         decisions = decisions_from_args(record.paused, approve, args.reject, args.modify)
         workflow_id = durable.continue_run(client, args.run_id, decisions)
     finally:

@@ -209,6 +209,18 @@ class AgentSnapshot(BaseModel):
             key: calls[key]["tool_name"] for key in started if key in calls and key not in self.completed_tool_results
         }
 
+    def awaited_decisions(self) -> list[str]:
+        """The keys of the calls a paused run waits for decisions on.
+
+        Those a confirmation waits for, or those whose outcome is unknown; none when a breakpoint paused it.
+        """
+        reason = self.break_point or {}
+        if reason.get("type") == "confirmation":
+            return list(reason.get("waiting", ()))
+        if reason.get("type") == "outcome_unknown":
+            return list(reason["tool_call_ids"])
+        return []
+
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
         return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None})

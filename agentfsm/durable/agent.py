@@ -313,10 +313,8 @@ class DurableAgent:
 
     def view(self, record: RunRecord, db: Any) -> AgentSnapshot:
         """Where the run ``record`` is of stands (``snapshot``, for a record read already)."""
-        if record.paused is not None:
-            return record.paused
-        if record.done is not None:
-            return final_snapshot(record.done, record.segment)
+        if record.ended is not None:
+            return record.ended
         run = self._run_for(record.request)
         steps = RecordedSteps(record.workflow_id, db.list_workflow_steps(record.workflow_id))
         try:

@@ -15,7 +15,7 @@ from typing import Any
 from dbos import DBOSClient
 from dbos import error as dbos_errors
 
-from agentfsm.durable.driver import paused_snapshot
+from agentfsm.durable.driver import final_snapshot, paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
@@ -56,6 +56,13 @@ class RunRecord:
     def workflow_id(self) -> str:
         """The id of the run's newest workflow."""
         return segment_id(self.run_id, self.segment)
+
+    @property
+    def ended(self) -> AgentSnapshot | None:
+        """The snapshot its workflow ended with: a paused run's, or where a finished one stood last; else None."""
+        if self.paused is not None:
+            return self.paused
+        return None if self.done is None else final_snapshot(self.done, self.segment)
 
     @property
     def status(self) -> str:
@@ -191,13 +198,7 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_s
 
 def _check_decisions(snapshot: AgentSnapshot, decisions: Sequence[Any]) -> None:
     """Each decision names a call the paused run waits for, with that call's tool name."""
-    reason = snapshot.break_point or {}
-    if reason.get("type") == "confirmation":
-        waiting = set(reason.get("waiting", ()))
-    elif reason.get("type") == "outcome_unknown":
-        waiting = set(reason["tool_call_ids"])
-    else:
-        waiting = set()
+    waiting = set(snapshot.awaited_decisions())
     if decisions and not waiting:
         raise DecisionError(f"Run {snapshot.run_id} paused at a breakpoint and waits for no decision. Nothing ran.")
     calls = snapshot.pending_calls_by_key()

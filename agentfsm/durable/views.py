@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentfsm.durable.agent import DurableAgent
-from agentfsm.durable.driver import final_snapshot
 from agentfsm.durable.records import RunRecord, continue_run, newest_workflows, run_workflows
 from agentfsm.errors import SnapshotError
 from agentfsm.snapshot import AgentSnapshot
@@ -29,10 +28,8 @@ class DurableRuns:
     def _view(self, record: RunRecord) -> AgentSnapshot:
         if self.durable is not None:
             return self.durable.view(record, self.db)
-        if record.paused is not None:
-            return record.paused
-        if record.done is not None:
-            return final_snapshot(record.done, record.segment)
+        if record.ended is not None:
+            return record.ended
         raise SnapshotError(f"Run {record.run_id} is {record.status}: its DurableAgent derives where it stands.")
 
     def runs(self) -> list[RunInfo]:
