@@ -1,4 +1,4 @@
-"""The README's Python snippets run as written, and its set-up commands exist."""
+"""The Python snippets of the README and of the pages under docs/ run as written; the set-up commands exist."""
 
 from __future__ import annotations
 
@@ -12,9 +12,18 @@ import pytest
 from agentfsm.logs import stdlib_logger, use_standard_logging
 from agentfsm.serialization import _user_allowed
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-SNIPPETS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
-RUNNABLE = [s for s in SNIPPETS if not s.lstrip().startswith("Agent(")]  # the signature block is not code to run
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _snippets(page: Path) -> list[str]:
+    found = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return [s for s in found if not s.lstrip().startswith("Agent(")]  # a signature block is not code to run
+
+
+RUNNABLE = [(page, snippet) for page in PAGES for snippet in _snippets(page)]
+IDS = [f"{page.relative_to(ROOT).as_posix()}-{i}" for i, (page, _) in enumerate(RUNNABLE)]
 
 
 @pytest.fixture
@@ -30,9 +39,9 @@ def isolated_globals() -> Iterator[None]:
     _user_allowed.update(allowed)
 
 
-@pytest.mark.parametrize("snippet", RUNNABLE, ids=[f"snippet{i}" for i in range(len(RUNNABLE))])
-def test_readme_snippet_runs(
-    snippet: str, isolated_globals: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("page", "snippet"), RUNNABLE, ids=IDS)
+def test_snippet_runs(
+    page: Path, snippet: str, isolated_globals: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each snippet runs as an importable module, as user code does: serialization refers to it by name.
     (tmp_path / "readme_snippet.py").write_text(snippet, encoding="utf-8")
