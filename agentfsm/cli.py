@@ -386,13 +386,15 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Addresses that listen on every interface: no one name the page is reached by.
+EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def _serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from agentfsm.web import create_app
+        from agentfsm.web import allowed_host_names, create_app
     except ImportError as exc:
         raise CLIError(f"the review page needs the web extra: pip install 'agentfsm[web]' ({exc}).") from None
     from agentfsm.stores import SQLiteSnapshotStore
@@ -403,10 +405,20 @@ def _serve(args: argparse.Namespace) -> int:
             f"--host {args.host} opens the page to other machines: give it a --token (or AGENTFSM_TOKEN), "
             "which every request must then carry."
         )
+    if args.host in EVERY_ADDRESS and not args.allowed_host:
+        raise CLIError(
+            f"--host {args.host!r} listens on every address: name the host names browsers reach the page by "
+            "with --allowed-host NAME (repeatable); the page answers no other."
+        )
+    # The page answers to its loopback names, the name it is served under and those given.
+    allowed_hosts = allowed_host_names(
+        [*args.allowed_host, *([] if args.host in LOOPBACK + EVERY_ADDRESS else [args.host])]
+    )
     if args.system_db:  # durable runs: decisions go to the run's queue, for a worker
         runs, durable = _durable_runs(args.system_db, args.agent)
         agent = durable.agent if durable is not None else None
-        app = create_app(runs, agent, token=token, resume=runs.decide if agent is not None else None)
+        resume = runs.decide if agent is not None else None
+        app = create_app(runs, agent, token=token, resume=resume, allowed_hosts=allowed_hosts)
     else:
         if args.store is None:
             raise CLIError(
@@ -415,7 +427,7 @@ def _serve(args: argparse.Namespace) -> int:
         if not os.path.exists(args.store):
             raise CLIError(f"no database at {args.store!r}.")
         agent = load_agent(args.agent) if args.agent else None
-        app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token)
+        app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
     where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"agentfsm review page: {where}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
@@ -470,7 +482,7 @@ def _add_durable_commands(commands: Any) -> None:
     approve.set_defaults(handler=_approve)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement per option, read top to bottom
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -538,6 +550,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
     serve.add_argument("--token", help="an access token every request must carry (required off loopback)")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the page answers to besides localhost, 127.0.0.1, [::1] and --host, e.g. a proxy's "
+        "(repeatable)",
+    )
     serve.set_defaults(handler=_serve)
 
     runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store, or the durable runs")

@@ -4,34 +4,45 @@
 uvicorn. Pages are rendered on the server (no front-end build) and every text from a run is
 escaped. A run waiting in CONFIRM shows its pending calls with approve / reject / modify forms;
 submitting resumes the run through ``agent.run(snapshot=..., decisions=...)``, the same API as
-the command line (durable runs: the decision goes to the run's queue, for a worker). State-changing requests are POSTs carrying the page's CSRF token; with
-``token`` set, every request must carry it too (``?token=``, then a cookie). Needs the ``web``
-extra: ``pip install 'agentfsm[web]'``.
+the command line (durable runs: the decision goes to the run's queue, for a worker).
+
+What a request must be to be answered (``RequestChecks`` and ``ReviewApp``): for an allowed host
+(``Host``: the loopback names, plus ``allowed_hosts``), so that a page on another site whose name
+was rebound to this machine gets nothing; a state-changing one (a POST) from this page's origin
+(``Origin``, else ``Referer``) and carrying a CSRF token bound to the browser's session cookie and
+to the snapshot the form showed; with ``token`` set, carrying the token too (``?token=``, then a
+cookie). Every response forbids framing and allows only the page's own script and style. Needs the
+``web`` extra: ``pip install 'agentfsm[web]'``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import hmac
 import html
+import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentfsm.agent import Agent
 from agentfsm.diagrams import MissingRendererError, machine_diagram
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
+    ConfigurationError,
     DecisionError,
     SnapshotError,
     StaleSnapshotError,
@@ -43,7 +54,27 @@ from agentfsm.stores.base import RunInfo, SnapshotInfo, SnapshotStore
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
+#: The name of the cookie that carries the browser's session id, to which its CSRF tokens are bound.
+SESSION_COOKIE = "agentfsm_session"
+#: The host names the page always answers to: this machine's loopback names (any port).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+#: The largest decision form accepted; the page's forms are a few kilobytes.
+MAX_FORM_BYTES = 256 * 1024
 
+#: On every response: never in a frame, only this page's own script and style, no type sniffing,
+#: and a Referer only to this page itself (a POST's Origin stays the page's own: under
+#: ``no-referrer`` browsers would send ``Origin: null`` and the origin check could not tell).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+#: The page's style sheet, served as ``/review.css`` (the security policy allows no inline style).
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 72rem; }
 table { border-collapse: collapse; } td, th { padding: .3rem .6rem; border-bottom: 1px solid #ddd; text-align: left; }
@@ -55,9 +86,10 @@ table { border-collapse: collapse; } td, th { padding: .3rem .6rem; border-botto
 """
 
 
-#: Checks modified arguments in the browser before the form is sent: JSON, an object, the schema's
-#: required keys and property types. The server checks them again, against the whole schema.
-CHECK_ARGUMENTS = """
+#: Checks the decisions in the browser before the form is sent, served as ``/review.js``: a choice
+#: for every call; modified arguments JSON, an object, with the schema's required keys and property
+#: types. The server checks them again, against the whole schema.
+CHECK_DECISIONS = """
 const types = {
   string: (v) => typeof v === "string", integer: Number.isInteger, number: (v) => typeof v === "number",
   boolean: (v) => typeof v === "boolean", array: Array.isArray,
@@ -77,8 +109,10 @@ function problemWith(text, schema) {
 document.getElementById("decisions").addEventListener("submit", (event) => {
   for (const call of document.querySelectorAll(".call")) {
     const shown = call.querySelector(".problem");
-    const action = call.querySelector(`input[name="action:${call.dataset.call}"]:checked`).value;
-    const problem = action === "modify" ? problemWith(call.querySelector("textarea").value, JSON.parse(call.dataset.schema)) : null;
+    const chosen = Array.from(call.querySelectorAll("input[type=radio]")).find((radio) => radio.checked);
+    const problem = chosen === undefined ? "Choose approve, reject or modify for this call."
+      : chosen.value === "modify" ? problemWith(call.querySelector("textarea").value, JSON.parse(call.dataset.schema))
+      : null;
     shown.hidden = problem === null;
     shown.textContent = problem || "";
     if (problem !== null) event.preventDefault();
@@ -106,7 +140,8 @@ def page(title: str, body: str, refresh: int | None = None) -> HTMLResponse:
     again = f"<meta http-equiv='refresh' content='{refresh}'>" if refresh else ""
     return HTMLResponse(
         f"<!doctype html><html><head><meta charset='utf-8'>{again}<title>{h(title)}</title>"
-        f"<style>{STYLE}</style></head><body><p><a href='/'>agentfsm runs</a></p>{body}</body></html>"
+        "<link rel='stylesheet' href='/review.css'></head>"
+        f"<body><p><a href='/'>agentfsm runs</a></p>{body}</body></html>"
     )
 
 
@@ -115,6 +150,108 @@ def error_page(status: int, message: str) -> HTMLResponse:
     response = page("error", f"<div class='error'><strong>{h(message)}</strong></div>")
     response.status_code = status
     return response
+
+
+def host_name(host: str) -> str | None:
+    """The name in a ``Host`` value (``name``, ``name:port``, ``[v6]:port``), lower-case; None when malformed."""
+    name, port = host, ""
+    if host.startswith("["):
+        name, bracket, port = host.partition("]")
+        name += bracket
+        if not bracket or (port and not port.startswith(":")):
+            return None
+        port = port[1:]
+    elif ":" in host:
+        name, _, port = host.partition(":")
+    if not name or (port and not (port.isascii() and port.isdigit())):
+        return None
+    return name.lower()
+
+
+#: What an allowed host may be: a DNS name or IPv4 address, or an IPv6 address in brackets.
+HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
+
+
+def allowed_host_names(allowed_hosts: Iterable[str]) -> frozenset[str]:
+    """The names given as ``allowed_hosts``, lower-case, IPv6 addresses bracketed as ``Host`` carries them.
+
+    Raises:
+        ConfigurationError: for an entry that is not a host name (a URL, a name with a port).
+    """
+    names = set()
+    for given in allowed_hosts:
+        name = given.lower()
+        if name.count(":") > 1 and not name.startswith("["):  # a bare IPv6 address
+            name = f"[{name}]"
+        if not HOST_NAME.fullmatch(name):
+            raise ConfigurationError(
+                f"Allowed host {given!r} is not a host name: give a name or address as browsers reach the page, "
+                "without a scheme, a port or a path (e.g. review.example.com)."
+            )
+        names.add(name)
+    return frozenset(names)
+
+
+def origin_of(url: str) -> str | None:
+    """``host[:port]`` of an ``Origin`` or ``Referer`` value (lower-case), or None for ``null``, another scheme or a malformed one."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
+        return None
+    return parts.netloc.lower()
+
+
+class RequestChecks:
+    """ASGI middleware: answers only requests for an allowed host, state-changing ones only from an allowed origin, and adds ``SECURITY_HEADERS`` to every response.
+
+    A page on another site can make a browser send requests here: by rebinding its own name to
+    127.0.0.1 it reads the answers too, but its requests still carry its name as ``Host``, and a
+    form it submits carries its origin as ``Origin``.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.proxied = allowed_host_names(allowed_hosts)
+        self.hosts = self.proxied | set(LOOPBACK_HOSTS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer the request, or refuse it; either way with the security headers."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        refusal = self.refusal(Request(scope))
+        await (refusal or self.app)(scope, receive, send_secured)
+
+    def refusal(self, request: Request) -> Response | None:
+        """Why the request is not answered (a short plain-text response), or None when it may go on."""
+        host = request.headers.get("host", "")
+        if host_name(host) not in self.hosts:
+            return PlainTextResponse(
+                f"This page does not answer to the host {host[:100]!r}: open it as {', '.join(sorted(self.hosts))} "
+                "(start it with --allowed-host NAME to add a name).",
+                status_code=400,
+            )
+        if request.method in ("GET", "HEAD"):
+            return None
+        source = request.headers.get("origin") or request.headers.get("referer")
+        origin = origin_of(source) if source else None
+        if origin is None or (origin != host.lower() and host_name(origin) not in self.proxied):
+            return PlainTextResponse(
+                f"Refused: a {request.method} must come from this page (its Origin or Referer was "
+                f"{(source or 'missing')[:100]!r}). Nothing was changed.",
+                status_code=403,
+            )
+        return None
 
 
 class Runs(Protocol):
@@ -156,7 +293,7 @@ class ReviewApp:
             resume = functools.partial(resume_here, agent)
         self.resume = resume
         self.token = token
-        self.csrf = secrets.token_urlsafe(32)
+        self.secret = secrets.token_bytes(32)  # signs CSRF tokens; a restart makes the open forms stale
 
     # -- access --------------------------------------------------------------------------------------
 
@@ -170,6 +307,15 @@ class ReviewApp:
             or request.headers.get("authorization", "").removeprefix("Bearer ")
         )
         return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def csrf_token(self, session: str, run_id: str, seq: str) -> str:
+        """The CSRF token of the decision form on snapshot ``seq`` of ``run_id``, shown in ``session``.
+
+        Bound to the session, a token taken in another browser is refused; bound to the snapshot,
+        it is good for one decision only: once taken, the run has moved on.
+        """
+        bound = "\0".join((session, run_id, seq)).encode("utf-8", "surrogatepass")
+        return hmac.new(self.secret, bound, hashlib.sha256).hexdigest()
 
     def latest(self, run_id: str) -> AgentSnapshot | None:
         """The run's newest snapshot, or None for a run without one yet."""
@@ -223,7 +369,7 @@ class ReviewApp:
             f"<div class='diagram'>{await run_in_threadpool(self.diagram, snapshot, status)}</div>",
         ]
         if status == "waiting for approval":
-            parts.append(self.decision_form(snapshot))
+            parts.append(self.decision_form(snapshot, request.state.session))
         parts.append(
             "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages)
         )
@@ -248,8 +394,8 @@ class ReviewApp:
         except MissingRendererError:
             return f"<pre>{h(machine_diagram('mermaid', agent=self.agent, **options))}</pre>"
 
-    def decision_form(self, snapshot: AgentSnapshot) -> str:
-        """Approve / reject / modify for each call waiting for a decision."""
+    def decision_form(self, snapshot: AgentSnapshot, session: str) -> str:
+        """Approve / reject / modify for each call waiting for a decision, none chosen beforehand."""
         from agentfsm.hitl import get_tool_calls_and_descriptions_from_snapshot
 
         if self.agent is None:
@@ -264,7 +410,7 @@ class ReviewApp:
                 f"<div class='call' data-call='{h(call_id)}' data-schema='{h(schema)}'>"
                 f"<h3>{h(call['tool_name'])} <small>{h(call_id)}</small></h3>"
                 f"<p>{h(descriptions.get(call['tool_name'], ''))}</p><pre>{h(arguments)}</pre>"
-                f"<label><input type='radio' name='action:{h(call_id)}' value='approve' checked> approve</label> "
+                f"<label><input type='radio' name='action:{h(call_id)}' value='approve'> approve</label> "
                 f"<label><input type='radio' name='action:{h(call_id)}' value='reject'> reject</label> "
                 f"<label><input type='radio' name='action:{h(call_id)}' value='modify'> modify</label>"
                 f"<p><label>feedback <input name='feedback:{h(call_id)}' size='60'></label></p>"
@@ -274,32 +420,42 @@ class ReviewApp:
         return (
             f"<h2>Waiting for your decision</h2><form id='decisions' method='post' "
             f"action='/runs/{quote(snapshot.run_id)}/decide'>"
-            f"<input type='hidden' name='csrf' value='{h(self.csrf)}'>"
+            f"<input type='hidden' name='csrf' value='{self.csrf_token(session, snapshot.run_id, str(snapshot.seq))}'>"
             f"<input type='hidden' name='seq' value='{h(snapshot.seq)}'>"
             f"{''.join(blocks)}<button type='submit' id='decide'>Submit and resume</button></form>"
-            f"<script>{CHECK_ARGUMENTS}</script>"
+            "<script src='/review.js'></script>"
         )
 
     async def snapshot_json(self, request: Request) -> Response:
         """One snapshot as JSON."""
-        try:
-            snapshot = await run_in_threadpool(
-                self.store.load, request.path_params["run_id"], int(request.path_params["seq"])
+        seq = request.path_params["seq"]
+        if not (seq.isascii() and seq.isdigit() and len(seq) < 19):  # a number a store's integer column holds
+            return JSONResponse(
+                {"error": f"No snapshot {seq[:40]!r}: snapshots are numbered 0, 1, 2..."}, status_code=404
             )
-        except (SnapshotError, ValueError) as exc:
+        try:
+            snapshot = await run_in_threadpool(self.store.load, request.path_params["run_id"], int(seq))
+        except SnapshotError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
         return Response(snapshot.to_bytes(), media_type="application/json")
 
     async def decide(self, request: Request) -> Response:
         """Resume a run waiting in CONFIRM with the form's decisions; refuse anything that does not fit."""
-        form = await request.form()
-        if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self.csrf.encode()):
+        refused = form_refusal(request)
+        if refused is not None:
+            return refused
+        form = await request.form(max_files=0)
+        run_id = request.path_params["run_id"]
+        given = str(form.get("csrf", ""))
+        expected = self.csrf_token(request.state.session, run_id, str(form.get("seq", "")))
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode()):
             return error_page(
-                403, "This form is not from this page (CSRF token missing or wrong). Nothing was changed."
+                403,
+                "This form is not from this page in this browser (its CSRF token is missing, wrong or from another "
+                "session): load the run's page again and decide there. Nothing was changed.",
             )
         if self.agent is None or self.resume is None:
             return error_page(400, "This page was started without an agent: it cannot resume runs.")
-        run_id = request.path_params["run_id"]
         snapshot = await run_in_threadpool(self.latest, run_id)
         if snapshot is None or str(snapshot.seq) != form.get("seq"):
             return error_page(
@@ -329,7 +485,9 @@ class ReviewApp:
         decisions = []
         for call_id, call in waiting_calls(snapshot).items():
             name, arguments = call["tool_name"], call["arguments"]
-            action, feedback = form.get(f"action:{call_id}", "approve"), form.get(f"feedback:{call_id}") or None
+            action, feedback = form.get(f"action:{call_id}"), form.get(f"feedback:{call_id}") or None
+            if not action:
+                raise ValueError(f"No decision for {call_id}: choose approve, reject or modify for every call.")
             if action == "approve":
                 decisions.append(decision_from(name, arguments, call_id, "confirm", feedback=feedback))
             elif action == "reject":
@@ -349,6 +507,18 @@ class ReviewApp:
             else:
                 raise ValueError(f"Unknown action {action!r} for {call_id}: approve, reject or modify.")
         return decisions
+
+
+def form_refusal(request: Request) -> Response | None:
+    """Why a posted form is not read (not the page's form encoding, no length, too long), or None."""
+    if request.headers.get("content-type", "").partition(";")[0].strip().lower() != "application/x-www-form-urlencoded":
+        return error_page(415, "Decisions are sent as the page's form (application/x-www-form-urlencoded).")
+    length = request.headers.get("content-length", "")
+    if not (length.isascii() and length.isdigit()):
+        return error_page(411, "A decision form must say its length (Content-Length).")
+    if len(length) > 9 or int(length) > MAX_FORM_BYTES:
+        return error_page(413, f"A decision form is at most {MAX_FORM_BYTES // 1024} KiB; nothing was read.")
+    return None
 
 
 def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
@@ -383,33 +553,67 @@ def trace_html(snapshot: AgentSnapshot) -> str:
     return f"<h2>Transitions</h2><table><tr><th>step</th><th>from</th><th></th><th>to</th><th>trigger</th><th>time in phase</th></tr>{rows}</table>"
 
 
+def session_of(request: Request) -> str | None:
+    """The session id the browser's cookie carries, or None when it has none (or one this page never makes)."""
+    session = request.cookies.get(SESSION_COOKIE, "")
+    return session if re.fullmatch(r"[A-Za-z0-9_-]{43}", session) else None
+
+
 def create_app(
-    store: Runs, agent: Agent | None = None, *, token: str | None = None, resume: Resume | None = None
+    store: Runs,
+    agent: Agent | None = None,
+    *,
+    token: str | None = None,
+    resume: Resume | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The review page for ``store``'s runs; ``token`` guards every request.
 
     ``agent`` draws the runs and checks modified arguments; decisions taken on the page continue a
     run through ``resume`` (by default: ``agent.run`` in this process, in ``store``). For durable
     runs: ``create_app(DurableRuns(db, durable), durable.agent, resume=DurableRuns(...).decide)``.
+
+    The page answers requests for ``localhost``, ``127.0.0.1`` and ``[::1]`` (any port) and for
+    the names in ``allowed_hosts``: the name it is served under elsewhere, or a proxy's. Forms
+    posted from a page served under one of those names are accepted too, whatever its port.
+    ``ConfigurationError`` for an entry that is not a host name.
     """
+    hosts = allowed_host_names(allowed_hosts)  # refused now, not at the first request
     review = ReviewApp(store, agent, token, resume)
 
     def guarded(handler: Any) -> Any:
         async def endpoint(request: Request) -> Response:
             if not review.allowed(request):
                 return error_page(401, "This page needs its access token: open it with ?token=...")
+            session = session_of(request)
+            request.state.session = session or secrets.token_urlsafe(32)
             response: Response = await handler(request)
             if review.token is not None and request.query_params.get("token"):
                 response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict")
+            if session is None and request.method == "GET":  # the first page: the session starts
+                secure = request.url.scheme == "https"
+                response.set_cookie(
+                    SESSION_COOKIE, request.state.session, httponly=True, samesite="strict", secure=secure
+                )
             return response
 
         return endpoint
 
-    return Starlette(
+    def served(text: str, media_type: str) -> Any:
+        async def asset(request: Request) -> Response:
+            return Response(text, media_type=media_type)
+
+        return asset
+
+    app = Starlette(
         routes=[
             Route("/", guarded(review.runs)),
             Route("/runs/{run_id}", guarded(review.run)),
             Route("/runs/{run_id}/snapshots/{seq}", guarded(review.snapshot_json)),
             Route("/runs/{run_id}/decide", guarded(review.decide), methods=["POST"]),
+            Route("/review.css", guarded(served(STYLE, "text/css"))),
+            Route("/review.js", guarded(served(CHECK_DECISIONS, "text/javascript"))),
         ]
     )
+    app.add_middleware(RequestChecks, allowed_hosts=hosts)
+    return app

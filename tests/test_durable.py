@@ -620,7 +620,12 @@ def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(lau
         assert "done: 12-A, 12-B" in done and "EXIT_CHECK" in done
         page = client.get("/runs/page-waiting").text
         assert "call-11-a" in page and "call-11-b" in page
-        form = {**csrf_and_seq(page), "action:call-11-b": "reject", "feedback:call-11-b": "no"}
+        form = {
+            **csrf_and_seq(page),
+            "action:call-11-a": "approve",
+            "action:call-11-b": "reject",
+            "feedback:call-11-b": "no",
+        }
         sent = client.post("/runs/page-waiting/decide", data=form)
         assert sent.status_code == 303, sent.text
         result = DBOS.retrieve_workflow("page-waiting/1").get_result()  # a worker of the queue ran it: here

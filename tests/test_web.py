@@ -17,10 +17,11 @@ import httpx
 import pytest
 
 from agentfsm import Agent, ChatMessage, ToolCall, tool
+from agentfsm.errors import ConfigurationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
 from agentfsm.stores import SQLiteSnapshotStore
-from agentfsm.web import create_app
+from agentfsm.web import SESSION_COOKIE, create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "diagrams"))
@@ -69,7 +70,10 @@ class ASGIClient:
     def __init__(self, app: Any) -> None:
         self._runner = asyncio.Runner()
         transport = httpx.ASGITransport(app=app)
-        self._client = httpx.AsyncClient(transport=transport, base_url="http://testserver")
+        # As a browser on the page sends them: for the page's host, forms posted from its origin.
+        self._client = httpx.AsyncClient(
+            transport=transport, base_url="http://localhost", headers={"Origin": "http://localhost"}
+        )
 
     def get(self, url: str, **kwargs: Any) -> httpx.Response:
         return self._runner.run(self._client.get(url, **kwargs))
@@ -161,11 +165,13 @@ def test_decisions_that_do_not_fit_change_nothing(runs: Runs, make_client: Any) 
 
     forged = client.post(f"/runs/{runs.waiting}/decide", data={"seq": form["seq"]}, follow_redirects=False)
     assert forged.status_code == 403 and "CSRF" in forged.text
-    assert post(seq="0").status_code == 409
-    bad_json = post(**{"action:p2": "modify", "params:p2": "{not json"})
+    assert post(seq="0").status_code == 403, "the token is bound to the snapshot the form showed"
+    bad_json = post(**{"action:p1": "approve", "action:p2": "modify", "params:p2": "{not json"})
     assert bad_json.status_code == 400 and "are not JSON" in bad_json.text
-    bad_args = post(**{"action:p2": "modify", "params:p2": '{"to": "bob", "amount": "lots"}'})
+    bad_args = post(**{"action:p1": "approve", "action:p2": "modify", "params:p2": '{"to": "bob", "amount": "lots"}'})
     assert bad_args.status_code == 400 and "Invalid arguments for tool &#x27;pay&#x27;" in bad_args.text
+    unknown = post(**{"action:p1": "approve", "action:p2": "pay twice"})
+    assert unknown.status_code == 400 and "Unknown action" in unknown.text
     assert PAID == [] and runs.store.latest(runs.waiting).seq == head, "nothing ran, the run did not move"
 
 
@@ -181,9 +187,82 @@ def test_a_decision_resumes_the_run_once(runs: Runs, make_client: Any) -> None:
     assert PAID == ["30 to ann", "90 to bob"]
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p class='status' id='status'>done</p>" in page and "Done paying." in page
-    again = client.post(f"/runs/{runs.waiting}/decide", data={**form, "action:p2": "reject"}, follow_redirects=False)
+    again = client.post(
+        f"/runs/{runs.waiting}/decide",
+        data={**form, "action:p1": "approve", "action:p2": "reject"},
+        follow_redirects=False,
+    )
     assert again.status_code == 409 and "Nothing was changed" in again.text
     assert PAID == ["30 to ann", "90 to bob"], "the second decision ran nothing"
+
+
+def test_no_decision_is_chosen_beforehand(runs: Runs, make_client: Any) -> None:
+    client = make_client(create_app(runs.store, runs.agent))
+    page = client.get(f"/runs/{runs.waiting}").text
+    assert page.count("type='radio'") == 6 and "checked" not in page
+    form = csrf_and_seq(page)
+    for fields in ({}, {"action:p2": "reject"}, {"action:p1": "", "action:p2": "reject"}):
+        refused = client.post(f"/runs/{runs.waiting}/decide", data={**form, **fields}, follow_redirects=False)
+        assert refused.status_code == 400 and "No decision for p1" in refused.text
+    chosen = client.post(
+        f"/runs/{runs.waiting}/decide",
+        data={**form, "action:p1": "reject", "action:p2": "reject"},
+        follow_redirects=False,
+    )
+    assert chosen.status_code == 303 and PAID == [], "both rejected, as chosen"
+
+
+def test_csrf_tokens_are_per_session_and_per_decision(runs: Runs, make_client: Any) -> None:
+    app = create_app(runs.store, runs.agent)
+    ann, bob = make_client(app), make_client(app)
+    ann_page, bob_page = ann.get(f"/runs/{runs.waiting}"), bob.get(f"/runs/{runs.waiting}")
+    cookie = ann_page.headers["set-cookie"]
+    assert (
+        cookie.startswith(f"{SESSION_COOKIE}=") and "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+    )
+    assert ann_page.cookies[SESSION_COOKIE] != bob_page.cookies[SESSION_COOKIE]
+    assert "set-cookie" not in ann.get(f"/runs/{runs.waiting}").headers, "the session goes on"
+    ann_form, bob_form = csrf_and_seq(ann_page.text), csrf_and_seq(bob_page.text)
+    assert ann_form["csrf"] != bob_form["csrf"] and ann_form["seq"] == bob_form["seq"]
+    choice = {"action:p1": "approve", "action:p2": "reject"}
+
+    def decide(client: ASGIClient, form: dict[str, str]) -> httpx.Response:
+        return client.post(f"/runs/{runs.waiting}/decide", data={**form, **choice}, follow_redirects=False)
+
+    assert decide(bob, ann_form).status_code == 403, "ann's token in bob's session"
+    cookieless = make_client(app)
+    assert decide(cookieless, ann_form).status_code == 403, "ann's token without her session"
+    assert PAID == []
+    assert decide(ann, ann_form).status_code == 303 and PAID == ["30 to ann"]
+    replayed = decide(ann, ann_form)
+    assert replayed.status_code == 409 and "Nothing was changed" in replayed.text
+    assert decide(bob, bob_form).status_code == 409, "the decision was taken: bob's form is for a pause that is over"
+    assert PAID == ["30 to ann"]
+
+
+def test_every_response_forbids_framing_and_foreign_scripts(runs: Runs, make_client: Any) -> None:
+    client = make_client(create_app(runs.store, runs.agent))
+    responses = [
+        client.get("/"),
+        client.get(f"/runs/{runs.waiting}"),
+        client.get(f"/runs/{runs.done}/snapshots/0"),
+        client.get("/review.js"),
+        client.get("/nowhere"),
+        client.get(f"/runs/{runs.waiting}/decide"),
+        client.post(f"/runs/{runs.waiting}/decide", data={"csrf": "guessed"}),
+        client.get("/", headers={"Host": "evil.example"}),
+    ]
+    assert [r.status_code for r in responses] == [200, 200, 200, 200, 404, 405, 403, 400]
+    for response in responses:
+        assert response.headers["x-frame-options"] == "DENY"
+        policy = response.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "same-origin"
+    page = responses[1].text
+    assert "<script src='/review.js'></script>" in page and "<link rel='stylesheet' href='/review.css'>" in page
+    assert "<script>" not in page and "<style>" not in page and " style=" not in page, "nothing inline"
+    assert client.get("/review.css").headers["content-type"].startswith("text/css")
 
 
 def test_a_token_guards_every_request(runs: Runs, make_client: Any) -> None:
@@ -194,6 +273,62 @@ def test_a_token_guards_every_request(runs: Runs, make_client: Any) -> None:
     assert client.get(f"/runs/{runs.done}").status_code == 200, "the cookie carries the token from then on"
     bearer = make_client(create_app(runs.store, runs.agent, token="s3cret"))
     assert bearer.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+# -- a page on another site, its name rebound to 127.0.0.1 ------------------------------------------------
+
+
+def test_a_rebound_page_reads_nothing_and_decides_nothing(runs: Runs) -> None:
+    """The attack: evil.example resolves to 127.0.0.1 for the victim's browser, and its page fetches and posts there."""
+    head = runs.store.latest(runs.waiting).seq
+    with review_page.serving(create_app(runs.store, runs.agent)) as url, httpx.Client(base_url=url) as browser:
+        port = url.rsplit(":", 1)[1]
+        evil = f"evil.example:{port}"
+        read = browser.get(f"/runs/{runs.waiting}", headers={"Host": evil})
+        assert read.status_code == 400 and "does not answer to the host 'evil.example:" in read.text
+        assert "csrf" not in read.text and "set-cookie" not in read.headers, "no form, no session"
+        posted = browser.post(
+            f"/runs/{runs.waiting}/decide",
+            headers={"Host": evil, "Origin": f"http://{evil}"},
+            data={"action:p1": "approve", "action:p2": "approve"},
+        )
+        assert posted.status_code == 400
+        # The victim's own session on the page: a form from another origin in that browser is refused all the same.
+        form = csrf_and_seq(browser.get(f"/runs/{runs.waiting}").text)
+        choice = {**form, "action:p1": "approve", "action:p2": "approve"}
+        for headers in (
+            {"Origin": f"http://{evil}"},
+            {"Origin": "null"},
+            {"Referer": f"http://{evil}/attack"},
+            {"Origin": f"http://localhost:{int(port) + 1}"},
+            {},
+        ):
+            refused = browser.post(f"/runs/{runs.waiting}/decide", headers=headers, data=choice)
+            assert refused.status_code == 403 and "Nothing was changed" in refused.text, headers
+        assert PAID == [] and runs.store.latest(runs.waiting).seq == head, "no tool ran, the run did not move"
+        # The same form from the page itself goes through, by Origin or by Referer.
+        sent = browser.post(
+            f"/runs/{runs.waiting}/decide", headers={"Referer": f"{url}/runs/{runs.waiting}"}, data=choice
+        )
+        assert sent.status_code == 303 and PAID == ["30 to ann", "9000 to bob"]
+
+
+def test_allowed_hosts_name_a_proxy(runs: Runs) -> None:
+    app = create_app(runs.store, runs.agent, allowed_hosts=["Review.Example.com", "::1"])
+    with review_page.serving(app) as url, httpx.Client(base_url=url) as browser:
+        assert browser.get("/", headers={"Host": "review.example.com"}).status_code == 200
+        assert browser.get("/", headers={"Host": "review.example.com.evil.example"}).status_code == 400
+        assert browser.get("/", headers={"Host": "[::1]:8443"}).status_code == 200
+        # A proxy that passes the request on as 127.0.0.1: the form comes from the proxy's origin.
+        form = csrf_and_seq(browser.get(f"/runs/{runs.waiting}").text)
+        choice = {**form, "action:p1": "reject", "action:p2": "reject"}
+        sent = browser.post(
+            f"/runs/{runs.waiting}/decide", headers={"Origin": "https://review.example.com"}, data=choice
+        )
+        assert sent.status_code == 303
+    for wrong in ("https://review.example.com", "review.example.com:443", "", "*"):
+        with pytest.raises(ConfigurationError, match="is not a host name"):
+            create_app(runs.store, runs.agent, allowed_hosts=[wrong])
 
 
 def test_serve_refuses_other_machines_without_a_token(tmp_path: Path) -> None:
@@ -207,6 +342,19 @@ def test_serve_refuses_other_machines_without_a_token(tmp_path: Path) -> None:
         env={k: v for k, v in os.environ.items() if k != "AGENTFSM_TOKEN"},
     )
     assert done.returncode == 1 and "give it a --token" in done.stderr
+
+
+def test_serve_on_every_address_needs_the_names_it_answers_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm.cli import main
+
+    SQLiteSnapshotStore(tmp_path / "runs.db").close()
+    serve = ["serve", "--store", str(tmp_path / "runs.db"), "--token", "t0k"]
+    assert main([*serve, "--host", "0.0.0.0"]) == 1
+    assert "--allowed-host NAME" in capsys.readouterr().err
+    assert main([*serve, "--host", "127.0.0.1", "--allowed-host", "http://review.example.com"]) == 1
+    assert "'http://review.example.com' is not a host name" in capsys.readouterr().err
 
 
 # -- a real browser ---------------------------------------------------------------------------------------
@@ -242,11 +390,20 @@ def test_a_reviewer_approves_one_call_and_rejects_another_in_a_browser(runs: Run
         browser = p.chromium.launch(executable_path=CHROMIUM, args=review_page.CHROMIUM_ARGS)
         try:
             page = browser.new_page()
+            console: list[str] = []
+            page.on("console", lambda message: console.append(message.text))
             page.goto(served)
             page.get_by_role("link", name=runs.waiting).click()
             page.wait_for_selector("#decide")
             page.screenshot(path=str(artifacts / "review-waiting.png"), full_page=True)
             assert page.locator("#status").inner_text() == "waiting for approval"
+            # Nothing is chosen beforehand: the page asks for a choice for every call.
+            page.click("#decide")
+            for call in ("p1", "p2"):
+                assert page.locator(f"[data-call='{call}'] .problem").inner_text() == (
+                    "Choose approve, reject or modify for this call."
+                )
+            page.check("input[name='action:p1'][value='approve']")
             # Arguments that break the tool's schema are caught in the page, before anything is sent.
             page.check("input[name='action:p2'][value='modify']")
             page.fill("textarea[name='params:p2']", '{"to": "bob", "amount": "lots"}')
@@ -259,8 +416,11 @@ def test_a_reviewer_approves_one_call_and_rejects_another_in_a_browser(runs: Run
             page.wait_for_selector("#status:has-text('done')")
             page.screenshot(path=str(artifacts / "review-done.png"), full_page=True)
             text = page.inner_text("body")
+            styled = page.evaluate("getComputedStyle(document.body).fontFamily")
         finally:
             browser.close()
+    assert "system-ui" in styled, "the style sheet loaded under the page's security policy"
+    assert not [m for m in console if "Content Security Policy" in m], console
     assert PAID == ["30 to ann"], "the approved call ran once, the rejected one never"
     assert "Done paying." in text and "over the 100 EUR limit" in page_source(runs)
 
@@ -276,7 +436,10 @@ def test_serve_runs_the_page(runs: Runs, tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     db = str(tmp_path / "runs.db")
     server = subprocess.Popen(
-        [sys.executable, "-m", "agentfsm.cli", "serve", "--store", db, "--port", str(port), "--token", "t0k"],
+        [
+            *(sys.executable, "-m", "agentfsm.cli", "serve", "--store", db, "--port", str(port), "--token", "t0k"),
+            *("--allowed-host", "review.example.com"),
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -289,6 +452,10 @@ def test_serve_runs_the_page(runs: Runs, tmp_path: Path) -> None:
                 time.sleep(0.1)
         assert listing is not None and listing.status_code == 200 and runs.waiting in listing.text
         assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 401
+        proxied = {"Host": "review.example.com", "Authorization": "Bearer t0k"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", headers=proxied).status_code == 200
+        rebound = {"Host": "evil.example", "Authorization": "Bearer t0k"}
+        assert httpx.get(f"http://127.0.0.1:{port}/", headers=rebound).status_code == 400
     finally:
         server.terminate()
         _, err = server.communicate(timeout=10)
