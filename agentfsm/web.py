@@ -615,5 +615,6 @@ def create_app(
             Route("/review.js", guarded(served(CHECK_DECISIONS, "text/javascript"))),
         ]
     )
+    app.router.redirect_slashes = False  # a path the page never links to is not found, whatever the method
     app.add_middleware(RequestChecks, allowed_hosts=hosts)
     return app

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.errors import ConfigurationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
 from agentfsm.stores import SQLiteSnapshotStore
-from agentfsm.web import SESSION_COOKIE, create_app
+from agentfsm.web import MAX_FORM_BYTES, SESSION_COOKIE, create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "diagrams"))
@@ -80,6 +84,9 @@ class ASGIClient:
 
     def post(self, url: str, **kwargs: Any) -> httpx.Response:
         return self._runner.run(self._client.post(url, **kwargs))
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        return self._runner.run(self._client.request(method, url, **kwargs))
 
     def close(self) -> None:
         self._runner.run(self._client.aclose())
@@ -238,6 +245,23 @@ def test_csrf_tokens_are_per_session_and_per_decision(runs: Runs, make_client: A
     assert replayed.status_code == 409 and "Nothing was changed" in replayed.text
     assert decide(bob, bob_form).status_code == 409, "the decision was taken: bob's form is for a pause that is over"
     assert PAID == ["30 to ann"]
+
+
+def test_a_body_that_is_not_the_pages_form_is_not_read(runs: Runs, make_client: Any) -> None:
+    client = make_client(create_app(runs.store, runs.agent))
+    form = {**csrf_and_seq(client.get(f"/runs/{runs.waiting}").text), "action:p1": "reject", "action:p2": "reject"}
+    decide = f"/runs/{runs.waiting}/decide"
+    oversized = client.post(decide, data={**form, "feedback:p1": "f" * MAX_FORM_BYTES})
+    assert oversized.status_code == 413
+    multipart = client.post(decide, data=form, files={"upload": b"x"})
+    assert multipart.status_code == 415
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"csrf=x"
+
+    streamed = client.post(decide, content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert streamed.status_code == 411, "no Content-Length: the length is not known before reading"
+    assert PAID == [] and client.post(decide, data=form, follow_redirects=False).status_code == 303
 
 
 def test_every_response_forbids_framing_and_foreign_scripts(runs: Runs, make_client: Any) -> None:
@@ -481,3 +505,186 @@ def test_a_running_run_is_shown_moving(runs: Runs, make_client: Any) -> None:
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p class='status' id='status'>running</p>" in page and "http-equiv='refresh'" in page
     assert "http-equiv='refresh'" not in client.get(f"/runs/{runs.done}").text
+
+
+# -- fuzzing the page's requests ------------------------------------------------------------------------------
+
+#: Text as requests carry it, with what breaks naive code: control and format characters, other
+#: scripts, astral characters, markup, path tricks (no lone surrogates: no request can carry one).
+odd_text = st.one_of(
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=40),
+    st.sampled_from(
+        ["", "\u202e\u0000", "\ufeff\U0001d552\u0301", "<script>", "../../etc/passwd", "%00%ff", "null", "9" * 5000]
+    ),
+)
+#: Host values the page answers to, and others (a rebound name, look-alikes, malformed ones).
+good_hosts = st.sampled_from(["localhost", "LOCALHOST:8765", "127.0.0.1:1", "[::1]", "[::1]:443"])
+bad_hosts = st.one_of(
+    st.sampled_from(["evil.example", "localhost.evil.example", "127.0.0.1.nip.io", "[::1", "localhost:x", "::1", ""]),
+    odd_text.map(lambda text: f"x{text}"),
+)
+#: A path segment as a client sends it: numbers too big for a store, percent-encoded text, also NUL, bytes that are
+#: not UTF-8, a slash.
+segments = st.one_of(
+    odd_text.map(lambda text: quote(text, safe="")),
+    st.integers(-1, 2**100).map(str),
+    st.just("9" * 5000),
+    st.sampled_from(["%00", "%ff%fe", "%c0%af", "%2e%2e%2f", "%2F", "%E2%80%AE", "%25"]),
+)
+#: Paths to the page's routes and beside them.
+paths = st.tuples(
+    st.sampled_from(
+        ["/runs/{}", "/runs/{}/snapshots/{}", "/runs/{}/decide", "/{}", "/{}/{}", "/runs/{}/snapshots/{}/"]
+    ),
+    st.lists(
+        st.one_of(segments, st.sampled_from(["{waiting}", "{done}", "runs", "review.js"])), min_size=2, max_size=2
+    ),
+).map(lambda p: p[0].format(*p[1]))
+header_values = st.binary(max_size=300).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"").replace(b"\0", b""))
+headers = st.dictionaries(
+    st.sampled_from(["origin", "referer", "cookie", "content-type", "authorization", "accept", "x-forwarded-host"]),
+    header_values,
+    max_size=4,
+)
+
+
+def secured(response: httpx.Response) -> bool:
+    return (
+        response.headers.get("x-frame-options") == "DENY"
+        and "frame-ancestors 'none'" in response.headers.get("content-security-policy", "")
+        and response.headers.get("x-content-type-options") == "nosniff"
+    )
+
+
+class Fuzzed:
+    """A client of a page whose decisions are recorded, not applied (the run stays waiting), and its form's fields."""
+
+    def __init__(self, runs: Runs, make_client: Any) -> None:
+        self.runs, self.recorded = runs, list[list[Any]]()
+        app = create_app(runs.store, runs.agent, resume=lambda snapshot, decisions: self.recorded.append(decisions))
+        self.client: ASGIClient = make_client(app)
+        self.form = csrf_and_seq(self.client.get(f"/runs/{runs.waiting}").text)  # good for every example
+
+
+@pytest.fixture
+def fuzzed(runs: Runs, make_client: Any) -> Fuzzed:
+    return Fuzzed(runs, make_client)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["GET", "GET", "GET", "HEAD", "POST", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "BREW"]),
+    path=paths,
+    query=st.dictionaries(odd_text, odd_text, max_size=3),
+    host=good_hosts,
+    extra=headers,
+    body=st.one_of(st.binary(max_size=2000), st.dictionaries(odd_text, odd_text, max_size=5)),
+)
+@example(method="GET", path="/runs/{done}/snapshots/" + "9" * 5000, query={}, host="localhost", extra={}, body=b"")
+@example(method="GET", path="/runs/%00", query={"status": "\u202e"}, host="localhost", extra={}, body=b"")
+@example(method="POST", path="/runs/{waiting}/decide", query={}, host="localhost", extra={}, body={"csrf": ""})
+def test_any_request_for_the_page_gets_an_answer_never_a_server_error(
+    fuzzed: Fuzzed,
+    method: str,
+    path: str,
+    query: dict[str, str],
+    host: str,
+    extra: dict[str, bytes],
+    body: bytes | dict[str, str],
+) -> None:
+    runs, client = fuzzed.runs, fuzzed.client
+    content = {"content": body} if isinstance(body, bytes) else {"data": body}
+    url = path.format(waiting=runs.waiting, done=runs.done)
+    response = client.request(method, url, params=query, headers={**extra, "Host": host}, **content)
+    assert response.status_code < 500 and secured(response), (response.status_code, response.text[:300])
+    if method not in ("GET", "HEAD"):
+        assert 400 <= response.status_code < 500, "no valid CSRF token was sent: nothing may change"
+    assert fuzzed.recorded == [] and PAID == []
+
+
+#: Where a state-changing request may claim to come from, other than the page: another site, a look-alike, an
+#: opaque origin, another port, not a URL.
+foreign_origins = st.one_of(
+    st.sampled_from(["http://evil.example", "null", "http://localhost:1", "https://localhost.evil.example", "x"]),
+    st.sampled_from(["http://localhost@evil.example", "http://[::1", "ftp://localhost", "file://", ""]),
+    odd_text,
+).map(lambda text: text.encode().replace(b"\r", b"").replace(b"\n", b"").replace(b"\0", b""))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "BREW"]),
+    path=st.sampled_from(["/", "/review.js", "/runs/{waiting}", "/runs/{waiting}/decide", "/nowhere"]),
+    host=st.one_of(st.none(), bad_hosts),
+    origin=st.tuples(st.sampled_from(["origin", "referer", "neither"]), foreign_origins),
+    choices=st.sampled_from(["approve", "reject"]),
+)
+def test_a_request_for_another_host_or_from_another_origin_is_refused(
+    fuzzed: Fuzzed, method: str, path: str, host: str | None, origin: tuple[str, bytes], choices: str
+) -> None:
+    """A valid session, token and decision, sent for another host or from another origin: nothing happens."""
+    form = {**fuzzed.form, "action:p1": choices, "action:p2": choices}
+    where, claimed = origin
+    headers = {"Origin": claimed if where == "origin" else b""}  # in place of the client's own
+    if where == "referer":
+        headers["Referer"] = claimed
+    if host is not None:
+        headers["Host"] = host.encode()
+    url = path.format(waiting=fuzzed.runs.waiting)
+    response = fuzzed.client.request(method, url, headers=headers, data=form)
+    assert secured(response)
+    if host is not None:
+        assert response.status_code == 400
+    elif method not in ("GET", "HEAD"):
+        assert response.status_code == 403 and "Nothing was changed" in response.text
+    assert fuzzed.recorded == [] and PAID == []
+
+
+valid_params = st.fixed_dictionaries(
+    {"to": st.text(st.characters(exclude_categories=["Cs"])), "amount": st.integers(-(2**63), 2**63 - 1)}
+).map(json.dumps)
+invalid_params = st.one_of(
+    odd_text.filter(lambda text: not text.strip().startswith(("{", "[", '"')) and not text.strip()[:1].isdigit()),
+    st.sampled_from(["[]", "3", '"x"', "{}", '{"to": 1, "amount": 2}', '{"to": "bob", "amount": "lots"}']),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    actions=st.tuples(*[st.one_of(st.none(), st.sampled_from(["approve", "reject", "modify"]), odd_text)] * 2),
+    params=st.tuples(*[st.one_of(valid_params.map(lambda p: (p, True)), invalid_params.map(lambda p: (p, False)))] * 2),
+    feedback=st.tuples(odd_text, st.sampled_from([0, 10, 3000]).map(lambda n: "f" * n)),
+    extra=st.dictionaries(odd_text, odd_text, max_size=4),
+)
+def test_a_decision_form_is_taken_exactly_when_every_call_has_a_valid_choice(
+    fuzzed: Fuzzed,
+    actions: tuple[str | None, str | None],
+    params: tuple[tuple[str, bool], tuple[str, bool]],
+    feedback: tuple[str, str],
+    extra: dict[str, str],
+) -> None:
+    runs, client, recorded = fuzzed.runs, fuzzed.client, fuzzed.recorded
+    recorded.clear()
+    form = {**extra, **fuzzed.form}
+    for call, action, (arguments, _) in zip(("p1", "p2"), actions, params, strict=True):
+        form |= {f"params:{call}": arguments, f"feedback:{call}": feedback[0] + feedback[1]}
+        if action is not None:
+            form[f"action:{call}"] = action
+    response = client.post(f"/runs/{runs.waiting}/decide", data=form, follow_redirects=False)
+    valid = all(
+        action in ("approve", "reject") or (action == "modify" and fits)
+        for action, (_, fits) in zip(actions, params, strict=True)
+    )
+    assert secured(response)
+    if valid:
+        assert response.status_code == 303, response.text[:300]
+        original = {"p1": {"to": "ann", "amount": 30}, "p2": {"to": "bob", "amount": 9000}}
+        expected = [
+            (call, action != "reject", json.loads(arguments) if action == "modify" else original[call])
+            for call, action, (arguments, _) in zip(("p1", "p2"), actions, params, strict=True)
+        ]
+        taken = [(d.tool_call_id, d.execute, d.final_tool_params) for d in recorded[0]]
+        assert taken == [(call, run, arguments if run else None) for call, run, arguments in expected]
+    else:
+        assert response.status_code == 400 and "Nothing was changed" in response.text and recorded == []
+    assert PAID == []
