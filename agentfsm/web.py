@@ -246,9 +246,9 @@ class RequestChecks:
         source = request.headers.get("origin") or request.headers.get("referer")
         origin = origin_of(source) if source else None
         if origin is None or (origin != host.lower() and host_name(origin) not in self.proxied):
+            claimed = f"it came from {source[:100]!r}" if source else "it said neither Origin nor Referer"
             return PlainTextResponse(
-                f"Refused: a {request.method} must come from this page (its Origin or Referer was "
-                f"{(source or 'missing')[:100]!r}). Nothing was changed.",
+                f"Refused: a {request.method} must come from this page ({claimed}). Nothing was changed.",
                 status_code=403,
             )
         return None

@@ -104,6 +104,7 @@ def screenshot(path: Path) -> None:
             try:
                 page = browser.new_page(viewport={"width": 1100, "height": 900})
                 page.goto(f"{url}/runs/{run_id}")
+                page.check("input[name='action:p1'][value='approve']")  # nothing is chosen beforehand
                 page.check("input[name='action:p2'][value='reject']")
                 page.fill("input[name='feedback:p2']", "over the 100 EUR limit")
                 page.screenshot(path=str(path), full_page=True)
