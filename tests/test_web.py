@@ -564,6 +564,7 @@ class Fuzzed:
         app = create_app(runs.store, runs.agent, resume=lambda snapshot, decisions: self.recorded.append(decisions))
         self.client: ASGIClient = make_client(app)
         self.form = csrf_and_seq(self.client.get(f"/runs/{runs.waiting}").text)  # good for every example
+        self.locked: ASGIClient = make_client(create_app(runs.store, runs.agent, token="s3cret"))
 
 
 @pytest.fixture
@@ -579,10 +580,21 @@ def fuzzed(runs: Runs, make_client: Any) -> Fuzzed:
     host=good_hosts,
     extra=headers,
     body=st.one_of(st.binary(max_size=2000), st.dictionaries(odd_text, odd_text, max_size=5)),
+    locked=st.booleans(),
 )
-@example(method="GET", path="/runs/{done}/snapshots/" + "9" * 5000, query={}, host="localhost", extra={}, body=b"")
-@example(method="GET", path="/runs/%00", query={"status": "\u202e"}, host="localhost", extra={}, body=b"")
-@example(method="POST", path="/runs/{waiting}/decide", query={}, host="localhost", extra={}, body={"csrf": ""})
+@example(
+    method="GET",
+    path="/runs/{done}/snapshots/" + "9" * 5000,
+    query={},
+    host="localhost",
+    extra={},
+    body=b"",
+    locked=False,
+)
+@example(method="GET", path="/runs/%00", query={"status": "\u202e"}, host="localhost", extra={}, body=b"", locked=False)
+@example(
+    method="POST", path="/runs/{waiting}/decide", query={}, host="localhost", extra={}, body={"csrf": ""}, locked=False
+)
 def test_any_request_for_the_page_gets_an_answer_never_a_server_error(
     fuzzed: Fuzzed,
     method: str,
@@ -591,14 +603,19 @@ def test_any_request_for_the_page_gets_an_answer_never_a_server_error(
     host: str,
     extra: dict[str, bytes],
     body: bytes | dict[str, str],
+    locked: bool,
 ) -> None:
-    runs, client = fuzzed.runs, fuzzed.client
+    """Any request: an answer with the security headers, never a server error; one that cannot change anything, a 4xx.
+
+    ``locked``: the page has an access token, which no request here carries.
+    """
+    runs, client = fuzzed.runs, fuzzed.locked if locked else fuzzed.client
     content = {"content": body} if isinstance(body, bytes) else {"data": body}
     url = path.format(waiting=runs.waiting, done=runs.done)
     response = client.request(method, url, params=query, headers={**extra, "Host": host}, **content)
     assert response.status_code < 500 and secured(response), (response.status_code, response.text[:300])
-    if method not in ("GET", "HEAD"):
-        assert 400 <= response.status_code < 500, "no valid CSRF token was sent: nothing may change"
+    if method not in ("GET", "HEAD") or locked:
+        assert 400 <= response.status_code < 500, "no valid CSRF token, or no access token: nothing to see or change"
     assert fuzzed.recorded == [] and PAID == []
 
 
