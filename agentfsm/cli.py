@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -473,6 +474,7 @@ def _add_durable_commands(commands: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
+    parser.add_argument("--version", action="version", version=f"agentfsm {version('agentfsm')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="run a two-tool agent on the scripted model and print every transition")
