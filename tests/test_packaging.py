@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -15,7 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str | Path, cwd: Path) -> str:
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd, check=False)
+    # Without PYTHONPATH: the fresh virtualenv must find the installed wheel, not this checkout.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd, env=env, check=False
+    )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
