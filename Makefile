@@ -38,8 +38,8 @@ test: $(VENV)/.installed-dev chromium postgresql
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check agentfsm tests examples bench diagrams docs
-	$(BIN)/ruff format --check agentfsm tests examples bench diagrams docs
+	$(BIN)/ruff check agentfsm tests examples bench diagrams docs/_hooks
+	$(BIN)/ruff format --check agentfsm tests examples bench diagrams docs/_hooks
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict agentfsm
