@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
@@ -423,18 +424,52 @@ def _decisions_taken(args: argparse.Namespace, snapshot: AgentSnapshot) -> list[
     return decisions_from_args(snapshot, approve, args.reject, args.modify)
 
 
+class _Holder(logging.Filter):
+    """Keeps a logger's records instead of letting them through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _held_log(name: str, *, show_on_error: bool) -> Iterator[None]:
+    """Holds logger ``name``'s records for the block: let through after it, dropped when it fails.
+
+    A DBOS that cannot launch logs the failure with its traceback; main() says it in one line.
+    """
+    logger, holder = logging.getLogger(name), _Holder()
+    logger.addFilter(holder)
+    try:
+        yield
+    except BaseException:
+        logger.removeFilter(holder)
+        if show_on_error:
+            for record in holder.records:
+                logger.handle(record)
+        raise
+    logger.removeFilter(holder)
+    for record in holder.records:
+        logger.handle(record)
+
+
 def _worker(args: argparse.Namespace) -> int:
     from dbos import DBOS
 
     durable = _durable_module()
     agents = [load_durable_agent(spec) for spec in args.agent]
-    durable.launch(
-        args.system_db,
-        executor_id=args.executor_id,
-        queues={agent.queue: args.concurrency for agent in agents},
-        polling_interval=args.poll_interval,
-        log_level=args.log_level,
-    )
+    with _held_log("dbos", show_on_error=args.debug):
+        durable.launch(
+            args.system_db,
+            executor_id=args.executor_id,
+            queues={agent.queue: args.concurrency for agent in agents},
+            polling_interval=args.poll_interval,
+            log_level=args.log_level,
+        )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

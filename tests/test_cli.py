@@ -234,10 +234,13 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
         url = f"postgresql://agent:secret@127.0.0.1:{port}/runs"
         done = cli("runs", "--system-db", url)
         debugged = cli("runs", "--system-db", url, "--debug")
+        worker = cli("worker", "--agent", "tests.durable_agents:confirmed", "--system-db", url)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot reach the database postgresql://agent:***@127.0.0.1:{port}/runs" in done.stderr
     assert "secret" not in done.stderr
     assert debugged.returncode == 1 and "Traceback" in debugged.stderr
+    # A worker launches DBOS, which logs its failure with a traceback: held back, said in one line.
+    assert worker.returncode == 1 and worker.stderr.count("\n") == 1 and "cannot reach the database" in worker.stderr
     missing_dir = f"sqlite:///{tmp_path}/no/such/dir/runs.db"
     done = cli("decide", "r1", "--system-db", missing_dir, "--approve-all")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and missing_dir in done.stderr, done.stderr
