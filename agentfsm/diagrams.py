@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
 _INTERRUPTS = ("pause", "fail", "resume")
+#: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
+LABEL_WIDTH = 28
 
 
 class MissingRendererError(AgentFSMError, RuntimeError):
@@ -212,7 +215,7 @@ def _trace_records(
 
 def to_mermaid(model: DiagramModel) -> str:
     """``stateDiagram-v2`` text (renders on GitHub and in most Markdown viewers)."""
-    lines = ["---", f"title: {model.title}", "---", "stateDiagram-v2", "    direction LR"]
+    lines = ["---", f"title: {model.title}", "---", "stateDiagram-v2", "    direction TB"]
     lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
     lines.append(f"    [*] --> {Phase.IDLE.value}")
     for edge in model.edges:
@@ -245,18 +248,28 @@ def _mermaid_text(text: str) -> str:
 # -- Graphviz ---------------------------------------------------------------------------------------
 
 
-def _dot_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _dot_quote(text: str, width: int = 0) -> str:
+    """``text`` as a quoted DOT string; with ``width``, wrapped into centred lines of about that many characters.
+
+    An edge label's trigger keeps a line of its own, above its ``[condition]``.
+    """
+    lines = [text]
+    if width:
+        trigger, bracket, condition = text.partition(" [")
+        lines = [trigger, *textwrap.wrap(bracket.lstrip() + condition, width, break_long_words=False)]
+        if not bracket:
+            lines = textwrap.wrap(text, width, break_long_words=False)
+    return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
 
 
 def to_dot(model: DiagramModel) -> str:
-    """Graphviz DOT source, laid out left to right along the main loop."""
+    """Graphviz DOT source, laid out top to bottom along the main loop, labels wrapped to read on a page."""
     lines = [
         "digraph agentfsm {",
-        f"    label={_dot_quote(model.title)}; labelloc=t; fontname=Helvetica; fontsize=16;",
-        "    rankdir=LR; nodesep=0.5; ranksep=0.7;",
-        '    node [shape=box, style="rounded,filled", fillcolor=white, fontname=Helvetica, fontsize=12];',
-        "    edge [fontname=Helvetica, fontsize=10];",
+        f"    label={_dot_quote(model.title)}; labelloc=t; fontname=Helvetica; fontsize=20;",
+        "    rankdir=TB; nodesep=0.4; ranksep=0.5;",
+        '    node [shape=box, style="rounded,filled", fillcolor=white, fontname=Helvetica, fontsize=16];',
+        "    edge [fontname=Helvetica, fontsize=14];",
         '    start [shape=point, width=0.15, label=""];',
         f"    start -> {Phase.IDLE.value};",
     ]
@@ -280,12 +293,14 @@ def to_dot(model: DiagramModel) -> str:
             attributes.append('color="#9e9e9e"')
         if edge.trigger in _INTERRUPTS:
             attributes.append("style=dashed")
-        attributes.insert(0, f"label={_dot_quote(label)}")
+        attributes.insert(0, f"label={_dot_quote(label, LABEL_WIDTH)}")
         lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attributes)}];")
     # The interrupts (any active phase, PAUSED, FAILED) form their own row under the main loop.
     lines.append(f"    {{rank=same; {Phase.PAUSED.value}; {Phase.FAILED.value};}}")
     for i, (state, note) in enumerate(model.notes.items()):
-        lines.append(f'    note{i} [shape=note, fillcolor="#fffde7", fontsize=10, label={_dot_quote(note)}];')
+        lines.append(
+            f'    note{i} [shape=note, fillcolor="#fffde7", fontsize=14, label={_dot_quote(note, LABEL_WIDTH)}];'
+        )
         lines.append(f"    note{i} -> {state} [style=dotted, arrowhead=none];")
     lines.append("}")
     return "\n".join(lines) + "\n"

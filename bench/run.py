@@ -15,7 +15,6 @@ import json
 import multiprocessing
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -604,7 +603,7 @@ def _resume(path: Path | None = None, store: SQLiteSnapshotStore | None = None, 
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results as the Markdown tables the README quotes."""
+    """The results as the Markdown tables of RESULTS.md, which the documentation's performance page includes."""
     m = results["machine"]
     lines = [
         f"Measured {m['date']} on {m['machine']} ({m['cpus']} CPUs, pinned to CPU {m.get('pinned_cpu')}), "
@@ -865,16 +864,6 @@ def client_table(clients: dict[str, Any]) -> list[str]:
     return lines
 
 
-README = HERE.parent / "README.md"
-README_BLOCK = re.compile(r"(<!-- bench-results:start -->\n)(.*?)(<!-- bench-results:end -->)", re.DOTALL)
-
-
-def quote_in_readme(table: str) -> None:
-    """Put the new figures in README.md, between its bench-results markers."""
-    text = README.read_text(encoding="utf-8")
-    README.write_text(README_BLOCK.sub(lambda m: m.group(1) + table + m.group(3), text), encoding="utf-8")
-
-
 def pin_to_one_cpu(cpu: int | None) -> int | None:
     """Run this process, and the peers' process it starts, on one CPU.
 
@@ -937,8 +926,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (args.out / "RESULTS.md").write_text(markdown(results), encoding="utf-8")
-    if not args.quick and args.out == HERE:
-        quote_in_readme(markdown(results))
     sys.stdout.write(markdown(results))
     return 0
 

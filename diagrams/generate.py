@@ -1,4 +1,4 @@
-"""Regenerate the committed diagrams and the Mermaid diagram embedded in README.md: ``make diagrams``."""
+"""Regenerate the committed diagrams and the Mermaid diagram embedded in README.md and the docs: ``make diagrams``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import machine_diagram
 
 HERE = Path(__file__).resolve().parent
-README = HERE.parent / "README.md"
-README_BLOCK = re.compile(
+#: The pages that show the machine's Mermaid diagram, between machine-diagram markers.
+PAGES = (HERE.parent / "README.md", HERE.parent / "docs" / "machine.md")
+DIAGRAM_BLOCK = re.compile(
     r"(<!-- machine-diagram:start -->\n```mermaid\n)(.*?)(```\n<!-- machine-diagram:end -->)", re.DOTALL
 )
 
@@ -44,23 +45,26 @@ def expected_files() -> dict[str, str | bytes]:
     return files
 
 
-def expected_readme() -> str:
-    """README.md with the machine's Mermaid diagram embedded."""
-    text = README.read_text(encoding="utf-8")
+def expected_pages() -> dict[Path, str]:
+    """Each page of PAGES with the machine's Mermaid diagram embedded."""
     mermaid = machine_diagram("mermaid")
     assert isinstance(mermaid, str)
-    return README_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), text)
+    return {
+        page: DIAGRAM_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), page.read_text(encoding="utf-8"))
+        for page in PAGES
+    }
 
 
 def main() -> int:
-    """Write every diagram and the README block."""
+    """Write every diagram and the pages' diagram blocks."""
     for name, content in expected_files().items():
         path = HERE / name
         if isinstance(content, bytes):
             path.write_bytes(content)
         else:
             path.write_text(content, encoding="utf-8")
-    README.write_text(expected_readme(), encoding="utf-8")
+    for page, text in expected_pages().items():
+        page.write_text(text, encoding="utf-8")
     return 0
 
 

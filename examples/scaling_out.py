@@ -3,7 +3,7 @@
 Run it with ``python examples/scaling_out.py`` (a SQLite system database in a temporary directory;
 no API key, no network), or ``python examples/scaling_out.py postgresql://user@host/db``. It starts
 ``agentfsm worker --agent examples.durable_clerk:durable ...`` in a process of its own, puts three runs
-on the queue as an application would, and approves the one that waits with ``agentfsm approve``.
+on the queue as an application would, and approves the one that waits with ``agentfsm decide``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,10 @@ if __name__ == "__main__":
             [line.split()[0].split("-")[0] for line in listing.stdout.splitlines() if " paused " in line],
         )
         approved = subprocess.run(
-            agentfsm("approve", f"rent-{suffix}", "--system-db", url), capture_output=True, text=True, check=True
+            agentfsm("decide", f"rent-{suffix}", "--system-db", url, "--approve-all"),
+            capture_output=True,
+            text=True,
+            check=True,
         )
         print(approved.stdout.strip().replace(f"-{suffix}", ""))
         print(

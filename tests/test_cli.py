@@ -1,16 +1,22 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import tempfile
+from importlib.metadata import version
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
-from agentfsm import BreakpointException, ChatMessage, Phase
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall, tool
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
-from agentfsm.stores import SQLiteSnapshotStore
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
+from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,26 +77,26 @@ def test_runs_and_resume_from_the_store(tmp_path: Path) -> None:
     with pytest.raises(BreakpointException) as info:
         agent.run([ChatMessage.from_user(DEMO_QUESTION)], break_point=Breakpoint(phase=Phase.TOOL_RUN, step=2))
     run_id = info.value.snapshot.run_id
-    listing = cli("runs", "--db", str(db))
+    listing = cli("runs", "--store", str(db))
     assert listing.returncode == 0, listing.stderr
     assert run_id in listing.stdout and "paused" in listing.stdout
-    rows = json.loads(cli("runs", "--db", str(db), "--json").stdout)
+    rows = json.loads(cli("runs", "--store", str(db), "--json").stdout)
     assert rows[0]["run_id"] == run_id and rows[0]["status"] == "paused"
-    done = cli("resume", run_id, "--db", str(db), "--agent", "tests.test_cli:resumable_demo")
+    done = cli("resume", run_id, "--store", str(db), "--agent", "tests.test_cli:resumable_demo")
     assert done.returncode == 0, done.stderr
     assert "5.5 °C warmer" in done.stdout
     # The run is done: resuming it again is refused, and nothing runs; a fork starts a new run.
-    again = cli("resume", run_id, "--db", str(db), "--agent", "tests.test_cli:resumable_demo")
+    again = cli("resume", run_id, "--store", str(db), "--agent", "tests.test_cli:resumable_demo")
     assert again.returncode == 1 and f"Run {run_id!r} is done; nothing ran" in again.stderr, again.stderr
     paused_at = info.value.snapshot.seq
-    fork = ("resume", run_id, "--db", str(db), "--seq", str(paused_at), "--fork")
+    fork = ("resume", run_id, "--store", str(db), "--seq", str(paused_at), "--fork")
     forked = cli(*fork, "--agent", "tests.test_cli:resumable_demo")
     assert forked.returncode == 0 and "5.5 °C warmer" in forked.stdout, forked.stderr
     assert f"forked from run {run_id} at snapshot {paused_at}" in forked.stderr
-    rows = json.loads(cli("runs", "--db", str(db), "--json").stdout)
+    rows = json.loads(cli("runs", "--store", str(db), "--json").stdout)
     child = next(r for r in rows if r["run_id"] != run_id)
     assert (child["parent_run_id"], child["parent_seq"], child["status"]) == (run_id, paused_at, "done")
-    assert f"{run_id} #{paused_at}" in cli("runs", "--db", str(db)).stdout
+    assert f"{run_id} #{paused_at}" in cli("runs", "--store", str(db)).stdout
 
 
 def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
@@ -100,9 +106,11 @@ def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
         (("diagram", "--agent", "agentfsm.demo:nothing"), "has no attribute 'nothing'"),
         (("diagram", "--agent", "agentfsm.demo:DEMO_QUESTION"), "is a str, not an Agent"),
         (("snapshot", "show", str(tmp_path / "missing.json")), "Cannot read snapshot file"),
-        (("runs", "--db", str(tmp_path / "none.db")), "no database at"),
-        (("resume", "r", "--db", str(tmp_path / "none.db"), "--agent", "agentfsm.demo:demo_agent"), "no database at"),
-        (("resume", "f.json", "--take-over", "--agent", "agentfsm.demo:demo_agent"), "give its database with --db"),
+        (("runs", "--store", str(tmp_path / "none.db")), "no store at"),
+        (("resume", "r", "--store", str(tmp_path / "none.db"), "--agent", "agentfsm.demo:demo_agent"), "no store at"),
+        (("resume", "f.json", "--take-over", "--agent", "agentfsm.demo:demo_agent"), "give its store with --store"),
+        (("snapshot", "show", "f.json", "--seq", "1"), "give its store with --store PATH or --system-db"),
+        (("diagram", "--store", str(tmp_path)), "--run RUN_ID"),
     ]:
         done = cli(*args)
         assert done.returncode == 1, args
@@ -112,7 +120,7 @@ def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
     done = cli("snapshot", "show", str(bad))
     assert done.returncode == 1 and "Invalid agent snapshot" in done.stderr
     assert cli("diagram", "--format", "gif").returncode == 2
-    for command in ("demo", "diagram", "snapshot", "resume", "runs"):
+    for command in ("demo", "diagram", "snapshot", "resume", "decide", "runs", "serve", "worker"):
         assert cli(command, "--help").returncode == 0
 
 
@@ -123,3 +131,116 @@ def test_snapshot_show_renders_content_part_results() -> None:
     parts = ChatMessage.from_tool([TextContent("chart"), ImageContent("AAAA")], ToolCall("c", {}, id="1"))
     assert _result_text(parts) == "chart [image]"
     assert _result_text(ChatMessage.from_user("no result")) == ""
+
+
+# -- one language: --store everywhere, one verb for decisions, snapshots from stores, one-line errors -----
+
+
+@tool
+def pay(to: Annotated[str, "Who is paid"], amount: Annotated[int, "How much, in euros"]) -> str:
+    """Send a payment."""
+    return f"paid {amount} to {to}"
+
+
+def paying_agent(snapshot_store: object = None, position: int = 1) -> Agent:
+    """Two payments, each waiting for a person's decision; by default the model where a paused run left it."""
+    calls = [
+        ToolCall("pay", {"to": "ann", "amount": 30}, id="p1"),
+        ToolCall("pay", {"to": "bob", "amount": 9000}, id="p2"),
+    ]
+    model = ScriptedChatGenerator(
+        [ChatMessage.from_assistant(tool_calls=calls), "Paid Ann; the payment to Bob was refused."], position=position
+    )
+    return Agent(
+        chat_generator=model,
+        tools=[pay],
+        confirmation_strategies={"pay": BreakpointConfirmationStrategy(tempfile.gettempdir())},
+        snapshot_store=snapshot_store,  # type: ignore[arg-type]
+    )
+
+
+def paused_payments(store: object) -> str:
+    with pytest.raises(HITLBreakpointException) as info:
+        paying_agent(store, position=0).run([ChatMessage.from_user("Pay Ann 30 and Bob 9000.")])
+    return info.value.snapshot.run_id  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_decide_a_paused_run_of_a_snapshot_store(tmp_path: Path, kind: str) -> None:
+    where = tmp_path / "runs.db" if kind == "sqlite" else tmp_path / "runs"
+    store = SQLiteSnapshotStore(where, durable=True) if kind == "sqlite" else JsonFileStore(where)
+    run_id = paused_payments(store)
+    getattr(store, "close", lambda: None)()
+    agent = ("--agent", "tests.test_cli:paying_agent")
+    undecided = cli("decide", run_id, "--store", str(where), *agent)
+    assert undecided.returncode == 1 and "p1, p2" in undecided.stderr and "--approve-all" in undecided.stderr
+    no_agent = cli("decide", run_id, "--store", str(where), "--approve-all")
+    assert no_agent.returncode == 1 and "--agent MODULE:ATTR" in no_agent.stderr
+    shown = cli("snapshot", "show", run_id, "--store", str(where))
+    assert shown.returncode == 0, shown.stderr
+    assert 'p2: pay({"to":"bob","amount":9000}) (waiting for a decision)' in shown.stdout
+    decided = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1", "--reject", "p2:over the limit")
+    assert decided.returncode == 0, decided.stderr
+    assert decided.stdout.strip() == "Paid Ann; the payment to Bob was refused."
+    rows = json.loads(cli("runs", "--store", str(where), "--json").stdout)
+    assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "done")]
+    if kind == "sqlite":  # a durable store keeps where the run ended; a JSON store keeps its pauses
+        final = json.loads(cli("snapshot", "show", run_id, "--store", str(where), "--json").stdout)
+        results = json.dumps([m for m in final["messages"] if m["role"] == "tool"])
+        assert "paid 30 to ann" in results and "over the limit" in results and "9000 to bob" not in results
+    # The first snapshot is still there, by its number; a number the run does not have is an error.
+    first = cli("snapshot", "show", run_id, "--store", str(where), "--seq", "0", "--json")
+    assert first.returncode == 0 and json.loads(first.stdout)["seq"] == 0, first.stderr
+    missing = cli("snapshot", "show", run_id, "--store", str(where), "--seq", "99")
+    assert missing.returncode == 1 and missing.stderr.startswith("agentfsm: error: ")
+
+
+def test_decide_approve_all_and_the_former_db_option(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SQLiteSnapshotStore(db, durable=True)
+    run_id = paused_payments(store)
+    store.close()
+    drawn = cli("diagram", "--db", str(db), "--run", run_id, "--agent", "tests.test_cli:paying_agent")
+    assert drawn.returncode == 0 and "classDef current" in drawn.stdout, drawn.stderr
+    decided = cli("decide", run_id, "--db", str(db), "--agent", "tests.test_cli:paying_agent", "--approve-all")
+    assert decided.returncode == 0, decided.stderr
+    final = json.loads(cli("snapshot", "show", run_id, "--db", str(db), "--json").stdout)
+    assert "9000 to bob" in json.dumps(final["messages"])
+    for command in ("runs", "snapshot show", "resume", "decide", "diagram", "serve"):
+        helped = cli(*command.split(), "--help").stdout
+        assert "--store" in helped and "--db" not in helped, command
+
+
+def test_version() -> None:
+    done = cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"agentfsm {version('agentfsm')}"
+
+
+def test_a_missing_extra_is_one_line_with_the_fix() -> None:
+    blocked = "import sys; sys.modules['dbos'] = None; from agentfsm.cli import main; sys.exit(main(sys.argv[1:]))"
+    args = [sys.executable, "-c", blocked, "runs", "--system-db", "sqlite:///runs.db"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "pip install 'agentfsm[dbos]'" in done.stderr, done.stderr
+    debugged = subprocess.run([*args, "--debug"], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert debugged.returncode == 1 and "Traceback" in debugged.stderr
+
+
+def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> None:
+    # A port nothing listens on: the socket is bound, never listened on, while the command runs.
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        port = blocker.getsockname()[1]
+        url = f"postgresql://agent:secret@127.0.0.1:{port}/runs"
+        done = cli("runs", "--system-db", url)
+        debugged = cli("runs", "--system-db", url, "--debug")
+        worker = cli("worker", "--agent", "tests.durable_agents:confirmed", "--system-db", url)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"cannot reach the database postgresql://agent:***@127.0.0.1:{port}/runs" in done.stderr
+    assert "secret" not in done.stderr
+    assert debugged.returncode == 1 and "Traceback" in debugged.stderr
+    # A worker launches DBOS, which logs its failure with a traceback: held back, said in one line.
+    assert worker.returncode == 1 and worker.stderr.count("\n") == 1 and "cannot reach the database" in worker.stderr
+    missing_dir = f"sqlite:///{tmp_path}/no/such/dir/runs.db"
+    done = cli("decide", "r1", "--system-db", missing_dir, "--approve-all")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and missing_dir in done.stderr, done.stderr

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import struct
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_every_declared_transition_is_drawn() -> None:
         dest = ANY_ACTIVE if t.trigger == "resume" else t.dest.value
         assert f"    {source} --> {dest} : {t.label}\n" in mermaid, t
     dot = machine_diagram("dot")
-    assert isinstance(dot, str) and dot.startswith("digraph agentfsm {") and "rankdir=LR" in dot
+    assert isinstance(dot, str) and dot.startswith("digraph agentfsm {") and "rankdir=TB" in dot
     edges = len(build_model().edges)
     assert edges == len(TRANSITIONS) - 3 * 5 + 3, "pause, fail and resume are drawn once each"
     assert mermaid.count(" --> ") == edges + 3, "plus [*] --> IDLE, DONE --> [*], FAILED --> [*]"
@@ -80,7 +81,7 @@ def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
     assert "tool_calls [reply has tool calls] \u00d72" in mermaid  # type: ignore[operator]
     dot = demo_agent().draw("dot", trace=[r.to_dict() for r in result["trace"]])
     assert (
-        'EXIT_CHECK -> LLM_CALL [label="continue [no exit condition met, steps left] \u00d72", color="#1565c0", penwidth=2];'
+        'EXIT_CHECK -> LLM_CALL [label="continue\\n[no exit condition met,\\nsteps left] \u00d72", color="#1565c0", penwidth=2];'
         in dot
     )  # type: ignore[operator]
 
@@ -91,12 +92,19 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def test_svg_and_png_render_left_to_right() -> None:
+def test_svg_and_png_render_to_read_on_a_page() -> None:
     svg = machine_diagram("svg")
     assert isinstance(svg, bytes) and b"<svg" in svg and b"TOOL_PENDING" in svg
     for png in (machine_diagram("png"), demo_agent().draw("png", snapshot=paused_demo())):
         width, height = png_size(png)  # type: ignore[arg-type]
-        assert width > 2 * height, "the main loop is laid out left to right"
+        assert width < 2 * height, "the main loop runs top to bottom: no strip five times as wide as high"
+        assert width < 2400, "at 100 % zoom the diagram fits a wide screen"
+    dot = machine_diagram("dot")
+    assert "edge [fontname=Helvetica, fontsize=14]" in dot  # 19 px at 96 dpi
+    labels = re.findall(r'label="([^"]*)"', dot)  # type: ignore[arg-type]
+    lines = [line for label in labels for line in label.split("\\n")]
+    assert max(map(len, lines)) <= 36, "long guards wrap instead of widening the page"
+    assert "continue_capped" in lines, "a trigger has a line of its own"
 
 
 def test_missing_renderer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,5 +126,5 @@ def test_committed_diagrams_are_current() -> None:
         current = path.read_bytes() if isinstance(content, bytes) else path.read_text(encoding="utf-8")
         if not path.exists() or current != content:
             stale.append(name)
-    readme_current = (ROOT / "README.md").read_text(encoding="utf-8") == generate.expected_readme()
-    assert not stale and readme_current, f"diagrams/ {stale} or README.md are out of date: run `make diagrams`"
+    stale += [page.name for page, text in generate.expected_pages().items() if page.read_text(encoding="utf-8") != text]
+    assert not stale, f"{stale} are out of date: run `make diagrams`"

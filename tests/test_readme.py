@@ -18,8 +18,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _snippets(page: Path) -> list[str]:
-    found = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
-    return [s for s in found if not s.lstrip().startswith("Agent(")]  # a signature block is not code to run
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
 
 
 RUNNABLE = [(page, snippet) for page in PAGES for snippet in _snippets(page)]
@@ -53,10 +52,18 @@ def test_snippet_runs(
         sys.modules.pop("readme_snippet", None)
 
 
-def test_readme_opens_with_the_two_setup_commands() -> None:
-    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.DOTALL)
+def test_the_development_section_gives_the_two_setup_commands() -> None:
+    development = README.split("\n## Development\n", 1)[1].split("\n## ", 1)[0]
+    first_block = re.search(r"```bash\n(.*?)```", development, flags=re.DOTALL)
     assert first_block is not None
     commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
     assert commands == ["make demo", "make test"]
-    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text(encoding="utf-8")
-    assert "\ndemo:" in makefile and "\ntest:" in makefile
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    # make demo installs agentfsm alone (seconds); make test the development extra.
+    assert "\ndemo: $(VENV)/.installed\n" in makefile and "pip install --quiet -e .\n" in makefile
+    assert "\ntest: $(VENV)/.installed-dev " in makefile
+
+
+def test_readme_starts_with_pip_install() -> None:
+    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.DOTALL)
+    assert first_block is not None and first_block.group(1).strip() == "pip install agentfsm"

@@ -216,7 +216,7 @@ def _check_decisions(snapshot: AgentSnapshot, decisions: Sequence[Any]) -> None:
 
 
 def decide(system_database_url: str, run_id: str, decisions: Sequence[Any]) -> str:
-    """Decide paused run ``run_id`` from any process (``agentfsm approve`` does): the continuation's workflow id.
+    """Decide paused run ``run_id`` from any process (``agentfsm decide`` does): the continuation's workflow id.
 
     Needs no agent and no launched DBOS: the continuation is enqueued on the run's queue, and a
     worker of its agent runs it.

@@ -34,13 +34,14 @@ def _with_call_ids(reply: ChatMessage, position: int) -> ChatMessage:
 class ScriptedChatGenerator:
     """Replays ``replies`` in order, one per call; plain strings are assistant text replies.
 
-    >>> gen = ScriptedChatGenerator(["Hello!"])
-    >>> gen.run([ChatMessage.from_user("Hi")])["replies"][0].text
-    'Hello!'
-
     With a streaming callback, text is streamed word by word, then tool calls, then a final chunk
     with ``finish_reason``. Tool calls without an id get ``call_<reply>_<index>``. Every call's
     input is recorded in ``calls`` (messages and tool names) so tests can check what the model saw.
+
+    Examples:
+        >>> gen = ScriptedChatGenerator(["Hello!"])
+        >>> gen.run([ChatMessage.from_user("Hi")])["replies"][0].text
+        'Hello!'
     """
 
     def __init__(self, replies: Sequence[ChatMessage | str], position: int = 0) -> None:
