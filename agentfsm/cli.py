@@ -626,7 +626,7 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
     resume.set_defaults(handler=_resume)
 
 
-def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement per option, read top to bottom
+def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
     parser.add_argument("--version", action="version", version=f"agentfsm {version('agentfsm')}")
