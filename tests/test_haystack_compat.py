@@ -567,6 +567,20 @@ def test_haystacks_tool_invoker_kwargs_are_honoured() -> None:
     assert from_tools == [f"adding in {threading.current_thread().name}"] * 3, "one worker: in the calling thread"
 
 
+def describe(city: str) -> dict[str, Any]:
+    return {"city": city, "sunny": True}
+
+
+@pytest.mark.parametrize(("convert", "text"), [(False, "{'city': 'Rome', 'sunny': True}"), (True, '{"city":"Rome","sunny":true}')])  # fmt: skip
+def test_convert_result_to_json_string_chooses_the_tool_result_string(convert: bool, text: str) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("describe", city="Rome"), "ok"]),
+        tools=[create_tool_from_function(describe)],
+        tool_invoker_kwargs={"convert_result_to_json_string": convert},
+    )
+    assert tool_results(agent.run([ChatMessage.from_user("Rome?")])) == [text]
+
+
 class AuditHook:
     """A seed-shaped class hook: ``warm_up``, ``run(state)``, ``run_async(state)``, ``close``."""
 
