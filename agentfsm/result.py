@@ -24,7 +24,7 @@ class AgentResult(dict[str, Any]):
     >>> agent = Agent(chat_generator=ScriptedChatGenerator(["Hi."]), state_schema={"trace": {"type": list[str]}})
     >>> result = agent.run([ChatMessage.from_user("Hello")], trace=["mine"])
     >>> result["trace"], result.exit_reason, len(result.trace)
-    (['mine'], 'text', 4)
+    (['mine'], 'text', 3)
     """
 
     __slots__ = ("exit_reason", "last_message", "trace")
@@ -37,8 +37,10 @@ class AgentResult(dict[str, Any]):
         self.exit_reason = exit_reason
         #: Every edge the run took, in order.
         self.trace = list(trace)
+        super().__init__(data)
         # The State's keys win: agentfsm's values fill only the names the schema left free.
-        super().__init__({"last_message": self.last_message, "exit_reason": exit_reason, "trace": self.trace, **data})
+        for key, value in (("last_message", self.last_message), ("exit_reason", exit_reason), ("trace", self.trace)):
+            self.setdefault(key, value)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A key that is the user's keeps its value, one that is agentfsm's is rebuilt equal.

@@ -464,6 +464,43 @@ def test_a_pipeline_tool_maps_arguments_in_and_outputs_out() -> None:
                      parameters={"type": "object"}, inputs_from_state={"k": "other"})  # fmt: skip
 
 
+class Shouter:
+    """A component of the pipeline below."""
+
+    def run(self, text: str) -> dict[str, Any]:
+        """Shout.
+
+        :param text: The text to shout.
+        """
+        return {"text": text.upper()}
+
+
+class DescribedPipeline:
+    """A pipeline that describes itself as Haystack's do: inputs(), outputs(), get_component()."""
+
+    def __init__(self) -> None:
+        self.components = {"shouter": Shouter()}
+
+    def inputs(self) -> dict[str, dict[str, Any]]:
+        return {"shouter": {"text": {"type": str, "is_mandatory": True}}}
+
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        return {"shouter": {"text": {"type": str}}}
+
+    def get_component(self, name: str) -> Any:
+        return self.components[name]
+
+    def run(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {name: self.components[name].run(**inputs) for name, inputs in data.items()}
+
+
+def test_a_pipeline_tool_describes_its_inputs_from_the_components_docstrings() -> None:
+    tool = PipelineTool(pipeline=DescribedPipeline(), name="shout", description="Shout the text")
+    assert tool.parameters["properties"]["text"] == {"type": "string", "description": "The text to shout."}
+    agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("shout", text="hey"), "ok"]), tools=[tool])
+    assert tool_results(agent.run([ChatMessage.from_user("shout")])) == ['{"text":"HEY"}']
+
+
 # -- tools and toolsets -----------------------------------------------------------------------------
 
 

@@ -346,9 +346,20 @@ class PipelineTool(ComponentTool):
                     f"Cannot tell the type of pipeline input {targets[0]!r}: pass parameters (a JSON schema) for this tool."
                 )
             add_property(schema, param, json_schema_for(info.get("type", Any), param))
+            description = self._socket_description(component, socket)
+            if description and "description" not in schema["properties"][param]:
+                schema["properties"][param]["description"] = description
             if info.get("is_mandatory", True):
                 required.append(param)
         return schema
+
+    def _socket_description(self, component: str, socket: str) -> str | None:
+        """A pipeline input's description, from its component's ``run`` docstring (Haystack pipelines name their components)."""
+        get_component = getattr(self.pipeline, "get_component", None)
+        if not callable(get_component):
+            return None
+        run = getattr(get_component(component), "run", None)
+        return param_descriptions(inspect.getdoc(run)).get(socket) if callable(run) else None
 
     def _valid_inputs(self) -> set[str] | None:
         """The tool's parameters: the keys of ``input_mapping``."""
