@@ -40,7 +40,9 @@ from agentfsm.hitl import (
     ConfirmationStrategy,
     ConfirmationUI,
     ConfirmationUIResult,
+    HITLBreakpointException,
     ToolExecutionDecision,
+    get_tool_calls_and_descriptions_from_snapshot,
 )
 from agentfsm.machine import Phase
 
@@ -220,6 +222,36 @@ def test_the_confirmation_strategy_context_reaches_the_strategies_that_take_it()
     assert strategy.seen == [{"queue": queue}]
     with pytest.raises(ValueError, match="two names"):
         agent.run([ChatMessage.from_user("add")], hook_context={}, confirmation_strategy_context={})
+
+
+class AskLaterStrategy(ConfirmationStrategy):
+    """A seed-shaped strategy that cannot decide now: it raises HITLBreakpointException."""
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+    ) -> ToolExecutionDecision:
+        raise HITLBreakpointException("a person decides later", tool_name, "", tool_call_id)
+
+
+def test_a_strategy_raising_hitl_breakpoint_exception_pauses_the_run_until_decided() -> None:
+    script = [reply_calling("add", a=2, b=3), "five"]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script), tools=[ADD], confirmation_strategies={"add": AskLaterStrategy()}
+    )
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent.run([ChatMessage.from_user("add")])
+    calls, descriptions = get_tool_calls_and_descriptions_from_snapshot(paused.value.snapshot)
+    assert [(c["tool_name"], c["arguments"]) for c in calls] == [("add", {"a": 2, "b": 3})]
+    assert descriptions == {"add": "Add two numbers"}
+    decision = ToolExecutionDecision(
+        tool_name="add", execute=True, tool_call_id=calls[0]["id"], final_tool_params={"a": 2, "b": 3}
+    )
+    result = agent.run([ChatMessage.from_user("add")], snapshot=paused.value.snapshot, decisions=[decision])
+    assert tool_results(result) == ["5"] and result["last_message"].text == "five"
 
 
 # -- chat generators --------------------------------------------------------------------------------
