@@ -24,6 +24,7 @@ from agentfsm.hooks import (
 from agentfsm.logs import logger
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.result import AgentResult
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
@@ -405,11 +406,13 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
+    ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
 
-        Returns ``{"messages": [...], "last_message": ChatMessage, <state keys>..., "step_count": int,
-        "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``.
+        Returns an ``AgentResult``: ``{"messages": [...], "last_message": ChatMessage, <state keys>...,
+        "step_count": int, "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``,
+        where a ``state_schema`` key named ``last_message``, ``exit_reason`` or ``trace`` holds the
+        State's value and the attributes of the same names keep agentfsm's.
         ``kwargs`` initialise State keys declared in ``state_schema``. ``break_point`` pauses the run
         by raising ``BreakpointException`` (its ``snapshot`` resumes it: ``run(snapshot=...)``); a
         snapshot from a differently configured agent logs a warning, or raises with ``strict=True``.
@@ -450,7 +453,7 @@ class Agent:
         )
         run = self.new_run(request)
         try:
-            return drive_sync(run, self.chat_generator, callback, self._save_pause)
+            return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
         finally:
             self._release(run)
 
@@ -470,7 +473,7 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
+    ) -> AgentResult:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
         request = RunRequest(
             messages=messages,
@@ -488,7 +491,7 @@ class Agent:
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
         try:
-            return await drive_async(run, self.chat_generator, callback, self._save_pause)
+            return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         finally:
             self._release(run)
 

@@ -138,7 +138,7 @@ def main() -> None:
     print(f"documents: {[(d.content[:20], d.year) for d in result['documents']]}")
     print(f"trace (the state_schema's key): {result['trace']}")
     # agentfsm's own facts about the run; the result's "trace" key is the state_schema's.
-    print(f"exit: {result.exit_reason} after {result['step_count']} model calls")  # type: ignore[attr-defined]
+    print(f"exit: {result.exit_reason} after {result['step_count']} model calls")
     agent.close()
 
 

@@ -330,16 +330,16 @@ def test_state_keys_the_seeds_leave_to_the_user_are_the_users() -> None:
     result = agent.run([ChatMessage.from_user("add")], last_message="mine", exit_reason="unset")
     assert result["trace"] == ["llm@0", "llm@1"]
     assert (result["last_message"], result["exit_reason"]) == ("mine", "unset")
-    assert result.exit_reason == "text"  # type: ignore[attr-defined]
-    assert result.last_message.text == "three"  # type: ignore[attr-defined]
-    assert result.trace[-1].trigger == "exit"  # type: ignore[attr-defined]
+    assert result.exit_reason == "text"
+    assert result.last_message.text == "three"
+    assert result.trace[-1].trigger == "exit"
 
 
 def test_without_those_keys_the_result_carries_agentfsms_values() -> None:
     result = Agent(chat_generator=ScriptedChatGenerator(["hi"])).run([ChatMessage.from_user("hello")])
     assert result["last_message"].text == "hi"
     assert result["exit_reason"] == "text"
-    assert result["trace"] == result.trace  # type: ignore[attr-defined]
+    assert result["trace"] == result.trace
 
 
 @pytest.mark.parametrize("key", ["continue_run", "stop_run", "step_count", "tool_call_counts"])
