@@ -45,6 +45,7 @@ from agentfsm.hitl import (
     get_tool_calls_and_descriptions_from_snapshot,
 )
 from agentfsm.machine import Phase
+from agentfsm.testing import assert_resume_equivalent
 
 
 def reply_calling(tool_name: str, /, **arguments: Any) -> ChatMessage:
@@ -333,6 +334,18 @@ def test_state_keys_the_seeds_leave_to_the_user_are_the_users() -> None:
     assert result.exit_reason == "text"
     assert result.last_message.text == "three"
     assert result.trace[-1].trigger == "exit"
+
+
+def test_a_users_trace_key_resumes_anywhere_to_the_same_result() -> None:
+    def agent() -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "three"]),
+            tools=[ADD],
+            state_schema={"trace": {"type": list[str]}},
+            hooks={"before_llm": [record_llm]},
+        )
+
+    assert_resume_equivalent(agent, [ChatMessage.from_user("add")], allowed_modules=["tests"])
 
 
 def test_without_those_keys_the_result_carries_agentfsms_values() -> None:
