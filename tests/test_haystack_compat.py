@@ -45,6 +45,7 @@ from agentfsm.hitl import (
     get_tool_calls_and_descriptions_from_snapshot,
 )
 from agentfsm.machine import Phase
+from agentfsm.serialization import object_path
 from agentfsm.testing import assert_resume_equivalent
 
 
@@ -567,6 +568,13 @@ class CalculatorToolset(Toolset):
     def warm_up(self) -> None:
         self.connections += 1
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": object_path(type(self)), "data": {}}  # the tools are rebuilt, not stored
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CalculatorToolset:
+        return cls()
+
 
 def test_a_toolset_subclass_from_the_seed_runs() -> None:
     toolset = CalculatorToolset()
@@ -574,6 +582,15 @@ def test_a_toolset_subclass_from_the_seed_runs() -> None:
     assert tool_results(agent.run([ChatMessage.from_user("6*7")])) == ["42"]
     assert toolset.connections == 1
     assert len(toolset) == 2 and "add" in toolset and toolset[1].name == "multiply"
+
+
+def test_a_toolset_that_serializes_its_descriptor_round_trips_with_the_agent(allow_tests_modules: None) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=2, b=2), "4"]), tools=CalculatorToolset()
+    )
+    rebuilt = Agent.from_dict(agent.to_dict())
+    assert isinstance(rebuilt.tools, CalculatorToolset)
+    assert tool_results(rebuilt.run([ChatMessage.from_user("2+2")])) == ["4"]
 
 
 def format_documents(docs: list[str]) -> str:
