@@ -21,8 +21,10 @@ from agentfsm.hooks import (
     hook_to_dict,
     hooked_strategies,
 )
+from agentfsm.logs import logger
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.result import AgentResult
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
@@ -35,7 +37,6 @@ from agentfsm.serialization import (
 from agentfsm.snapshot import AgentSnapshot, fingerprint
 from agentfsm.state import (
     AGENT_STATE_KEYS,
-    RESULT_KEYS,
     State,
     complete_schema,
     schema_from_dict,
@@ -53,6 +54,12 @@ from agentfsm.tools.toolset import (
 )
 
 ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
+
+#: Haystack's ToolInvoker options, as ``tool_invoker_kwargs`` names them, and agentfsm's names for them.
+_HAYSTACK_INVOKER_NAMES = {
+    "max_workers": "tool_concurrency",
+    "enable_streaming_callback_passthrough": "tool_streaming_callback_passthrough",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,18 +134,19 @@ class Agent:
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
-        self.tool_concurrency = tool_concurrency
-        self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         invoker_kwargs = {
             "tool_concurrency": tool_concurrency,
             "tool_streaming_callback_passthrough": tool_streaming_callback_passthrough,
-            **self.tool_invoker_kwargs,
+            **{_HAYSTACK_INVOKER_NAMES.get(k, k): v for k, v in self.tool_invoker_kwargs.items()},
             "raise_on_failure": raise_on_tool_invocation_failure,
         }
         try:
             self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
         except TypeError as exc:
             raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
+        # What the tools run with, whichever way it was given.
+        self.tool_concurrency = self._invoker.tool_concurrency
+        self.tool_streaming_callback_passthrough = self._invoker.tool_streaming_callback_passthrough
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
         for key, definition in hook_state_schema(self._hooks).items():
@@ -339,14 +347,20 @@ class Agent:
         if request.take_over and self.snapshot_store is None:
             raise ConfigurationError("take_over=True takes a run over in a snapshot store: give the agent one.")
         if request.snapshot is not None:
-            if request.messages or request.system_prompt is not None or request.state:
+            if request.system_prompt is not None or request.state:
                 raise ConfigurationError(
-                    "A resumed run continues the snapshot's conversation and State: do not pass messages, "
+                    "A resumed run continues the snapshot's conversation and State: do not pass "
                     "system_prompt or state values together with snapshot=."
                 )
             snapshot = request.snapshot
             if not isinstance(snapshot, AgentSnapshot):
                 snapshot = AgentSnapshot.from_dict(snapshot)
+            if request.messages:  # as in Haystack, where messages is a required argument of run()
+                logger.warning(
+                    "messages given with snapshot= are not used: the resumed run continues the snapshot's conversation",
+                    run_id=snapshot.run_id,
+                    messages=len(request.messages),
+                )
             parent = (snapshot.run_id, snapshot.seq) if request.fork else None
             if request.fork:
                 snapshot = snapshot.fork()
@@ -390,12 +404,15 @@ class Agent:
         fork: bool = False,
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
+        confirmation_strategy_context: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
+    ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
 
-        Returns ``{"messages": [...], "last_message": ChatMessage, <state keys>..., "step_count": int,
-        "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``.
+        Returns an ``AgentResult``: ``{"messages": [...], "last_message": ChatMessage, <state keys>...,
+        "step_count": int, "tool_call_counts": {...}, "exit_reason": str, "trace": [TransitionRecord, ...]}``,
+        where a ``state_schema`` key named ``last_message``, ``exit_reason`` or ``trace`` holds the
+        State's value and the attributes of the same names keep agentfsm's.
         ``kwargs`` initialise State keys declared in ``state_schema``. ``break_point`` pauses the run
         by raising ``BreakpointException`` (its ``snapshot`` resumes it: ``run(snapshot=...)``); a
         snapshot from a differently configured agent logs a warning, or raises with ``strict=True``.
@@ -409,7 +426,8 @@ class Agent:
 
         ``hook_context`` reaches the hooks and confirmation strategies that take a ``hook_context``
         keyword (a websocket, a queue, a user id...); it is never written into a snapshot, so a
-        resumed run is given its own.
+        resumed run is given its own. ``confirmation_strategy_context`` is Haystack's name for it:
+        give one or the other; strategies may take it under either name.
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
@@ -431,11 +449,11 @@ class Agent:
             decisions=decisions,
             fork=fork,
             take_over=take_over,
-            hook_context=hook_context,
+            hook_context=_context(hook_context, confirmation_strategy_context),
         )
         run = self.new_run(request)
         try:
-            return drive_sync(run, self.chat_generator, callback, self._save_pause)
+            return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
         finally:
             self._release(run)
 
@@ -453,8 +471,9 @@ class Agent:
         fork: bool = False,
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
+        confirmation_strategy_context: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
+    ) -> AgentResult:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
         request = RunRequest(
             messages=messages,
@@ -467,12 +486,12 @@ class Agent:
             decisions=decisions,
             fork=fork,
             take_over=take_over,
-            hook_context=hook_context,
+            hook_context=_context(hook_context, confirmation_strategy_context),
         )
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
         try:
-            return await drive_async(run, self.chat_generator, callback, self._save_pause)
+            return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         finally:
             self._release(run)
 
@@ -537,6 +556,15 @@ class Agent:
                 point: [hook_from_dict(h, allowed_modules) for h in hooks] for point, hooks in params["hooks"].items()
             }
         return cls(**params)
+
+
+def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's request-scoped objects, given under agentfsm's name or Haystack's (not both)."""
+    if hook_context is not None and strategy_context is not None:
+        raise ConfigurationError(
+            "hook_context and confirmation_strategy_context are two names for the run's context: give one."
+        )
+    return hook_context if hook_context is not None else strategy_context
 
 
 def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> dict[str, Any]:
@@ -642,9 +670,11 @@ def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> Non
 
 def _complete_state_schema(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     complete = complete_schema(schema)
-    clash = sorted(set(schema) & (RESULT_KEYS | set(AGENT_STATE_KEYS)))
+    clash = sorted(set(schema) & set(AGENT_STATE_KEYS))
     if clash:
-        raise ConfigurationError(f"state_schema keys {clash} are reserved by the agent's result; rename them.")
+        raise ConfigurationError(
+            f"state_schema keys {clash} are reserved: the agent keeps them up to date itself; rename them."
+        )
     return complete
 
 

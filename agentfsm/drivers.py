@@ -8,12 +8,15 @@ new one that a driver does not handle fails type checking (``assert_never``).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
 from agentfsm.errors import BreakpointException, HITLBreakpointException
+from agentfsm.hitl.strategies import optional_keywords
+from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
@@ -65,6 +68,18 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
     )
 
 
+def model_arguments(action: CallModel, streaming_callback: Any) -> dict[str, Any]:
+    """The chat generator's arguments for a model call.
+
+    ``streaming_callback`` is passed only when one is set, as Haystack does: a generator whose
+    ``run(messages, tools=None)`` does not take one works as long as nobody streams.
+    """
+    arguments: dict[str, Any] = {"messages": action.messages, "tools": action.tools or None}
+    if streaming_callback is not None:
+        arguments["streaming_callback"] = streaming_callback
+    return arguments
+
+
 def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
     return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
 
@@ -86,8 +101,8 @@ def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
     logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
 
 
-def _question(strategy: Any, decide: Any, call: PreparedCall, context: Any = None) -> dict[str, Any]:
-    """What a strategy is asked about one call (and the tool's schema and the run's ``hook_context``, when ``decide`` takes them)."""
+def _question(decide: Any, call: PreparedCall, context: Any = None) -> dict[str, Any]:
+    """What a strategy is asked about one call, and the extras ``decide`` declares of: the tool's schema, the run's context."""
     tool = call.tool
     asked: dict[str, Any] = {
         "tool_name": call.call.tool_name,
@@ -95,19 +110,25 @@ def _question(strategy: Any, decide: Any, call: PreparedCall, context: Any = Non
         "tool_params": dict(call.call.arguments),
         "tool_call_id": call.key,
     }
-    parameters = inspect.signature(decide).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    if tool is not None and ("tool_schema" in parameters or takes_any):
-        asked["tool_schema"] = tool.parameters
-    if context is not None and ("hook_context" in parameters or takes_any):
-        asked["hook_context"] = context
-    return asked
+    extras: dict[str, Any] = {}
+    if tool is not None:
+        extras["tool_schema"] = tool.parameters
+    if context is not None:  # Haystack's name for the request-scoped objects, and agentfsm's
+        extras["confirmation_strategy_context"] = extras["hook_context"] = context
+    return {**asked, **optional_keywords(decide, extras)}
+
+
+def _for_call(decision: Any, call: PreparedCall) -> Any:
+    """A strategy's decision, bound to the call it was asked about when it names none (the seeds make the id optional)."""
+    if isinstance(decision, ToolExecutionDecision) and decision.tool_call_id is None:
+        return dataclasses.replace(decision, tool_call_id=call.key)
+    return decision
 
 
 def _ask(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
     """The strategy's decision for one call, or ``None`` when it defers (raises ``HITLBreakpointException``)."""
     try:
-        return strategy.run(**_question(strategy, strategy.run, call, context))
+        return _for_call(strategy.run(**_question(strategy.run, call, context)), call)
     except HITLBreakpointException:
         return None
 
@@ -118,7 +139,7 @@ async def _ask_async(strategy: Any, call: PreparedCall, context: Any = None) -> 
     if decide is None:
         return await run_in_worker(_ask, strategy, call, context)
     try:
-        return await decide(**_question(strategy, decide, call, context))
+        return _for_call(await decide(**_question(decide, call, context)), call)
     except HITLBreakpointException:
         return None
 
@@ -153,11 +174,7 @@ def drive_sync(
             action = run.next_action()
             match action:
                 case CallModel():
-                    run.model_replied(
-                        generator.run(
-                            messages=action.messages, tools=action.tools or None, streaming_callback=streaming_callback
-                        )
-                    )
+                    run.model_replied(generator.run(**model_arguments(action, streaming_callback)))
                 case RunTools():
                     invoker.execute_sync(action.calls, streaming_callback, run.tool_completed)
                     results = run.tools_ran()
@@ -197,11 +214,7 @@ async def drive_async(
             match action:
                 case CallModel():
                     call = run_async if run_async is not None else generator.run
-                    kwargs = {
-                        "messages": action.messages,
-                        "tools": action.tools or None,
-                        "streaming_callback": streaming_callback,
-                    }
+                    kwargs = model_arguments(action, streaming_callback)
                     output = await (call(**kwargs) if run_async is not None else run_in_worker(call, **kwargs))
                     run.model_replied(output)
                 case RunTools():

@@ -22,6 +22,14 @@ class ConfigurationTypeError(AgentFSMError, TypeError):
     """A configuration value has the wrong type (for example a chat generator without ``tools``)."""
 
 
+class ToolConfigurationError(ConfigurationError, TypeError):
+    """A tool's ``outputs_to_state``, ``outputs_to_string`` or ``inputs_from_state`` is wrongly shaped.
+
+    Both a ``ValueError`` (what Haystack raises) and a ``TypeError`` (what its docs name for a value
+    of the wrong type), so either ``except`` catches it.
+    """
+
+
 class SchemaError(ConfigurationError):
     """A tool's parameter schema or a state schema is invalid."""
 

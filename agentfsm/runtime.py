@@ -40,6 +40,7 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall
+from agentfsm.result import AgentResult
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
@@ -159,7 +160,8 @@ class RunConfig:
 class CallModel:
     """Call the chat generator with these messages and tools, then ``model_replied``.
 
-    Both lists belong to the run and are not to be modified.
+    ``messages`` is the conversation as it stood at the call, a list of its own: a generator that
+    keeps it never sees later messages appear in it.
     """
 
     messages: list[ChatMessage]
@@ -374,7 +376,7 @@ class AgentRun:
         tools = self._static_tools
         if tools is None:
             tools = list(self.current_tools().values())
-        return CallModel(self._data["messages"], tools)
+        return CallModel(list(self._data["messages"]), tools)
 
     def _prepare_calls(self, item: Work) -> None:
         self.prepare_calls()
@@ -747,19 +749,14 @@ class AgentRun:
             }
         )
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> AgentResult:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
         return run_result(self._data, self.exit_reason, self.trace)
 
 
-def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> dict[str, Any]:
+def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> AgentResult:
     """What ``Agent.run`` returns for a run with this State data, exit reason and trace."""
-    result = dict(data)
-    messages = result.get("messages") or []
-    result["last_message"] = messages[-1] if messages else None
-    result["exit_reason"] = exit_reason
-    result["trace"] = list(trace)
-    return result
+    return AgentResult(data, exit_reason, trace)
 
 
 def constant_facts(config: RunConfig, state: State) -> ConstantFacts:

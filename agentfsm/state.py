@@ -54,7 +54,9 @@ def default_handler(tp: Any) -> Handler:
 MESSAGES_SCHEMA: dict[str, Any] = {"type": list[ChatMessage], "handler": merge_lists}
 
 #: The State keys an agent keeps up to date itself in every run, with their schema entries. A
-#: ``state_schema`` may not redefine them and ``run(**state)`` may not set them.
+#: ``state_schema`` may not redefine them and ``run(**state)`` may not set them. The other names of
+#: an agent's result (``last_message``, ``exit_reason``, ``trace``) are free for a ``state_schema``:
+#: see ``agentfsm.result.AgentResult``.
 AGENT_STATE_KEYS: dict[str, dict[str, Any]] = {
     "step_count": {"type": int, "handler": replace_values},
     "tool_call_counts": {"type": dict[str, int], "handler": replace_values},
@@ -65,8 +67,6 @@ AGENT_STATE_KEYS: dict[str, dict[str, Any]] = {
     #: Set by any hook to end the run before its next model call; the value becomes ``exit_reason``.
     "stop_run": {"type": str, "handler": replace_values},
 }
-#: Keys of an agent's result that are not State keys; a ``state_schema`` may not use them either.
-RESULT_KEYS: frozenset[str] = frozenset({"last_message", "exit_reason", "trace"})
 
 
 def validate_schema(schema: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall
+from agentfsm.result import AgentResult
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool
@@ -186,12 +187,12 @@ class ResumeDivergence(AssertionError):
 
 
 def comparable_result(result: dict[str, Any]) -> dict[str, Any]:
-    """A run's result without what legitimately differs between runs (timings, pause/resume edges)."""
-    trace = [
-        (r.step, r.source.value, r.dest.value, r.trigger)
-        for r in result["trace"]
-        if r.trigger not in ("pause", "resume")
-    ]
+    """A run's result without what legitimately differs between runs (timings, pause/resume edges).
+
+    ``trace`` is the run's edges (``AgentResult.trace``), also when the State has a key of that name.
+    """
+    records = result.trace if isinstance(result, AgentResult) else result["trace"]
+    trace = [(r.step, r.source.value, r.dest.value, r.trigger) for r in records if r.trigger not in ("pause", "resume")]
     return {**{k: v for k, v in result.items() if k != "trace"}, "trace": trace}
 
 

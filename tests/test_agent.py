@@ -131,7 +131,7 @@ def test_state_kwargs_must_be_declared() -> None:
 
 def test_reserved_state_keys_and_bad_schema() -> None:
     with pytest.raises(ConfigurationError, match="reserved"):
-        make_agent([], state_schema={"last_message": {"type": str}})
+        make_agent([], state_schema={"step_count": {"type": int}})
     with pytest.raises(ValueError, match="Key 'x' is missing a 'type' entry"):
         make_agent([], state_schema={"x": {}})
 

@@ -118,6 +118,16 @@ def test_scaling_out_example_runs() -> None:
     assert "Duplicate registration" not in done.stdout + done.stderr
 
 
+def test_from_haystack_example_runs() -> None:
+    done = run("examples/from_haystack.py")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "review: search({'query': 'fusion', 'filters': {'min_year': 1900, 'max_results': 3}})" in out
+    assert "documents: [('A startup reported n', 2026), ('Inertial confinement', 2022)]" in out
+    assert "trace (the state_schema's key): ['search(fusion)']" in out
+    assert "exit: text after 3 model calls" in out
+
+
 def test_every_example_is_tested() -> None:
     tested = {
         "scaling_out.py",
@@ -129,5 +139,6 @@ def test_every_example_is_tested() -> None:
         "hitl_approve_later.py",
         "cassette.py",
         "ready_hooks.py",
+        "from_haystack.py",
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

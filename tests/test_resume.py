@@ -203,12 +203,12 @@ async def test_resume_with_run_async_and_a_dict_snapshot() -> None:
     assert comparable_result(result) == comparable_result(agent().run(USER))
 
 
-def test_resume_refuses_new_inputs() -> None:
+def test_resume_refuses_new_state_values() -> None:
     snapshot = pause(agent(), Breakpoint(phase=Phase.LLM_CALL, step=1)).snapshot
-    with pytest.raises(ConfigurationError, match="do not pass messages"):
-        agent().run(USER, snapshot=snapshot)
-    with pytest.raises(ConfigurationError, match="do not pass messages"):
+    with pytest.raises(ConfigurationError, match="do not pass system_prompt or state values"):
         agent().run(snapshot=snapshot, prefix="x")
+    with pytest.raises(ConfigurationError, match="do not pass system_prompt or state values"):
+        agent().run(snapshot=snapshot, system_prompt="other")
 
 
 def test_resume_with_another_agent_configuration(caplog: pytest.LogCaptureFixture) -> None:

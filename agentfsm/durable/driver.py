@@ -13,7 +13,7 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm.drivers import ask_strategies, run_hooks
+from agentfsm.drivers import ask_strategies, model_arguments, run_hooks
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.machine import PHASE_WORK, Phase
@@ -79,7 +79,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
 
 
 def _call_model(generator: Any, action: CallModel) -> dict[str, Any]:
-    output = generator.run(messages=action.messages, tools=action.tools or None, streaming_callback=None)
+    output = generator.run(**model_arguments(action, None))
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
         raise bad_model_output(output)

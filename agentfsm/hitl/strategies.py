@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentfsm.errors import HITLBreakpointException
@@ -12,11 +13,30 @@ from agentfsm.hitl.user_interfaces import ConfirmationUI
 from agentfsm.serialization import import_path, object_path, rebuild
 
 
+def optional_keywords(function: Callable[..., Any], offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords of ``offered`` that ``function`` declares (all of them when it takes ``**kwargs``).
+
+    What agentfsm gives beyond a protocol's own arguments (a tool's schema, the run's context) is a
+    capability a user's callable opts into by naming it; one written to the plain signature is
+    called with that signature.
+    """
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a callable without a signature takes only its protocol's arguments
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return dict(offered)
+    return {name: value for name, value in offered.items() if name in parameters}
+
+
 class ConfirmationStrategy:
     """Base class of confirmation strategies: ``run`` returns the decision for one call.
 
     A strategy that cannot decide now raises ``HITLBreakpointException``: the run pauses in CONFIRM
-    and its snapshot waits for the decision (``agent.run(snapshot=..., decisions=[...])``).
+    and its snapshot waits for the decision (``agent.run(snapshot=..., decisions=[...])``). A
+    strategy's ``run`` (or ``run_async``) that declares one of the keywords ``tool_schema`` (the
+    tool's parameter schema), ``confirmation_strategy_context`` or ``hook_context`` (the run's
+    request-scoped objects) is given it too.
     """
 
     def run(
@@ -25,9 +45,8 @@ class ConfirmationStrategy:
         tool_description: str,
         tool_params: dict[str, Any],
         tool_call_id: str | None = None,
-        **kwargs: Any,
     ) -> ToolExecutionDecision:
-        """Decide one call (``tool_schema`` may be given as a keyword: the tool's parameter schema)."""
+        """Decide one call."""
         raise NotImplementedError(f"{type(self).__name__} must implement run().")
 
     def restore(self, decisions: list[ToolExecutionDecision]) -> None:
@@ -61,7 +80,9 @@ def decision_from(
 class BlockingConfirmationStrategy(ConfirmationStrategy):
     """Asks through ``confirmation_ui`` while the run waits, when ``confirmation_policy`` says to ask.
 
-    Under ``Agent.run_async`` the UI runs in a worker thread: the event loop is never blocked.
+    Under ``Agent.run_async`` the UI runs in a worker thread: the event loop is never blocked. The
+    UI is given the keywords its ``get_user_confirmation`` declares of those the strategy is given
+    (``tool_schema``, to check edited arguments).
     """
 
     def __init__(self, confirmation_policy: ConfirmationPolicy, confirmation_ui: ConfirmationUI) -> None:
@@ -79,8 +100,11 @@ class BlockingConfirmationStrategy(ConfirmationStrategy):
         """Ask (if the policy says so) and turn the answer into a decision."""
         if not self.confirmation_policy.should_ask(tool_name, tool_description, tool_params):
             return decision_from(tool_name, tool_params, tool_call_id, "confirm")
-        result = self.confirmation_ui.get_user_confirmation(tool_name, tool_description, tool_params, **kwargs)
-        self.confirmation_policy.update_after_confirmation(tool_name, tool_description, tool_params, result)
+        ask = self.confirmation_ui.get_user_confirmation
+        result = ask(tool_name, tool_description, tool_params, **optional_keywords(ask, kwargs))
+        learn = getattr(self.confirmation_policy, "update_after_confirmation", None)
+        if callable(learn):  # optional for a policy that does not derive from ConfirmationPolicy
+            learn(tool_name, tool_description, tool_params, result)
         return decision_from(
             tool_name,
             tool_params,
@@ -92,7 +116,9 @@ class BlockingConfirmationStrategy(ConfirmationStrategy):
 
     def restore(self, decisions: list[ToolExecutionDecision]) -> None:
         """The policy learns again from the resumed run's decisions (``AskOncePolicy`` remembers)."""
-        self.confirmation_policy.restore(decisions)
+        restore = getattr(self.confirmation_policy, "restore", None)
+        if callable(restore):
+            restore(decisions)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the strategy with its policy and UI."""
@@ -133,7 +159,6 @@ class BreakpointConfirmationStrategy(ConfirmationStrategy):
         tool_description: str,
         tool_params: dict[str, Any],
         tool_call_id: str | None = None,
-        **kwargs: Any,
     ) -> ToolExecutionDecision:
         """Always raises ``HITLBreakpointException``: the decision comes from outside the run."""
         raise HITLBreakpointException(

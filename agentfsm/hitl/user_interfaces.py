@@ -13,12 +13,16 @@ from agentfsm.serialization import object_path
 
 
 class ConfirmationUI:
-    """Base class of confirmation UIs: ``get_user_confirmation`` returns what the person answered."""
+    """Base class of confirmation UIs: ``get_user_confirmation`` returns what the person answered.
+
+    A UI that declares a ``tool_schema`` keyword parameter is also given the tool's parameter schema
+    (to check edited arguments); one written to the three-argument signature is called with those.
+    """
 
     def get_user_confirmation(
-        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
     ) -> ConfirmationUIResult:
-        """Ask about one call; ``tool_schema`` (keyword) is the tool's parameter schema, to check edits."""
+        """Ask about one call."""
         raise NotImplementedError(f"{type(self).__name__} must implement get_user_confirmation().")
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,7 +57,12 @@ class SimpleConsoleUI(ConfirmationUI):
         self._print = output
 
     def get_user_confirmation(
-        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        *,
+        tool_schema: dict[str, Any] | None = None,
     ) -> ConfirmationUIResult:
         """Show the call and read the answer."""
         self._print(f"Tool: {tool_name}\nDescription: {tool_description}\nArguments: {json.dumps(tool_params)}")
@@ -71,7 +80,7 @@ class SimpleConsoleUI(ConfirmationUI):
                 except json.JSONDecodeError as exc:
                     self._print(f"That is not JSON ({exc.msg}); try again.")
                     continue
-                problem = schema_problems(kwargs.get("tool_schema"), params)
+                problem = schema_problems(tool_schema, params)
                 if problem:
                     self._print(f"Those arguments do not fit the tool: {problem}; try again.")
                     continue
@@ -97,7 +106,12 @@ class RichConsoleUI(ConfirmationUI):
         self._stream = stream
 
     def get_user_confirmation(
-        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        *,
+        tool_schema: dict[str, Any] | None = None,
     ) -> ConfirmationUIResult:
         """Show the call in a panel and read the answer."""
         from rich.panel import Panel
@@ -121,7 +135,7 @@ class RichConsoleUI(ConfirmationUI):
             except json.JSONDecodeError as exc:
                 self._console.print(f"[red]That is not JSON ({exc.msg}); try again.[/red]")
                 continue
-            problem = schema_problems(kwargs.get("tool_schema"), params)
+            problem = schema_problems(tool_schema, params)
             if problem:
                 self._console.print(f"[red]Those arguments do not fit the tool: {problem}; try again.[/red]")
                 continue

@@ -8,17 +8,20 @@ a tool of another agent. A *pipeline* is any object with ``run(data: dict) -> di
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
+
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import object_from_dict, object_path, object_to_dict
 from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
-from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs
+from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs
 
 CHAT_MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "array",
@@ -59,12 +62,59 @@ def _last_message_text(message: ChatMessage | None) -> str:
     return "" if message is None else message.text or ""
 
 
+def param_descriptions(doc: str | None) -> dict[str, str]:
+    """Each parameter's description in a docstring: Sphinx ``:param x:`` fields or a Google ``Args:`` section."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None  # the description that an indented line continues
+    args_indent: int | None = None  # inside a Google ``Args:`` section: the header's indentation
+    entry_indent: int | None = None
+    for line in inspect.cleandoc(doc or "").splitlines():
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if args_indent is not None and stripped and indent <= args_indent:
+            args_indent = None  # the section ended
+        if sphinx := _SPHINX_PARAM.match(stripped):
+            current = found.setdefault(sphinx["name"], [])
+            current.append(sphinx["text"])
+            args_indent = None
+        elif stripped in _GOOGLE_ARGS_HEADERS:
+            args_indent, entry_indent, current = indent, None, None
+        elif (
+            args_indent is not None
+            and (entry_indent is None or indent == entry_indent)
+            and (google := _GOOGLE_PARAM.match(stripped))
+        ):
+            entry_indent = indent
+            current = found.setdefault(google["name"], [])
+            current.append(google["text"])
+        elif current is not None and stripped and indent > (entry_indent or 0) and not stripped.startswith(":"):
+            current.append(stripped)
+        else:
+            current = None
+    return {name: " ".join(part for part in parts if part) for name, parts in found.items() if any(parts)}
+
+
+_SPHINX_PARAM = re.compile(r"^:param\s+(?:[^:]*\s)?(?P<name>\w+)\s*:\s*(?P<text>.*)$")
+_GOOGLE_ARGS_HEADERS = frozenset({"Args:", "Arguments:", "Parameters:"})
+_GOOGLE_PARAM = re.compile(r"^\*{0,2}(?P<name>\w+)\s*(?:\([^)]*\))?\s*:\s*(?P<text>.*)$")
+
+
+def _needs_conversion(hint: Any) -> bool:
+    """Whether JSON arguments for ``hint`` must be converted: it is or holds a dataclass or a pydantic model."""
+    if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, BaseModel)):
+        return True
+    return any(_needs_conversion(arg) for arg in typing.get_args(hint))
+
+
 class ComponentTool(Tool):
     """A Tool that calls a component's ``run``; the schema comes from ``run``'s signature.
 
-    Parameters typed ``ChatMessage`` / ``list[ChatMessage]`` are offered to the model as a list of
-    ``{"role", "content"}`` objects. Parameters with defaults whose types JSON schema cannot
-    describe (callbacks, snapshots...) are not offered to the model.
+    The model's arguments are converted to what ``run`` takes: dataclasses and pydantic models (and
+    lists of them) are built from their JSON objects, and parameters typed ``ChatMessage`` /
+    ``list[ChatMessage]`` are offered to the model as a list of ``{"role", "content"}`` objects.
+    Parameters are described by ``run``'s docstring (``:param x:`` lines or a Google ``Args:``
+    section) unless ``Annotated`` describes them. Parameters with defaults whose types JSON schema
+    cannot describe (callbacks, snapshots...) are not offered to the model.
     """
 
     def __init__(
@@ -86,13 +136,19 @@ class ComponentTool(Tool):
         from agentfsm.agent import Agent
 
         self.component = component
+        self._is_warmed_up = False
         self._message_params: set[str] = set()
-        skip = set((inputs_from_state or {}).values())
-        if parameters is None:
-            if isinstance(component, Agent):
+        #: How the model's JSON arguments become what ``run`` takes, per parameter that needs it.
+        self._converters: dict[str, TypeAdapter[Any]] = {}
+        skip = set((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else set()
+        if isinstance(component, Agent):
+            self._message_params = {"messages"}
+            if parameters is None:
                 parameters = self._agent_parameters(component, skip)
-            else:
-                parameters = self._run_parameters(run, skip)
+        else:
+            hints = self._run_hints(run)
+            if parameters is None:
+                parameters = self._run_parameters(run, hints, skip)
         if outputs_to_string is None and isinstance(component, Agent):
             outputs_to_string = {"source": "last_message", "handler": _last_message_text}
         super().__init__(
@@ -107,7 +163,6 @@ class ComponentTool(Tool):
 
     def _agent_parameters(self, agent: Any, skip: set[str]) -> dict[str, Any]:
         """An agent takes the conversation, and the keys of its State schema."""
-        self._message_params = {"messages"}
         properties: dict[str, Any] = {"messages": CHAT_MESSAGES_SCHEMA}
         schema: dict[str, Any] = {"type": "object", "properties": properties, "required": ["messages"]}
         for key, definition in agent.state_schema.items():
@@ -115,17 +170,27 @@ class ComponentTool(Tool):
                 add_property(schema, key, json_schema_for(definition["type"], key))
         return schema
 
-    def _run_parameters(self, run: Callable[..., Any], skip: set[str]) -> dict[str, Any]:
-        signature = inspect.signature(run)
+    def _run_hints(self, run: Callable[..., Any]) -> dict[str, Any]:
+        """``run``'s type hints; notes the parameters whose arguments are converted (messages, dataclasses, models)."""
         try:
             hints = typing.get_type_hints(run, include_extras=True)
         except NameError as exc:
             raise SchemaGenerationError(f"Cannot resolve the type hints of {run!r}: {exc}") from exc
+        for name, hint in hints.items():
+            if name == "return":
+                continue
+            if _is_chat_messages(hint):
+                self._message_params.add(name)
+            elif _needs_conversion(hint):
+                self._converters[name] = TypeAdapter(hint)
+        return hints
+
+    def _run_parameters(self, run: Callable[..., Any], hints: dict[str, Any], skip: set[str]) -> dict[str, Any]:
+        signature = inspect.signature(run)
         undescribable = set()
         for name, param in signature.parameters.items():
             hint = hints.get(name)
-            if hint is not None and _is_chat_messages(hint):
-                self._message_params.add(name)
+            if name in self._message_params:
                 continue
             if param.default is not inspect.Parameter.empty and hint is not None:
                 try:
@@ -133,22 +198,36 @@ class ComponentTool(Tool):
                 except SchemaGenerationError:
                     undescribable.add(name)
         schema = function_parameters_schema(run, skip | self._message_params | undescribable)
-        for name in sorted(self._message_params):
+        for name in sorted(self._message_params - skip):
             schema.setdefault("properties", {})[name] = CHAT_MESSAGES_SCHEMA
             if signature.parameters[name].default is inspect.Parameter.empty:
                 schema.setdefault("required", []).append(name)
+        documented = param_descriptions(inspect.getdoc(run))
+        for name, prop in schema.get("properties", {}).items():
+            if name in documented and "description" not in prop:
+                prop["description"] = documented[name]
         return schema
+
+    def _valid_inputs(self) -> set[str] | None:
+        """The parameters of the component's ``run`` (``None`` when it takes ``**kwargs``, as an agent does)."""
+        return function_inputs(self.component.run, self.parameters)
 
     def _call_component(self, **kwargs: Any) -> Any:
         for name in self._message_params & set(kwargs):
             kwargs[name] = _to_chat_messages(kwargs[name])
+        for name, adapter in self._converters.items():
+            if name in kwargs:
+                kwargs[name] = adapter.validate_python(kwargs[name])
         return self.component.run(**kwargs)
 
     def warm_up(self) -> None:
-        """Warm up the component (if it has ``warm_up``)."""
+        """Warm up the component (if it has ``warm_up``), once: later calls do nothing."""
+        if self._is_warmed_up:
+            return
         warm = getattr(self.component, "warm_up", None)
         if callable(warm):
             warm()
+        self._is_warmed_up = True
 
     def _config(self) -> dict[str, Any]:
         return {"component": object_to_dict(self.component), **self._tool_config()}
@@ -267,9 +346,24 @@ class PipelineTool(ComponentTool):
                     f"Cannot tell the type of pipeline input {targets[0]!r}: pass parameters (a JSON schema) for this tool."
                 )
             add_property(schema, param, json_schema_for(info.get("type", Any), param))
+            description = self._socket_description(component, socket)
+            if description and "description" not in schema["properties"][param]:
+                schema["properties"][param]["description"] = description
             if info.get("is_mandatory", True):
                 required.append(param)
         return schema
+
+    def _socket_description(self, component: str, socket: str) -> str | None:
+        """A pipeline input's description, from its component's ``run`` docstring (Haystack pipelines name their components)."""
+        get_component = getattr(self.pipeline, "get_component", None)
+        if not callable(get_component):
+            return None
+        run = getattr(get_component(component), "run", None)
+        return param_descriptions(inspect.getdoc(run)).get(socket) if callable(run) else None
+
+    def _valid_inputs(self) -> set[str] | None:
+        """The tool's parameters: the keys of ``input_mapping``."""
+        return set(self.input_mapping)
 
     def run_pipeline(self, **kwargs: Any) -> dict[str, Any]:
         """Spread the tool's arguments over the pipeline inputs, run it, and map its outputs."""

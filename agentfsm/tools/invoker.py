@@ -139,6 +139,9 @@ class ToolInvoker:
     (async runs only): tool functions are synchronous, so by default each call runs in a worker
     thread and a blocking tool never stalls the event loop; ``False`` runs them inline on the loop,
     one after another, which saves the thread hand-off for tools that return in microseconds.
+    A result without ``outputs_to_string`` reaches the model as itself when it is a string, else
+    as JSON; ``convert_result_to_json_string=False`` makes it ``str(result)``, as Haystack's
+    ToolInvoker does by default.
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class ToolInvoker:
         tool_concurrency: int = 4,
         tool_streaming_callback_passthrough: bool = False,
         sync_tools_in_threads: bool = True,
+        convert_result_to_json_string: bool = True,
     ) -> None:
         if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
             raise ConfigurationError(f"tool_concurrency must be an int >= 1, got {tool_concurrency!r}.")
@@ -159,6 +163,8 @@ class ToolInvoker:
         self.tool_concurrency = tool_concurrency
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         self.sync_tools_in_threads = sync_tools_in_threads
+        self.convert_result_to_json_string = convert_result_to_json_string
+        self._to_text: Callable[[Any], str] = default_output_to_string if convert_result_to_json_string else str
         self._by_name = {t.name: t for t in self.tools}
         self._executor: ThreadPoolExecutor | None = None
 
@@ -314,11 +320,7 @@ class ToolInvoker:
         try:
             if tool.outputs_to_state:
                 self._write_state(tool, outcome.value, state)
-            text = (
-                self._to_string(tool, outcome.value)
-                if tool.outputs_to_string
-                else default_output_to_string(outcome.value)
-            )
+            text = self._to_string(tool, outcome.value) if tool.outputs_to_string else self._to_text(outcome.value)
         except (KeyError, TypeError, ValueError) as exc:
             error = ToolInvocationError(f"Tool {tool.name!r} returned a result that could not be used: {exc}")
             if self.raise_on_failure:
@@ -341,7 +343,7 @@ class ToolInvoker:
     def _to_string(self, tool: Tool, result: Any) -> ToolResultContent:
         config = tool.outputs_to_string
         if not config:
-            return default_output_to_string(result)
+            return self._to_text(result)
         if config.get("raw_result"):
             handler = config.get("handler")
             raw = self._pick(result, config.get("source"))
@@ -350,10 +352,10 @@ class ToolInvoker:
                 raise TypeError("a raw_result tool (or its handler) must return a list of TextContent/ImageContent")
             return raw
         if "source" in config or "handler" in config or "raw_result" in config:
-            handler = config.get("handler") or default_output_to_string
+            handler = config.get("handler") or self._to_text
             return str(handler(self._pick(result, config.get("source"))))
         parts = {
-            key: (spec.get("handler") or default_output_to_string)(self._pick(result, spec.get("source")))
+            key: (spec.get("handler") or self._to_text)(self._pick(result, spec.get("source")))
             for key, spec in config.items()
         }
-        return default_output_to_string(parts)
+        return self._to_text(parts)

@@ -12,7 +12,7 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaError, ToolArgumentsError
+from agentfsm.errors import ConfigurationError, SchemaError, ToolArgumentsError, ToolConfigurationError
 from agentfsm.serialization import deserialize_callable, import_path, object_path, rebuild, serialize_callable
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
@@ -67,20 +67,20 @@ def default_output_to_string(result: Any) -> str:
 
 def _check_mapping(name: str, value: Any) -> None:
     if value is not None and not isinstance(value, dict):
-        raise ConfigurationTypeError(f"{name} must be a dict or None, got {type(value).__name__}.")
+        raise ToolConfigurationError(f"{name} must be a dict or None, got {type(value).__name__}.")
 
 
 def _check_spec(name: str, key: str, spec: Any) -> None:
     if not isinstance(spec, dict):
-        raise ConfigurationTypeError(
+        raise ToolConfigurationError(
             f"{name}[{key!r}] must be a dict with 'source' and/or 'handler', got {type(spec).__name__}."
         )
     source = spec.get("source")
     if source is not None and not isinstance(source, str):
-        raise ConfigurationTypeError(f"{name}[{key!r}]['source'] must be a string, got {type(source).__name__}.")
+        raise ToolConfigurationError(f"{name}[{key!r}]['source'] must be a string, got {type(source).__name__}.")
     handler = spec.get("handler")
     if handler is not None and not callable(handler):
-        raise ConfigurationTypeError(f"{name}[{key!r}]['handler'] must be callable, got {type(handler).__name__}.")
+        raise ToolConfigurationError(f"{name}[{key!r}]['handler'] must be callable, got {type(handler).__name__}.")
 
 
 def validate_tool_config(
@@ -88,13 +88,13 @@ def validate_tool_config(
     inputs_from_state: dict[str, str] | None,
     outputs_to_state: dict[str, dict[str, Any]] | None,
 ) -> None:
-    """Check the three state/string mappings: ``TypeError`` for wrong types, ``ValueError`` otherwise."""
+    """Check the shape of the three state/string mappings (``ToolConfigurationError``: a ValueError and a TypeError)."""
     _check_mapping("outputs_to_string", outputs_to_string)
     _check_mapping("inputs_from_state", inputs_from_state)
     _check_mapping("outputs_to_state", outputs_to_state)
     for state_key, param in (inputs_from_state or {}).items():
         if not isinstance(param, str):
-            raise ConfigurationTypeError(
+            raise ToolConfigurationError(
                 f"inputs_from_state[{state_key!r}] must name a parameter (str), got {type(param).__name__}."
             )
     for state_key, spec in (outputs_to_state or {}).items():
@@ -104,14 +104,25 @@ def validate_tool_config(
             _check_spec("outputs_to_string", "", outputs_to_string)
             raw = outputs_to_string.get("raw_result", False)
             if not isinstance(raw, bool):
-                raise ConfigurationTypeError(
+                raise ToolConfigurationError(
                     f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}."
                 )
         else:
             for key, spec in outputs_to_string.items():
                 _check_spec("outputs_to_string", key, spec)
                 if "raw_result" in spec:
-                    raise ConfigurationError("raw_result is not supported in the multiple-output format.")
+                    raise ToolConfigurationError("raw_result is not supported in the multiple-output format.")
+
+
+def function_inputs(function: Callable[..., Any], parameters: dict[str, Any]) -> set[str] | None:
+    """The parameters ``function`` takes (``None``: any, it takes ``**kwargs``; the schema's when it has no signature)."""
+    try:
+        signature = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return set(parameters.get("properties", {}))
+    if any(p.kind is p.VAR_KEYWORD for p in signature.values()):
+        return None
+    return set(signature)
 
 
 def _serialize_specs(specs: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -192,6 +203,7 @@ class Tool:
         if self.parameters.get("type", "object") != "object":
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
+        self._check_inputs_from_state()
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
         self._check = compile_validator(self.parameters, self._validator)
@@ -199,6 +211,24 @@ class Tool:
             self.takes_idempotency_key = IDEMPOTENCY_KEY in inspect.signature(self.function).parameters
         except (TypeError, ValueError):  # a callable without a signature
             self.takes_idempotency_key = False
+
+    def _valid_inputs(self) -> set[str] | None:
+        """The parameters ``inputs_from_state`` may name (``None``: any).
+
+        Subclasses whose function forwards its arguments (to a component, a pipeline) say where.
+        """
+        return function_inputs(self.function, self.parameters)
+
+    def _check_inputs_from_state(self) -> None:
+        valid = self._valid_inputs() if self.inputs_from_state else None
+        if valid is None:
+            return
+        for state_key, param in (self.inputs_from_state or {}).items():
+            if param not in valid:
+                raise ToolConfigurationError(
+                    f"Tool {self.name!r}: inputs_from_state maps State key {state_key!r} to {param!r}, which is not "
+                    f"a parameter of the tool; its parameters are {sorted(valid)}."
+                )
 
     @property
     def tool_spec(self) -> dict[str, Any]:

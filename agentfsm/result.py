@@ -1,0 +1,47 @@
+"""AgentResult: what ``Agent.run`` returns, a dict as the seeds document it, with the run's own facts beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentfsm.messages import ChatMessage
+    from agentfsm.runtime import TransitionRecord
+
+
+class AgentResult(dict[str, Any]):
+    """The result of a run: its State data (``messages`` and the ``state_schema`` keys) and ``last_message``.
+
+    agentfsm adds ``exit_reason`` (``"text"``, ``"tool:<name>"``, ``"max_agent_steps"``, a hook's
+    ``stop_run``) and ``trace`` (a ``TransitionRecord`` per edge) under those keys, unless the
+    agent's ``state_schema`` declares a key of the same name: the key then holds the user's State
+    value, as the seeds say ("any additional keys defined in the state_schema"). Whatever the
+    schema, the attributes ``exit_reason``, ``trace`` and ``last_message`` are always agentfsm's.
+
+    >>> from agentfsm import Agent, ChatMessage
+    >>> from agentfsm.generators import ScriptedChatGenerator
+    >>> agent = Agent(chat_generator=ScriptedChatGenerator(["Hi."]), state_schema={"trace": {"type": list[str]}})
+    >>> result = agent.run([ChatMessage.from_user("Hello")], trace=["mine"])
+    >>> result["trace"], result.exit_reason, len(result.trace)
+    (['mine'], 'text', 3)
+    """
+
+    __slots__ = ("exit_reason", "last_message", "trace")
+
+    def __init__(self, data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> None:
+        messages = data.get("messages") or []
+        #: The last message of the conversation (None when it is empty).
+        self.last_message: ChatMessage | None = messages[-1] if messages else None
+        #: Why the run ended.
+        self.exit_reason = exit_reason
+        #: Every edge the run took, in order.
+        self.trace = list(trace)
+        super().__init__(data)
+        # The State's keys win: agentfsm's values fill only the names the schema left free.
+        for key, value in (("last_message", self.last_message), ("exit_reason", exit_reason), ("trace", self.trace)):
+            self.setdefault(key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A key that is the user's keeps its value, one that is agentfsm's is rebuilt equal.
+        return type(self), (dict(self), self.exit_reason, self.trace)

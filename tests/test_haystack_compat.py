@@ -1,0 +1,729 @@
+"""A Haystack user's agent code, written to the seeds' exact signatures, runs unchanged.
+
+Every class and callable here is user code as a Haystack user writes it: the seed protocols'
+signatures and nothing of agentfsm's own extensions (no ``tool_schema``, no ``hook_context``,
+no ``**kwargs`` where the seed has none). Only the imports differ from Haystack's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agentfsm import (
+    Agent,
+    AgentSnapshot,
+    Breakpoint,
+    BreakpointException,
+    ChatMessage,
+    ComponentTool,
+    PipelineTool,
+    State,
+    StreamingChunk,
+    Tool,
+    ToolCall,
+    Toolset,
+    create_tool_from_function,
+    hook,
+    replace_values,
+)
+from agentfsm.errors import AgentFSMError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import (
+    BlockingConfirmationStrategy,
+    ConfirmationPolicy,
+    ConfirmationStrategy,
+    ConfirmationUI,
+    ConfirmationUIResult,
+    HITLBreakpointException,
+    ToolExecutionDecision,
+    get_tool_calls_and_descriptions_from_snapshot,
+)
+from agentfsm.machine import Phase
+from agentfsm.serialization import object_path
+from agentfsm.testing import assert_resume_equivalent
+
+
+def reply_calling(tool_name: str, /, **arguments: Any) -> ChatMessage:
+    return ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name, arguments)])
+
+
+def add_numbers(a: int, b: int) -> int:
+    return a + b
+
+
+ADD = Tool(
+    name="add",
+    description="Add two numbers",
+    parameters={
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
+    function=add_numbers,
+)
+
+
+def tool_results(result: dict[str, Any]) -> list[str]:
+    return [str(m.tool_call_result.result) for m in result["messages"] if m.tool_call_result is not None]
+
+
+# -- human in the loop ------------------------------------------------------------------------------
+
+
+class RecordingUI(ConfirmationUI):
+    """A seed-shaped UI: doubles ``a`` the first time, confirms afterwards."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, dict[str, Any]]] = []
+
+    def get_user_confirmation(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
+    ) -> ConfirmationUIResult:
+        self.asked.append((tool_name, tool_description, tool_params))
+        if len(self.asked) == 1:
+            return ConfirmationUIResult(action="modify", new_tool_params={**tool_params, "a": tool_params["a"] * 2})
+        return ConfirmationUIResult(action="confirm")
+
+
+class AskForBigNumbers(ConfirmationPolicy):
+    """A seed-shaped policy: ask when a number is 10 or more; learns what was confirmed."""
+
+    def __init__(self) -> None:
+        self.learned: list[str] = []
+
+    def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
+        return any(v >= 10 for v in tool_params.values())
+
+    def update_after_confirmation(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        confirmation_result: ConfirmationUIResult,
+    ) -> None:
+        self.learned.append(confirmation_result.action)
+
+
+class DuckTypedPolicy:
+    """A policy that does not derive from ConfirmationPolicy: only ``should_ask``."""
+
+    def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_seed_shaped_ui_and_policy_decide_the_calls(use_async: bool) -> None:
+    ui, policy = RecordingUI(), AskForBigNumbers()
+    script = [reply_calling("add", a=10, b=1), reply_calling("add", a=1, b=2), reply_calling("add", a=30, b=1), "ok"]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[ADD],
+        confirmation_strategies={"add": BlockingConfirmationStrategy(policy, ui)},
+    )
+    messages = [ChatMessage.from_user("add")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    assert ui.asked == [("add", "Add two numbers", {"a": 10, "b": 1}), ("add", "Add two numbers", {"a": 30, "b": 1})]
+    assert policy.learned == ["modify", "confirm"]
+    assert tool_results(result) == ["21", "3", "31"]
+
+
+def test_a_policy_without_update_after_confirmation_works() -> None:
+    ui = RecordingUI()
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "ok"]),
+        tools=[ADD],
+        confirmation_strategies={"add": BlockingConfirmationStrategy(DuckTypedPolicy(), ui)},  # type: ignore[arg-type]
+    )
+    assert tool_results(agent.run([ChatMessage.from_user("add")])) == ["4"]
+
+
+class OnlyEvenStrategy(ConfirmationStrategy):
+    """A seed-shaped strategy: runs calls whose ``a`` is even, rejects the others."""
+
+    def __init__(self) -> None:
+        self.ids: list[str | None] = []
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+    ) -> ToolExecutionDecision:
+        self.ids.append(tool_call_id)
+        even = tool_params["a"] % 2 == 0
+        return ToolExecutionDecision(
+            tool_name=tool_name,
+            execute=even,
+            tool_call_id=tool_call_id,
+            feedback=None if even else "odd numbers are not allowed",
+            final_tool_params=tool_params if even else None,
+        )
+
+
+class AsyncOnlyEvenStrategy(OnlyEvenStrategy):
+    async def run_async(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+    ) -> ToolExecutionDecision:
+        self.ids.append("async")
+        return self.run(tool_name, tool_description, tool_params, tool_call_id)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_seed_shaped_strategy_decides_with_run_or_run_async(use_async: bool) -> None:
+    strategy = AsyncOnlyEvenStrategy()
+    script = [ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 2, "b": 1}, id="c1")]), "done"]
+    script.insert(1, ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 3, "b": 1}, id="c2")]))
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[ADD], confirmation_strategies={"add": strategy})
+    messages = [ChatMessage.from_user("add")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    results = tool_results(result)
+    assert results[0] == "3"
+    assert "rejected" in results[1] and "odd numbers are not allowed" in results[1]
+    assert strategy.ids == (["async", "c1", "async", "c2"] if use_async else ["c1", "c2"])
+
+
+class ContextStrategy:
+    """Haystack's keyword-only strategy signature, with the request-scoped context."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def run(
+        self,
+        *,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+        confirmation_strategy_context: dict[str, Any] | None = None,
+    ) -> ToolExecutionDecision:
+        self.seen.append(confirmation_strategy_context)
+        return ToolExecutionDecision(tool_name=tool_name, execute=True, final_tool_params=tool_params)
+
+
+def test_the_confirmation_strategy_context_reaches_the_strategies_that_take_it() -> None:
+    strategy = ContextStrategy()
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=1), "ok", reply_calling("add", a=1, b=1)]),
+        tools=[ADD],
+        confirmation_strategies={"add": strategy},
+    )
+    queue = object()
+    agent.run([ChatMessage.from_user("add")], confirmation_strategy_context={"queue": queue})
+    assert strategy.seen == [{"queue": queue}]
+    with pytest.raises(ValueError, match="two names"):
+        agent.run([ChatMessage.from_user("add")], hook_context={}, confirmation_strategy_context={})
+
+
+class AskLaterStrategy(ConfirmationStrategy):
+    """A seed-shaped strategy that cannot decide now: it raises HITLBreakpointException."""
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+    ) -> ToolExecutionDecision:
+        raise HITLBreakpointException("a person decides later", tool_name, "", tool_call_id)
+
+
+def test_a_strategy_raising_hitl_breakpoint_exception_pauses_the_run_until_decided() -> None:
+    script = [reply_calling("add", a=2, b=3), "five"]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script), tools=[ADD], confirmation_strategies={"add": AskLaterStrategy()}
+    )
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent.run([ChatMessage.from_user("add")])
+    calls, descriptions = get_tool_calls_and_descriptions_from_snapshot(paused.value.snapshot)
+    assert [(c["tool_name"], c["arguments"]) for c in calls] == [("add", {"a": 2, "b": 3})]
+    assert descriptions == {"add": "Add two numbers"}
+    decision = ToolExecutionDecision(
+        tool_name="add", execute=True, tool_call_id=calls[0]["id"], final_tool_params={"a": 2, "b": 3}
+    )
+    result = agent.run([ChatMessage.from_user("add")], snapshot=paused.value.snapshot, decisions=[decision])
+    assert tool_results(result) == ["5"] and result["last_message"].text == "five"
+
+
+# -- chat generators --------------------------------------------------------------------------------
+
+
+class MinimalGenerator:
+    """A generator with the seed's minimum: ``run(messages, tools=None)``, no streaming callback.
+
+    It keeps what it was given, as a recorder or a cache does.
+    """
+
+    def __init__(self, replies: list[ChatMessage]) -> None:
+        self.replies = replies
+        self.seen: list[list[ChatMessage]] = []
+
+    def run(self, messages: list[ChatMessage], tools: list[Tool] | None = None) -> dict[str, Any]:
+        self.seen.append(messages)
+        return {"replies": [self.replies[len(self.seen) - 1]]}
+
+
+class MinimalAsyncGenerator(MinimalGenerator):
+    async def run_async(self, messages: list[ChatMessage], tools: list[Tool] | None = None) -> dict[str, Any]:
+        return self.run(messages, tools)
+
+
+@pytest.mark.parametrize("generator_class", [MinimalGenerator, MinimalAsyncGenerator])
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_generator_without_streaming_callback_runs_and_keeps_what_it_was_given(
+    generator_class: type[MinimalGenerator], use_async: bool
+) -> None:
+    generator = generator_class([reply_calling("add", a=1, b=2), ChatMessage.from_assistant("3")])
+    agent = Agent(chat_generator=generator, tools=[ADD])
+    messages = [ChatMessage.from_user("add 1 and 2")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    assert result["last_message"].text == "3"
+    first, second = generator.seen
+    assert first == messages, "later messages never appear in what the generator kept"
+    assert len(second) == 3
+
+
+class StreamingGenerator:
+    """A generator that takes the callback: it is given the one the run streams to."""
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: list[Tool] | None = None,
+        streaming_callback: Any = None,
+    ) -> dict[str, Any]:
+        if streaming_callback is not None:
+            streaming_callback(StreamingChunk(content="hi"))
+        return {"replies": [ChatMessage.from_assistant("hi")]}
+
+
+def test_a_streaming_callback_reaches_a_generator_that_takes_it() -> None:
+    chunks: list[StreamingChunk] = []
+    Agent(chat_generator=StreamingGenerator()).run([ChatMessage.from_user("hello")], chunks.append)
+    assert [c.content for c in chunks] == ["hi"]
+
+
+# -- state ------------------------------------------------------------------------------------------
+
+
+@hook
+def record_llm(state: State) -> None:
+    state.set("trace", [f"llm@{state.get('step_count')}"])
+
+
+def test_state_keys_the_seeds_leave_to_the_user_are_the_users() -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "three"]),
+        tools=[ADD],
+        state_schema={"trace": {"type": list[str]}, "last_message": {"type": str}, "exit_reason": {"type": str}},
+        hooks={"before_llm": [record_llm]},
+    )
+    result = agent.run([ChatMessage.from_user("add")], last_message="mine", exit_reason="unset")
+    assert result["trace"] == ["llm@0", "llm@1"]
+    assert (result["last_message"], result["exit_reason"]) == ("mine", "unset")
+    assert result.exit_reason == "text"
+    assert result.last_message.text == "three"
+    assert result.trace[-1].trigger == "exit"
+
+
+def test_a_users_trace_key_resumes_anywhere_to_the_same_result() -> None:
+    def agent() -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "three"]),
+            tools=[ADD],
+            state_schema={"trace": {"type": list[str]}},
+            hooks={"before_llm": [record_llm]},
+        )
+
+    assert_resume_equivalent(agent, [ChatMessage.from_user("add")], allowed_modules=["tests"])
+
+
+def test_without_those_keys_the_result_carries_agentfsms_values() -> None:
+    result = Agent(chat_generator=ScriptedChatGenerator(["hi"])).run([ChatMessage.from_user("hello")])
+    assert result["last_message"].text == "hi"
+    assert result["exit_reason"] == "text"
+    assert result["trace"] == result.trace
+
+
+@pytest.mark.parametrize("key", ["continue_run", "stop_run", "step_count", "tool_call_counts"])
+def test_flow_control_keys_stay_reserved(key: str) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        Agent(chat_generator=ScriptedChatGenerator([]), state_schema={key: {"type": int}})
+
+
+def keep_longest(current: Any, new: Any) -> Any:
+    """A seed-shaped State handler: (current, new) -> merged."""
+    return new if current is None or len(new) > len(current) else current
+
+
+def test_state_handlers_from_the_schema_outputs_to_state_and_handler_override() -> None:
+    state = State(schema={"name": {"type": str, "handler": keep_longest}, "docs": {"type": list[str]}})
+    state.set("name", "ann")
+    state.set("name", "al")
+    state.set("docs", ["a"])
+    state.set("docs", ["b"])
+    state.set("docs", ["c"], handler_override=replace_values)
+    assert (state.get("name"), state.get("docs"), state.has("docs"), state.has("other")) == ("ann", ["c"], True, False)
+
+    def lookup(name: str) -> dict[str, Any]:
+        return {"name": name.upper(), "length": len(name)}
+
+    finder = create_tool_from_function(lookup, outputs_to_state={"name": {"source": "name", "handler": keep_longest}})
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(
+            [reply_calling("lookup", name="bob"), reply_calling("lookup", name="x"), "ok"]
+        ),
+        tools=[finder],
+        state_schema={"name": {"type": str}},
+    )
+    assert agent.run([ChatMessage.from_user("look")])["name"] == "BOB"
+
+
+# -- components and pipelines -----------------------------------------------------------------------
+
+
+@dataclass
+class Document:
+    content: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Filters(BaseModel):
+    language: str
+    top_k: int = 3
+
+
+class DocumentRanker:
+    """Rank documents for a query."""
+
+    def __init__(self) -> None:
+        self.warm_ups = 0
+        self.received: list[Any] = []
+
+    def warm_up(self) -> None:
+        self.warm_ups += 1
+
+    def run(
+        self, query: str, documents: list[Document], filters: Filters, best: Document | None = None
+    ) -> dict[str, Any]:
+        """Rank the documents.
+
+        :param query: What the user asked.
+        :param documents: The documents to rank,
+            best first.
+        :param filters: Which documents to keep.
+        :param best: A document known to be the best.
+        """
+        self.received.append((documents, filters, best))
+        kept = [d for d in documents if d.meta.get("language") == filters.language][: filters.top_k]
+        return {"documents": [d.content for d in kept]}
+
+
+class GoogleStyleSummarizer:
+    """Summarize a text."""
+
+    def run(self, text: str, max_words: int = 10) -> dict[str, Any]:
+        """Summarize.
+
+        Args:
+            text (str): The text to summarize.
+            max_words: How many words to keep
+                at most.
+
+        Returns:
+            The summary.
+        """
+        return {"summary": " ".join(text.split()[:max_words])}
+
+
+def test_component_arguments_become_dataclasses_and_models_and_run_is_warmed_once() -> None:
+    ranker = DocumentRanker()
+    tool = ComponentTool(component=ranker)
+    docs = [{"content": "hallo", "meta": {"language": "de"}}, {"content": "hello", "meta": {"language": "en"}}]
+    arguments = {"query": "greeting", "documents": docs, "filters": {"language": "en"}, "best": docs[1]}
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("document_ranker", **arguments), "ok"] * 2),
+        tools=[tool],
+    )
+    for _ in range(2):
+        result = agent.run([ChatMessage.from_user("rank")])
+        assert tool_results(result) == ['{"documents":["hello"]}']
+    documents, filters, best = ranker.received[0]
+    assert documents == [Document("hallo", {"language": "de"}), Document("hello", {"language": "en"})]
+    assert filters == Filters(language="en") and best == Document("hello", {"language": "en"})
+    assert ranker.warm_ups == 1
+    tool.warm_up()
+    assert ranker.warm_ups == 1
+
+
+def test_component_parameters_are_described_by_the_run_docstring() -> None:
+    properties = ComponentTool(component=DocumentRanker()).parameters["properties"]
+    assert properties["query"]["description"] == "What the user asked."
+    assert properties["documents"]["description"] == "The documents to rank, best first."
+    assert properties["filters"]["description"] == "Which documents to keep."
+    google = ComponentTool(component=GoogleStyleSummarizer())
+    assert google.description == "Summarize a text."
+    assert google.parameters["properties"]["text"]["description"] == "The text to summarize."
+    assert google.parameters["properties"]["max_words"]["description"] == "How many words to keep at most."
+
+
+class UppercasePipeline:
+    """A pipeline-shaped object: ``run(data) -> {component: {output: value}}``."""
+
+    def __init__(self) -> None:
+        self.warm_ups = 0
+
+    def warm_up(self) -> None:
+        self.warm_ups += 1
+
+    def run(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {"upper": {"text": data["upper"]["text"].upper()}, "counter": {"n": len(data["counter"]["text"])}}
+
+
+def test_a_pipeline_tool_maps_arguments_in_and_outputs_out() -> None:
+    pipeline = UppercasePipeline()
+    tool = PipelineTool(
+        pipeline=pipeline,
+        input_mapping={"text": ["upper.text", "counter.text"]},
+        output_mapping={"upper.text": "shout"},
+        parameters={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        name="shout",
+        description="Shout the text",
+    )
+    agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("shout", text="hey"), "ok"] * 2), tools=[tool])
+    agent.run([ChatMessage.from_user("shout")])
+    assert tool_results(agent.run([ChatMessage.from_user("shout")])) == ['{"shout":"HEY"}']
+    assert pipeline.warm_ups == 1
+    with pytest.raises(ValueError, match="not a parameter"):
+        PipelineTool(pipeline=pipeline, name="p", description="", input_mapping={"text": ["upper.text"]},
+                     parameters={"type": "object"}, inputs_from_state={"k": "other"})  # fmt: skip
+
+
+class Shouter:
+    """A component of the pipeline below."""
+
+    def run(self, text: str) -> dict[str, Any]:
+        """Shout.
+
+        :param text: The text to shout.
+        """
+        return {"text": text.upper()}
+
+
+class DescribedPipeline:
+    """A pipeline that describes itself as Haystack's do: inputs(), outputs(), get_component()."""
+
+    def __init__(self) -> None:
+        self.components = {"shouter": Shouter()}
+
+    def inputs(self) -> dict[str, dict[str, Any]]:
+        return {"shouter": {"text": {"type": str, "is_mandatory": True}}}
+
+    def outputs(self) -> dict[str, dict[str, Any]]:
+        return {"shouter": {"text": {"type": str}}}
+
+    def get_component(self, name: str) -> Any:
+        return self.components[name]
+
+    def run(self, data: dict[str, Any]) -> dict[str, Any]:
+        return {name: self.components[name].run(**inputs) for name, inputs in data.items()}
+
+
+def test_a_pipeline_tool_describes_its_inputs_from_the_components_docstrings() -> None:
+    tool = PipelineTool(pipeline=DescribedPipeline(), name="shout", description="Shout the text")
+    assert tool.parameters["properties"]["text"] == {"type": "string", "description": "The text to shout."}
+    agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("shout", text="hey"), "ok"]), tools=[tool])
+    assert tool_results(agent.run([ChatMessage.from_user("shout")])) == ['{"text":"HEY"}']
+
+
+# -- tools and toolsets -----------------------------------------------------------------------------
+
+
+class CalculatorToolset(Toolset):
+    """The seed's dynamic-loading toolset: tools built in ``__init__``, a shared resource warmed once."""
+
+    def __init__(self) -> None:
+        tools = self._create_tools()
+        super().__init__(tools)
+        self.connections = 0
+
+    def _create_tools(self) -> list[Tool]:
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}  # fmt: skip
+        return [
+            Tool(name="add", description="Add two numbers", parameters=schema, function=lambda a, b: a + b),
+            Tool(name="multiply", description="Multiply two numbers", parameters=schema, function=lambda a, b: a * b),
+        ]
+
+    def warm_up(self) -> None:
+        self.connections += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": object_path(type(self)), "data": {}}  # the tools are rebuilt, not stored
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CalculatorToolset:
+        return cls()
+
+
+def test_a_toolset_subclass_from_the_seed_runs() -> None:
+    toolset = CalculatorToolset()
+    agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("multiply", a=6, b=7), "42"]), tools=toolset)
+    assert tool_results(agent.run([ChatMessage.from_user("6*7")])) == ["42"]
+    assert toolset.connections == 1
+    assert len(toolset) == 2 and "add" in toolset and toolset[1].name == "multiply"
+
+
+def test_a_toolset_that_serializes_its_descriptor_round_trips_with_the_agent(allow_tests_modules: None) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=2, b=2), "4"]), tools=CalculatorToolset()
+    )
+    rebuilt = Agent.from_dict(agent.to_dict())
+    assert isinstance(rebuilt.tools, CalculatorToolset)
+    assert tool_results(rebuilt.run([ChatMessage.from_user("2+2")])) == ["4"]
+
+
+def format_documents(docs: list[str]) -> str:
+    return ", ".join(docs)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"outputs_to_state": {"docs": {"source": 1}}},
+        {"outputs_to_state": {"docs": {"handler": "not callable"}}},
+        {"outputs_to_state": {"docs": "docs"}},
+        {"outputs_to_string": {"source": ["docs"]}},
+        {"outputs_to_string": {"handler": 3}},
+        {"outputs_to_string": {"source": "docs", "raw_result": "yes"}},
+        {"outputs_to_string": {"formatted": {"source": "docs", "handler": format_documents, "raw_result": True}}},
+    ],
+)
+def test_wrongly_shaped_tool_configurations_raise_value_error(config: dict[str, Any]) -> None:
+    with pytest.raises(ValueError) as refused:
+        Tool(name="t", description="", parameters={"type": "object"}, function=add_numbers, **config)
+    assert isinstance(refused.value, AgentFSMError) and isinstance(refused.value, TypeError)
+
+
+def test_inputs_from_state_must_name_a_parameter_of_the_function() -> None:
+    def search(query: str, repo: str) -> str:
+        return f"{repo}: {query}"
+
+    with pytest.raises(ValueError, match=r"'repository' to 'repo_name'.*\['query', 'repo'\]"):
+        create_tool_from_function(search, inputs_from_state={"repository": "repo_name"})
+    with pytest.raises(ValueError, match="not a parameter"):
+        ComponentTool(component=GoogleStyleSummarizer(), inputs_from_state={"document": "body"})
+    tool = create_tool_from_function(search, inputs_from_state={"repository": "repo"})
+    assert list(tool.parameters["properties"]) == ["query"]
+
+
+# -- the agent's arguments and hooks ----------------------------------------------------------------
+
+
+def test_resuming_ignores_the_messages_as_haystack_does() -> None:
+    messages = [ChatMessage.from_user("add 1 and 2")]
+    agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "3"]), tools=[ADD])
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(messages, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    snapshot = paused.value.snapshot
+    assert isinstance(snapshot, AgentSnapshot)
+    result = agent.run(messages=messages, snapshot=snapshot)
+    assert [m.text for m in result["messages"] if m.text] == ["add 1 and 2", "3"]
+    assert tool_results(result) == ["3"]
+
+
+def streaming_add(a: int, b: int, streaming_callback: Any = None) -> int:
+    if streaming_callback is not None:
+        streaming_callback(StreamingChunk(content=f"adding in {threading.current_thread().name}"))
+    return a + b
+
+
+def test_haystacks_tool_invoker_kwargs_are_honoured() -> None:
+    tool = create_tool_from_function(streaming_add)
+    script = [
+        ChatMessage.from_assistant(tool_calls=[ToolCall("streaming_add", {"a": 1, "b": i}) for i in range(3)]),
+        "ok",
+    ]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[tool],
+        tool_invoker_kwargs={"max_workers": 1, "enable_streaming_callback_passthrough": True},
+    )
+    assert agent.tool_concurrency == 1
+    chunks: list[StreamingChunk] = []
+    agent.run([ChatMessage.from_user("add")], chunks.append)
+    from_tools = [c.content for c in chunks if c.content.startswith("adding")]
+    assert from_tools == [f"adding in {threading.current_thread().name}"] * 3, "one worker: in the calling thread"
+
+
+def describe(city: str) -> dict[str, Any]:
+    return {"city": city, "sunny": True}
+
+
+@pytest.mark.parametrize(("convert", "text"), [(False, "{'city': 'Rome', 'sunny': True}"), (True, '{"city":"Rome","sunny":true}')])  # fmt: skip
+def test_convert_result_to_json_string_chooses_the_tool_result_string(convert: bool, text: str) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("describe", city="Rome"), "ok"]),
+        tools=[create_tool_from_function(describe)],
+        tool_invoker_kwargs={"convert_result_to_json_string": convert},
+    )
+    assert tool_results(agent.run([ChatMessage.from_user("Rome?")])) == [text]
+
+
+class AuditHook:
+    """A seed-shaped class hook: ``warm_up``, ``run(state)``, ``run_async(state)``, ``close``."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def warm_up(self) -> None:
+        self.events.append("warm_up")
+
+    def run(self, state: State) -> None:
+        pending = state.data["messages"][-1].tool_calls
+        self.events.append(f"run {[tc.tool_name for tc in pending]}")
+
+    async def run_async(self, state: State) -> None:
+        self.events.append("async " + str([tc.tool_name for tc in state.data["messages"][-1].tool_calls]))
+
+    def close(self) -> None:
+        self.events.append("close")
+
+
+@hook
+def build_context(state: State) -> None:
+    if state.get("step_count") == 0:
+        system = ChatMessage.from_system("You are a calculator.")
+        state.set("messages", [system, *state.data["messages"]], handler_override=replace_values)
+
+
+@hook
+def require_add(state: State) -> None:
+    if state.get("tool_call_counts", {}).get("add", 0) == 0:
+        state.set("messages", [ChatMessage.from_system("Use the add tool before answering.")])
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_seed_shaped_hooks_run_at_their_points(use_async: bool) -> None:
+    audit = AuditHook()
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["I think 3", reply_calling("add", a=1, b=2), "3"]),
+        tools=[ADD],
+        hooks={"before_llm": [build_context], "before_tool": [audit], "on_exit": [require_add]},
+    )
+    messages = [ChatMessage.from_user("add 1 and 2")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    agent.close()
+    assert result["messages"][0].text == "You are a calculator."
+    assert result["last_message"].text == "3" and result["step_count"] == 3
+    assert audit.events == ["warm_up", "async ['add']" if use_async else "run ['add']", "close"]
