@@ -45,9 +45,9 @@ def test_refused_module_names_the_three_ways_to_allow_it() -> None:
 
 
 def test_allow_list_per_call_env_and_process(monkeypatch: pytest.MonkeyPatch, allow_tests_modules: None) -> None:
-    assert import_path("json.dumps", allowed_modules=["json"]).__name__ == "dumps"
+    assert import_path("json.JSONEncoder", allowed_modules=["json"]).__name__ == "JSONEncoder"
     monkeypatch.setenv(ENV_ALLOWED_MODULES, "json, textwrap")
-    assert import_path("textwrap.dedent").__name__ == "dedent"
+    assert import_path("textwrap.dedent", expect="callable").__name__ == "dedent"
     assert import_path("tests.test_serialization.Point") is Point  # allowed by the fixture
 
 
@@ -66,8 +66,10 @@ def test_import_path_errors() -> None:
         import_path("nodots")
     with pytest.raises(DeserializationError, match="has no attribute"):
         import_path("agentfsm.messages.Nope")
-    with pytest.raises(DeserializationError, match="does not name a callable"):
+    with pytest.raises(DeserializationError, match="does not name a function or a class"):
         deserialize_callable("agentfsm.serialization.TAG")
+    with pytest.raises(DeserializationError, match="does not name a class"):
+        import_path("agentfsm.state.merge_lists")
 
 
 def local_function() -> None:
