@@ -185,9 +185,14 @@ def hook_to_dict(h: Any, point: str) -> dict[str, Any]:
         raise SerializationError(f"Hook {hook_name(h)!r} of {point!r} cannot be serialized: {exc}") from None
 
 
+def is_hook_data(value: Any) -> bool:
+    """Whether ``value`` is a hook as ``hook_to_dict`` writes it: by function path, or by class path."""
+    return isinstance(value, dict) and isinstance(value.get("function", value.get("type")), str)
+
+
 def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
     """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
-    if not isinstance(data, dict) or not isinstance(data.get("function", data.get("type")), str):
+    if not is_hook_data(data):
         raise DeserializationError(
             f"A hook is given as {{'function': <function path>}} or {{'type': <class path>, 'data': ...}}, got {data!r}."
         )

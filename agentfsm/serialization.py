@@ -34,6 +34,7 @@ import dataclasses
 import importlib
 import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -168,7 +169,28 @@ def _checked(obj: Any, path: str, prefixes: tuple[str, ...], expect: Expected) -
     module = getattr(defined, "__module__", None)
     if not isinstance(module, str) or not _inside(module, prefixes):
         raise _refused_module(str(module), f"{path!r}, which names {defined!r} defined there,")
+    if not inspect.isclass(defined) and _inside(module, _ALWAYS_ALLOWED) and not _exported_by_agentfsm(defined):
+        raise DeserializationError(
+            f"Refusing to resolve {path!r}: of agentfsm's own functions, only those its packages export "
+            "(agentfsm.merge_lists, agentfsm.replace_values...) are named in data."
+        )
     return obj
+
+
+#: The packages whose exported functions data may name (``merge_lists`` as a State handler, a
+#: testing hook...): never agentfsm's machinery (loading modules, files, the CLI, DBOS).
+_EXPORTING_PACKAGES = ("agentfsm", "agentfsm.tools", "agentfsm.hitl", "agentfsm.builtin_hooks", "agentfsm.testing")
+
+
+def _exported_by_agentfsm(function: Any) -> bool:
+    # A package not imported yet exports nothing named here: resolving a path imports its module first.
+    exported = (
+        getattr(package, name, None)
+        for package in map(sys.modules.get, _EXPORTING_PACKAGES)
+        if package is not None
+        for name in getattr(package, "__all__", ())
+    )
+    return any(found is function for found in exported)
 
 
 def _wrapped_function(obj: Any) -> Any:
@@ -325,6 +347,10 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 # -- values ---------------------------------------------------------------------------------------
 
 
+#: agentfsm's modules whose classes are values (a State value, a tool's result), not configuration
+#: or machinery (a store, a hook) whose ``from_dict`` could open files.
+_AGENTFSM_VALUE_MODULES = ("agentfsm.messages", "agentfsm.hitl.types")
+
 _VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass"})
 
 
@@ -410,6 +436,11 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
 def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) -> Any:
     """The class a tagged value names, when it is the kind of class its tag says."""
     cls = import_path(path, allowed_modules)
+    if _inside(cls.__module__, _ALWAYS_ALLOWED) and not _inside(cls.__module__, _AGENTFSM_VALUE_MODULES):
+        raise DeserializationError(
+            f"Refusing to resolve {path!r} as a value: of agentfsm's own classes, only its messages and "
+            "decisions are State values."
+        )
     if kind == "object" and not callable(getattr(cls, "from_dict", None)):
         what = "a class with from_dict()"
     elif kind == "pydantic" and not callable(getattr(cls, "model_validate", None)):
