@@ -142,7 +142,7 @@ def _walk(module: types.ModuleType, names: list[str], path: str) -> Any:
     for index, name in enumerate(names):
         if index and not inspect.isclass(obj):
             raise DeserializationError(
-                f"Refusing to resolve {path!r}: {'.'.join(names[:index])!r} is not a class; a path goes "
+                f"Refusing to resolve {path!r}: {'.'.join([module.__name__, *names[:index]])!r} is not a class; a path goes "
                 "from its module down through classes only."
             )
         try:
@@ -151,7 +151,7 @@ def _walk(module: types.ModuleType, names: list[str], path: str) -> Any:
             raise DeserializationError(f"Module {module.__name__!r} has no attribute path {path!r}.") from None
         if inspect.ismodule(obj):
             raise DeserializationError(
-                f"Refusing to resolve {path!r}: {'.'.join(names[: index + 1])!r} is a module; a path names "
+                f"Refusing to resolve {path!r}: {'.'.join([module.__name__, *names[: index + 1]])!r} is a module; a path names "
                 "a class or function by the module that defines it."
             )
     return obj
