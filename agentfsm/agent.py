@@ -536,8 +536,7 @@ class Agent:
         ``DeserializationError`` (or the ``ConfigurationError`` of the argument it makes wrong).
         """
         params = _agent_parameters(data)
-        for path, expect in _named_code(params):
-            import_path(path, allowed_modules, expect=expect)
+        _check_named_code(params, allowed_modules)
         try:
             params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
             if params.get("streaming_callback"):
@@ -627,21 +626,50 @@ def _agent_parameters(data: Any) -> dict[str, Any]:
     return params
 
 
-def _named_code(params: dict[str, Any]) -> list[tuple[str, Expected]]:
-    """Every class and function an agent document's ``init_parameters`` name, with what each must be."""
+#: What a slot of an agent document names: a class or a callable, and what the object found must be.
+_Slot = tuple[Expected, str, Callable[[Any], bool]]
+
+# import_path checks what a callable slot may name (a function, a class, agentfsm's @tool or @hook of one).
+_ANY_CALLABLE: _Slot = ("callable", "a function", lambda _: True)
+_GENERATOR: _Slot = (
+    "class",
+    "a chat generator class (with run() and from_dict())",
+    lambda c: _has(c, "run", "from_dict"),
+)
+_TOOL: _Slot = ("class", "a Tool or Toolset class", lambda c: issubclass(c, Tool | Toolset))
+_HOOK: _Slot = ("class", "a hook class (with run())", lambda c: _has(c, "run"))
+_STRATEGY: _Slot = (
+    "class",
+    "a confirmation strategy class (with run() and from_dict())",
+    lambda c: _has(c, "run", "from_dict"),
+)
+
+
+def _has(cls: Any, *methods: str) -> bool:
+    return all(callable(getattr(cls, m, None)) for m in methods)
+
+
+def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | None) -> None:
+    """Resolve every class and function an agent document's ``init_parameters`` name, and check each fits its slot.
+
+    Nothing found is called: a path that is refused, or names what its slot cannot use, stops the
+    document before any part of it is rebuilt.
+    """
     tools = params.get("tools")
-    named: list[tuple[str, Expected]] = [(params["chat_generator"]["type"], "class")]
-    named += [(t["type"], "class") for t in ([tools] if isinstance(tools, dict) else tools or [])]
+    named: list[tuple[str, _Slot]] = [(params["chat_generator"]["type"], _GENERATOR)]
+    named += [(t["type"], _TOOL) for t in ([tools] if isinstance(tools, dict) else tools or [])]
     named += [
-        (h["function"], "callable") if "function" in h else (h["type"], "class")
+        (h["function"], _ANY_CALLABLE) if "function" in h else (h["type"], _HOOK)
         for hooks in (params.get("hooks") or {}).values()
         for h in hooks
     ]
-    named += [(e["strategy"]["type"], "class") for e in params.get("confirmation_strategies") or []]
-    named += [(e["handler"], "callable") for e in (params.get("state_schema") or {}).values() if e.get("handler")]
+    named += [(e["strategy"]["type"], _STRATEGY) for e in params.get("confirmation_strategies") or []]
+    named += [(e["handler"], _ANY_CALLABLE) for e in (params.get("state_schema") or {}).values() if e.get("handler")]
     if params.get("streaming_callback"):
-        named.append((params["streaming_callback"], "callable"))
-    return named
+        named.append((params["streaming_callback"], _ANY_CALLABLE))
+    for path, (expect, what, fits) in named:
+        if not fits(import_path(path, allowed_modules, expect=expect)):
+            raise DeserializationError(f"{path!r} is not {what}.")
 
 
 def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> dict[str, Any]:

@@ -100,6 +100,18 @@ class Recorder:
         CALLED.append("Recorder")
 
 
+class RecordingGenerator:
+    """A chat generator that records being rebuilt: a document refused later must not get that far."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("done")]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RecordingGenerator:
+        CALLED.append("RecordingGenerator.from_dict")
+        return cls()
+
+
 @tool
 def note(text: str) -> str:
     """Take a note."""
@@ -292,10 +304,30 @@ def test_hooks_from_data_are_never_called_before_they_are_checked(entry: Any, al
 def test_a_refused_path_anywhere_stops_the_document_before_any_part_is_rebuilt() -> None:
     # The generator comes first in the document; the refused hook, last: nothing was rebuilt.
     data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[note]).to_dict()
-    data["init_parameters"]["chat_generator"] = {"type": "tests.test_trust_boundary.Recorder", "data": {}}
+    data["init_parameters"]["chat_generator"] = {"type": "tests.test_trust_boundary.RecordingGenerator", "data": {}}
     data["init_parameters"]["hooks"] = {"on_exit": [{"function": "typing.sys.exit"}]}
     with pytest.raises(DeserializationError, match=r"typing\.sys\.exit"):
         Agent.from_dict(data, allowed_modules=ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("slot", "entry", "message"),
+    [
+        (
+            "chat_generator",
+            {"type": "agentfsm.builtin_hooks.offload.SQLiteToolResultStore", "path": "x"},
+            "chat generator",
+        ),
+        ("tools", [{"type": "agentfsm.generators.scripted.ScriptedChatGenerator", "data": {}}], "Tool or Toolset"),
+        ("confirmation_strategies", [{"key": "*", "strategy": {"type": "agentfsm.hitl.AlwaysAskPolicy"}}], "strategy"),
+    ],
+)
+def test_each_slot_takes_only_the_kind_of_class_it_uses(slot: str, entry: Any, message: str, tmp_path: Path) -> None:
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[note]).to_dict()
+    data["init_parameters"][slot] = entry
+    with pytest.raises(DeserializationError, match=message):
+        Agent.from_dict(data, allowed_modules=ALLOWED)
+    assert not (ROOT / "x").exists()
 
 
 # -- a snapshot -------------------------------------------------------------------------------------
