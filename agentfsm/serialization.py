@@ -22,9 +22,11 @@ dotted path in data (``"myapp.tools.search"``) resolves only when all of this ho
 ``list``, ``dict``, ``tuple``, ``set``, ``frozenset``, ``NoneType``, ``object``) and, where a
 callable is expected, their methods (``str.upper``); never ``eval``, ``open`` or the like. Type
 annotations may use ``typing.Any``, ``Union``, ``Optional``, ``Literal``, ``List``, ``Dict``,
-``Tuple`` and ``Set``; no other function or class of either is ever resolved. Whoever loads a
-document checks its structure (and a snapshot's version and agent fingerprint) before anything it
-names is resolved and called.
+``Tuple`` and ``Set``; no other function or class of either is ever resolved. Where a callable is
+expected, agentfsm itself offers only the functions its packages export (``agentfsm.merge_lists``)
+and the tools it declares, never its machinery; as tagged values (in State, in tool results), only
+its messages and decisions. Whoever loads a document checks its structure (and a snapshot's
+version, agent fingerprint and State keys) before anything it names is resolved and called.
 """
 
 from __future__ import annotations
@@ -169,10 +171,14 @@ def _checked(obj: Any, path: str, prefixes: tuple[str, ...], expect: Expected) -
     module = getattr(defined, "__module__", None)
     if not isinstance(module, str) or not _inside(module, prefixes):
         raise _refused_module(str(module), f"{path!r}, which names {defined!r} defined there,")
-    if not inspect.isclass(defined) and _inside(module, _ALWAYS_ALLOWED) and not _exported_by_agentfsm(defined):
+    # agentfsm's own callables: a tool or hook it declares (``agentfsm.demo.get_weather``), or a
+    # function its packages export; never a class or function of its machinery, which would act
+    # on whatever arguments a model or a State value gives (write files, import modules...).
+    ours = expect == "callable" and obj is defined and _inside(module, _ALWAYS_ALLOWED)
+    if ours and (inspect.isclass(obj) or not _exported_by_agentfsm(obj)):
         raise DeserializationError(
-            f"Refusing to resolve {path!r}: of agentfsm's own functions, only those its packages export "
-            "(agentfsm.merge_lists, agentfsm.replace_values...) are named in data."
+            f"Refusing to resolve {path!r}: where a callable is expected, agentfsm offers only the "
+            "functions its packages export (agentfsm.merge_lists, agentfsm.replace_values...) and its tools."
         )
     return obj
 

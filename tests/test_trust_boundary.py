@@ -35,6 +35,7 @@ from agentfsm import (
     tool,
 )
 from agentfsm.breakpoints import Breakpoint
+from agentfsm.demo import demo_agent
 from agentfsm.durable import DurableAgent, DurableRun, launch
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
@@ -233,6 +234,8 @@ def test_what_stays_resolvable(allow_tests_modules: None) -> None:
     assert import_path("builtins.str.upper", expect="callable") is str.upper
     assert import_path("tests.test_trust_boundary.note", expect="callable") is note  # a module-level @tool
     assert import_path("tests.test_trust_boundary.Recorder") is Recorder
+    assert import_path("agentfsm.demo.get_weather", expect="callable").name == "get_weather"  # agentfsm's @tool
+    assert Agent.from_dict(demo_agent().to_dict()).to_dict() == demo_agent().to_dict()
     assert CALLED == [], "resolving calls nothing"
 
 
@@ -245,8 +248,10 @@ def test_refusals_say_why() -> None:
         import_path("builtins.eval", expect="callable")
     with pytest.raises(DeserializationError, match="does not name a class"):
         import_path("tests.test_trust_boundary.record_call", ALLOWED)
-    with pytest.raises(DeserializationError, match="only those its packages export"):
+    with pytest.raises(DeserializationError, match="functions its packages export"):
         import_path("agentfsm.cli.load_agent", expect="callable")
+    with pytest.raises(DeserializationError, match="functions its packages export"):
+        import_path("agentfsm.stores.sqlite.SQLiteSnapshotStore", expect="callable")  # a store made by a model
 
 
 # -- an agent dict ----------------------------------------------------------------------------------
