@@ -194,7 +194,8 @@ def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None =
     """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
     if not is_hook_data(data):
         raise DeserializationError(
-            f"A hook is given as {{'function': <function path>}} or {{'type': <class path>, 'data': ...}}, got {data!r}."
+            "A hook is given as {'function': <function path>} or {'type': <class path>, 'data': ...}, "
+            f"got {data!r}."
         )
     if "function" in data:
         found = import_path(data["function"], allowed_modules, expect="callable")

@@ -143,18 +143,20 @@ def _walk(module: types.ModuleType, names: list[str], path: str) -> Any:
     obj: Any = module
     for index, name in enumerate(names):
         if index and not inspect.isclass(obj):
+            step = ".".join([module.__name__, *names[:index]])
             raise DeserializationError(
-                f"Refusing to resolve {path!r}: {'.'.join([module.__name__, *names[:index]])!r} is not a class; a path goes "
-                "from its module down through classes only."
+                f"Refusing to resolve {path!r}: {step!r} is not a class; a path goes from its module "
+                "down through classes only."
             )
         try:
             obj = getattr(obj, name)
         except AttributeError:
             raise DeserializationError(f"Module {module.__name__!r} has no attribute path {path!r}.") from None
         if inspect.ismodule(obj):
+            step = ".".join([module.__name__, *names[: index + 1]])
             raise DeserializationError(
-                f"Refusing to resolve {path!r}: {'.'.join([module.__name__, *names[: index + 1]])!r} is a module; a path names "
-                "a class or function by the module that defines it."
+                f"Refusing to resolve {path!r}: {step!r} is a module; a path names a class or function "
+                "by the module that defines it."
             )
     return obj
 
