@@ -542,3 +542,41 @@ def test_fuzzed_agent_dicts_load_or_fail_typed_and_never_call_what_they_name(mut
     with contextlib.suppress(AgentFSMError):
         Agent.from_dict(document, allowed_modules=ALLOWED)
     assert CALLED == []
+
+
+VALUE_CLASSES = [
+    *DANGEROUS_PATHS,
+    "tests.test_trust_boundary.Recorder",
+    "tests.test_trust_boundary.record_call",
+    "agentfsm.messages.ChatMessage",
+    "agentfsm.stores.json_files.JsonFileStore",
+    "builtins.dict",
+    None,
+    7,
+]
+
+tagged_values = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        | st.fixed_dictionaries(
+            {
+                TAG: st.sampled_from(["object", "pydantic", "dataclass", "tuple", "dict", "pickle"]),
+                "type": st.sampled_from(VALUE_CLASSES),
+                "data": inner,
+                "items": st.lists(inner, max_size=2),
+            }
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged_values)
+def test_fuzzed_tagged_values_load_or_fail_typed_and_never_call_what_they_name(value: Any) -> None:
+    CALLED.clear()
+    with contextlib.suppress(DeserializationError):
+        deserialize_value(value, ALLOWED)
+    assert CALLED == []
