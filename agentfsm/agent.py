@@ -10,7 +10,13 @@ from typing import Any, cast
 
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.drivers import SavePause, drive_async, drive_sync
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, check_int
+from agentfsm.errors import (
+    AgentFSMError,
+    ConfigurationError,
+    ConfigurationTypeError,
+    DeserializationError,
+    check_int,
+)
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hooks import (
     Hook,
@@ -20,6 +26,7 @@ from agentfsm.hooks import (
     hook_state_schema,
     hook_to_dict,
     hooked_strategies,
+    is_hook_data,
 )
 from agentfsm.logs import logger
 from agentfsm.machine import Phase
@@ -28,6 +35,7 @@ from agentfsm.result import AgentResult
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
+    Expected,
     deserialize_callable,
     import_path,
     object_path,
@@ -540,22 +548,147 @@ class Agent:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Agent:
-        """Rebuild an agent from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``."""
-        params = dict(data["init_parameters"])
-        generator = params["chat_generator"]
-        generator_cls = import_path(generator["type"], allowed_modules)
-        params["chat_generator"] = rebuild(generator_cls, generator, allowed_modules)
-        params["tools"] = tools_from_dict(params.get("tools"), allowed_modules)
-        params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
-        if params.get("streaming_callback"):
-            params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
-        if params.get("confirmation_strategies"):
-            params["confirmation_strategies"] = strategies_from_dict(params["confirmation_strategies"], allowed_modules)
-        if params.get("hooks"):
-            params["hooks"] = {
-                point: [hook_from_dict(h, allowed_modules) for h in hooks] for point, hooks in params["hooks"].items()
-            }
-        return cls(**params)
+        """Rebuild an agent from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``.
+
+        The document's structure is checked, and every class and function it names is resolved
+        through the allow-list, before any of them is called: bad data raises
+        ``DeserializationError`` (or the ``ConfigurationError`` of the argument it makes wrong).
+        """
+        params = _agent_parameters(data)
+        _check_named_code(params, allowed_modules)
+        try:
+            params["state_schema"] = schema_from_dict(params.get("state_schema") or {}, allowed_modules)
+            if params.get("streaming_callback"):
+                params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
+            generator = params["chat_generator"]
+            params["chat_generator"] = rebuild(
+                import_path(generator["type"], allowed_modules), generator, allowed_modules
+            )
+            params["tools"] = tools_from_dict(params.get("tools"), allowed_modules)
+            if params.get("confirmation_strategies"):
+                params["confirmation_strategies"] = strategies_from_dict(
+                    params["confirmation_strategies"], allowed_modules
+                )
+            if params.get("hooks"):
+                params["hooks"] = {
+                    point: [hook_from_dict(h, allowed_modules) for h in hooks]
+                    for point, hooks in params["hooks"].items()
+                }
+            return cls(**params)
+        except AgentFSMError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # A part's own from_dict met data it cannot read: the document is malformed there.
+            raise DeserializationError(f"Malformed agent data: {exc!r}") from exc
+
+
+#: The ``init_parameters`` that ``Agent.to_dict`` writes.
+_AGENT_PARAMETERS = frozenset(
+    {
+        "chat_generator",
+        "tools",
+        "system_prompt",
+        "exit_conditions",
+        "state_schema",
+        "max_agent_steps",
+        "streaming_callback",
+        "raise_on_tool_invocation_failure",
+        "tool_invoker_kwargs",
+        "tool_concurrency",
+        "tool_streaming_callback_passthrough",
+        "hooks",
+        "confirmation_strategies",
+    }
+)
+
+
+def _agent_parameters(data: Any) -> dict[str, Any]:
+    """A copy of an agent document's ``init_parameters``, once its structure is checked (nothing resolved yet)."""
+
+    def refuse(problem: str) -> DeserializationError:
+        return DeserializationError(f"Not an agent as Agent.to_dict() writes it: {problem}.")
+
+    def is_object(value: Any) -> bool:  # a part written as {"type": <class path>, ...}
+        return isinstance(value, dict) and isinstance(value.get("type"), str)
+
+    if not isinstance(data, dict) or not isinstance(data.get("init_parameters"), dict):
+        raise refuse("expected an object with 'init_parameters'")
+    params = dict(data["init_parameters"])
+    unknown = sorted(set(params) - _AGENT_PARAMETERS, key=str)
+    if unknown:
+        raise refuse(f"unknown init_parameters {unknown}")
+    if not is_object(params.get("chat_generator")):
+        raise refuse("'chat_generator' must be an object with a 'type'")
+    tools = params.get("tools")
+    if not (tools is None or is_object(tools) or (isinstance(tools, list) and all(map(is_object, tools)))):
+        raise refuse("'tools' must be a toolset, or a list of tools and toolsets, each an object with a 'type'")
+    schema = params.get("state_schema")
+    if not (schema is None or (isinstance(schema, dict) and all(isinstance(e, dict) for e in schema.values()))):
+        raise refuse("'state_schema' must map State keys to {'type': ..., 'handler': ...}")
+    if not isinstance(params.get("streaming_callback"), str | None):
+        raise refuse("'streaming_callback' must be a function path or null")
+    hooks = params.get("hooks")
+    if not (
+        hooks is None
+        or (isinstance(hooks, dict) and all(isinstance(h, list) and all(map(is_hook_data, h)) for h in hooks.values()))
+    ):
+        raise refuse("'hooks' must map hook points to lists of {'function': ...} or {'type': ..., 'data': ...}")
+    strategies = params.get("confirmation_strategies")
+    if not (
+        strategies is None
+        or (
+            isinstance(strategies, list)
+            and all(isinstance(e, dict) and "key" in e and is_object(e.get("strategy")) for e in strategies)
+        )
+    ):
+        raise refuse("'confirmation_strategies' must be a list of {'key': ..., 'strategy': {'type': ...}}")
+    return params
+
+
+#: What a slot of an agent document names: a class or a callable, and what the object found must be.
+_Slot = tuple[Expected, str, Callable[[Any], bool]]
+
+# import_path checks what a callable slot may name (a function, a class, agentfsm's @tool or @hook of one).
+_ANY_CALLABLE: _Slot = ("callable", "a function", lambda _: True)
+_GENERATOR: _Slot = (
+    "class",
+    "a chat generator class (with run() and from_dict())",
+    lambda c: _has(c, "run", "from_dict"),
+)
+_TOOL: _Slot = ("class", "a Tool or Toolset class", lambda c: issubclass(c, Tool | Toolset))
+_HOOK: _Slot = ("class", "a hook class (with run())", lambda c: _has(c, "run"))
+_STRATEGY: _Slot = (
+    "class",
+    "a confirmation strategy class (with run() and from_dict())",
+    lambda c: _has(c, "run", "from_dict"),
+)
+
+
+def _has(cls: Any, *methods: str) -> bool:
+    return all(callable(getattr(cls, m, None)) for m in methods)
+
+
+def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | None) -> None:
+    """Resolve every class and function an agent document's ``init_parameters`` name, and check each fits its slot.
+
+    Nothing found is called: a path that is refused, or names what its slot cannot use, stops the
+    document before any part of it is rebuilt.
+    """
+    tools = params.get("tools")
+    named: list[tuple[str, _Slot]] = [(params["chat_generator"]["type"], _GENERATOR)]
+    named += [(t["type"], _TOOL) for t in ([tools] if isinstance(tools, dict) else tools or [])]
+    named += [
+        (h["function"], _ANY_CALLABLE) if "function" in h else (h["type"], _HOOK)
+        for hooks in (params.get("hooks") or {}).values()
+        for h in hooks
+    ]
+    named += [(e["strategy"]["type"], _STRATEGY) for e in params.get("confirmation_strategies") or []]
+    named += [(e["handler"], _ANY_CALLABLE) for e in (params.get("state_schema") or {}).values() if e.get("handler")]
+    if params.get("streaming_callback"):
+        named.append((params["streaming_callback"], _ANY_CALLABLE))
+    for path, (expect, what, fits) in named:
+        if not fits(import_path(path, allowed_modules, expect=expect)):
+            raise DeserializationError(f"{path!r} is not {what}.")
 
 
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:

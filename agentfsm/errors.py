@@ -43,7 +43,10 @@ class SerializationError(AgentFSMError, TypeError):
 
 
 class DeserializationError(AgentFSMError, ValueError):
-    """Serialized data could not be turned back into objects (unknown, refused or malformed)."""
+    """Serialized data could not be turned back into objects: it is malformed, or names code the allow-list refuses.
+
+    What a dotted path in data may name, and how to allow your modules: ``agentfsm.serialization``.
+    """
 
 
 def check_int(name: str, value: Any, least: int) -> int:

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
-from agentfsm.errors import ConfigurationError, SerializationError
+from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
 from agentfsm.machine import HOOK_POINTS, Work
 from agentfsm.serialization import import_path, object_path, rebuild
 
@@ -185,12 +185,24 @@ def hook_to_dict(h: Any, point: str) -> dict[str, Any]:
         raise SerializationError(f"Hook {hook_name(h)!r} of {point!r} cannot be serialized: {exc}") from None
 
 
+def is_hook_data(value: Any) -> bool:
+    """Whether ``value`` is a hook as ``hook_to_dict`` writes it: by function path, or by class path."""
+    return isinstance(value, dict) and isinstance(value.get("function", value.get("type")), str)
+
+
 def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
     """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
+    if not is_hook_data(data):
+        raise DeserializationError(
+            "A hook is given as {'function': <function path>} or {'type': <class path>, 'data': ...}, "
+            f"got {data!r}."
+        )
     if "function" in data:
-        found = import_path(data["function"], allowed_modules)
+        found = import_path(data["function"], allowed_modules, expect="callable")
         return found if isinstance(found, FunctionHook) else hook(found)
     cls = import_path(data["type"], allowed_modules)
+    if not callable(getattr(cls, "run", None)):
+        raise DeserializationError(f"{data['type']!r} is not a hook class: a hook has a run(state) method.")
     return cls() if data.get("data") is None else rebuild(cls, data["data"], allowed_modules)
 
 

@@ -15,9 +15,8 @@ from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
-from agentfsm.serialization import deserialize_value
 from agentfsm.snapshot import AgentSnapshot
-from agentfsm.state import State
+from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, CallStatus
 
 
@@ -98,12 +97,7 @@ def resume_run(
 
 
 def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fingerprint: str) -> AgentRun:
-    values = deserialize_value(snap.state)
-    if not isinstance(values, dict):
-        raise SnapshotError("the snapshot's state must be an object of State keys")
-    unknown = sorted(set(values) - set(schema))
-    if unknown:
-        raise SnapshotError(f"Snapshot State keys {unknown} are not in this agent's state_schema.")
+    values = values_from_dict(snap.state, schema)
     messages = [ChatMessage.from_dict(m) for m in snap.messages]
     state = State.from_complete_schema(schema)
     state.restore({**values, "messages": messages})

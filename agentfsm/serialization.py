@@ -1,13 +1,32 @@
 """Turning configuration and data into JSON-compatible values and back, safely.
 
-Nothing here ever unpickles or imports a module just because serialized data names it: class,
-type and function paths are resolved only inside an allow-list of module prefixes. agentfsm's own
-modules, ``builtins`` and ``typing`` are always allowed; users allow their own modules in one of
-three ways:
+Nothing here unpickles, evaluates or imports anything just because serialized data names it. A
+dotted path in data (``"myapp.tools.search"``) resolves only when all of this holds:
 
-- process-wide: ``agentfsm.serialization.allow_modules("myapp.tools")``
-- per call: ``Agent.from_dict(data, allowed_modules=["myapp.tools"])``
-- by environment: ``AGENTFSM_ALLOWED_MODULES=myapp.tools,myapp.hooks``
+- its module is inside an allowed module: agentfsm's own modules always are; users allow their
+  own in one of three ways:
+
+  - process-wide: ``agentfsm.serialization.allow_modules("myapp.tools")``
+  - per call: ``Agent.from_dict(data, allowed_modules=["myapp.tools"])``
+  - by environment: ``AGENTFSM_ALLOWED_MODULES=myapp.tools,myapp.hooks``
+
+- each step after the module goes down through classes only (``myapp.tools.Search.run``), never
+  through another module (``agentfsm.serialization.os.system`` is refused);
+- the object found was defined in an allowed module (its own ``__module__``), so a name an allowed
+  module imported from elsewhere is refused;
+- it is the kind of object the slot expects: a class where a class is expected (tools, hooks,
+  generators, strategies, State values...), a function or class where a callable is expected (a
+  tool's function, a State handler, a callback).
+
+``builtins`` offers only the plain data types (``str``, ``int``, ``float``, ``bool``, ``bytes``,
+``list``, ``dict``, ``tuple``, ``set``, ``frozenset``, ``NoneType``, ``object``) and, where a
+callable is expected, their methods (``str.upper``); never ``eval``, ``open`` or the like. Type
+annotations may use ``typing.Any``, ``Union``, ``Optional``, ``Literal``, ``List``, ``Dict``,
+``Tuple`` and ``Set``; no other function or class of either is ever resolved. Where a callable is
+expected, agentfsm itself offers only the functions its packages export (``agentfsm.merge_lists``)
+and the tools it declares, never its machinery; as tagged values (in State, in tool results), only
+its messages and decisions. Whoever loads a document checks its structure (and a snapshot's
+version, agent fingerprint and State keys) before anything it names is resolved and called.
 """
 
 from __future__ import annotations
@@ -17,23 +36,33 @@ import dataclasses
 import importlib
 import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from agentfsm.errors import ConfigurationTypeError, DeserializationError, SerializationError
 
 ENV_ALLOWED_MODULES = "AGENTFSM_ALLOWED_MODULES"
-_ALWAYS_ALLOWED = ("agentfsm", "builtins", "typing")
+_ALWAYS_ALLOWED = ("agentfsm",)
 _user_allowed: set[str] = set()
 
 #: Key that marks a tagged (non-plain-JSON) value in serialized data.
 TAG = "__agentfsm__"
 
+#: What a slot that names code expects: a class, or a callable (a function, a method reached
+#: through its class, or a class).
+Expected = Literal["class", "callable"]
+
+#: All that ``builtins`` offers to data: the plain data types, by name.
+BUILTIN_TYPES: dict[str, type] = {
+    t.__name__: t for t in (str, int, float, bool, bytes, list, dict, tuple, set, frozenset, type(None), object)
+}
+
 
 def allow_modules(*prefixes: str) -> None:
-    """Allow deserialization to resolve classes and functions from modules under ``prefixes``."""
+    """Allow deserialization to resolve classes and functions defined in modules under ``prefixes``."""
     for prefix in prefixes:
         if not prefix or not all(part.isidentifier() for part in prefix.split(".")):
             raise ValueError(f"{prefix!r} is not a module path; pass dotted names such as 'myapp.tools'.")
@@ -46,36 +75,144 @@ def allowed_prefixes(extra: Iterable[str] | None = None) -> tuple[str, ...]:
     return (*_ALWAYS_ALLOWED, *sorted(_user_allowed), *env, *(extra or ()))
 
 
-def _check_allowed(module: str, extra: Iterable[str] | None) -> None:
-    prefixes = allowed_prefixes(extra)
-    if any(module == p or module.startswith(p + ".") for p in prefixes):
-        return
-    raise DeserializationError(
-        f"Refusing to import from module {module!r}: it is not in the allow-list. Allow it with "
+def _inside(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _refused_module(module: str, why: str) -> DeserializationError:
+    return DeserializationError(
+        f"Refusing to resolve {why} from module {module!r}: it is not in the allow-list. Allow it with "
         f"agentfsm.serialization.allow_modules({module!r}), or allowed_modules=[{module!r}] on the "
         f"from_dict/load call, or the environment variable {ENV_ALLOWED_MODULES}={module}."
     )
 
 
-def import_path(path: str, allowed_modules: Iterable[str] | None = None) -> Any:
-    """Resolve ``"package.module.Qual.name"`` to an object, importing only allow-listed modules."""
-    if not isinstance(path, str) or not path or "." not in path:
+def import_path(path: str, allowed_modules: Iterable[str] | None = None, *, expect: Expected = "class") -> Any:
+    """Resolve ``"package.module.Qual.name"`` to the class or function it names, through the allow-list.
+
+    Only allowed modules are imported; from the module, each step goes down through classes; the
+    object found must be defined in an allowed module and be what ``expect`` says. Anything else
+    raises ``DeserializationError`` and nothing is called.
+    """
+    if not isinstance(path, str) or "." not in path:
         raise DeserializationError(f"{path!r} is not a dotted import path such as 'myapp.tools.search'.")
     parts = path.split(".")
+    # A script's own module is ``__main__``; no other dunder name (``__globals__``, a package's
+    # ``__main__``...) is ever a step of a path.
+    dunders = [p for p in parts[parts[0] == "__main__" :] if p.startswith("__") and p.endswith("__")]
+    if dunders or not all(p.isidentifier() for p in parts):
+        raise DeserializationError(
+            f"{path!r} is not a dotted import path such as 'myapp.tools.search': each part must be a "
+            "name, and dunder names are never resolved."
+        )
+    if parts[0] == "builtins":
+        return _builtin(path, parts, expect)
+    prefixes = allowed_prefixes(allowed_modules)
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
-        _check_allowed(module_name, allowed_modules)
+        if not _inside(module_name, prefixes):
+            raise _refused_module(module_name, repr(path))
         try:
-            obj: Any = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            continue
-        try:
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            raise DeserializationError(f"Module {module_name!r} has no attribute path {path!r}.") from None
-        return obj
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+                continue  # no such module: the name is an attribute of a shorter one
+            raise DeserializationError(f"Could not import {module_name!r} for {path!r}: {exc}") from None
+        except ImportError as exc:
+            raise DeserializationError(f"Could not import {module_name!r} for {path!r}: {exc}") from None
+        return _checked(_walk(module, parts[split:], path), path, prefixes, expect)
     raise DeserializationError(f"Could not import {path!r}: no importable module in that path.")
+
+
+def _builtin(path: str, parts: list[str], expect: Expected) -> Any:
+    """A plain data type of ``builtins``, or (where a callable is expected) one of its methods."""
+    found: Any = BUILTIN_TYPES.get(parts[1]) if len(parts) in (2, 3) else None
+    if found is not None and len(parts) == 3:
+        # parts[2] is no dunder (checked by the caller): a method such as str.upper, pure data work.
+        found = getattr(found, parts[2], None) if expect == "callable" else None
+    if found is None or not callable(found):
+        raise DeserializationError(
+            f"Refusing to resolve {path!r}: builtins offers only the plain data types "
+            f"({', '.join(sorted(BUILTIN_TYPES))}) and, where a callable is expected, their methods."
+        )
+    return found
+
+
+def _walk(module: types.ModuleType, names: list[str], path: str) -> Any:
+    """Follow ``names`` from ``module``: the first step to a class or function of it, then through classes only."""
+    obj: Any = module
+    for index, name in enumerate(names):
+        if index and not inspect.isclass(obj):
+            step = ".".join([module.__name__, *names[:index]])
+            raise DeserializationError(
+                f"Refusing to resolve {path!r}: {step!r} is not a class; a path goes from its module "
+                "down through classes only."
+            )
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            raise DeserializationError(f"Module {module.__name__!r} has no attribute path {path!r}.") from None
+        if inspect.ismodule(obj):
+            step = ".".join([module.__name__, *names[: index + 1]])
+            raise DeserializationError(
+                f"Refusing to resolve {path!r}: {step!r} is a module; a path names a class or function "
+                "by the module that defines it."
+            )
+    return obj
+
+
+def _checked(obj: Any, path: str, prefixes: tuple[str, ...], expect: Expected) -> Any:
+    """``obj``, when it was defined in an allowed module and is what the slot expects."""
+    # A module-level ``@tool`` or ``@hook`` leaves agentfsm's wrapper at the function's name: the
+    # wrapped function is what must be a function of an allowed module.
+    defined = _wrapped_function(obj) or obj
+    if expect == "class" and not inspect.isclass(obj):
+        raise DeserializationError(f"{path!r} does not name a class, and a class is expected here.")
+    if expect == "callable" and not (inspect.isclass(defined) or _is_function(defined)):
+        raise DeserializationError(f"{path!r} does not name a function or a class, and a callable is expected here.")
+    module = getattr(defined, "__module__", None)
+    if not isinstance(module, str) or not _inside(module, prefixes):
+        raise _refused_module(str(module), f"{path!r}, which names {defined!r} defined there,")
+    # agentfsm's own callables: a tool or hook it declares (``agentfsm.demo.get_weather``), or a
+    # function its packages export; never a class or function of its machinery, which would act
+    # on whatever arguments a model or a State value gives (write files, import modules...).
+    ours = expect == "callable" and obj is defined and _inside(module, _ALWAYS_ALLOWED)
+    if ours and (inspect.isclass(obj) or not _exported_by_agentfsm(obj)):
+        raise DeserializationError(
+            f"Refusing to resolve {path!r}: where a callable is expected, agentfsm offers only the "
+            "functions its packages export (agentfsm.merge_lists, agentfsm.replace_values...) and its tools."
+        )
+    return obj
+
+
+#: The packages whose exported functions data may name (``merge_lists`` as a State handler, a
+#: testing hook...): never agentfsm's machinery (loading modules, files, the CLI, DBOS).
+_EXPORTING_PACKAGES = ("agentfsm", "agentfsm.tools", "agentfsm.hitl", "agentfsm.builtin_hooks", "agentfsm.testing")
+
+
+def _exported_by_agentfsm(function: Any) -> bool:
+    # A package not imported yet exports nothing named here: resolving a path imports its module first.
+    exported = (
+        getattr(package, name, None)
+        for package in map(sys.modules.get, _EXPORTING_PACKAGES)
+        if package is not None
+        for name in getattr(package, "__all__", ())
+    )
+    return any(found is function for found in exported)
+
+
+def _wrapped_function(obj: Any) -> Any:
+    function = getattr(obj, "function", None)
+    if not inspect.isclass(obj) and type(obj).__module__.startswith("agentfsm.") and _is_function(function):
+        return function
+    return None
+
+
+def _is_function(obj: Any) -> bool:
+    # A method reached through its class is a function (or, for a classmethod, a method bound to the class).
+    return (
+        inspect.isfunction(obj) or inspect.isbuiltin(obj) or (inspect.ismethod(obj) and inspect.isclass(obj.__self__))
+    )
 
 
 def import_named_module(name: str) -> types.ModuleType:
@@ -98,6 +235,8 @@ def object_path(obj: Any) -> str:
 
 def rebuild(cls: Any, data: Any, allowed_modules: Iterable[str] | None = None) -> Any:
     """``cls.from_dict(data)``, passing ``allowed_modules`` on when that ``from_dict`` accepts it."""
+    if not inspect.isclass(cls):
+        raise DeserializationError(f"{cls!r} is not a class: only a class's from_dict() rebuilds data.")
     from_dict = getattr(cls, "from_dict", None)
     if not callable(from_dict):
         raise DeserializationError(f"{object_path(cls)} has no from_dict(): it cannot be deserialized.")
@@ -118,6 +257,8 @@ def object_to_dict(obj: Any) -> dict[str, Any]:
 
 def object_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
     """Invert ``object_to_dict``; the class is resolved through the allow-list."""
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or "data" not in data:
+        raise DeserializationError(f"An object is given as {{'type': <class path>, 'data': ...}}, got {data!r}.")
     return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
 
 
@@ -130,19 +271,13 @@ def serialize_callable(fn: Callable[..., Any]) -> str:
 
 
 def deserialize_callable(path: str, allowed_modules: Iterable[str] | None = None) -> Callable[..., Any]:
-    """Resolve a path made by ``serialize_callable``."""
-    obj = import_path(path, allowed_modules)
-    if not callable(obj):
-        raise DeserializationError(f"{path!r} does not name a callable.")
-    return typing.cast(Callable[..., Any], obj)
+    """Resolve a path made by ``serialize_callable`` to a function defined in an allowed module."""
+    return typing.cast(Callable[..., Any], import_path(path, allowed_modules, expect="callable"))
 
 
 # -- types ----------------------------------------------------------------------------------------
 
-_BUILTIN_TYPES: dict[str, Any] = {
-    t.__name__: t for t in (str, int, float, bool, bytes, list, dict, tuple, set, frozenset, type(None), object)
-}
-_BUILTIN_TYPES["None"] = type(None)
+_TYPE_NAMES: dict[str, Any] = {**BUILTIN_TYPES, "None": type(None)}
 _TYPING_NAMES = {"Any", "Union", "Optional", "Literal", "List", "Dict", "Tuple", "Set"}
 
 
@@ -170,6 +305,8 @@ def serialize_type(tp: Any) -> str:
 
 def deserialize_type(text: str, allowed_modules: Iterable[str] | None = None) -> Any:
     """Parse a string made by ``serialize_type`` without evaluating code."""
+    if not isinstance(text, str):
+        raise DeserializationError(f"A type annotation is given as a string such as 'list[str]', got {text!r}.")
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
@@ -195,7 +332,10 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
         head = _type_from_ast(node.value, text, allowed)
         elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if head is typing.Literal:
-            values = tuple(ast.literal_eval(e) for e in elts)
+            try:
+                values = tuple(ast.literal_eval(e) for e in elts)
+            except (ValueError, TypeError, SyntaxError):
+                raise DeserializationError(f"Invalid type annotation {text!r}: Literal takes literal values.") from None
             return typing.Literal.__getitem__(values)
         args = tuple(_type_from_ast(e, text, allowed) for e in elts)
         try:
@@ -205,8 +345,8 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
     name = _dotted(node)
     if name is None:
         raise DeserializationError(f"Unsupported construct in type annotation {text!r}.")
-    if name in _BUILTIN_TYPES:
-        return _BUILTIN_TYPES[name]
+    if name in _TYPE_NAMES:
+        return _TYPE_NAMES[name]
     if name.startswith("typing.") and name.removeprefix("typing.") in _TYPING_NAMES:
         return getattr(typing, name.removeprefix("typing."))
     return import_path(name, allowed)
@@ -214,6 +354,10 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 
 # -- values ---------------------------------------------------------------------------------------
 
+
+#: agentfsm's modules whose classes are values (a State value, a tool's result), not configuration
+#: or machinery (a store, a hook) whose ``from_dict`` could open files.
+_AGENTFSM_VALUE_MODULES = ("agentfsm.messages", "agentfsm.hitl.types")
 
 _VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass"})
 
@@ -284,7 +428,7 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
         if kind in ("tuple", "set", "frozenset"):
             items = [deserialize_value(v, allowed_modules) for v in data["items"]]
             return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
-        cls = import_path(data["type"], allowed_modules)
+        cls = _value_class(kind, data["type"], allowed_modules)
         if kind == "object":
             return cls.from_dict(deserialize_value(data["data"], allowed_modules))
         if kind == "pydantic":
@@ -295,3 +439,22 @@ def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DeserializationError(f"Malformed tagged value {data!r}: {exc!r}") from exc
+
+
+def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) -> Any:
+    """The class a tagged value names, when it is the kind of class its tag says."""
+    cls = import_path(path, allowed_modules)
+    if _inside(cls.__module__, _ALWAYS_ALLOWED) and not _inside(cls.__module__, _AGENTFSM_VALUE_MODULES):
+        raise DeserializationError(
+            f"Refusing to resolve {path!r} as a value: of agentfsm's own classes, only its messages and "
+            "decisions are State values."
+        )
+    if kind == "object" and not callable(getattr(cls, "from_dict", None)):
+        what = "a class with from_dict()"
+    elif kind == "pydantic" and not callable(getattr(cls, "model_validate", None)):
+        what = "a pydantic model"
+    elif kind == "dataclass" and not dataclasses.is_dataclass(cls):
+        what = "a dataclass"
+    else:
+        return cls
+    raise DeserializationError(f"A value tagged {kind!r} names {path!r}, which is not {what}.")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from agentfsm.errors import ConfigurationError, SchemaError
+from agentfsm.errors import ConfigurationError, DeserializationError, SchemaError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import (
     deserialize_callable,
@@ -201,7 +201,7 @@ class State:
         """Rebuild a State from ``to_dict`` output; see ``agentfsm.serialization`` for ``allowed_modules``."""
         schema = schema_from_dict(data.get("schema", {}), allowed_modules)
         state = cls(schema)
-        state.restore(deserialize_value(data.get("data", {}), allowed_modules))
+        state.restore(values_from_dict(data.get("data", {}), state.schema, allowed_modules))
         return state
 
     def __eq__(self, other: object) -> bool:
@@ -235,3 +235,19 @@ def schema_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None
             definition["handler"] = deserialize_callable(entry["handler"], allowed_modules)
         schema[key] = definition
     return schema
+
+
+def values_from_dict(
+    data: Any, schema: Mapping[str, Any], allowed_modules: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """State values from serialized data, their keys checked against ``schema`` before any value is deserialized.
+
+    A serialized value may name a class (a dataclass, a pydantic model...): none is resolved for a
+    key the schema does not declare. Unknown keys raise ``DeserializationError``.
+    """
+    if not isinstance(data, dict):
+        raise DeserializationError(f"State values are given as an object of State keys, got {type(data).__name__}.")
+    unknown = sorted(set(data) - set(schema))
+    if unknown:
+        raise DeserializationError(f"State keys {unknown} are not in this agent's state_schema.")
+    return {key: deserialize_value(value, allowed_modules) for key, value in data.items()}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, Literal
 
 import pydantic
@@ -45,9 +46,9 @@ def test_refused_module_names_the_three_ways_to_allow_it() -> None:
 
 
 def test_allow_list_per_call_env_and_process(monkeypatch: pytest.MonkeyPatch, allow_tests_modules: None) -> None:
-    assert import_path("json.dumps", allowed_modules=["json"]).__name__ == "dumps"
+    assert import_path("json.JSONEncoder", allowed_modules=["json"]).__name__ == "JSONEncoder"
     monkeypatch.setenv(ENV_ALLOWED_MODULES, "json, textwrap")
-    assert import_path("textwrap.dedent").__name__ == "dedent"
+    assert import_path("textwrap.dedent", expect="callable").__name__ == "dedent"
     assert import_path("tests.test_serialization.Point") is Point  # allowed by the fixture
 
 
@@ -66,8 +67,57 @@ def test_import_path_errors() -> None:
         import_path("nodots")
     with pytest.raises(DeserializationError, match="has no attribute"):
         import_path("agentfsm.messages.Nope")
-    with pytest.raises(DeserializationError, match="does not name a callable"):
+    with pytest.raises(DeserializationError, match="does not name a function or a class"):
         deserialize_callable("agentfsm.serialization.TAG")
+    with pytest.raises(DeserializationError, match="does not name a class"):
+        import_path("agentfsm.state.merge_lists")
+
+
+class Outer:
+    """A class whose nested class and methods are named by path."""
+
+    class Inner:
+        """Nested: reached through its class."""
+
+    @classmethod
+    def build(cls) -> Outer:
+        return cls()
+
+    @staticmethod
+    def helper() -> None:
+        """A static method."""
+
+
+def test_paths_go_down_through_classes(allow_tests_modules: None) -> None:
+    assert import_path("tests.test_serialization.Outer.Inner") is Outer.Inner
+    assert isinstance(import_path("tests.test_serialization.Outer.build", expect="callable")(), Outer)
+    assert import_path("tests.test_serialization.Outer.helper", expect="callable") is Outer.helper
+    with pytest.raises(DeserializationError, match="is a module"):
+        import_path("tests.test_serialization.pydantic.BaseModel")
+    with pytest.raises(DeserializationError, match="is not a class"):
+        import_path("agentfsm.serialization.TAG.upper", expect="callable")
+    with pytest.raises(DeserializationError, match="dunder names are never resolved"):
+        import_path("tests.test_serialization.Outer.__init__", expect="callable")
+
+
+def test_builtins_offers_plain_data_types_only() -> None:
+    assert import_path("builtins.dict") is dict
+    assert import_path("builtins.bytes.fromhex", expect="callable") == bytes.fromhex
+    for path in ("builtins.eval", "builtins.open", "builtins.type", "builtins.str.upper"):
+        with pytest.raises(DeserializationError, match="plain data types"):
+            import_path(path)  # a method is a callable, not a class
+    assert deserialize_type("builtins.int") is int
+
+
+def test_typing_is_for_annotations_only() -> None:
+    assert deserialize_type("typing.Optional[typing.List[int]]") == typing.Optional[typing.List[int]]  # noqa: UP006, UP045
+    for text in ("typing.sys", "typing.cast", "typing.Literal[x]", "os.path"):
+        with pytest.raises(DeserializationError):
+            deserialize_type(text)
+    with pytest.raises(DeserializationError, match="'typing'"):
+        import_path("typing.Any")
+    with pytest.raises(DeserializationError, match="given as a string"):
+        deserialize_type(None)  # type: ignore[arg-type]
 
 
 def local_function() -> None:

@@ -36,8 +36,9 @@ from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import AgentRun
-from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
+from agentfsm.state import values_from_dict
 from agentfsm.workers import run_in_worker
 
 #: ``Agent.run`` options that hold objects of the calling process, or are about snapshot stores.
@@ -129,7 +130,7 @@ class DurableAgent:
             RunRequest(
                 messages=[ChatMessage.from_dict(m) for m in request["messages"]],
                 system_prompt=request.get("system_prompt"),
-                state=deserialize_value(request["state"]),
+                state=values_from_dict(request["state"], self.agent._full_schema),
                 break_point=breakpoint_from_dict(break_point) if break_point else None,
                 run_id=request["run_id"],
             )

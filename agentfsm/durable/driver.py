@@ -33,7 +33,7 @@ from agentfsm.runtime import (
 )
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
-from agentfsm.state import State
+from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
 
 
@@ -106,7 +106,10 @@ def _state_record(state: State) -> dict[str, Any]:
 
 def _restore_state(state: State, record: dict[str, Any]) -> None:
     state.restore(
-        {**deserialize_value(record["values"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
+        {
+            **values_from_dict(record["values"], state.schema),
+            "messages": [ChatMessage.from_dict(m) for m in record["messages"]],
+        }
     )
 
 

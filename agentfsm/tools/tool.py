@@ -273,7 +273,7 @@ class Tool:
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool:
         """Deserialize; see ``agentfsm.serialization`` for ``allowed_modules``."""
         fields = dict(data["data"])
-        function = import_path(fields["function"], allowed_modules)
+        function = import_path(fields["function"], allowed_modules, expect="callable")
         # A module-level ``@tool`` rebinds the function's name to the Tool: take its function back.
         fields["function"] = function.function if isinstance(function, Tool) else function
         fields["outputs_to_string"] = _deserialize_specs(fields.get("outputs_to_string"), allowed_modules)

@@ -1,0 +1,582 @@
+"""The trust boundary: an agent dict, a snapshot or a durable request never runs code it names unless allowed.
+
+Each attack below ran a shell command or emptied a file before the allow-list resolved paths only
+to classes and functions defined in allowed modules. Each payload's effect is observable (a file
+created, a file emptied, a call recorded), and each test checks that it never happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
+import subprocess
+import sys
+from collections.abc import Iterator
+from os.path import join as path_join  # noqa: F401  (a function of another module, named from this one)
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentfsm import (
+    Agent,
+    AgentFSMError,
+    AgentSnapshot,
+    BreakpointException,
+    ChatMessage,
+    DeserializationError,
+    Phase,
+    SnapshotError,
+    hook,
+    merge_lists,
+    tool,
+)
+from agentfsm.breakpoints import Breakpoint
+from agentfsm.demo import demo_agent
+from agentfsm.durable import DurableAgent, DurableRun, launch
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import (
+    AlwaysAskPolicy,
+    BlockingConfirmationStrategy,
+    BreakpointConfirmationStrategy,
+    HITLBreakpointException,
+    SimpleConsoleUI,
+)
+from agentfsm.hitl.strategies import decision_from
+from agentfsm.hooks import hook_from_dict
+from agentfsm.serialization import TAG, deserialize_value, import_path
+from agentfsm.web import resume_here
+from tests.helpers import call, calls
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = [ChatMessage.from_user("go")]
+ALLOWED = ["tests"]
+
+#: Paths that reach code no data may name: through a module an allowed module imported, through
+#: ``typing``'s re-exports, through dunders, ``builtins``' functions, or agentfsm's own machinery.
+DANGEROUS_PATHS = [
+    "agentfsm.serialization.os.system",
+    "agentfsm.serialization.os.abort",
+    "agentfsm.serialization.importlib.import_module",
+    "agentfsm.snapshot.os.remove",
+    "agentfsm.files.Path",
+    "typing.sys.exit",
+    "typing.cast",
+    "typing.get_type_hints",
+    "builtins.eval",
+    "builtins.exec",
+    "builtins.open",
+    "builtins.__import__",
+    "builtins.compile",
+    "builtins.getattr",
+    "builtins.type",
+    "builtins.str.__class__",
+    "os.system",
+    "subprocess.run",
+    "agentfsm.serialization.import_named_module",
+    "agentfsm.cli.load_agent",
+    "agentfsm.files.atomic_write",
+    "tests.test_trust_boundary.os.system",
+    "tests.test_trust_boundary.path_join",
+    "tests.test_trust_boundary.Recorder.__init__.__globals__",
+    "tests.test_trust_boundary.Recorder.__subclasses__",
+]
+
+#: What user code in an allowed module (``tests``) did when data made agentfsm call it.
+CALLED: list[str] = []
+
+
+def record_call(*args: Any, **kwargs: Any) -> None:
+    """A function named where a class is expected: calling it would be the attack."""
+    CALLED.append(f"record_call{args}")
+
+
+class Recorder:
+    """A class without ``run`` or ``from_dict``: instantiating it where a hook is expected would be the attack."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        CALLED.append("Recorder")
+
+
+class RecordingGenerator:
+    """A chat generator that records being rebuilt: a document refused later must not get that far."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("done")]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RecordingGenerator:
+        CALLED.append("RecordingGenerator.from_dict")
+        return cls()
+
+
+@tool
+def note(text: str) -> str:
+    """Take a note."""
+    return text
+
+
+@tool
+def shell(command: str) -> str:
+    """The shape of os.system: a tool whose function an attacker swaps."""
+    return command
+
+
+@tool
+def opener(file: str, mode: str) -> str:
+    """The shape of builtins.open: a tool whose function an attacker swaps."""
+    return file + mode
+
+
+@hook
+def count_model_calls(state: Any) -> None:
+    """A hook for the fuzzed agent."""
+
+
+NOTES = {"notes": {"type": list[str], "handler": merge_lists}}
+
+
+def victim(position: int = 0, strategies: dict[str, Any] | None = None) -> Agent:
+    """The agent of the snapshots below (``agentfsm resume --agent tests.test_trust_boundary:resumable_victim``)."""
+    script = [calls(call("note", "c1", text="a")), ChatMessage.from_assistant("done")]
+    return Agent(
+        chat_generator=ScriptedChatGenerator(script, position=position),
+        tools=[note],
+        state_schema=NOTES,
+        confirmation_strategies=strategies,
+    )
+
+
+def resumable_victim() -> Agent:
+    """``victim`` where its paused runs left its model (one reply used)."""
+    return victim(position=1)
+
+
+@pytest.fixture(autouse=True)
+def nothing_called() -> Iterator[None]:
+    CALLED.clear()
+    yield
+    assert CALLED == [], "data made agentfsm call user code"
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Iterator[Path]:
+    """A file that a payload would create: it must not exist after the test."""
+    path = tmp_path / "pwned"
+    yield path
+    assert not path.exists(), "the payload ran a shell command"
+
+
+@pytest.fixture
+def precious(tmp_path: Path) -> Iterator[Path]:
+    """A file that a payload would empty: it must keep its content."""
+    path = tmp_path / "precious.txt"
+    path.write_text("keep me")
+    yield path
+    assert path.read_text() == "keep me", "the payload opened the file for writing"
+
+
+def run_shell(marker: Path) -> dict[str, Any]:
+    """A tagged value that, were its 'class' resolved and called, would create ``marker``."""
+    return {TAG: "dataclass", "type": "agentfsm.serialization.os.system", "data": {"command": f"touch {marker}"}}
+
+
+def truncate(target: Path) -> dict[str, Any]:
+    """A tagged value that, were ``builtins.open`` resolved and called, would empty ``target``."""
+    return {TAG: "dataclass", "type": "builtins.open", "data": {"file": str(target), "mode": "w"}}
+
+
+def paused_in_tool_run() -> AgentSnapshot:
+    with pytest.raises(BreakpointException) as paused:
+        victim().run(USER, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    return paused.value.snapshot
+
+
+def paused_for_a_decision(tmp_path: Path) -> AgentSnapshot:
+    with pytest.raises(HITLBreakpointException) as paused:
+        victim(strategies={"note": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
+    snapshot = paused.value.snapshot
+    assert snapshot is not None and snapshot.phase is Phase.CONFIRM
+    return snapshot
+
+
+def tampered(snapshot: AgentSnapshot, **changes: Any) -> AgentSnapshot:
+    return AgentSnapshot.from_dict({**snapshot.to_dict(), **changes})
+
+
+def refused(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps) is the allow-list's refusal."""
+    while error is not None:
+        if isinstance(error, DeserializationError):
+            return True
+        error = error.__cause__  # type: ignore[assignment]
+    return False
+
+
+# -- the rule ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", DANGEROUS_PATHS)
+@pytest.mark.parametrize("expect", ["class", "callable"])
+def test_dangerous_paths_are_refused_whatever_the_slot(path: str, expect: Any, allow_tests_modules: None) -> None:
+    with pytest.raises(DeserializationError):
+        import_path(path, expect=expect)
+
+
+def test_what_stays_resolvable(allow_tests_modules: None) -> None:
+    assert import_path("agentfsm.messages.ChatMessage") is ChatMessage
+    assert import_path("agentfsm.agent.Agent") is Agent
+    assert import_path("agentfsm.state.merge_lists", expect="callable") is merge_lists
+    assert import_path("builtins.str") is str
+    assert import_path("builtins.str.upper", expect="callable") is str.upper
+    assert import_path("tests.test_trust_boundary.note", expect="callable") is note  # a module-level @tool
+    assert import_path("tests.test_trust_boundary.Recorder") is Recorder
+    assert import_path("agentfsm.demo.get_weather", expect="callable").name == "get_weather"  # agentfsm's @tool
+    assert Agent.from_dict(demo_agent().to_dict()).to_dict() == demo_agent().to_dict()
+    assert CALLED == [], "resolving calls nothing"
+
+
+def test_refusals_say_why() -> None:
+    with pytest.raises(DeserializationError, match=r"'agentfsm\.serialization\.os' is a module"):
+        import_path("agentfsm.serialization.os.system", expect="callable")
+    with pytest.raises(DeserializationError, match="from module 'posixpath': it is not in the allow-list"):
+        import_path("tests.test_trust_boundary.path_join", ALLOWED, expect="callable")
+    with pytest.raises(DeserializationError, match="builtins offers only the plain data types"):
+        import_path("builtins.eval", expect="callable")
+    with pytest.raises(DeserializationError, match="does not name a class"):
+        import_path("tests.test_trust_boundary.record_call", ALLOWED)
+    with pytest.raises(DeserializationError, match="functions its packages export"):
+        import_path("agentfsm.cli.load_agent", expect="callable")
+    with pytest.raises(DeserializationError, match="functions its packages export"):
+        import_path("agentfsm.stores.sqlite.SQLiteSnapshotStore", expect="callable")  # a store made by a model
+
+
+# -- an agent dict ----------------------------------------------------------------------------------
+
+
+def agent_dict_with_tool(swapped: Any, function: str, **arguments: str) -> dict[str, Any]:
+    """An agent dict whose model calls tool ``swapped`` with ``arguments``, and whose tool names ``function``."""
+    script = [calls(call(swapped.name, "c1", **arguments)), "done"]
+    data = Agent(chat_generator=ScriptedChatGenerator(script), tools=[swapped]).to_dict()
+    data["init_parameters"]["tools"][0]["data"]["function"] = function
+    return data
+
+
+def test_a_tool_function_path_through_a_module_never_runs(marker: Path) -> None:
+    data = agent_dict_with_tool(shell, "agentfsm.serialization.os.system", command=f"touch {marker}")
+    with pytest.raises(DeserializationError, match="is a module"):
+        Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
+
+
+def test_builtins_open_as_a_tool_function_never_runs(precious: Path) -> None:
+    data = agent_dict_with_tool(opener, "builtins.open", file=str(precious), mode="w")
+    with pytest.raises(DeserializationError, match="builtins offers only"):
+        Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
+
+
+def test_a_legitimate_agent_dict_still_runs() -> None:
+    data = agent_dict_with_tool(note, "tests.test_trust_boundary.note", text="a")
+    result = Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
+    assert result["last_message"].text == "done"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "agentfsm.serialization.os.abort", "data": None},
+        {"function": "agentfsm.serialization.os.abort"},
+        {"type": "tests.test_trust_boundary.record_call", "data": None},
+        {"type": "tests.test_trust_boundary.Recorder", "data": None},
+        {"type": "tests.test_trust_boundary.Recorder", "data": {"x": 1}},
+        {"function": "builtins.exec"},
+        {"type": None},
+        {"data": None},
+        "agentfsm.serialization.os.abort",
+    ],
+)
+def test_hooks_from_data_are_never_called_before_they_are_checked(entry: Any, allow_tests_modules: None) -> None:
+    with pytest.raises(DeserializationError):
+        hook_from_dict(entry)
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"])).to_dict()
+    data["init_parameters"]["hooks"] = {"before_llm": [entry]}
+    with pytest.raises(DeserializationError):
+        Agent.from_dict(data)
+
+
+def test_a_refused_path_anywhere_stops_the_document_before_any_part_is_rebuilt() -> None:
+    # The generator comes first in the document; the refused hook, last: nothing was rebuilt.
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[note]).to_dict()
+    data["init_parameters"]["chat_generator"] = {"type": "tests.test_trust_boundary.RecordingGenerator", "data": {}}
+    data["init_parameters"]["hooks"] = {"on_exit": [{"function": "typing.sys.exit"}]}
+    with pytest.raises(DeserializationError, match=r"typing\.sys\.exit"):
+        Agent.from_dict(data, allowed_modules=ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("slot", "entry", "message"),
+    [
+        (
+            "chat_generator",
+            {"type": "agentfsm.builtin_hooks.offload.SQLiteToolResultStore", "path": "x"},
+            "chat generator",
+        ),
+        ("tools", [{"type": "agentfsm.generators.scripted.ScriptedChatGenerator", "data": {}}], "Tool or Toolset"),
+        ("confirmation_strategies", [{"key": "*", "strategy": {"type": "agentfsm.hitl.AlwaysAskPolicy"}}], "strategy"),
+    ],
+)
+def test_each_slot_takes_only_the_kind_of_class_it_uses(slot: str, entry: Any, message: str, tmp_path: Path) -> None:
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[note]).to_dict()
+    data["init_parameters"][slot] = entry
+    with pytest.raises(DeserializationError, match=message):
+        Agent.from_dict(data, allowed_modules=ALLOWED)
+    assert not (ROOT / "x").exists()
+
+
+# -- a snapshot -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", [run_shell, truncate])
+def test_a_state_value_naming_code_never_runs_on_resume(payload: Any, marker: Path, precious: Path) -> None:
+    target = marker if payload is run_shell else precious
+    snapshot = paused_in_tool_run()
+    bad = tampered(snapshot, state={**snapshot.state, "notes": payload(target)})
+    with pytest.raises(SnapshotError) as info:
+        resumable_victim().run(snapshot=bad)
+    assert refused(info.value)
+
+
+def test_an_undeclared_state_key_is_refused_before_its_value_is_read(marker: Path) -> None:
+    snapshot = paused_in_tool_run()
+    with pytest.raises(SnapshotError, match=r"\['payload'\] are not in this agent's state_schema"):
+        resumable_victim().run(snapshot=tampered(snapshot, state={"payload": run_shell(marker)}))
+    with pytest.raises(SnapshotError, match="not in this agent's state_schema"):
+        resumable_victim().run(snapshot=tampered(snapshot, state=run_shell(marker)))
+
+
+def test_a_completed_tool_result_naming_code_never_runs(marker: Path, precious: Path) -> None:
+    snapshot = paused_in_tool_run()
+    for payload in (run_shell(marker), truncate(precious)):
+        bad = tampered(snapshot, phase="TOOL_RUN", completed_tool_results={"c1": {"value": payload}})
+        with pytest.raises(SnapshotError) as info:
+            resumable_victim().run(snapshot=bad)
+        assert refused(info.value)
+
+
+def test_a_value_tag_must_name_the_kind_of_class_it_says(allow_tests_modules: None) -> None:
+    for kind in ("object", "pydantic", "dataclass"):
+        with pytest.raises(DeserializationError, match="is not a"):
+            deserialize_value({TAG: kind, "type": "tests.test_trust_boundary.Recorder", "data": {}})
+    with pytest.raises(DeserializationError, match="only its messages and decisions"):
+        deserialize_value({TAG: "object", "type": "agentfsm.stores.sqlite.SQLiteSnapshotStore", "data": {}})
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", *args], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
+    )
+
+
+def test_agentfsm_resume_of_a_hostile_snapshot_file_runs_nothing(tmp_path: Path, marker: Path) -> None:
+    snapshot = paused_in_tool_run()
+    path = tampered(snapshot, state={**snapshot.state, "notes": run_shell(marker)}).to_file(tmp_path / "snap.json")
+    done = cli("resume", str(path), "--agent", "tests.test_trust_boundary:resumable_victim")
+    assert done.returncode != 0
+    assert "is a module" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_agentfsm_resume_of_the_same_file_untampered_works(tmp_path: Path) -> None:
+    path = paused_in_tool_run().to_file(tmp_path / "snap.json")
+    done = cli("resume", str(path), "--agent", "tests.test_trust_boundary:resumable_victim")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+
+
+# -- a decision -------------------------------------------------------------------------------------
+
+
+def test_a_decision_on_the_command_line_runs_nothing_of_a_hostile_snapshot(tmp_path: Path, marker: Path) -> None:
+    snapshot = paused_for_a_decision(tmp_path)
+    path = tampered(snapshot, state={"notes": run_shell(marker)}).to_file(tmp_path / "hostile.json")
+    done = cli("resume", str(path), "--agent", "tests.test_trust_boundary:resumable_victim", "--approve", "c1")
+    assert done.returncode != 0 and "is a module" in done.stderr
+
+
+def test_a_decision_from_the_review_page_runs_nothing_of_a_hostile_snapshot(tmp_path: Path, precious: Path) -> None:
+    snapshot = paused_for_a_decision(tmp_path)
+    hostile = tampered(snapshot, state={"notes": truncate(precious)})
+    approve = decision_from("note", {"text": "a"}, "c1", "confirm")
+    with pytest.raises(SnapshotError) as info:
+        resume_here(resumable_victim(), hostile, [approve])
+    assert refused(info.value)
+    resume_here(resumable_victim(), snapshot, [approve])  # the same decision on the run as it was
+
+
+# -- a durable worker reading a request ---------------------------------------------------------------
+
+#: Registered with DBOS at import, before any test launches it.
+DURABLE_VICTIM = DurableAgent(victim(), "trust-boundary")
+
+
+@pytest.fixture
+def launched(tmp_path: Path) -> Iterator[str]:
+    from dbos import DBOS
+
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    launch(url, executor_id="pytest")
+    yield url
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def test_a_durable_worker_runs_nothing_a_hostile_request_names(launched: str, marker: Path) -> None:
+    from dbos import DBOSClient
+
+    request = {
+        "run_id": "hostile",
+        "messages": [m.to_dict() for m in USER],
+        "system_prompt": None,
+        "state": {"notes": run_shell(marker)},
+        "break_point": None,
+        "fingerprint": DURABLE_VICTIM.agent.fingerprint,
+    }
+    client = DBOSClient(system_database_url=launched)
+    try:
+        options: Any = {
+            "workflow_name": DURABLE_VICTIM.workflow_name,
+            "queue_name": DURABLE_VICTIM.queue,
+            "workflow_id": "hostile",
+        }
+        handle = client.enqueue(options, request)
+        with pytest.raises(DeserializationError, match="is a module"):
+            DurableRun(DURABLE_VICTIM, "hostile", handle.workflow_id, client).result(timeout=60)
+    finally:
+        client.destroy()
+
+
+# -- fuzzing agent dicts ------------------------------------------------------------------------------
+
+
+def fuzzed_base() -> dict[str, Any]:
+    """An agent dict using every slot that names code."""
+    return Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("note", "c1", text="a")), "done"]),
+        tools=[note, shell],
+        state_schema=NOTES,
+        hooks={"before_llm": [count_model_calls]},
+        confirmation_strategies={"shell": BlockingConfirmationStrategy(AlwaysAskPolicy(), SimpleConsoleUI())},
+    ).to_dict()
+
+
+BASE = fuzzed_base()
+
+HOSTILE_VALUES = [
+    *DANGEROUS_PATHS,
+    "tests.test_trust_boundary.record_call",
+    "tests.test_trust_boundary.Recorder",
+    "agentfsm.stores.sqlite.SQLiteSnapshotStore",
+    "agentfsm.agent.Agent",
+    "nodots",
+    "",
+    "a..b",
+    None,
+    0,
+    -1,
+    1.5,
+    True,
+    [],
+    {},
+    [None],
+    {"type": "tests.test_trust_boundary.Recorder", "data": None},
+    {TAG: "dataclass", "type": "builtins.open", "data": {}},
+]
+
+
+def positions(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every place in a JSON document, by its keys and indexes."""
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from positions(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from positions(item, (*path, index))
+
+
+PLACES = [p for p in positions(BASE) if p]
+
+
+def mutate(document: dict[str, Any], place: tuple[Any, ...], change: str, value: Any) -> dict[str, Any]:
+    mutated = copy.deepcopy(document)
+    parent: Any = mutated
+    for key in place[:-1]:
+        parent = parent[key]
+    if change == "drop":
+        del parent[place[-1]]
+    elif change == "add" and isinstance(parent, dict):
+        parent["surprise"] = value
+    else:
+        parent[place[-1]] = value
+    return mutated
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mutations=st.lists(
+        st.tuples(
+            st.sampled_from(PLACES), st.sampled_from(["set", "set", "drop", "add"]), st.sampled_from(HOSTILE_VALUES)
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_fuzzed_agent_dicts_load_or_fail_typed_and_never_call_what_they_name(mutations: list[Any]) -> None:
+    document: Any = BASE
+    for place, change, value in mutations:
+        try:
+            document = mutate(document, place, change, value)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed or replaced this place
+    CALLED.clear()
+    with contextlib.suppress(AgentFSMError):
+        Agent.from_dict(document, allowed_modules=ALLOWED)
+    assert CALLED == []
+
+
+VALUE_CLASSES = [
+    *DANGEROUS_PATHS,
+    "tests.test_trust_boundary.Recorder",
+    "tests.test_trust_boundary.record_call",
+    "agentfsm.messages.ChatMessage",
+    "agentfsm.stores.json_files.JsonFileStore",
+    "builtins.dict",
+    None,
+    7,
+]
+
+tagged_values = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        | st.fixed_dictionaries(
+            {
+                TAG: st.sampled_from(["object", "pydantic", "dataclass", "tuple", "dict", "pickle"]),
+                "type": st.sampled_from(VALUE_CLASSES),
+                "data": inner,
+                "items": st.lists(inner, max_size=2),
+            }
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged_values)
+def test_fuzzed_tagged_values_load_or_fail_typed_and_never_call_what_they_name(value: Any) -> None:
+    CALLED.clear()
+    with contextlib.suppress(DeserializationError):
+        deserialize_value(value, ALLOWED)
+    assert CALLED == []
