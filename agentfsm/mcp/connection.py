@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 import anyio
 import mcp.types as mcp_types
 from mcp import Client
+from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
@@ -70,6 +71,9 @@ ToolsChanged = Callable[[list[mcp_types.Tool]], None]
 
 #: How long closing waits for the server process to end before it is killed (the SDK's own escalation).
 _CLOSE_WAIT = 10.0
+
+#: The longest pause before the tool-change stream is opened again.
+_MAX_LISTEN_PAUSE = 30.0
 
 
 class MCPConnection:
@@ -271,17 +275,21 @@ class MCPConnection:
 
     async def _connect_with_retries(self) -> Client:
         error: Exception | None = None
-        for attempt in range(self.max_reconnects + 1):
-            if attempt:
-                await asyncio.sleep(self.reconnect_backoff * 2 ** (attempt - 1))
-            try:
-                client = await self._connect_once()
-            except (MCPConnectionError, MCPTimeoutError) as exc:
-                error = exc
-                logger.debug("MCP connection to %s failed (attempt %d): %s", self.server_info.describe(), attempt, exc)
-                continue
-            self._move("connected")
-            return client
+        try:
+            for attempt in range(self.max_reconnects + 1):
+                if attempt:
+                    await asyncio.sleep(self.reconnect_backoff * 2 ** (attempt - 1))
+                try:
+                    client = await self._connect_once()
+                except (MCPConnectionError, MCPTimeoutError) as exc:
+                    error = exc
+                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), exc)
+                    continue
+                self._move("connected")
+                return client
+        except asyncio.CancelledError:
+            self._move("connect_failed")
+            raise
         self._move("connect_failed")
         assert error is not None
         raise error
@@ -302,6 +310,10 @@ class MCPConnection:
                 f"{self.connection_timeout} s (connection_timeout).",
                 operation="connect",
             ) from None
+        except asyncio.CancelledError:  # the caller gave up (an interrupt): no session may stay behind
+            holder.cancel()
+            await asyncio.gather(holder, return_exceptions=True)
+            raise
         except Exception as exc:
             await asyncio.gather(holder, return_exceptions=True)
             raise MCPConnectionError(
@@ -340,12 +352,22 @@ class MCPConnection:
 
     async def _listen(self, client: Client) -> None:
         """Keep a ``subscriptions/listen`` stream open so that 2026-era servers announce tool list changes."""
-        # The notices themselves reach ``_on_message`` (older servers send them without a stream);
-        # a server that cannot stream them (or an older protocol) leaves the list as it is.
-        with contextlib.suppress(Exception):
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for _event in subscription:
-                    pass
+        # The notices themselves reach ``_on_message`` (older servers send them without a stream).
+        # An older protocol has no such stream; a stream that breaks (the HTTP server restarted) is
+        # opened again, after a pause that grows, for as long as the session lasts.
+        pause = 0.5
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    pause = 0.5
+                    async for _event in subscription:
+                        pass
+            except ListenNotSupportedError:
+                return
+            except Exception as exc:
+                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), _describe(exc))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _MAX_LISTEN_PAUSE)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self._client is not None:

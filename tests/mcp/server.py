@@ -24,7 +24,7 @@ PIXEL = base64.b64encode(
 
 def build_server() -> MCPServer:
     """A server with tools for every behaviour the tests check."""
-    server = MCPServer("agentfsm-test")
+    server = MCPServer("agentfsm-test", log_level="WARNING")
     calls = {"count": 0}
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))

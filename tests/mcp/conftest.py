@@ -1,0 +1,100 @@
+"""Real MCP servers for the MCP tests: the test server over stdio, and over streamable HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from agentfsm.mcp import StdioServerInfo, StreamableHttpServerInfo
+from tests.mcp.server import build_server
+
+SERVER = Path(__file__).with_name("server.py")
+
+
+def stdio_info() -> StdioServerInfo:
+    """The test server, started as a child process of this one."""
+    return StdioServerInfo(command=sys.executable, args=[str(SERVER)])
+
+
+def children() -> list[int]:
+    """The live (not zombie) child processes of this process, read from /proc."""
+    me = str(os.getpid())
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for_no_children(before: list[int], seconds: float = 10.0) -> list[int]:
+    """The children started since ``before`` still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [pid for pid in children() if pid not in before]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+class HttpServer:
+    """The test server over streamable HTTP on 127.0.0.1, on a port the OS chose; it can restart there."""
+
+    def __init__(self) -> None:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        app = build_server().streamable_http_app()
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError("the test MCP server did not start")
+            time.sleep(0.01)
+        self._server, self._thread, self._socket = server, thread, sock
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join()
+            self._socket.close()
+            self._server = self._thread = None
+
+    def restart(self) -> None:
+        """A new server process's worth of state: every session and counter starts afresh."""
+        self.stop()
+        self.start()
+
+    def info(self) -> StreamableHttpServerInfo:
+        return StreamableHttpServerInfo(url=self.url)
+
+
+@pytest.fixture
+def http_server() -> Iterator[HttpServer]:
+    server = HttpServer()
+    server.start()
+    yield server
+    server.stop()
