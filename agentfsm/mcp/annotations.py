@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentfsm.errors import ConfigurationTypeError
 from agentfsm.hitl.policies import ConfirmationPolicy
+from agentfsm.mcp.connection_states import ConnectionState
 
 if TYPE_CHECKING:
     import mcp.types as mcp_types
@@ -65,6 +66,9 @@ def tool_hints(
     )
 
 
+#: The states of a connection whose tools the policy below considers.
+_OPEN = frozenset({ConnectionState.READY, ConnectionState.RECONNECTING})
+
 # The MCP tools alive in this process, by name: the policy below is configured by the tools
 # themselves, so that it serializes as nothing and works again after a resume in another process.
 _live: dict[str, weakref.WeakValueDictionary[int, MCPTool]] = {}
@@ -80,7 +84,9 @@ def register_tool(tool: MCPTool) -> None:
 class AskDestructiveMCPToolsPolicy(ConfirmationPolicy):
     """Ask before a call to a destructive MCP tool runs; other calls run as proposed.
 
-    A tool name offered by several live MCP tools is asked about if any of them is destructive.
+    The policy looks the name up among the MCP tools whose session is open in this process (so it
+    needs no configuration, serializes as nothing and works again in the process a run resumes
+    in); a name offered by several of them is asked about if any of them is destructive.
     Use it with any strategy, for all tools: ``{"*": BlockingConfirmationStrategy(
     AskDestructiveMCPToolsPolicy(), ui)}``.
     """
@@ -89,4 +95,4 @@ class AskDestructiveMCPToolsPolicy(ConfirmationPolicy):
         """True when a live MCP tool of that name is destructive."""
         with _live_lock:
             tools = list(_live[tool_name].values()) if tool_name in _live else []
-        return any(t.destructive for t in tools)
+        return any(t.destructive and t.connection.state in _OPEN for t in tools)
