@@ -2,7 +2,7 @@
 
 Needs the ``mcp`` extra (``pip install 'agentfsm[mcp]'``). ``MCPToolset`` takes every tool of a
 server (or those named), ``MCPTool`` one; ``StdioServerInfo`` starts a server as a child process,
-``StreamableHttpServerInfo`` reaches one by URL. See ``docs/mcp.md``.
+``StreamableHttpServerInfo`` (or, for older servers, ``SSEServerInfo``) reaches one by URL. See ``docs/mcp.md``.
 """
 
 from agentfsm.mcp.annotations import AskDestructiveMCPToolsPolicy
@@ -16,7 +16,7 @@ from agentfsm.mcp.errors import (
     MCPToolError,
     MCPToolNotFoundError,
 )
-from agentfsm.mcp.server_info import MCPServerInfo, StdioServerInfo, StreamableHttpServerInfo
+from agentfsm.mcp.server_info import MCPServerInfo, SSEServerInfo, StdioServerInfo, StreamableHttpServerInfo
 from agentfsm.mcp.tool import MCPTool
 from agentfsm.mcp.toolset import MCPToolset
 
@@ -33,6 +33,7 @@ __all__ = [
     "MCPToolError",
     "MCPToolNotFoundError",
     "MCPToolset",
+    "SSEServerInfo",
     "StdioServerInfo",
     "StreamableHttpServerInfo",
 ]

@@ -349,6 +349,9 @@ class MCPConnection:
             if not ready.done():
                 ready.cancel()
             raise
+        finally:
+            if not stop.is_set():  # the session ended on its own (its transport failed): reconnect next time
+                self._transport_ended(session_id)
 
     async def _listen(self, client: Client) -> None:
         """Keep a ``subscriptions/listen`` stream open so that 2026-era servers announce tool list changes."""
@@ -515,7 +518,7 @@ class _Watched:
                 finally:
                     self._ended()
 
-            async with anyio.create_task_group() as group:
+            async with send, receive, anyio.create_task_group() as group:
                 group.start_soon(forward)
                 try:
                     yield receive, write

@@ -1,4 +1,4 @@
-"""Where an MCP server is and how to reach it: a command to start (stdio) or a URL (streamable HTTP).
+"""Where an MCP server is and how to reach it: a command to start (stdio) or a URL (HTTP).
 
 A server info is configuration only: it serializes with ``to_dict`` (secrets as the names of
 their environment variables, never a value) and opens a transport for the SDK's ``Client``.
@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -124,13 +125,8 @@ class StdioServerInfo(MCPServerInfo):
 
 
 @dataclass
-class StreamableHttpServerInfo(MCPServerInfo):
-    """A server reached over MCP's streamable HTTP transport at ``url``.
-
-    ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request
-    (values may be ``Secret``). ``timeout`` bounds each HTTP request's connect and write; a
-    response stream may stay open as long as the call it answers (the call has its own timeout).
-    """
+class _HttpServerInfo(MCPServerInfo):
+    """What the HTTP transports share: a URL, a bearer token and headers that may be secrets."""
 
     url: str
     token: Secret | None = None
@@ -138,33 +134,27 @@ class StreamableHttpServerInfo(MCPServerInfo):
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__
         parts = urlsplit(self.url) if isinstance(self.url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigurationError(f"StreamableHttpServerInfo needs an http(s) URL, got {self.url!r}.")
+            raise ConfigurationError(f"{kind} needs an http(s) URL, got {self.url!r}.")
         if self.token is not None and not isinstance(self.token, Secret):
             raise ConfigurationTypeError(
-                "StreamableHttpServerInfo token must be a Secret (Secret.from_env_var('MY_TOKEN')), so that it is "
-                f"never written out; got {type(self.token).__name__}."
+                f"{kind} token must be a Secret (Secret.from_env_var('MY_TOKEN')), so that it is never written "
+                f"out; got {type(self.token).__name__}."
             )
-        _check_values("StreamableHttpServerInfo headers", self.headers)
-        if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
-            raise ConfigurationError(f"StreamableHttpServerInfo timeout must be a number > 0, got {self.timeout!r}.")
+        _check_values(f"{kind} headers", self.headers)
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
+            raise ConfigurationError(f"{kind} timeout must be a number > 0, got {self.timeout!r}.")
 
-    @asynccontextmanager
-    async def transport(self) -> AsyncIterator[Streams]:
-        """The SDK's streamable HTTP transport over an HTTP client that sends the headers."""
+    def resolved_headers(self) -> dict[str, str]:
+        """The headers to send, secrets read now, with ``Authorization: Bearer <token>`` when there is a token."""
         headers = _resolve(self.headers)
         if self.token is not None:
             token = self.token.resolve_value()
             if token is not None:
                 headers["Authorization"] = f"Bearer {token}"
-        # A response stream may stay open as long as the tool runs: reads are bounded by the call's timeout.
-        timeout = httpx2.Timeout(self.timeout, read=None)
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
-            streamable_http_client(self.url, http_client=client) as streams,
-        ):
-            yield streams
+        return headers
 
     def describe(self) -> str:
         """The URL."""
@@ -181,15 +171,66 @@ class StreamableHttpServerInfo(MCPServerInfo):
         }
 
     @classmethod
+    def _fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
+        token = data.get("token")
+        return {
+            "url": data["url"],
+            "token": None if token is None else Secret.from_dict(token),
+            "headers": _values_from_dict(data.get("headers")),
+            "timeout": data.get("timeout", 30.0),
+        }
+
+
+@dataclass
+class StreamableHttpServerInfo(_HttpServerInfo):
+    """A server reached over MCP's streamable HTTP transport at ``url``.
+
+    ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request
+    (values may be ``Secret``). ``timeout`` bounds each HTTP request's connect and write; a
+    response stream may stay open as long as the call it answers (the call has its own timeout).
+    """
+
+    @asynccontextmanager
+    async def transport(self) -> AsyncIterator[Streams]:
+        """The SDK's streamable HTTP transport over an HTTP client that sends the headers."""
+        # A response stream may stay open as long as the tool runs: reads are bounded by the call's timeout.
+        timeout = httpx2.Timeout(self.timeout, read=None)
+        async with (
+            httpx2.AsyncClient(headers=self.resolved_headers(), timeout=timeout) as client,
+            streamable_http_client(self.url, http_client=client) as streams,
+        ):
+            yield streams
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StreamableHttpServerInfo:
         """Invert ``to_dict``."""
-        token = data.get("token")
-        return cls(
-            url=data["url"],
-            token=None if token is None else Secret.from_dict(token),
-            headers=_values_from_dict(data.get("headers")),
-            timeout=data.get("timeout", 30.0),
+        return cls(**cls._fields_from_dict(data))
+
+
+@dataclass
+class SSEServerInfo(_HttpServerInfo):
+    """A server reached over MCP's older HTTP+SSE transport (deprecated by MCP; for servers that only have it).
+
+    As for ``StreamableHttpServerInfo``; ``sse_read_timeout`` is how long the event stream may stay
+    silent before it counts as dropped (the next call then reconnects).
+    """
+
+    sse_read_timeout: float = 300.0
+
+    def transport(self) -> Any:
+        """The SDK's SSE transport."""
+        return sse_client(
+            self.url, headers=self.resolved_headers(), timeout=self.timeout, sse_read_timeout=self.sse_read_timeout
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize; the token and ``Secret`` headers as their environment variables' names."""
+        return {**super().to_dict(), "sse_read_timeout": self.sse_read_timeout}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SSEServerInfo:
+        """Invert ``to_dict``."""
+        return cls(**cls._fields_from_dict(data), sse_read_timeout=data.get("sse_read_timeout", 300.0))
 
 
 def server_info_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> MCPServerInfo:

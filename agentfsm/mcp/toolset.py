@@ -105,6 +105,13 @@ class MCPToolset(Toolset):
             tools.append(tool)
         self.tools = tools  # one assignment: a run reading the list sees the old one or the new one
 
+    def add(self, tool: Tool | Toolset) -> None:
+        """Refused: an MCP toolset's tools are the server's (give the agent a list of toolsets instead)."""
+        raise ConfigurationTypeError(
+            "An MCPToolset's tools come from its server and cannot be added to; pass the agent a list instead: "
+            "tools=[mcp_toolset, other_tool]."
+        )
+
     def warm_up(self) -> None:
         """Connect (once) and list the tools; ``MCPToolNotFoundError`` if a name in ``tool_names`` is missing."""
         self.connection.open()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from agentfsm.mcp import StdioServerInfo, StreamableHttpServerInfo
+from agentfsm.mcp import ConnectionState, MCPConnection, SSEServerInfo, StdioServerInfo, StreamableHttpServerInfo
 from tests.mcp.server import build_server
 
 SERVER = Path(__file__).with_name("server.py")
@@ -50,15 +50,32 @@ def wait_for_no_children(before: list[int], seconds: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
-class HttpServer:
-    """The test server over streamable HTTP on 127.0.0.1, on a port the OS chose; it can restart there."""
+def wait_for_state(connection: MCPConnection, state: ConnectionState, seconds: float = 10.0) -> ConnectionState:
+    """The connection's state once it is ``state``, or after ``seconds``.
 
-    def __init__(self) -> None:
+    A server process that died is noticed when its end of the pipe is read: a call made in the
+    moment between fails as in flight (it is never sent twice), so tests wait for the notice.
+    """
+    deadline = time.monotonic() + seconds
+    while connection.state is not state and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return connection.state
+
+
+class HttpServer:
+    """The test server over HTTP on 127.0.0.1, on a port the OS chose; it can restart there.
+
+    ``transport`` is ``"streamable-http"`` or the older ``"sse"``.
+    """
+
+    def __init__(self, transport: str = "streamable-http") -> None:
+        self.transport = transport
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
         probe.close()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        path = "/mcp" if transport == "streamable-http" else "/sse"
+        self.url = f"http://127.0.0.1:{self.port}{path}"
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -66,7 +83,8 @@ class HttpServer:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
-        app = build_server().streamable_http_app()
+        server_app = build_server()
+        app = server_app.streamable_http_app() if self.transport == "streamable-http" else server_app.sse_app()
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
@@ -88,13 +106,23 @@ class HttpServer:
         self.stop()
         self.start()
 
-    def info(self) -> StreamableHttpServerInfo:
-        return StreamableHttpServerInfo(url=self.url)
+    def info(self) -> StreamableHttpServerInfo | SSEServerInfo:
+        return (
+            StreamableHttpServerInfo(url=self.url) if self.transport == "streamable-http" else SSEServerInfo(self.url)
+        )
 
 
 @pytest.fixture
 def http_server() -> Iterator[HttpServer]:
     server = HttpServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sse_server() -> Iterator[HttpServer]:
+    server = HttpServer("sse")
     server.start()
     yield server
     server.stop()

@@ -14,8 +14,8 @@ from typing import Any
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.mcp import MCPToolset
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children
+from agentfsm.mcp import ConnectionState, MCPToolset
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state
 
 QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
 
@@ -84,24 +84,26 @@ def test_a_timed_out_call_is_an_error_result_the_model_reads(tmp_path: Path) -> 
 class KillServerBetweenCalls(ScriptedChatGenerator):
     """A script that kills the MCP server's process before its second reply, as a crash of the server would."""
 
-    def __init__(self, replies: list[ChatMessage | str], before: list[int]) -> None:
+    def __init__(self, replies: list[ChatMessage | str], before: list[int], toolset: MCPToolset) -> None:
         super().__init__(replies)
         self.before = before
+        self.toolset = toolset
 
     def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
         if self.position == 1:
             for pid in children():
                 if pid not in self.before:
                     os.kill(pid, signal.SIGKILL)
-            assert wait_for_no_children(self.before) == []
+            assert wait_for_state(self.toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
         return super().run(messages, tools, **kwargs)
 
 
 def test_a_server_killed_mid_run_is_restarted_for_the_next_call() -> None:
     before = children()
     call = ChatMessage.from_assistant(tool_calls=[ToolCall("count", {}, id="c")])
-    generator = KillServerBetweenCalls([call, call, "done"], before)
-    with Agent(chat_generator=generator, tools=MCPToolset(stdio_info())) as agent:
+    toolset = MCPToolset(stdio_info())
+    generator = KillServerBetweenCalls([call, call, "done"], before, toolset)
+    with Agent(chat_generator=generator, tools=toolset) as agent:
         result = agent.run([ChatMessage.from_user("count twice")])
     assert counts(result) == ["1", "1"]  # the second call ran on a new server process
     assert result["last_message"].text == "done"

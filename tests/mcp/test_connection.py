@@ -20,7 +20,7 @@ from agentfsm.mcp import (
     MCPToolset,
     StdioServerInfo,
 )
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state
 
 
 def tool(toolset: MCPToolset, name: str) -> MCPTool:
@@ -80,7 +80,7 @@ def test_a_killed_stdio_server_is_restarted_for_the_next_call() -> None:
         assert count.invoke()["text"] == "1"
         [server] = [pid for pid in children() if pid not in before]
         os.kill(server, signal.SIGKILL)
-        assert wait_for_no_children(before) == []
+        assert wait_for_state(toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
         assert count.invoke()["text"] == "1"  # a new server process: its count starts again
         assert toolset.connection.state is ConnectionState.READY
     finally:
@@ -115,6 +115,22 @@ def test_a_restarted_http_server_is_reached_again(http_server: HttpServer) -> No
         assert count.invoke()["text"] == "2"
         http_server.restart()
         assert count.invoke()["text"] == "1"
+    finally:
+        toolset.close()
+
+
+# Stopping the SSE server cuts its open event stream, and the SDK's SSE code leaves that stream's
+# memory streams to the garbage collector (a ResourceWarning from anyio, not from agentfsm's streams).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_restarted_sse_server_gets_a_new_session(sse_server: HttpServer) -> None:
+    toolset = MCPToolset(sse_server.info())
+    try:
+        toolset.warm_up()
+        count = tool(toolset, "count")
+        assert count.invoke()["text"] == "1"
+        sse_server.restart()  # the old session is gone with the server's memory, and its event stream ended
+        assert count.invoke()["text"] == "1"
+        assert count.invoke()["text"] == "2"
     finally:
         toolset.close()
 
