@@ -160,6 +160,7 @@ class MCPTool(Tool):
     def _check_offered(self) -> None:
         if self.spec is None:
             available = sorted(t.name for t in self.connection.tools)
+            self.connection.close()  # a tool that cannot be used keeps no server running
             raise MCPToolNotFoundError(
                 f"MCP server {self.server_info.describe()} has no tool {self.name!r}; it offers {available}.",
                 tool_name=self.name,

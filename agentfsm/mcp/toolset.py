@@ -126,6 +126,7 @@ class MCPToolset(Toolset):
         offered = sorted(t.name for t in self.connection.tools)
         missing = [n for n in self.tool_names or [] if n not in offered]
         if missing:
+            self.connection.close()  # a toolset that cannot be used keeps no server running
             raise MCPToolNotFoundError(
                 f"MCP server {self.server_info.describe()} has no tools {missing} (from tool_names); it offers "
                 f"{offered}.",

@@ -18,7 +18,7 @@ from agentfsm.mcp import (
     StdioServerInfo,
 )
 from agentfsm.messages import ImageContent, TextContent
-from tests.mcp.conftest import HttpServer, stdio_info
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children
 from tests.mcp.server import PIXEL
 
 
@@ -89,15 +89,14 @@ def test_tool_names_filter(tmp_path: Path) -> None:
         toolset.close()
 
 
-def test_a_missing_tool_name_is_refused_at_warm_up() -> None:
+def test_a_missing_tool_name_is_refused_at_warm_up_and_leaves_no_server() -> None:
+    before = children()
     toolset = MCPToolset(stdio_info(), tool_names=["add", "nope"])
-    try:
-        with pytest.raises(MCPToolNotFoundError) as info:
-            toolset.warm_up()
-        assert info.value.tool_name == "nope"
-        assert "add" in info.value.available_tools
-    finally:
-        toolset.close()
+    with pytest.raises(MCPToolNotFoundError) as info:
+        toolset.warm_up()
+    assert info.value.tool_name == "nope"
+    assert "add" in info.value.available_tools
+    assert wait_for_no_children(before) == []
 
 
 def test_one_tool_alone() -> None:
@@ -107,8 +106,10 @@ def test_one_tool_alone() -> None:
         assert add.invoke(a=40, b=2)["text"] == "42"
     finally:
         add.close()
+    before = children()
     with pytest.raises(MCPToolNotFoundError):
-        MCPTool(name="nope", server_info=stdio_info(), eager_connect=True).close()
+        MCPTool(name="nope", server_info=stdio_info(), eager_connect=True)
+    assert wait_for_no_children(before) == []
 
 
 def test_a_list_change_adds_and_withdraws_tools() -> None:
