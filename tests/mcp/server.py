@@ -46,7 +46,8 @@ def build_server() -> MCPServer:
 
     @server.tool()
     async def slow(seconds: float, marker: str, ctx: Context) -> str:
-        """Sleep, reporting progress; write 'cancelled' to the marker file if cancelled."""
+        """Sleep, reporting progress; the marker file says 'started', then 'finished' or 'cancelled'."""
+        Path(marker).write_text("started")
         await ctx.report_progress(0.5, 1.0, "half way")
         try:
             await anyio.sleep(seconds)
