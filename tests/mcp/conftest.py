@@ -50,6 +50,14 @@ def wait_for_no_children(before: list[int], seconds: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
+def wait_for_text(path: Path, text: str, seconds: float = 10.0) -> str:
+    """The file's text once it is ``text``, or after ``seconds`` (a server acts on a cancel notice in its own time)."""
+    deadline = time.monotonic() + seconds
+    while not (path.exists() and path.read_text() == text) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.read_text() if path.exists() else ""
+
+
 def wait_for_state(connection: MCPConnection, state: ConnectionState, seconds: float = 10.0) -> ConnectionState:
     """The connection's state once it is ``state``, or after ``seconds``.
 

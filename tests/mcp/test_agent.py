@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,11 +12,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.mcp import ConnectionState, MCPToolset
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
 
 QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
 
@@ -70,11 +73,15 @@ def test_one_session_serves_every_run_until_the_agent_closes() -> None:
         assert counts(agent.run([ChatMessage.from_user("count")])) == ["1"]  # a new session after close
 
 
-def test_a_timed_out_call_is_an_error_result_the_model_reads(tmp_path: Path) -> None:
-    call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 30, "marker": str(tmp_path / "m")})])
+@pytest.mark.parametrize("driver", ["run", "run_async"])
+def test_a_timed_out_call_is_an_error_result_the_model_reads(tmp_path: Path, driver: str) -> None:
+    marker = tmp_path / "m"
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 30, "marker": str(marker)})])
     generator = ScriptedChatGenerator([call, "It took too long."])
     with Agent(chat_generator=generator, tools=MCPToolset(stdio_info(), invocation_timeout=0.5)) as agent:
-        result = agent.run([ChatMessage.from_user("sleep")])
+        question = [ChatMessage.from_user("sleep")]
+        result = agent.run(question) if driver == "run" else asyncio.run(agent.run_async(question))
+        assert wait_for_text(marker, "cancelled") == "cancelled"  # on the server, before the session closed
     tool_result = result["messages"][-2].tool_call_result
     assert tool_result.error
     assert "MCPTimeoutError" in tool_result.result

@@ -20,7 +20,7 @@ from agentfsm.mcp import (
     MCPToolset,
     StdioServerInfo,
 )
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
 
 
 def tool(toolset: MCPToolset, name: str) -> MCPTool:
@@ -39,7 +39,7 @@ def test_a_call_past_its_timeout_is_cancelled_on_the_server(tmp_path: Path) -> N
         assert info.value.operation == "call"
         # The server saw notifications/cancelled: its tool was cancelled, and the session still serves.
         assert tool(toolset, "add").invoke(a=1, b=2)["text"] == "3"
-        assert marker.read_text() == "cancelled"
+        assert wait_for_text(marker, "cancelled") == "cancelled"
     finally:
         toolset.close()
 
@@ -66,7 +66,7 @@ async def test_cancelling_an_async_call_cancels_it_on_the_server(tmp_path: Path)
         with pytest.raises(asyncio.CancelledError):
             await call
         assert (await tool(toolset, "add").invoke_async(a=2, b=2))["text"] == "4"
-        assert marker.read_text() == "cancelled"
+        assert wait_for_text(marker, "cancelled") == "cancelled"
     finally:
         await toolset.close_async()
 
