@@ -240,11 +240,22 @@ class Agent:
                 await warm_async()
             elif callable(warm):
                 warm()
+        for part in self._tool_parts():  # tools that connect somewhere (MCP) do it without blocking the loop
+            tool_warm_async = getattr(part, "warm_up_async", None)
+            if callable(tool_warm_async):
+                await tool_warm_async()
         self._warm_tools()
 
+    def _tool_parts(self) -> list[Any]:
+        """The tools and toolsets given to the agent, and the tools inside its toolsets, each once."""
+        seen: dict[int, Any] = {}
+        for part in [*self._static_items, *self._dynamic, *self._tools]:
+            seen.setdefault(id(part), part)
+        return list(seen.values())
+
     def close(self) -> None:
-        """Release what the agent holds: the generator's and hooks' resources, and the tool thread pool."""
-        for part in [self.chat_generator, *self._every_hook()]:
+        """Release what the agent holds: the generator's, hooks' and tools' resources (MCP sessions), the thread pool."""
+        for part in [self.chat_generator, *self._every_hook(), *self._tool_parts()]:
             close = getattr(part, "close", None)
             if callable(close):
                 close()
@@ -252,8 +263,8 @@ class Agent:
         self._is_warmed_up = False
 
     async def close_async(self) -> None:
-        """Like ``close``; ``close_async`` is awaited where the generator or a hook has one."""
-        for part in [self.chat_generator, *self._every_hook()]:
+        """Like ``close``; ``close_async`` is awaited where the generator, a hook or a tool has one."""
+        for part in [self.chat_generator, *self._every_hook(), *self._tool_parts()]:
             close_async = getattr(part, "close_async", None)
             close = getattr(part, "close", None)
             if callable(close_async):

@@ -223,6 +223,22 @@ class ToolInvoker:
         except Exception as exc:
             return CallOutcome(None, exc)
 
+    async def invoke_async(
+        self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None
+    ) -> CallOutcome:
+        """Like ``invoke``, on the event loop: other tools run in a worker thread.
+
+        A tool with an ``invoke_async`` coroutine (an MCP tool) is awaited instead, so that
+        cancelling the run cancels its call.
+        """
+        invoke_async = getattr(prepared.tool, "invoke_async", None)
+        if invoke_async is None:
+            return await run_in_worker(self.invoke, prepared, streaming_callback)
+        try:
+            return CallOutcome(await invoke_async(**prepared.arguments))
+        except Exception as exc:
+            return CallOutcome(None, exc)
+
     @staticmethod
     def _done(call: PreparedCall, outcome: CallOutcome, on_complete: OnComplete) -> None:
         call.status, call.outcome = CallStatus.DONE, outcome
@@ -268,12 +284,12 @@ class ToolInvoker:
 
             async def run_one(c: PreparedCall) -> None:
                 async with semaphore:
-                    self._done(c, await run_in_worker(self.invoke, c, streaming_callback), on_complete)
+                    self._done(c, await self.invoke_async(c, streaming_callback), on_complete)
 
             await asyncio.gather(*(run_one(c) for c in ready))
         else:
             for c in ready:
-                self._done(c, await run_in_worker(self.invoke, c, streaming_callback), on_complete)
+                self._done(c, await self.invoke_async(c, streaming_callback), on_complete)
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""

@@ -1,0 +1,98 @@
+"""What an MCP tool's annotations mean here: idempotent for the journal, destructive for confirmation.
+
+MCP tools describe themselves with hints (``readOnlyHint``, ``destructiveHint``,
+``idempotentHint``). A read-only or idempotent tool is idempotent for agentfsm's journal: a call
+interrupted by a crash runs again on resume instead of waiting for a decision. A destructive tool
+(the MCP default for a tool that is not read-only) is one ``AskDestructiveMCPToolsPolicy`` asks a
+person about. Hints come from the server: pass ``trust_annotations=False`` to ignore them, and
+``idempotent={...}`` / ``destructive={...}`` to say per tool what holds.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentfsm.errors import ConfigurationTypeError
+from agentfsm.hitl.policies import ConfirmationPolicy
+from agentfsm.mcp.connection_states import ConnectionState
+
+if TYPE_CHECKING:
+    import mcp.types as mcp_types
+
+    from agentfsm.mcp.tool import MCPTool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHints:
+    """What agentfsm takes from one tool's annotations, after the user's overrides."""
+
+    #: A call may run again after a crash (read-only or idempotent).
+    idempotent: bool
+    #: A call may destroy or overwrite something (ask before it runs, with ``AskDestructiveMCPToolsPolicy``).
+    destructive: bool
+
+
+def check_overrides(name: str, overrides: Mapping[str, bool] | None) -> dict[str, bool]:
+    """A copy of a per-tool override mapping, checked: tool names to booleans."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, bool) for k, v in overrides.items()
+    ):
+        raise ConfigurationTypeError(f"{name} must map tool names to True or False, got {overrides!r}.")
+    return dict(overrides)
+
+
+def tool_hints(
+    tool: mcp_types.Tool,
+    *,
+    trust_annotations: bool,
+    idempotent: Mapping[str, bool],
+    destructive: Mapping[str, bool],
+) -> ToolHints:
+    """The hints of ``tool``: the user's override for its name, else its annotations (MCP's defaults), else safe values."""
+    notes = tool.annotations if trust_annotations else None
+    read_only = bool(notes and notes.read_only_hint)
+    from_notes_idempotent = read_only or bool(notes and notes.idempotent_hint)
+    # MCP: destructiveHint defaults to true, and means nothing for a read-only tool.
+    from_notes_destructive = not read_only and (notes is None or notes.destructive_hint is not False)
+    return ToolHints(
+        idempotent=idempotent.get(tool.name, from_notes_idempotent),
+        destructive=destructive.get(tool.name, from_notes_destructive),
+    )
+
+
+#: The states of a connection whose tools the policy below considers.
+_OPEN = frozenset({ConnectionState.READY, ConnectionState.RECONNECTING})
+
+# The MCP tools alive in this process, by name: the policy below is configured by the tools
+# themselves, so that it serializes as nothing and works again after a resume in another process.
+_live: dict[str, weakref.WeakValueDictionary[int, MCPTool]] = {}
+_live_lock = threading.Lock()
+
+
+def register_tool(tool: MCPTool) -> None:
+    """Make ``tool`` known to ``AskDestructiveMCPToolsPolicy`` (done when its description is fetched)."""
+    with _live_lock:
+        _live.setdefault(tool.name, weakref.WeakValueDictionary())[id(tool)] = tool
+
+
+class AskDestructiveMCPToolsPolicy(ConfirmationPolicy):
+    """Ask before a call to a destructive MCP tool runs; other calls run as proposed.
+
+    The policy looks the name up among the MCP tools whose session is open in this process (so it
+    needs no configuration, serializes as nothing and works again in the process a run resumes
+    in); a name offered by several of them is asked about if any of them is destructive.
+    Use it with any strategy, for all tools: ``{"*": BlockingConfirmationStrategy(
+    AskDestructiveMCPToolsPolicy(), ui)}``.
+    """
+
+    def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
+        """True when a live MCP tool of that name is destructive."""
+        with _live_lock:
+            tools = list(_live[tool_name].values()) if tool_name in _live else []
+        return any(t.destructive and t.connection.state in _OPEN for t in tools)

@@ -1,0 +1,544 @@
+"""MCPConnection: one session with one MCP server, owned by an event loop of its own.
+
+Why a thread. The ``mcp`` SDK is async (anyio): a session lives inside an ``async with`` whose
+task groups and cancel scopes must be entered and left by the same task. agentfsm runs tools from
+sync code (``Agent.run``, worker threads) and from async code (``Agent.run_async``), on loops
+that come and go. So each connection starts one daemon thread running an asyncio loop, and one
+task on it, the *holder*, opens the SDK ``Client`` and keeps it open until the connection closes
+(or the session drops). Everything else is a coroutine submitted to that loop:
+
+- sync callers wait with ``asyncio.run_coroutine_threadsafe(...).result()``; an interrupt while
+  waiting (``KeyboardInterrupt``) cancels the call before it propagates;
+- async callers ``await asyncio.wrap_future(...)``: cancelling the awaiting task cancels the call.
+
+A cancelled or timed-out call is cancelled inside the SDK, which sends ``notifications/cancelled``
+to the server. Because only the loop thread touches the session and the state, they need no lock.
+
+The connection's state changes only through ``agentfsm.mcp.connection_states``: connecting at
+``open`` (or at first use), ready, reconnecting after the transport ended (the server process
+died), closed. A call made while reconnecting first reconnects, with ``max_reconnects`` retries
+and exponential backoff. A call in flight when the connection dropped is never sent again: it
+raises ``MCPConnectionLostError``, and the run's journal decides what happens to it.
+
+The tool list is fetched when the connection opens and again whenever the server says it changed
+(``notifications/tools/list_changed``, which 2026-era servers send on a ``subscriptions/listen``
+stream the connection keeps open). A call whose result arrives after such a notice returns once
+the new list is in, so the next model call sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import math
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+import anyio
+import mcp.types as mcp_types
+from mcp import Client
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.mcp.connection_states import ConnectionState, next_state
+from agentfsm.mcp.errors import (
+    MCPConnectionError,
+    MCPConnectionLostError,
+    MCPServerError,
+    MCPTimeoutError,
+    MCPToolNotFoundError,
+)
+from agentfsm.mcp.server_info import MCPServerInfo, Streams, server_info_from_dict
+from agentfsm.serialization import deserialize_callable, serialize_callable
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Told about each progress notification of a call: tool name, progress, total, message.
+ProgressCallback = Callable[[str, float, float | None, str | None], None]
+
+#: Told about the new tool list after the server changed it (called on the connection's thread).
+ToolsChanged = Callable[[list[mcp_types.Tool]], None]
+
+#: How long closing waits for the server process to end before it is killed (the SDK's own escalation).
+_CLOSE_WAIT = 10.0
+
+#: The longest pause before the tool-change stream is opened again.
+_MAX_LISTEN_PAUSE = 30.0
+
+
+class MCPConnection:
+    """One session with an MCP server, shared by the tools that server offers.
+
+    Args:
+        server_info: Where the server is.
+        connection_timeout: Seconds to start the process or reach the URL and open the session.
+        list_timeout: Seconds to fetch the tool list.
+        invocation_timeout: Seconds one tool call may take; past it the call is cancelled on the server.
+        max_reconnects: Further attempts after a failed connection (each after a longer pause).
+        reconnect_backoff: Seconds before the first retry; it doubles with each retry.
+        progress_callback: Told about the progress notifications of calls.
+    """
+
+    def __init__(
+        self,
+        server_info: MCPServerInfo,
+        *,
+        connection_timeout: float = 30.0,
+        list_timeout: float = 30.0,
+        invocation_timeout: float = 300.0,
+        max_reconnects: int = 2,
+        reconnect_backoff: float = 0.25,
+        progress_callback: ProgressCallback | None = None,
+    ) -> None:
+        if not isinstance(server_info, MCPServerInfo):
+            raise ConfigurationTypeError(
+                "server_info must be a StdioServerInfo or a StreamableHttpServerInfo, got "
+                f"{type(server_info).__name__}."
+            )
+        for name, value in (
+            ("connection_timeout", connection_timeout),
+            ("list_timeout", list_timeout),
+            ("invocation_timeout", invocation_timeout),
+            ("reconnect_backoff", reconnect_backoff),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ConfigurationError(f"{name} must be a number of seconds >= 0, got {value!r}.")
+        if isinstance(max_reconnects, bool) or not isinstance(max_reconnects, int) or max_reconnects < 0:
+            raise ConfigurationError(f"max_reconnects must be an int >= 0, got {max_reconnects!r}.")
+        if progress_callback is not None and not callable(progress_callback):
+            raise ConfigurationTypeError(f"progress_callback must be callable, got {progress_callback!r}.")
+        self.server_info = server_info
+        self.connection_timeout = connection_timeout
+        self.list_timeout = list_timeout
+        self.invocation_timeout = invocation_timeout
+        self.max_reconnects = max_reconnects
+        self.reconnect_backoff = reconnect_backoff
+        self.progress_callback = progress_callback
+        self._state = ConnectionState.DISCONNECTED
+        #: The tools the server offers, as last listed.
+        self.tools: list[mcp_types.Tool] = []
+        self._listeners: list[ToolsChanged] = []
+        self._start_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        # Loop-side state (touched only on the loop's thread).
+        self._client: Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._use_lock: asyncio.Lock | None = None
+        self._calls: set[asyncio.Task[Any]] = set()
+        #: Bumped for every session: a transport that ends reports its own session, so a late
+        #: report of an old session never marks a newer one lost.
+        self._session_id = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration: the server (secrets as their variables' names), timeouts and retries."""
+        return {
+            "server_info": self.server_info.to_dict(),
+            "connection_timeout": self.connection_timeout,
+            "list_timeout": self.list_timeout,
+            "invocation_timeout": self.invocation_timeout,
+            "max_reconnects": self.max_reconnects,
+            "reconnect_backoff": self.reconnect_backoff,
+            "progress_callback": None if self.progress_callback is None else serialize_callable(self.progress_callback),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> MCPConnection:
+        """Invert ``to_dict``; classes and the progress callback resolve through the allow-list."""
+        callback = data.get("progress_callback")
+        return cls(
+            server_info_from_dict(data["server_info"], allowed_modules),
+            connection_timeout=data["connection_timeout"],
+            list_timeout=data["list_timeout"],
+            invocation_timeout=data["invocation_timeout"],
+            max_reconnects=data["max_reconnects"],
+            reconnect_backoff=data["reconnect_backoff"],
+            progress_callback=None if callback is None else deserialize_callable(callback, allowed_modules),
+        )
+
+    @property
+    def state(self) -> ConnectionState:
+        """Where the connection stands."""
+        return self._state
+
+    def on_tools_changed(self, listener: ToolsChanged) -> None:
+        """Call ``listener`` with the new list each time the tools are listed again."""
+        self._listeners.append(listener)
+
+    def _move(self, trigger: str) -> None:
+        self._state = next_state(self._state, trigger)
+        logger.debug("MCP connection to %s: %s -> %s", self.server_info.describe(), trigger, self._state.value)
+
+    # -- the loop thread ----------------------------------------------------------------------------
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._start_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="agentfsm-mcp", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+                _open_connections.add(self)
+            return self._loop
+
+    def _submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._running_loop())
+
+    def _wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the connection's loop and wait for it; an interrupt cancels it."""
+        future = self._submit(coroutine)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise MCPConnectionLostError(
+                f"The connection to MCP server {self.server_info.describe()} was closed while the call was running."
+            ) from None
+        except BaseException:
+            future.cancel()
+            raise
+
+    async def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the connection's loop from another loop; cancelling the caller cancels it."""
+        try:
+            return await asyncio.wrap_future(self._submit(coroutine))
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if caller is not None and caller.cancelling():  # the caller was cancelled: so was the call
+                raise
+            raise MCPConnectionLostError(
+                f"The connection to MCP server {self.server_info.describe()} was closed while the call was running."
+            ) from None
+
+    # -- public API ---------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect (if not connected) and list the tools."""
+        self._wait(self._ready())
+
+    async def open_async(self) -> None:
+        """Like ``open``, awaited."""
+        await self._await(self._ready())
+
+    def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Call the tool ``name``; reconnects first if the session dropped since the last call."""
+        return self._wait(self._call(name, arguments))
+
+    async def call_async(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Like ``call``, awaited: cancelling the caller cancels the call on the server."""
+        return await self._await(self._call(name, arguments))
+
+    def close(self) -> None:
+        """End the session (and the server process) and stop the connection's thread; idempotent."""
+        with self._start_lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shut(), loop).result()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+            _open_connections.discard(self)
+
+    async def close_async(self) -> None:
+        """Like ``close``, without blocking the caller's event loop."""
+        await asyncio.to_thread(self.close)
+
+    # -- on the loop --------------------------------------------------------------------------------
+
+    async def _ready(self) -> Client:
+        """The open client: connect first when not ready (one coroutine at a time)."""
+        if self._use_lock is None:
+            self._use_lock = asyncio.Lock()
+        async with self._use_lock:
+            if self._state is ConnectionState.READY and self._client is not None:
+                return self._client
+            if self._state is ConnectionState.RECONNECTING:
+                await self._end_session()
+            else:
+                self._move("connect")
+            return await self._connect_with_retries()
+
+    async def _connect_with_retries(self) -> Client:
+        error: Exception | None = None
+        try:
+            for attempt in range(self.max_reconnects + 1):
+                if attempt:
+                    await asyncio.sleep(self.reconnect_backoff * 2 ** (attempt - 1))
+                try:
+                    client = await self._connect_once()
+                except (MCPConnectionError, MCPTimeoutError) as exc:
+                    error = exc
+                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), exc)
+                    continue
+                self._move("connected")
+                return client
+        except asyncio.CancelledError:
+            self._move("connect_failed")
+            raise
+        self._move("connect_failed")
+        assert error is not None
+        raise error
+
+    async def _connect_once(self) -> Client:
+        self._session_id += 1
+        session_id = self._session_id
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        holder = asyncio.create_task(self._hold(session_id, ready, stop))
+        try:
+            client = await asyncio.wait_for(asyncio.shield(ready), self.connection_timeout)
+        except TimeoutError:
+            holder.cancel()
+            await asyncio.gather(holder, return_exceptions=True)
+            raise MCPTimeoutError(
+                f"Connecting to MCP server {self.server_info.describe()} took longer than "
+                f"{self.connection_timeout} s (connection_timeout).",
+                operation="connect",
+            ) from None
+        except asyncio.CancelledError:  # the caller gave up (an interrupt): no session may stay behind
+            holder.cancel()
+            await asyncio.gather(holder, return_exceptions=True)
+            raise
+        except Exception as exc:
+            await asyncio.gather(holder, return_exceptions=True)
+            raise MCPConnectionError(
+                f"Could not connect to MCP server {self.server_info.describe()}: {_describe(exc)}. Check that the "
+                "command or URL is right and that the server starts on its own."
+            ) from exc
+        self._client, self._stop, self._holder = client, stop, holder
+        try:
+            await self._list(client)
+        except BaseException:
+            await self._end_session()
+            raise
+        return client
+
+    async def _hold(self, session_id: int, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        """Own one SDK client from its opening to its closing, in this one task (anyio's rule)."""
+        client = Client(
+            _Watched(self.server_info, lambda: self._transport_ended(session_id)),
+            message_handler=self._on_message,
+        )
+        try:
+            async with client, anyio.create_task_group() as group:
+                group.start_soon(self._listen, client)
+                ready.set_result(client)
+                await stop.wait()
+                group.cancel_scope.cancel()
+        except Exception as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                logger.debug("MCP session with %s ended: %s", self.server_info.describe(), _describe(exc))
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        finally:
+            if not stop.is_set():  # the session ended on its own (its transport failed): reconnect next time
+                self._transport_ended(session_id)
+
+    async def _listen(self, client: Client) -> None:
+        """Keep a ``subscriptions/listen`` stream open so that 2026-era servers announce tool list changes."""
+        # The notices themselves reach ``_on_message`` (older servers send them without a stream).
+        # An older protocol has no such stream; a stream that breaks (the HTTP server restarted) is
+        # opened again, after a pause that grows, for as long as the session lasts.
+        pause = 0.5
+        while True:
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    pause = 0.5
+                    async for _event in subscription:
+                        pass
+            except ListenNotSupportedError:
+                return
+            except Exception as exc:
+                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), _describe(exc))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _MAX_LISTEN_PAUSE)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification) and self._client is not None:
+            self._refresh = asyncio.create_task(self._relist(self._client))
+
+    async def _relist(self, client: Client) -> None:
+        try:
+            await self._list(client)
+        except Exception as exc:  # the old list stays; a call to a tool that went away says so
+            logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
+
+    async def _list(self, client: Client) -> None:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(self.list_timeout):
+                while True:
+                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except TimeoutError:
+            raise MCPTimeoutError(
+                f"Listing the tools of MCP server {self.server_info.describe()} took longer than "
+                f"{self.list_timeout} s (list_timeout).",
+                operation="list",
+            ) from None
+        self.tools = tools
+        for listener in self._listeners:
+            listener(tools)
+
+    def _transport_ended(self, session_id: int) -> None:
+        """The server's stream of a session ended (its process died, or the session was closed)."""
+        if session_id == self._session_id and self._state is ConnectionState.READY:
+            self._move("lost")
+
+    async def _call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            client = await self._ready()
+            available = [t.name for t in self.tools]
+            if name not in available:
+                raise MCPToolNotFoundError(
+                    f"MCP server {self.server_info.describe()} does not offer a tool {name!r} (any more); it offers "
+                    f"{sorted(available)}.",
+                    tool_name=name,
+                    available_tools=sorted(available),
+                )
+            session_id = self._session_id
+            result = await self._send(client, session_id, name, arguments)
+            if self._refresh is not None:  # the call changed the tool list: the next step sees the new one
+                await asyncio.gather(asyncio.shield(self._refresh), return_exceptions=True)
+            return result
+        finally:
+            self._calls.discard(task)
+
+    async def _send(
+        self, client: Client, session_id: int, name: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        progress = self._progress_for(name)
+        try:
+            async with asyncio.timeout(self.invocation_timeout):
+                return await client.call_tool(name, arguments, progress_callback=progress)
+        except TimeoutError:
+            raise MCPTimeoutError(
+                f"MCP tool {name!r} took longer than {self.invocation_timeout} s (invocation_timeout); the call was "
+                "cancelled on the server.",
+                operation="call",
+            ) from None
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise MCPServerError(f"MCP server refused the call to {name!r}: {exc}", code=exc.code) from exc
+            self._transport_ended(session_id)
+            raise MCPConnectionLostError(
+                f"The connection to MCP server {self.server_info.describe()} dropped during the call to {name!r}: "
+                "the call may or may not have run, and was not sent again. The next call reconnects."
+            ) from exc
+
+    def _progress_for(self, name: str) -> ProgressFnT | None:
+        callback = self.progress_callback
+        if callback is None:
+            return None
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            callback(name, progress, total, message)
+
+        return report
+
+    async def _end_session(self) -> None:
+        """Close the current session (its process ends); the state is the caller's to move."""
+        self._session_id += 1  # the ending transport is an old session's: not a loss
+        stop, holder = self._stop, self._holder
+        self._client = self._stop = self._holder = None
+        if stop is not None:
+            stop.set()
+        if holder is not None:
+            try:
+                async with asyncio.timeout(_CLOSE_WAIT):
+                    await asyncio.gather(holder, return_exceptions=True)
+            except TimeoutError:
+                holder.cancel()
+                await asyncio.gather(holder, return_exceptions=True)
+
+    async def _shut(self) -> None:
+        for task in list(self._calls):
+            task.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
+        if self._refresh is not None:
+            self._refresh.cancel()
+            await asyncio.gather(self._refresh, return_exceptions=True)
+            self._refresh = None
+        await self._end_session()
+        if self._state is not ConnectionState.CLOSED:
+            self._move("close")
+        self._use_lock = None
+
+
+class _Watched:
+    """A transport that tells the connection when the server's stream ends (the process died)."""
+
+    def __init__(self, server_info: MCPServerInfo, ended: Callable[[], None]) -> None:
+        self._server_info = server_info
+        self._ended = ended
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Streams:
+        return await self._stack.enter_async_context(self._streams())
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._stack.__aexit__(*exc_info)
+
+    @contextlib.asynccontextmanager
+    async def _streams(self) -> AsyncIterator[Streams]:
+        async with self._server_info.transport() as (read, write):
+            send, receive = anyio.create_memory_object_stream[Any](0)
+
+            async def forward() -> None:
+                try:
+                    async with send:
+                        async for item in read:
+                            await send.send(item)
+                finally:
+                    self._ended()
+
+            async with send, receive, anyio.create_task_group() as group:
+                group.start_soon(forward)
+                try:
+                    yield receive, write
+                finally:
+                    group.cancel_scope.cancel()
+
+
+def _describe(error: BaseException) -> str:
+    """The first leaf of an exception group (anyio wraps transport errors), as ``Type: message``."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"
+
+
+# Connections still open when the interpreter exits are closed, so that no server process outlives it.
+_open_connections: weakref.WeakSet[MCPConnection] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_connections() -> None:
+    for connection in list(_open_connections):
+        with contextlib.suppress(Exception):
+            connection.close()

@@ -1,0 +1,224 @@
+"""MCPTool: one tool of an MCP server, as an agentfsm ``Tool``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import mcp.types as mcp_types
+
+from agentfsm.errors import ConfigurationTypeError
+from agentfsm.mcp.annotations import ToolHints, register_tool, tool_hints
+from agentfsm.mcp.connection import MCPConnection, ProgressCallback
+from agentfsm.mcp.errors import MCPToolNotFoundError
+from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
+from agentfsm.mcp.server_info import MCPServerInfo
+from agentfsm.serialization import object_path
+from agentfsm.tools.tool import Tool
+
+#: The parameters of a tool whose description has not been fetched yet (it accepts any object).
+_UNKNOWN_PARAMETERS: dict[str, Any] = {"type": "object"}
+
+
+class MCPTool(Tool):
+    """One tool of an MCP server: its description and input schema come from the server.
+
+    Its parameters are the tool's input schema, checked before each call like any tool's; its
+    value is the call's result (see ``agentfsm.mcp.results``): the model reads its content parts,
+    images included. The server is reached at ``warm_up`` (``eager_connect=True``: at once), and
+    the session stays open until ``close()`` (``Agent.close`` and ``with agent:`` call it).
+
+    Args:
+        name: The tool's name on the server.
+        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        description: Shown to the model instead of the server's description.
+        connection_timeout: Seconds to reach the server and open the session.
+        invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
+        eager_connect: Connect in the constructor instead of at ``warm_up``.
+        list_timeout: Seconds to fetch the tool list.
+        max_reconnects: Further attempts when connecting fails.
+        reconnect_backoff: Seconds before the first retry; doubled for each further one.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
+        idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
+        destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        server_info: MCPServerInfo,
+        description: str | None = None,
+        connection_timeout: float = 30.0,
+        invocation_timeout: float = 300.0,
+        eager_connect: bool = False,
+        *,
+        list_timeout: float = 30.0,
+        max_reconnects: int = 2,
+        reconnect_backoff: float = 0.25,
+        progress_callback: ProgressCallback | None = None,
+        trust_annotations: bool = True,
+        idempotent: bool | None = None,
+        destructive: bool | None = None,
+    ) -> None:
+        connection = MCPConnection(
+            server_info,
+            connection_timeout=connection_timeout,
+            list_timeout=list_timeout,
+            invocation_timeout=invocation_timeout,
+            max_reconnects=max_reconnects,
+            reconnect_backoff=reconnect_backoff,
+            progress_callback=progress_callback,
+        )
+        self._setup(name, connection, description, trust_annotations, idempotent, destructive, owns_connection=True)
+        self.eager_connect = eager_connect
+        connection.on_tools_changed(self._listed)
+        if eager_connect:
+            self.warm_up()
+
+    @classmethod
+    def from_listing(
+        cls, connection: MCPConnection, spec: mcp_types.Tool, hints: ToolHints, *, trust_annotations: bool
+    ) -> MCPTool:
+        """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes."""
+        tool = cls.__new__(cls)
+        tool._setup(spec.name, connection, None, trust_annotations, None, None, owns_connection=False)
+        tool.eager_connect = False
+        tool.describe(spec, hints)
+        return tool
+
+    def _setup(
+        self,
+        name: str,
+        connection: MCPConnection,
+        description: str | None,
+        trust_annotations: bool,
+        idempotent: bool | None,
+        destructive: bool | None,
+        *,
+        owns_connection: bool,
+    ) -> None:
+        for label, value in (("idempotent", idempotent), ("destructive", destructive)):
+            if value is not None and not isinstance(value, bool):
+                raise ConfigurationTypeError(f"MCPTool {label} must be True, False or None, got {value!r}.")
+        Tool.__init__(
+            self,
+            name=name,
+            description=description or "",
+            parameters=dict(_UNKNOWN_PARAMETERS),
+            function=self._call,
+            outputs_to_string=dict(DEFAULT_OUTPUTS_TO_STRING),
+        )
+        self.connection = connection
+        self.server_info = connection.server_info
+        self.trust_annotations = trust_annotations
+        self._description_override = description
+        self._idempotent_override = idempotent
+        self._destructive_override = destructive
+        self._owns_connection = owns_connection
+        #: Whether to ask before a call (from ``destructiveHint`` unless overridden); known once described.
+        self.destructive = True
+        #: The tool as the server last described it.
+        self.spec: mcp_types.Tool | None = None
+
+    def describe(self, spec: mcp_types.Tool, hints: ToolHints) -> None:
+        """Take the server's description of the tool: its schema, description and hints."""
+        self.spec = spec
+        self.description = self._description_override or spec.description or spec.title or ""
+        self.parameters = dict(spec.input_schema)
+        self.idempotent = hints.idempotent
+        self.destructive = hints.destructive
+        Tool.__post_init__(self)  # checks the server's schema and compiles its validator
+        register_tool(self)
+
+    def _listed(self, specs: list[mcp_types.Tool]) -> None:
+        spec = next((s for s in specs if s.name == self.name), None)
+        if spec is not None:
+            self.describe(spec, self._hints(spec))
+
+    def _hints(self, spec: mcp_types.Tool) -> ToolHints:
+        overrides = {
+            "idempotent": {} if self._idempotent_override is None else {self.name: self._idempotent_override},
+            "destructive": {} if self._destructive_override is None else {self.name: self._destructive_override},
+        }
+        return tool_hints(spec, trust_annotations=self.trust_annotations, **overrides)
+
+    def warm_up(self) -> None:
+        """Connect (once) and take the tool's description; ``MCPToolNotFoundError`` if the server has no such tool."""
+        if not self._owns_connection:
+            return
+        self.connection.open()
+        self._check_offered()
+
+    async def warm_up_async(self) -> None:
+        """Like ``warm_up``, without blocking the event loop."""
+        if not self._owns_connection:
+            return
+        await self.connection.open_async()
+        self._check_offered()
+
+    def _check_offered(self) -> None:
+        if self.spec is None:
+            available = sorted(t.name for t in self.connection.tools)
+            self.connection.close()  # a tool that cannot be used keeps no server running
+            raise MCPToolNotFoundError(
+                f"MCP server {self.server_info.describe()} has no tool {self.name!r}; it offers {available}.",
+                tool_name=self.name,
+                available_tools=available,
+            )
+
+    def _call(self, **arguments: Any) -> dict[str, Any]:
+        return result_value(self.name, self.connection.call(self.name, arguments))
+
+    async def invoke_async(self, **kwargs: Any) -> dict[str, Any]:
+        """Call the tool from an event loop: cancelling the caller cancels the call on the server."""
+        return result_value(self.name, await self.connection.call_async(self.name, kwargs))
+
+    def close(self) -> None:
+        """End the session of a tool made alone (a toolset's tools are closed with their toolset)."""
+        if self._owns_connection:
+            self.connection.close()
+
+    async def close_async(self) -> None:
+        """Like ``close``, without blocking the event loop."""
+        if self._owns_connection:
+            await self.connection.close_async()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize the server's configuration and this tool's settings (never a secret)."""
+        return {
+            "type": object_path(type(self)),
+            "data": {
+                "name": self.name,
+                "description": self._description_override,
+                "eager_connect": self.eager_connect,
+                "trust_annotations": self.trust_annotations,
+                "idempotent": self._idempotent_override,
+                "destructive": self._destructive_override,
+                **self.connection.to_dict(),
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> MCPTool:
+        """Invert ``to_dict``; the server info's class resolves through the allow-list."""
+        fields = data["data"]
+        connection = MCPConnection.from_dict(fields, allowed_modules)
+        return cls(
+            fields["name"],
+            connection.server_info,
+            fields.get("description"),
+            connection.connection_timeout,
+            connection.invocation_timeout,
+            fields.get("eager_connect", False),
+            list_timeout=connection.list_timeout,
+            max_reconnects=connection.max_reconnects,
+            reconnect_backoff=connection.reconnect_backoff,
+            progress_callback=connection.progress_callback,
+            trust_annotations=fields.get("trust_annotations", True),
+            idempotent=fields.get("idempotent"),
+            destructive=fields.get("destructive"),
+        )
+
+    def __repr__(self) -> str:
+        return f"MCPTool(name={self.name!r}, server={self.server_info.describe()!r})"

@@ -1,0 +1,180 @@
+"""MCPToolset: the tools of one MCP server, over one session, kept up to date with the server's list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import mcp.types as mcp_types
+
+from agentfsm.errors import ConfigurationTypeError
+from agentfsm.mcp.annotations import check_overrides, tool_hints
+from agentfsm.mcp.connection import MCPConnection, ProgressCallback
+from agentfsm.mcp.errors import MCPToolNotFoundError
+from agentfsm.mcp.server_info import MCPServerInfo
+from agentfsm.mcp.tool import MCPTool
+from agentfsm.serialization import object_path
+from agentfsm.tools.tool import Tool
+from agentfsm.tools.toolset import Toolset
+
+
+class MCPToolset(Toolset):
+    """Every tool of an MCP server (or those named in ``tool_names``), sharing one session.
+
+    The tools are listed at ``warm_up`` (``eager_connect=True``: in the constructor), and again
+    whenever the server says its list changed; the agent asks for them before each model call
+    (the toolset is ``dynamic``). The session opens at warm-up, serves every call of every run, and
+    closes with ``close()`` (``Agent.close``, ``with agent:``, or when the interpreter exits).
+
+    Args:
+        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        tool_names: Only these tools (all must exist at warm-up); ``None`` for all.
+        connection_timeout: Seconds to reach the server and open the session.
+        invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
+        eager_connect: Connect in the constructor (so that ``exit_conditions`` and confirmation
+            strategies of the agent can name the tools).
+        list_timeout: Seconds to fetch the tool list.
+        max_reconnects: Further attempts when connecting fails.
+        reconnect_backoff: Seconds before the first retry; doubled for each further one.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
+        idempotent: Per tool name, whether a call may run again after a crash (overrides the annotations).
+        destructive: Per tool name, whether to ask before a call (overrides the annotations).
+    """
+
+    dynamic = True
+
+    def __init__(
+        self,
+        server_info: MCPServerInfo,
+        tool_names: list[str] | None = None,
+        connection_timeout: float = 30.0,
+        invocation_timeout: float = 300.0,
+        eager_connect: bool = False,
+        *,
+        list_timeout: float = 30.0,
+        max_reconnects: int = 2,
+        reconnect_backoff: float = 0.25,
+        progress_callback: ProgressCallback | None = None,
+        trust_annotations: bool = True,
+        idempotent: Mapping[str, bool] | None = None,
+        destructive: Mapping[str, bool] | None = None,
+    ) -> None:
+        if tool_names is not None and (
+            not isinstance(tool_names, list) or not all(isinstance(n, str) for n in tool_names)
+        ):
+            raise ConfigurationTypeError(f"tool_names must be a list of tool names or None, got {tool_names!r}.")
+        super().__init__()
+        self.server_info = server_info
+        self.tool_names = None if tool_names is None else list(tool_names)
+        self.eager_connect = eager_connect
+        self.trust_annotations = trust_annotations
+        self.idempotent = check_overrides("idempotent", idempotent)
+        self.destructive = check_overrides("destructive", destructive)
+        self.connection = MCPConnection(
+            server_info,
+            connection_timeout=connection_timeout,
+            list_timeout=list_timeout,
+            invocation_timeout=invocation_timeout,
+            max_reconnects=max_reconnects,
+            reconnect_backoff=reconnect_backoff,
+            progress_callback=progress_callback,
+        )
+        self.connection.on_tools_changed(self._listed)
+        if eager_connect:
+            self.warm_up()
+
+    def _listed(self, specs: list[mcp_types.Tool]) -> None:
+        """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept."""
+        current = {t.name: t for t in self.tools if isinstance(t, MCPTool)}
+        tools: list[Tool] = []
+        for spec in specs:
+            if self.tool_names is not None and spec.name not in self.tool_names:
+                continue
+            hints = tool_hints(
+                spec,
+                trust_annotations=self.trust_annotations,
+                idempotent=self.idempotent,
+                destructive=self.destructive,
+            )
+            tool = current.get(spec.name)
+            if tool is None:
+                tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
+            elif tool.spec != spec:
+                tool.describe(spec, hints)
+            tools.append(tool)
+        self.tools = tools  # one assignment: a run reading the list sees the old one or the new one
+
+    def add(self, tool: Tool | Toolset) -> None:
+        """Refused: an MCP toolset's tools are the server's (give the agent a list of toolsets instead)."""
+        raise ConfigurationTypeError(
+            "An MCPToolset's tools come from its server and cannot be added to; pass the agent a list instead: "
+            "tools=[mcp_toolset, other_tool]."
+        )
+
+    def warm_up(self) -> None:
+        """Connect (once) and list the tools; ``MCPToolNotFoundError`` if a name in ``tool_names`` is missing."""
+        self.connection.open()
+        self._check_names()
+
+    async def warm_up_async(self) -> None:
+        """Like ``warm_up``, without blocking the event loop."""
+        await self.connection.open_async()
+        self._check_names()
+
+    def _check_names(self) -> None:
+        offered = sorted(t.name for t in self.connection.tools)
+        missing = [n for n in self.tool_names or [] if n not in offered]
+        if missing:
+            self.connection.close()  # a toolset that cannot be used keeps no server running
+            raise MCPToolNotFoundError(
+                f"MCP server {self.server_info.describe()} has no tools {missing} (from tool_names); it offers "
+                f"{offered}.",
+                tool_name=missing[0],
+                available_tools=offered,
+            )
+
+    def close(self) -> None:
+        """End the session; the server process (stdio) ends with it. Using the tools again reconnects."""
+        self.connection.close()
+
+    async def close_async(self) -> None:
+        """Like ``close``, without blocking the event loop."""
+        await self.connection.close_async()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize by configuration: the server (never a secret), the names, timeouts and overrides."""
+        return {
+            "type": object_path(type(self)),
+            "data": {
+                "tool_names": self.tool_names,
+                "eager_connect": self.eager_connect,
+                "trust_annotations": self.trust_annotations,
+                "idempotent": self.idempotent or None,
+                "destructive": self.destructive or None,
+                **self.connection.to_dict(),
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> MCPToolset:
+        """Invert ``to_dict``; the server info's class resolves through the allow-list."""
+        fields = data["data"]
+        connection = MCPConnection.from_dict(fields, allowed_modules)
+        return cls(
+            connection.server_info,
+            fields.get("tool_names"),
+            connection.connection_timeout,
+            connection.invocation_timeout,
+            fields.get("eager_connect", False),
+            list_timeout=connection.list_timeout,
+            max_reconnects=connection.max_reconnects,
+            reconnect_backoff=connection.reconnect_backoff,
+            progress_callback=connection.progress_callback,
+            trust_annotations=fields.get("trust_annotations", True),
+            idempotent=fields.get("idempotent"),
+            destructive=fields.get("destructive"),
+        )
+
+    def __repr__(self) -> str:
+        return f"MCPToolset(server={self.server_info.describe()!r}, tools={[t.name for t in self.tools]})"

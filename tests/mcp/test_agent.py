@@ -1,0 +1,147 @@
+"""MCP tools in agent runs: the whole tool loop, sessions across runs, errors the model reads, resume elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
+from agentfsm.breakpoints import Breakpoint
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.mcp import ConnectionState, MCPToolset
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
+
+QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
+
+
+class Arithmetician:
+    """A chat generator (the seeds' protocol) that asks ``add`` and then answers with what it returned."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+        last = messages[-1]
+        if last.tool_call_result is not None:
+            result = last.tool_call_result
+            parts = result.result if isinstance(result.result, list) else [result.result]
+            text = " ".join(getattr(p, "text", str(p)) for p in parts)
+            answer = f"The tool failed: {text}" if result.error else f"2 + 3 = {text}"
+            return {"replies": [ChatMessage.from_assistant(answer)]}
+        return {"replies": [ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 2, "b": 3}, id="c1")])]}
+
+    async def run_async(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return self.run(messages, tools, **kwargs)
+
+
+def test_the_model_answers_with_the_result_of_a_stdio_tool() -> None:
+    before = children()
+    with Agent(chat_generator=Arithmetician(), tools=MCPToolset(stdio_info(), tool_names=["add"])) as agent:
+        result = agent.run(QUESTION)
+    assert result["last_message"].text == "2 + 3 = 5"
+    assert wait_for_no_children(before) == []  # `with agent:` ended the server process
+
+
+async def test_the_model_answers_with_the_result_of_an_http_tool_in_an_async_run(http_server: HttpServer) -> None:
+    async with Agent(chat_generator=Arithmetician(), tools=MCPToolset(http_server.info())) as agent:
+        result = await agent.run_async(QUESTION)
+    assert result["last_message"].text == "2 + 3 = 5"
+
+
+def count_twice() -> ScriptedChatGenerator:
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("count", {}, id="c")])
+    return ScriptedChatGenerator([call, "one", call, "two"])
+
+
+def counts(result: dict[str, Any]) -> list[str]:
+    return [m.tool_call_result.result[0].text for m in result["messages"] if m.tool_call_result is not None]
+
+
+def test_one_session_serves_every_run_until_the_agent_closes() -> None:
+    agent = Agent(chat_generator=count_twice(), tools=MCPToolset(stdio_info()))
+    with agent:
+        assert counts(agent.run([ChatMessage.from_user("count")])) == ["1"]
+        assert counts(agent.run([ChatMessage.from_user("count")])) == ["2"]  # the same server, the same session
+    agent.chat_generator = count_twice()
+    with agent:
+        assert counts(agent.run([ChatMessage.from_user("count")])) == ["1"]  # a new session after close
+
+
+@pytest.mark.parametrize("driver", ["run", "run_async"])
+def test_a_timed_out_call_is_an_error_result_the_model_reads(tmp_path: Path, driver: str) -> None:
+    marker = tmp_path / "m"
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 30, "marker": str(marker)})])
+    generator = ScriptedChatGenerator([call, "It took too long."])
+    with Agent(chat_generator=generator, tools=MCPToolset(stdio_info(), invocation_timeout=0.5)) as agent:
+        question = [ChatMessage.from_user("sleep")]
+        result = agent.run(question) if driver == "run" else asyncio.run(agent.run_async(question))
+        assert wait_for_text(marker, "cancelled") == "cancelled"  # on the server, before the session closed
+    tool_result = result["messages"][-2].tool_call_result
+    assert tool_result.error
+    assert "MCPTimeoutError" in tool_result.result
+    assert "MCPTimeoutError" in generator.calls[1]["messages"][-1].tool_call_result.result
+
+
+class KillServerBetweenCalls(ScriptedChatGenerator):
+    """A script that kills the MCP server's process before its second reply, as a crash of the server would."""
+
+    def __init__(self, replies: list[ChatMessage | str], before: list[int], toolset: MCPToolset) -> None:
+        super().__init__(replies)
+        self.before = before
+        self.toolset = toolset
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+        if self.position == 1:
+            for pid in children():
+                if pid not in self.before:
+                    os.kill(pid, signal.SIGKILL)
+            assert wait_for_state(self.toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+        return super().run(messages, tools, **kwargs)
+
+
+def test_a_server_killed_mid_run_is_restarted_for_the_next_call() -> None:
+    before = children()
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("count", {}, id="c")])
+    toolset = MCPToolset(stdio_info())
+    generator = KillServerBetweenCalls([call, call, "done"], before, toolset)
+    with Agent(chat_generator=generator, tools=toolset) as agent:
+        result = agent.run([ChatMessage.from_user("count twice")])
+    assert counts(result) == ["1", "1"]  # the second call ran on a new server process
+    assert result["last_message"].text == "done"
+
+
+def test_a_run_paused_before_its_mcp_call_resumes_in_another_process(tmp_path: Path) -> None:
+    call = ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 20, "b": 22}, id="c")])
+    toolset = MCPToolset(stdio_info(), tool_names=["add"], invocation_timeout=60)
+    agent = Agent(chat_generator=ScriptedChatGenerator([call, "done"]), tools=toolset)
+    try:
+        with agent:
+            agent.run([ChatMessage.from_user("add")], break_point=Breakpoint(phase=Phase.TOOL_RUN))
+    except BreakpointException as paused:
+        snapshot = paused.snapshot
+    (tmp_path / "agent.json").write_text(json.dumps(agent.to_dict()))
+    (tmp_path / "snapshot.json").write_text(json.dumps(snapshot.to_dict()))
+    assert "server_info" in (tmp_path / "agent.json").read_text()
+    script = tmp_path / "resume.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, sys
+            sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+            from agentfsm import Agent, AgentSnapshot
+            agent = Agent.from_dict(json.loads(open({str(tmp_path / "agent.json")!r}).read()))
+            snapshot = AgentSnapshot.from_dict(json.loads(open({str(tmp_path / "snapshot.json")!r}).read()))
+            with agent:
+                result = agent.run(snapshot=snapshot)
+            print(result["messages"][-2].tool_call_result.result[0].text, result["last_message"].text)
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["42", "done"], done.stderr

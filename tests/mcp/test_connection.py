@@ -1,0 +1,177 @@
+"""The session's life: timeouts, cancellation, servers that die or restart, and no leaked process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentfsm.mcp import (
+    ConnectionState,
+    MCPConnectionLostError,
+    MCPTimeoutError,
+    MCPTool,
+    MCPToolset,
+    StdioServerInfo,
+)
+from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
+
+
+def tool(toolset: MCPToolset, name: str) -> MCPTool:
+    found = next(t for t in toolset if t.name == name)
+    assert isinstance(found, MCPTool)
+    return found
+
+
+def test_a_call_past_its_timeout_is_cancelled_on_the_server(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    toolset = MCPToolset(stdio_info(), invocation_timeout=0.5)
+    try:
+        toolset.warm_up()
+        with pytest.raises(MCPTimeoutError) as info:
+            tool(toolset, "slow").invoke(seconds=30, marker=str(marker))
+        assert info.value.operation == "call"
+        # The server saw notifications/cancelled: its tool was cancelled, and the session still serves.
+        assert tool(toolset, "add").invoke(a=1, b=2)["text"] == "3"
+        assert wait_for_text(marker, "cancelled") == "cancelled"
+    finally:
+        toolset.close()
+
+
+def test_a_long_call_within_its_timeout_finishes(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    toolset = MCPToolset(stdio_info(), invocation_timeout=60)
+    try:
+        toolset.warm_up()
+        assert tool(toolset, "slow").invoke(seconds=1.5, marker=str(marker))["text"] == "slept"
+        assert marker.read_text() == "finished"
+    finally:
+        toolset.close()
+
+
+async def test_cancelling_an_async_call_cancels_it_on_the_server(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    toolset = MCPToolset(stdio_info())
+    try:
+        await toolset.warm_up_async()
+        call = asyncio.create_task(tool(toolset, "slow").invoke_async(seconds=30, marker=str(marker)))
+        await asyncio.sleep(1.0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert (await tool(toolset, "add").invoke_async(a=2, b=2))["text"] == "4"
+        assert wait_for_text(marker, "cancelled") == "cancelled"
+    finally:
+        await toolset.close_async()
+
+
+def test_a_killed_stdio_server_is_restarted_for_the_next_call() -> None:
+    before = children()
+    toolset = MCPToolset(stdio_info())
+    try:
+        toolset.warm_up()
+        count = tool(toolset, "count")
+        assert count.invoke()["text"] == "1"
+        [server] = [pid for pid in children() if pid not in before]
+        os.kill(server, signal.SIGKILL)
+        assert wait_for_state(toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+        assert count.invoke()["text"] == "1"  # a new server process: its count starts again
+        assert toolset.connection.state is ConnectionState.READY
+    finally:
+        toolset.close()
+    assert wait_for_no_children(before) == []
+
+
+def test_a_call_in_flight_when_the_server_dies_fails_and_is_not_sent_again(tmp_path: Path) -> None:
+    before = children()
+    marker = tmp_path / "marker"
+    toolset = MCPToolset(stdio_info())
+    try:
+        toolset.warm_up()
+        [server] = [pid for pid in children() if pid not in before]
+        killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.5); os.kill({server}, 9)"])
+        with pytest.raises(MCPConnectionLostError, match="not sent again"):
+            tool(toolset, "slow").invoke(seconds=30, marker=str(marker))
+        killer.wait()
+        assert marker.read_text() == "started"  # cut off with its server, and not sent to the next one
+        assert tool(toolset, "count").invoke()["text"] == "1"
+    finally:
+        toolset.close()
+    assert wait_for_no_children(before) == []
+
+
+def test_a_restarted_http_server_is_reached_again(http_server: HttpServer) -> None:
+    toolset = MCPToolset(http_server.info())
+    try:
+        toolset.warm_up()
+        count = tool(toolset, "count")
+        assert count.invoke()["text"] == "1"
+        assert count.invoke()["text"] == "2"
+        http_server.restart()
+        assert count.invoke()["text"] == "1"
+    finally:
+        toolset.close()
+
+
+# Stopping the SSE server cuts its open event stream, and the SDK's SSE code leaves that stream's
+# memory streams to the garbage collector (a ResourceWarning from anyio, not from agentfsm's streams).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_restarted_sse_server_gets_a_new_session(sse_server: HttpServer) -> None:
+    toolset = MCPToolset(sse_server.info())
+    try:
+        toolset.warm_up()
+        count = tool(toolset, "count")
+        assert count.invoke()["text"] == "1"
+        sse_server.restart()  # the old session is gone with the server's memory, and its event stream ended
+        assert count.invoke()["text"] == "1"
+        assert count.invoke()["text"] == "2"
+    finally:
+        toolset.close()
+
+
+def test_a_server_that_never_answers_times_out_and_is_not_left_running() -> None:
+    before = children()
+    silent = StdioServerInfo(command=sys.executable, args=["-c", "import time; time.sleep(60)"])
+    toolset = MCPToolset(silent, connection_timeout=0.5, max_reconnects=0)
+    with pytest.raises(MCPTimeoutError) as info:
+        toolset.warm_up()
+    assert info.value.operation == "connect"
+    assert toolset.connection.state is ConnectionState.DISCONNECTED
+    toolset.close()
+    assert wait_for_no_children(before) == []
+
+
+def test_no_server_process_outlives_close_errors_or_a_keyboard_interrupt(tmp_path: Path) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, sys
+            sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+            from agentfsm import Agent, ChatMessage, ToolCall
+            from agentfsm.generators import ScriptedChatGenerator
+            from agentfsm.mcp import MCPToolset
+            from tests.mcp.conftest import children, stdio_info
+
+            def interrupt(*progress):  # the call is under way: interrupt the process, as Ctrl-C does
+                os.kill(os.getpid(), signal.SIGINT)
+
+            call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {{"seconds": 30, "marker": {str(tmp_path / "m")!r}}})])
+            toolset = MCPToolset(stdio_info(), progress_callback=interrupt)
+            agent = Agent(chat_generator=ScriptedChatGenerator([call, "done"]), tools=toolset)
+            try:
+                with agent:
+                    agent.run([ChatMessage.from_user("sleep")])
+            except KeyboardInterrupt:
+                print("interrupted", children())
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=60)
+    assert "interrupted []" in done.stdout, done.stderr
