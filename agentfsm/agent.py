@@ -711,7 +711,37 @@ def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, An
     return hook_context if hook_context is not None else strategy_context
 
 
-def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> dict[str, Any]:
+class StrategyTable(dict[str, Any]):
+    """The confirmation strategy of each tool, by name; ``"*"``'s covers tools first seen during a run.
+
+    A dynamic toolset (MCP servers, a searchable catalog) can bring tools the agent did not know
+    when it was built: a ``"*"`` strategy covers them too, so no call escapes a strategy the user
+    gave for every tool.
+    """
+
+    def __init__(self, default: Any = None) -> None:
+        super().__init__()
+        self.default = default
+
+    def __bool__(self) -> bool:
+        return self.default is not None or len(self) > 0
+
+    def __contains__(self, name: object) -> bool:
+        return self.default is not None or super().__contains__(name)
+
+    def __missing__(self, name: str) -> Any:
+        if self.default is None:
+            raise KeyError(name)
+        return self.default
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The strategy covering ``name``, or ``default`` when none does."""
+        if name in self:  # __contains__ above: ``"*"`` counts
+            return self[name]
+        return default
+
+
+def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> StrategyTable:
     """The strategy of each tool a key covers: its own name, then a tuple naming it, then ``"*"``."""
     for key, strategy in strategies.items():
         names = [key] if isinstance(key, str) else list(key) if isinstance(key, tuple) else None
@@ -726,7 +756,7 @@ def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: lis
             )
         if not callable(getattr(strategy, "run", None)):
             raise ConfigurationTypeError(f"The confirmation strategy for {key!r} has no run() method: {strategy!r}.")
-    resolved: dict[str, Any] = {}
+    resolved = StrategyTable(default=strategies.get("*"))
     for name in tools:
         if name in strategies:
             resolved[name] = strategies[name]

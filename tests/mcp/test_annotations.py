@@ -65,13 +65,14 @@ class Approve:
         self.asked: list[str] = []
 
     def get_user_confirmation(
-        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], **kwargs: Any
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
     ) -> ConfirmationUIResult:
         self.asked.append(tool_name)
         return ConfirmationUIResult(action="confirm")
 
 
-def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize("eager_connect", [True, False], ids=["connected-when-built", "tools-seen-at-warm-up"])
+def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path, eager_connect: bool) -> None:
     doomed = tmp_path / "doomed.txt"
     doomed.write_text("bye")
     reply = ChatMessage.from_assistant(
@@ -81,8 +82,8 @@ def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path) -> None:
     strategy = BlockingConfirmationStrategy(AskDestructiveMCPToolsPolicy(), ui)
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"]),
-        # Connected at once: the agent gives each tool its strategy when it is built.
-        tools=MCPToolset(stdio_info(), tool_names=["add", "delete_file"], eager_connect=True),
+        # Connected when built or not: "*" covers the tools the server lists at warm-up too.
+        tools=MCPToolset(stdio_info(), tool_names=["add", "delete_file"], eager_connect=eager_connect),
         confirmation_strategies={"*": strategy},
     )
     with agent:
