@@ -6,15 +6,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from agentfsm.errors import ConfigurationError
+from agentfsm.serialization import dump_json
 
 
 def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
     """A short hash of a tool name and its arguments in canonical JSON: what a decision was taken for."""
-    canonical = orjson.dumps([tool_name, arguments], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.sha256(canonical).hexdigest()[:16]
+    return hashlib.sha256(dump_json([tool_name, arguments], sort_keys=True)).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
