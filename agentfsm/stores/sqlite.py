@@ -33,11 +33,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
-from agentfsm.errors import ConfigurationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.runtime import RunDelta, TransitionRecord
+from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
@@ -361,8 +360,16 @@ class SQLiteSnapshotStore:
             last = cursor.body
             assert last is not None
             first_seq = cursor.next_seq - len(entries)
+            try:
+                encoded = dump_json(entries)
+            except SerializationError:
+                # They can never be written: the run fails, and gives its claim up, with what is stored.
+                cursor.next_seq, cursor.entries, cursor.body = first_seq, [], None
+                cursor.status, cursor.exit_reason = "failed", None
+                self._commit(run_id, cursor)
+                raise
             key = (cursor.number << _SEQ_BITS) + first_seq
-            row = (key, len(entries), last["phase"], last["step"], cursor.full, orjson.dumps(entries))
+            row = (key, len(entries), last["phase"], last["step"], cursor.full, encoded)
         now = time.time()
         with self._lock:
             if status is None and now < cursor.renew_at:
@@ -480,9 +487,9 @@ class SQLiteSnapshotStore:
         """
         for first, blob in self._batches(run_number, seq):
             try:
-                entries = orjson.loads(blob)
+                entries = load_json(blob)
                 decoded = [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
-            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            except (TypeError, ValueError) as exc:  # DeserializationError is a ValueError
                 raise self._damaged(exc) from None
             body: dict[str, Any] = {}
             for number, (new_messages, new_trace, changed, created_at) in enumerate(decoded, start=first):
