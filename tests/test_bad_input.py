@@ -1,0 +1,269 @@
+"""Input from outside the process either works or fails with a typed error: fuzzed snapshots and decisions."""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentfsm import Agent, AgentSnapshot, ChatMessage, tool
+from agentfsm.errors import AgentFSMError, SerializationError, SnapshotError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
+from agentfsm.serialization import dump_json, serialize_value
+from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
+from tests.helpers import add, call, calls, finish
+
+USER = [ChatMessage.from_user("go")]
+#: Where the confirmation strategy writes the paused runs' snapshots.
+PAUSES = tempfile.TemporaryDirectory()
+SCHEMA = {"notes": {"type": list[str]}, "pair": {"type": tuple}, "big": {"type": int}}
+
+
+def paused_agent(position: int = 0, store: Any = None) -> Agent:
+    script = [calls(call("add", "c1", a=1, b=2), call("add", "c2", a=4, b=4)), "done"]
+    return Agent(
+        chat_generator=ScriptedChatGenerator(script, position=position),
+        tools=[add, finish],
+        state_schema=SCHEMA,
+        confirmation_strategies={"add": BreakpointConfirmationStrategy(PAUSES.name)},
+        snapshot_store=store,
+    )
+
+
+def real_snapshot() -> AgentSnapshot:
+    """A snapshot taken from a run: paused in CONFIRM, with tagged State values and two pending calls."""
+    with pytest.raises(HITLBreakpointException) as paused:
+        paused_agent().run(USER, notes=["a", "é"], pair=(1, "x"), big=2**70)
+    snapshot = paused.value.snapshot
+    assert isinstance(snapshot, AgentSnapshot)
+    return snapshot
+
+
+SNAPSHOT = real_snapshot().to_dict()
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+    st.sampled_from(["\udcff", "__agentfsm__", "builtins.int", "CONFIRM", "c1", "add", ""]),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["__agentfsm__", "type", "data", "x"]), inner)
+    ),
+    max_leaves=6,
+)
+
+
+def deep(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def paths(document: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value in a JSON document, but those inside the deep values a change put there."""
+    found = [prefix]
+    if len(prefix) > 12:
+        return found
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found += paths(value, (*prefix, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            found += paths(value, (*prefix, index))
+    return found
+
+
+HUGE = [2**70, -(2**70), 10**400, 1e308, "x" * 10_000]
+#: One change to a snapshot: (which value, by its position in a walk of the document; what to do; with what).
+mutations = st.lists(
+    st.tuples(
+        st.integers(0, 10_000),
+        st.sampled_from(["delete", "replace", "deep", "huge", "version", "duplicate"]),
+        st.one_of(json_values, st.sampled_from([150, 990, 2000]), st.integers(0, len(HUGE) - 1)),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def mutate(changes: list[tuple[int, str, Any]]) -> dict[str, Any]:
+    """The real snapshot with a few keys deleted, retyped, nested deep, made huge or badly encoded.
+
+    The document is built from the (small) changes inside the test: hypothesis would recurse too
+    deep printing a deeply nested example.
+    """
+    document = copy.deepcopy(SNAPSHOT)
+    for selector, operation, payload in changes:
+        every = paths(document)[1:]
+        if not every:
+            break
+        *parent_path, last = every[selector % len(every)]
+        parent: Any = document
+        for step in parent_path:
+            parent = parent[step]
+        if operation == "delete":
+            del parent[last]
+        elif operation == "replace":
+            parent[last] = payload
+        elif operation == "deep":
+            parent[last] = deep(payload if payload in (150, 990, 2000) else 990)
+        elif operation == "huge":
+            parent[last] = HUGE[payload % len(HUGE)] if isinstance(payload, int) else HUGE[0]
+        elif operation == "version":
+            document["format_version"] = [0, 1, 2, 4, -1, "3", 3.5, None][selector % 8]
+        else:  # a pending call's id given to another call too
+            pending = document.get("pending_tool_calls")
+            if isinstance(pending, list) and len(pending) > 1 and all(isinstance(c, dict) for c in pending[:2]):
+                pending[1] = {**pending[1], "id": pending[0].get("id")}
+    return document
+
+
+def fine_or_typed(action: Any) -> Any:
+    """What ``action()`` returns, or None when it raised an AgentFSMError; any other exception fails the test."""
+    try:
+        return action()
+    except AgentFSMError:
+        return None
+
+
+def resume(snapshot: AgentSnapshot, **kwargs: Any) -> Any:
+    decisions = [ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", False, "c2")]
+    return paused_agent(position=1, **kwargs).run(snapshot=snapshot, decisions=decisions)
+
+
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(mutations)
+def test_mutated_snapshots_load_and_resume_or_fail_typed(changes: list[tuple[int, str, Any]]) -> None:
+    document = mutate(changes)
+    snapshot = fine_or_typed(lambda: AgentSnapshot.from_dict(document))
+    encoded = fine_or_typed(lambda: dump_json(document))
+    if encoded is not None:
+        from_bytes = fine_or_typed(lambda: AgentSnapshot.from_bytes(encoded))
+        assert (from_bytes is None) == (snapshot is None), "bytes and dict are checked alike"
+    if snapshot is not None:
+        assert AgentSnapshot.from_bytes(snapshot.to_bytes()) == snapshot, "what loads, writes and loads again"
+        fine_or_typed(lambda: resume(snapshot))
+
+
+@FUZZ
+@given(st.binary(max_size=64), st.integers(0, 4000))
+def test_damaged_snapshot_bytes_fail_typed(noise: bytes, cut: int) -> None:
+    encoded = AgentSnapshot.model_validate(SNAPSHOT).to_bytes()
+    fine_or_typed(lambda: AgentSnapshot.from_bytes(encoded[:cut] + noise + encoded[cut:]))
+    fine_or_typed(lambda: AgentSnapshot.from_bytes(encoded[:cut]))
+
+
+def test_json_nested_990_deep_is_refused_typed() -> None:
+    with pytest.raises(SnapshotError, match=r"deeper|recursion"):
+        AgentSnapshot.from_bytes(b'{"state": ' + b"[" * 990 + b"]" * 990 + b"}")
+    with pytest.raises(SnapshotError, match="deeper"):
+        AgentSnapshot.from_dict({**SNAPSHOT, "state": {"notes": deep(990)}})
+    # Within the snapshot's depth, beyond what a State value may nest: refused on resume, nothing ran.
+    snapshot = AgentSnapshot.from_dict({**SNAPSHOT, "state": {"notes": deep(100)}})
+    with pytest.raises(SnapshotError, match="deeper than 64"):
+        resume(snapshot)
+    with pytest.raises(SerializationError, match="deeper than 64"):
+        serialize_value(deep(100))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutations)
+def test_mutated_snapshots_in_stores_load_and_resume_or_fail_typed(changes: list[tuple[int, str, Any]]) -> None:
+    document = mutate(changes)
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        run_id = document.get("run_id") if isinstance(document.get("run_id"), str) else "run"
+        folder = root / "files" / "r"
+        folder.mkdir(parents=True)
+        (folder / "000000_0001_CONFIRM.json").write_bytes(fine_or_typed(lambda: dump_json(document)) or b"{")
+        files = JsonFileStore(root / "files")
+        stored = fine_or_typed(lambda: files.latest("r"))
+        if stored is not None:
+            fine_or_typed(lambda: resume(stored, store=files))
+        snapshot = fine_or_typed(lambda: AgentSnapshot.from_dict(document))
+        if snapshot is not None:
+            database = SQLiteSnapshotStore(root / "runs.db")
+            try:
+                fine_or_typed(lambda: database.save(snapshot))
+                latest = fine_or_typed(lambda: database.latest(run_id))
+                if latest is not None:
+                    fine_or_typed(lambda: resume(latest, store=database))
+                assert all(r.owner is None for r in database.runs()), "no run is left claimed"
+            finally:
+                database.close()
+
+
+# -- data a run meets on its way: lone surrogates, huge numbers -------------------------------------
+
+#: What ``os.listdir`` gives for a file name that is not UTF-8.
+NOT_UTF8_NAME = os.fsdecode(b"report-\xff.txt")
+
+
+@tool
+def list_files() -> str:
+    """List the files of a folder."""
+    return NOT_UTF8_NAME
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_lone_surrogate_from_a_tool_is_stored_and_read_back_exactly(tmp_path: Path, durable: bool) -> None:
+    assert "\udcff" in NOT_UTF8_NAME
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=durable)
+    script = [calls(call("list_files", "c1")), calls(call("add", "c2", a=1, b=2)), "done"]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[list_files, add],
+        confirmation_strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))},
+        snapshot_store=store,
+    )
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent.run(USER)
+    [run] = store.runs()
+    assert (run.status, run.owner) == ("paused", None)
+    stored = store.latest(run.run_id)
+    assert stored.messages[2]["content"][0]["tool_call_result"]["result"] == NOT_UTF8_NAME
+    assert AgentSnapshot.from_bytes(stored.to_bytes()) == stored
+    assert AgentSnapshot.from_file(paused.value.snapshot_file_path or "") == paused.value.snapshot
+    agent.chat_generator = ScriptedChatGenerator(script, position=2)
+    result = agent.run(snapshot=stored, decisions=[ToolExecutionDecision("add", True, "c2")])
+    assert result["messages"][2].tool_call_result.result == NOT_UTF8_NAME
+    [run] = store.runs()
+    assert (run.status, run.owner) == ("done", None)
+    store.close()
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_data_no_json_writer_takes_fails_the_run_typed_and_leaves_it_unclaimed(tmp_path: Path, durable: bool) -> None:
+    too_long = 10**5000  # past the digits Python turns into text: no JSON writer takes it
+    script = [calls(call("add", "c1", a=too_long, b=1)), "done"]
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=durable)
+    files = JsonFileStore(tmp_path / "files")
+    for each in (store, files):
+        agent = Agent(
+            chat_generator=ScriptedChatGenerator(script),
+            tools=[add],
+            confirmation_strategies={"add": BreakpointConfirmationStrategy(str(tmp_path / "pauses"))},
+            snapshot_store=each,
+        )
+        with pytest.raises(SerializationError):
+            agent.run(USER)
+        # A store that saw the run (a durable one always does) keeps it failed, and claimed by no one.
+        runs = [(r.status, r.owner) for r in each.runs()]
+        assert runs == [("failed", None)] or (runs == [] and not each.durable)
+    store.close()
