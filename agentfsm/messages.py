@@ -454,6 +454,51 @@ class ChatMessage:
         return cls(role, (TextContent(content),), name, {})
 
 
+#: The key of a reply's ``meta`` that keeps the ids a model gave to calls which got new ones: new id -> given id.
+GIVEN_CALL_IDS_KEY = "given_tool_call_ids"
+
+
+def with_unique_call_ids(replies: list[ChatMessage], step: int) -> list[ChatMessage]:
+    """``replies`` where every tool call has an id of its own, for the model's step ``step``.
+
+    A decision, a tool result and the model API all name a call by its id, so each call of a step
+    needs its own. A call keeps the id the model gave it when it is a non-empty string that no
+    earlier call of the step has; any other call (no id, an empty one, or one taken) gets
+    ``call_<step>_<position>`` (``_2``, ``_3``... appended while that is taken too), which the
+    OpenAI and Anthropic APIs accept. The id the model gave is kept in the reply's ``meta`` under
+    ``GIVEN_CALL_IDS_KEY``. Replies whose calls all have ids of their own are returned as they are.
+    """
+    given = [c.id for reply in replies for c in reply.tool_calls]
+    if all(isinstance(i, str) and i for i in given) and len(set(given)) == len(given):
+        return replies
+    taken = {i for i in given if isinstance(i, str) and i}
+    seen: set[str] = set()
+    position = 0
+    renamed_replies = []
+    for reply in replies:
+        parts: list[ChatMessageContent] = []
+        renamed: dict[str, str | None] = {}
+        for part in reply._content:
+            if not isinstance(part, ToolCall):
+                parts.append(part)
+                continue
+            if isinstance(part.id, str) and part.id and part.id not in seen:
+                seen.add(part.id)
+                parts.append(part)
+            else:
+                new_id, suffix = f"call_{step}_{position}", 1
+                while new_id in taken or new_id in seen:
+                    suffix += 1
+                    new_id = f"call_{step}_{position}_{suffix}"
+                seen.add(new_id)
+                renamed[new_id] = part.id
+                parts.append(ToolCall(part.tool_name, part.arguments, new_id, part.extra))
+            position += 1
+        meta = {**reply._meta, GIVEN_CALL_IDS_KEY: renamed}
+        renamed_replies.append(ChatMessage(reply._role, tuple(parts), reply._name, meta) if renamed else reply)
+    return renamed_replies
+
+
 def _openai_part(part: TextContent | ImageContent) -> dict[str, Any]:
     if isinstance(part, TextContent):
         return {"type": "text", "text": part.text}

@@ -39,7 +39,7 @@ from agentfsm.machine import (
     dispatch_for,
     work_plan,
 )
-from agentfsm.messages import ChatMessage, ChatRole, ToolCall
+from agentfsm.messages import ChatMessage, ChatRole, ToolCall, with_unique_call_ids
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
@@ -472,11 +472,13 @@ class AgentRun:
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
             raise bad_model_output(output)
+        if not all(isinstance(reply, ChatMessage) for reply in replies):
+            raise bad_model_output(output)
+        # Each call needs an id of its own to be decided and answered: the model's, or a new one.
+        replies = with_unique_call_ids(replies, self.step + 1)
         calls: list[ToolCall] = []
         usage: list[dict[str, Any]] = []
         for reply in replies:
-            if not isinstance(reply, ChatMessage):
-                raise bad_model_output(output)
             calls += reply.tool_calls
             if isinstance(reply.meta.get("usage"), dict):
                 usage.append(reply.meta["usage"])

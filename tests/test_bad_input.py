@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, AgentSnapshot, ChatMessage, tool
+from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm.errors import AgentFSMError, SerializationError, SnapshotError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
@@ -267,3 +267,65 @@ def test_data_no_json_writer_takes_fails_the_run_typed_and_leaves_it_unclaimed(t
         runs = [(r.status, r.owner) for r in each.runs()]
         assert runs == [("failed", None)] or (runs == [] and not each.durable)
     store.close()
+
+
+# -- tool-call ids from the model --------------------------------------------------------------------
+
+
+def replies_with_ids(*ids: str | None) -> ChatMessage:
+    """An assistant reply with one ``add`` call per id (ids as the model gave them, even shared or missing)."""
+    return ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": n, "b": 1}, i) for n, i in enumerate(ids)])
+
+
+class RawIdsGenerator:
+    """A model that gives its tool calls the ids it likes, and checks each request as the OpenAI API does."""
+
+    def __init__(self, *ids: str | None) -> None:
+        self.replies = [replies_with_ids(*ids), ChatMessage.from_assistant("done")]
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+        # to_openai_dict_format raises for a call or a result without an id.
+        request = [m.to_openai_dict_format() for m in messages]
+        asked = [c["id"] for m in request for c in m.get("tool_calls", [])]
+        answered = [m["tool_call_id"] for m in request if m["role"] == "tool"]
+        assert len(set(asked)) == len(asked) and sorted(asked) == sorted(answered), "each call answered once"
+        self.requests.append(request)
+        return {"replies": [self.replies[len(self.requests) - 1]]}
+
+
+@pytest.mark.parametrize(
+    ("ids", "keys"),
+    [
+        (("x", "x", "y"), ["x", "call_1_1", "y"]),
+        ((None, None, "z"), ["call_1_0", "call_1_1", "z"]),
+        (("", "call_1_0", None), ["call_1_0_2", "call_1_0", "call_1_2"]),
+        (("call_1_1", "call_1_1", None), ["call_1_1", "call_1_1_2", "call_1_2"]),
+    ],
+)
+def test_shared_or_missing_call_ids_are_made_unique_and_every_call_is_decided(
+    tmp_path: Path, ids: tuple[str | None, ...], keys: list[str]
+) -> None:
+    model = RawIdsGenerator(*ids)
+    agent = Agent(
+        chat_generator=model,
+        tools=[add],
+        confirmation_strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))},
+    )
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent.run(USER)
+    snapshot = paused.value.snapshot
+    assert snapshot.awaited_decisions() == keys, "a call keeps the model's id unless an earlier call has it"
+    renamed = snapshot.messages[1]["meta"].get("given_tool_call_ids", {})
+    assert {k: i for k, i in zip(keys, ids, strict=True) if k != i} == renamed, "the model's ids are kept"
+    decisions = [ToolExecutionDecision("add", n != 1, key) for n, key in enumerate(keys)]
+    result = agent.run(snapshot=snapshot, decisions=decisions)
+    assert result["last_message"].text == "done"
+    answers = {r.origin.id: (r.result, r.error) for m in result["messages"] for r in m.tool_call_results}
+    assert answers[keys[0]] == ("1", False) and answers[keys[2]] == ("3", False) and answers[keys[1]][1]
+
+
+def test_a_snapshot_whose_pending_calls_share_an_id_is_refused() -> None:
+    pending = [{"tool_name": "add", "arguments": {}, "id": "x"}, {"tool_name": "add", "arguments": {}, "id": "x"}]
+    with pytest.raises(SnapshotError, match="share the ids"):
+        AgentSnapshot.from_dict({**SNAPSHOT, "pending_tool_calls": pending})
