@@ -528,9 +528,9 @@ class AgentRun:
         Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
         For a call whose outcome is unknown, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+        from agentfsm.hitl.types import as_decision, call_fingerprint
 
-        d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
+        d = as_decision(decision)
         call = next((c for c in self.pending if c.key == d.tool_call_id), None)
         if call is None:
             waiting = [c.key for c in self.pending if c.status is CallStatus.UNDECIDED]

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
-from agentfsm.errors import DeserializationError, SnapshotError
+from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
@@ -166,6 +166,21 @@ class AgentSnapshot(BaseModel):
         if shared:
             raise ValueError(f"pending tool calls share the ids {shared}: each call needs its own to be decided")
         return self
+
+    @field_validator("decisions")
+    @classmethod
+    def _valid_decisions(cls, decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from agentfsm.hitl.types import ToolExecutionDecision
+
+        for index, decision in enumerate(decisions):
+            try:
+                ToolExecutionDecision.from_dict(decision)
+            except DecisionError as exc:
+                raise ValueError(f"decision {index}: {exc}") from None
+            step = decision.get("step")
+            if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+                raise ValueError(f"decision {index}: its step is an int")
+        return decisions
 
     @field_validator("break_point")
     @classmethod

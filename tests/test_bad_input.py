@@ -13,9 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
-from agentfsm.errors import AgentFSMError, SerializationError, SnapshotError
+from agentfsm.cli import main as cli_main
+from agentfsm.errors import AgentFSMError, DecisionError, SerializationError, SnapshotError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
+from agentfsm.hitl.types import as_decision
 from agentfsm.serialization import dump_json, serialize_value
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 from tests.helpers import add, call, calls, finish
@@ -192,6 +194,8 @@ def test_mutated_snapshots_in_stores_load_and_resume_or_fail_typed(changes: list
         folder = root / "files" / "r"
         folder.mkdir(parents=True)
         (folder / "000000_0001_CONFIRM.json").write_bytes(fine_or_typed(lambda: dump_json(document)) or b"{")
+        shown = cli_main(["snapshot", "show", str(folder / "000000_0001_CONFIRM.json"), "--last", "5"])
+        assert shown in (0, 1), "shown, or refused with a message"
         files = JsonFileStore(root / "files")
         stored = fine_or_typed(lambda: files.latest("r"))
         if stored is not None:
@@ -329,3 +333,74 @@ def test_a_snapshot_whose_pending_calls_share_an_id_is_refused() -> None:
     pending = [{"tool_name": "add", "arguments": {}, "id": "x"}, {"tool_name": "add", "arguments": {}, "id": "x"}]
     with pytest.raises(SnapshotError, match="share the ids"):
         AgentSnapshot.from_dict({**SNAPSHOT, "pending_tool_calls": pending})
+
+
+# -- decisions from outside ----------------------------------------------------------------------------
+
+DECISION_KEYS = ["tool_name", "execute", "tool_call_id", "feedback", "final_tool_params", "call_fingerprint"]
+decision_values = st.one_of(
+    json_values,
+    st.sampled_from(["add", "c1", "c2", "false", "true", 0, 1, True, False]),
+    st.dictionaries(st.sampled_from(["a", "b", "c", ""]), json_values, max_size=3),
+)
+decision_dicts = st.fixed_dictionaries(
+    {"tool_name": st.sampled_from(["add", "finish", 7]), "tool_call_id": st.sampled_from(["c1", "c2", None, 3, ""])},
+    optional={key: decision_values for key in DECISION_KEYS[1:] if key != "tool_call_id"},
+)
+decision_objects = st.builds(
+    ToolExecutionDecision,
+    tool_name=st.sampled_from(["add", "finish"]) | decision_values,
+    execute=st.booleans() | decision_values,
+    tool_call_id=st.sampled_from(["c1", "c2"]) | decision_values,
+    feedback=st.none() | decision_values,
+    final_tool_params=st.none() | decision_values,
+    call_fingerprint=st.none() | decision_values,
+)
+any_decision = st.one_of(decision_dicts, decision_objects, decision_values)
+
+
+@FUZZ
+@given(st.lists(any_decision, max_size=3) | decision_values)
+def test_malformed_decisions_are_applied_or_refused_typed(decisions: Any) -> None:
+    snapshot = AgentSnapshot.model_validate(SNAPSHOT)
+    fine_or_typed(lambda: paused_agent(position=1).run(snapshot=snapshot, decisions=decisions))
+
+
+@given(any_decision)
+def test_a_decision_given_as_data_is_checked_field_by_field(decision: Any) -> None:
+    checked = fine_or_typed(lambda: as_decision(decision))
+    if checked is not None:
+        assert isinstance(checked.execute, bool) and isinstance(checked.tool_name, str)
+        assert checked == ToolExecutionDecision.from_dict(checked.to_dict())
+
+
+def test_execute_given_as_a_string_is_refused_not_taken_for_true() -> None:
+    with pytest.raises(DecisionError, match="execute"):
+        as_decision({"tool_name": "add", "execute": "false", "tool_call_id": "c1"})
+
+
+def cli_agent() -> Agent:
+    """The agent ``agentfsm resume`` resumes the fuzzed snapshot with."""
+    return paused_agent(position=1)
+
+
+cli_ids = st.sampled_from(["c1", "c2", "c3", "", ":", "c1:", "c2:x"]) | st.text(max_size=6)
+cli_json = st.sampled_from(['{"a": 5, "b": 1}', "{}", "[]", "nan", '{"a": 1e999}', '{"a": ' + str(2**70) + "}"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["--approve", "--reject", "--modify"]), cli_ids, cli_json | st.text()), max_size=3
+    )
+)
+def test_resume_decision_arguments_work_or_fail_with_a_message(options: list[tuple[str, str, str]]) -> None:
+    arguments = []
+    for option, call_id, tail in options:
+        arguments += [option, f"{call_id}:{tail}" if option == "--modify" else call_id]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "paused.json"
+        AgentSnapshot.model_validate(SNAPSHOT).to_file(path)
+        # 0: resumed (or paused again, waiting for the calls not decided); 1: refused, with a message.
+        code = cli_main(["resume", str(path), "--agent", "tests.test_bad_input:cli_agent", *arguments])
+        assert code in (0, 1)
