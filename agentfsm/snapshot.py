@@ -330,5 +330,8 @@ def now_iso() -> str:
 
 
 def iso_from_timestamp(timestamp: float) -> str:
-    """A ``time.time()`` value in the format of ``now_iso``."""
-    return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    """A ``time.time()`` value in the format of ``now_iso``; ``SnapshotError`` for a stored value that is no time."""
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    except (OverflowError, ValueError, OSError, TypeError):
+        raise SnapshotError(f"{timestamp!r} is not a time a store could have written: the store is damaged.") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from agentfsm.errors import AgentFSMError, DecisionError, SerializationError, Sn
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
 from agentfsm.hitl.types import as_decision
-from agentfsm.serialization import dump_json, serialize_value
+from agentfsm.serialization import dump_json, load_json, serialize_value
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 from tests.helpers import add, call, calls, finish
 
@@ -101,13 +102,13 @@ mutations = st.lists(
 )
 
 
-def mutate(changes: list[tuple[int, str, Any]]) -> dict[str, Any]:
-    """The real snapshot with a few keys deleted, retyped, nested deep, made huge or badly encoded.
+def mutate(changes: list[tuple[int, str, Any]], base: Any = None) -> Any:
+    """The real snapshot (or ``base``) with a few keys deleted, retyped, nested deep, made huge or badly encoded.
 
     The document is built from the (small) changes inside the test: hypothesis would recurse too
     deep printing a deeply nested example.
     """
-    document = copy.deepcopy(SNAPSHOT)
+    document = copy.deepcopy(SNAPSHOT if base is None else base)
     for selector, operation, payload in changes:
         every = paths(document)[1:]
         if not every:
@@ -124,9 +125,9 @@ def mutate(changes: list[tuple[int, str, Any]]) -> dict[str, Any]:
             parent[last] = deep(payload if payload in (150, 990, 2000) else 990)
         elif operation == "huge":
             parent[last] = HUGE[payload % len(HUGE)] if isinstance(payload, int) else HUGE[0]
-        elif operation == "version":
+        elif operation == "version" and isinstance(document, dict):
             document["format_version"] = [0, 1, 2, 4, -1, "3", 3.5, None][selector % 8]
-        else:  # a pending call's id given to another call too
+        elif isinstance(document, dict):  # a pending call's id given to another call too
             pending = document.get("pending_tool_calls")
             if isinstance(pending, list) and len(pending) > 1 and all(isinstance(c, dict) for c in pending[:2]):
                 pending[1] = {**pending[1], "id": pending[0].get("id")}
@@ -404,3 +405,76 @@ def test_resume_decision_arguments_work_or_fail_with_a_message(options: list[tup
         # 0: resumed (or paused again, waiting for the calls not decided); 1: refused, with a message.
         code = cli_main(["resume", str(path), "--agent", "tests.test_bad_input:cli_agent", *arguments])
         assert code in (0, 1)
+
+
+# -- stored rows and records ---------------------------------------------------------------------------
+
+
+def stored_run() -> tuple[Path, str]:
+    """A folder holding the real run in both stores (the SQLite one with every transition before the pause)."""
+    root = Path(PAUSES.name) / "stores"
+    root.mkdir()
+    database = SQLiteSnapshotStore(root / "runs.db", durable=True)
+    with pytest.raises(HITLBreakpointException) as paused:
+        paused_agent(store=database).run(USER, notes=["a"], pair=(1, "x"), big=2**70)
+    database.close()
+    JsonFileStore(root / "files").save(paused.value.snapshot)
+    return root, paused.value.snapshot.run_id
+
+
+STORED, STORED_RUN = stored_run()
+
+
+def stores_copy(root: Path) -> tuple[SQLiteSnapshotStore, JsonFileStore]:
+    """A copy of the stored run's stores in ``root``, to tamper with."""
+    shutil.copytree(STORED, root, dirs_exist_ok=True)
+    return SQLiteSnapshotStore(root / "runs.db", durable=True), JsonFileStore(root / "files")
+
+
+def read_everything(store: Any, run_id: str) -> None:
+    """Every way a store is read, each one working or failing typed; then resuming its newest snapshot."""
+    fine_or_typed(store.runs)
+    fine_or_typed(lambda: store.history(run_id))
+    fine_or_typed(lambda: store.load(run_id, 0))
+    latest = fine_or_typed(lambda: store.latest(run_id))
+    if latest is not None:
+        fine_or_typed(lambda: resume(latest, store=store))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutations, st.sampled_from(["entries", "phase", "step", "count", "status", "lease_until"]))
+def test_tampered_sqlite_rows_are_read_or_refused_typed(changes: list[tuple[int, str, Any]], column: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        database, _ = stores_copy(Path(directory))
+        run_id = STORED_RUN
+        try:
+            db = database._db  # the rows as someone with the file could change them
+            if column == "entries":
+                [(key, blob)] = db.execute("SELECT key, entries FROM snapshot_batches ORDER BY key DESC LIMIT 1")
+                tampered = fine_or_typed(lambda: dump_json(mutate(changes, load_json(blob)))) or b"["
+                db.execute("UPDATE snapshot_batches SET entries = ? WHERE key = ?", (tampered, key))
+            else:
+                table = "runs" if column in ("status", "lease_until") else "snapshot_batches"
+                value = mutate(changes, {"v": 1})
+                value = value.get("v") if isinstance(value, dict) else value
+                stored = value if isinstance(value, (str, int, float)) and abs(hash(value)) < 2**62 else "x"
+                stored = stored if not isinstance(stored, int) or -(2**63) <= stored < 2**63 else "x"
+                db.execute(f"UPDATE {table} SET {column} = ?", (stored,))
+            read_everything(database, run_id)
+        finally:
+            database.close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutations, st.sampled_from(["run.json", "claim.json"]))
+def test_tampered_json_store_records_are_read_or_refused_typed(
+    changes: list[tuple[int, str, Any]], record: str
+) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        database, files = stores_copy(Path(directory))
+        database.close()
+        run_id = STORED_RUN
+        path = files.directory / run_id / record
+        base = {"owner": "elsewhere:1:x", "lease_until": 0.0} if record == "claim.json" else {"status": "paused"}
+        path.write_bytes(fine_or_typed(lambda: dump_json(mutate(changes, base))) or b"{")
+        read_everything(files, run_id)

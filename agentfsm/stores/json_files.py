@@ -22,10 +22,17 @@ import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
-from agentfsm.serialization import load_json
+from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
 
+#: The fields of ``run.json`` and ``claim.json``, and their types.
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("status", "exit_reason", "taken_over_from", "taken_over_by", "parent_run_id"), (str, type(None))),
+    "parent_seq": (int, type(None)),
+    "owner": (str,),
+    "lease_until": (int, float),
+}
 #: A run id this store accepts: it is the name of the run's folder, never a path.
 _FOLDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
@@ -54,6 +61,7 @@ class JsonFileStore:
         return sorted(self._folder(run_id).glob("[0-9]*.json"))
 
     def _read(self, path: Path) -> dict[str, Any] | None:
+        """A ``run.json`` or ``claim.json``, None when there is none; ``SnapshotError`` when it is damaged."""
         try:
             data = load_json(path.read_bytes())
         except FileNotFoundError:
@@ -62,6 +70,10 @@ class JsonFileStore:
             raise SnapshotError(f"{path} is damaged ({exc}).") from None
         if not isinstance(data, dict):
             raise SnapshotError(f"{path} is damaged (not a JSON object).")
+        for key, value in data.items():
+            kinds = _RECORD_FIELDS.get(key)
+            if kinds is None or not isinstance(value, kinds) or isinstance(value, bool):
+                raise SnapshotError(f"{path} is damaged ({key!r} is not one of its fields, or not of its type).")
         return data
 
     def _record(self, run_id: str) -> dict[str, Any]:
@@ -70,7 +82,7 @@ class JsonFileStore:
 
     def _set_record(self, run_id: str, **changes: Any) -> None:
         path = self._folder(run_id) / "run.json"
-        atomic_write(path, orjson.dumps({**self._record(run_id), **changes}))
+        atomic_write(path, dump_json({**self._record(run_id), **changes}))
 
     # -- claims -------------------------------------------------------------------------------------
 
