@@ -344,6 +344,21 @@ def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -
         raise DeserializationError(f"Malformed tagged value {_brief(data)}: {exc!r}") from exc
 
 
+def nests_deeper(data: Any, limit: int) -> bool:
+    """Whether JSON-like ``data`` (dicts and lists) nests deeper than ``limit`` levels; found without recursion."""
+    level: list[Any] = [data]
+    for _ in range(limit + 1):
+        level = [
+            child
+            for value in level
+            for child in (value.values() if isinstance(value, dict) else value)
+            if isinstance(child, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
+
+
 def _tagged_number(text: Any, kind: type[int] | type[float]) -> Any:
     """The number a tagged value's text names (ValueError unless it is that kind's decimal text)."""
     if not isinstance(text, str):

@@ -25,7 +25,7 @@ from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
-from agentfsm.serialization import dump_json, load_json
+from agentfsm.serialization import dump_json, load_json, nests_deeper
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
@@ -296,22 +296,9 @@ def _call_key(call: ToolCallData, position: int) -> str:
 
 
 def check_depth(document: Any, limit: int, what: str) -> None:
-    """``SnapshotError`` when the JSON ``document`` nests deeper than ``limit`` levels.
-
-    Checked without recursion, before anything recursive reads the document.
-    """
-    level: list[Any] = [document]
-    for _ in range(limit + 1):
-        level = [
-            child
-            for value in level
-            if isinstance(value, (dict, list))
-            for child in (value.values() if isinstance(value, dict) else value)
-            if isinstance(child, (dict, list))
-        ]
-        if not level:
-            return
-    raise SnapshotError(f"The {what} nests deeper than {limit} levels: it was not written by agentfsm.")
+    """``SnapshotError`` when the JSON ``document`` nests deeper than ``limit`` levels (checked before anything recursive reads it)."""
+    if isinstance(document, (dict, list)) and nests_deeper(document, limit):
+        raise SnapshotError(f"The {what} nests deeper than {limit} levels: it was not written by agentfsm.")
 
 
 def _brief(text: str) -> str:

@@ -142,8 +142,10 @@ def fine_or_typed(action: Any) -> Any:
         return None
 
 
-def resume(snapshot: AgentSnapshot, **kwargs: Any) -> Any:
-    decisions = [ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", False, "c2")]
+def resume(snapshot: AgentSnapshot, decisions: Any = None, **kwargs: Any) -> Any:
+    """Resume the paused run with ``decisions`` (by default: approve c1, reject c2)."""
+    if decisions is None:
+        decisions = [ToolExecutionDecision("add", True, "c1"), ToolExecutionDecision("add", False, "c2")]
     return paused_agent(position=1, **kwargs).run(snapshot=snapshot, decisions=decisions)
 
 
@@ -478,3 +480,15 @@ def test_tampered_json_store_records_are_read_or_refused_typed(
         base = {"owner": "elsewhere:1:x", "lease_until": 0.0} if record == "claim.json" else {"status": "paused"}
         path.write_bytes(fine_or_typed(lambda: dump_json(mutate(changes, base))) or b"{")
         read_everything(files, run_id)
+
+
+def test_decision_arguments_nested_990_deep_are_refused_typed(tmp_path: Path, capsys: Any) -> None:
+    snapshot = AgentSnapshot.model_validate(SNAPSHOT)
+    deep_params = {"a": deep(990), "b": 1}
+    with pytest.raises(DecisionError, match="deeper than 64"):
+        resume(snapshot, decisions=[ToolExecutionDecision("add", True, "c1", final_tool_params=deep_params)])
+    path = tmp_path / "paused.json"
+    snapshot.to_file(path)
+    modify = "c1:" + '{"a": ' + "[" * 990 + "]" * 990 + ', "b": 1}'
+    code = cli_main(["resume", str(path), "--agent", "tests.test_bad_input:cli_agent", "--modify", modify])
+    assert code == 1 and "deeper" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfsm.errors import DecisionError
-from agentfsm.serialization import dump_json
+from agentfsm.serialization import MAX_VALUE_DEPTH, dump_json, nests_deeper
 
 
 def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -106,8 +106,11 @@ def as_decision(value: Any) -> ToolExecutionDecision:
             raise DecisionError(
                 f"A decision's {name} must be {expected}, got {type(field).__name__} ({_brief(field)})."
             )
-    if value.final_tool_params is not None and not all(isinstance(k, str) for k in value.final_tool_params):
+    params = value.final_tool_params
+    if params is not None and not all(isinstance(k, str) for k in params):
         raise DecisionError("A decision's final_tool_params are keyword arguments: their keys are strings.")
+    if params is not None and nests_deeper(params, MAX_VALUE_DEPTH):
+        raise DecisionError(f"A decision's final_tool_params nest deeper than {MAX_VALUE_DEPTH} levels.")
     return value
 
 
