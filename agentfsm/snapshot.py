@@ -170,7 +170,7 @@ class AgentSnapshot(BaseModel):
     @field_validator("decisions")
     @classmethod
     def _valid_decisions(cls, decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from agentfsm.hitl.types import ToolExecutionDecision
+        from agentfsm.hitl.types import ToolExecutionDecision  # agentfsm.hitl imports this module
 
         for index, decision in enumerate(decisions):
             try:
