@@ -388,7 +388,11 @@ def dump_json(data: Any, *, indent: bool = False, sort_keys: bool = False) -> by
     except TypeError:
         pass
     try:
-        text = json.dumps(data, indent=2 if indent else None, sort_keys=sort_keys, allow_nan=False)
+        # Compact, as orjson writes it (decision fingerprints hash this text).
+        separators = (",", ": ") if indent else (",", ":")
+        text = json.dumps(
+            data, indent=2 if indent else None, separators=separators, sort_keys=sort_keys, allow_nan=False
+        )
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"Cannot write this data as JSON: {exc}.") from None
     return text.encode("ascii")
