@@ -492,3 +492,14 @@ def test_decision_arguments_nested_990_deep_are_refused_typed(tmp_path: Path, ca
     modify = "c1:" + '{"a": ' + "[" * 990 + "]" * 990 + ', "b": 1}'
     code = cli_main(["resume", str(path), "--agent", "tests.test_bad_input:cli_agent", "--modify", modify])
     assert code == 1 and "deeper" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run_id", ["../outside", "..", "a/b", "x" * 300])
+def test_a_json_store_never_writes_outside_its_folder(tmp_path: Path, run_id: str) -> None:
+    snapshot = AgentSnapshot.model_validate({**SNAPSHOT, "run_id": run_id})
+    store = JsonFileStore(tmp_path / "store")
+    with pytest.raises(SnapshotError, match="cannot name a folder"):
+        store.save(snapshot)
+    with pytest.raises(SnapshotError, match="cannot name a folder"):
+        store.latest(run_id)
+    assert list(tmp_path.iterdir()) == [], "nothing written, in the store or beside it"

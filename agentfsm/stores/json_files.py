@@ -13,7 +13,6 @@ Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,16 @@ _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "owner": (str,),
     "lease_until": (int, float),
 }
-#: A run id this store accepts: it is the name of the run's folder, never a path.
-_FOLDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def _is_folder_name(run_id: object) -> bool:
+    """Whether ``run_id`` can name a run's folder: a file name (never a path) the file system takes."""
+    if not isinstance(run_id, str) or run_id in ("", ".", "..") or any(c in run_id for c in "/\\\x00"):
+        return False
+    try:
+        return len(os.fsencode(run_id)) <= 200  # well within the 255 bytes file systems take
+    except UnicodeError:
+        return False
 
 
 class JsonFileStore:
@@ -50,10 +57,10 @@ class JsonFileStore:
 
     def _folder(self, run_id: str) -> Path:
         """The run's folder; ``SnapshotError`` for a run id that is not a plain file name."""
-        if not _FOLDER_NAME.fullmatch(run_id) or run_id in (".", ".."):
+        if not _is_folder_name(run_id):
             raise SnapshotError(
-                f"Run id {run_id[:80]!r} cannot name a folder of a JsonFileStore: use at most 200 letters, "
-                "digits, '.', '_' and '-' (or keep such runs in an SQLiteSnapshotStore)."
+                f"Run id {str(run_id)[:80]!r} cannot name a folder of a JsonFileStore: it needs 1 to 200 "
+                "bytes, no '/', '\\' or NUL, and is not '.' or '..' (or keep such runs in an SQLiteSnapshotStore)."
             )
         return self.directory / run_id
 
@@ -192,7 +199,7 @@ class JsonFileStore:
         """Runs with a snapshot file or a record (a claimed run may have no snapshot yet)."""
         found = []
         for folder in self.directory.iterdir() if self.directory.exists() else []:
-            if not _FOLDER_NAME.fullmatch(folder.name) or not folder.is_dir():
+            if not _is_folder_name(folder.name) or not folder.is_dir():
                 continue  # not a run's folder
             files = self._files(folder.name)
             record = self._record(folder.name)
