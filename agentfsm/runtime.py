@@ -470,9 +470,7 @@ class AgentRun:
             raise self._unexpected(Work.CALL_MODEL, "model_replied")
         self._awaiting = None
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies:
-            raise bad_model_output(output)
-        if not all(isinstance(reply, ChatMessage) for reply in replies):
+        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
             raise bad_model_output(output)
         # Each call needs an id of its own to be decided and answered: the model's, or a new one.
         replies = with_unique_call_ids(replies, self.step + 1)
