@@ -503,3 +503,11 @@ def test_a_json_store_never_writes_outside_its_folder(tmp_path: Path, run_id: st
     with pytest.raises(SnapshotError, match="cannot name a folder"):
         store.latest(run_id)
     assert list(tmp_path.iterdir()) == [], "nothing written, in the store or beside it"
+
+
+def test_tool_arguments_nested_990_deep_from_a_model_are_reported_to_it() -> None:
+    script = [ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": deep(990), "b": 1}, "c1")]), "done"]
+    result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add]).run(USER)
+    answer = result["messages"][2].tool_call_result
+    assert answer.error and "deeper than 64" in answer.result
+    assert result["last_message"].text == "done"
