@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentfsm.errors import AgentFSMError
+from agentfsm.errors import AgentFSMError, DeserializationError
 from agentfsm.messages import ChatMessage
-from agentfsm.serialization import import_named_module
+from agentfsm.serialization import dump_json, import_named_module, load_json
 
 if TYPE_CHECKING:
     from agentfsm.snapshot import AgentSnapshot, ToolCallData
@@ -215,7 +215,7 @@ def _snapshot_show(args: argparse.Namespace) -> int:
             )
         snapshot = _load_snapshot(args.target)
     if args.json:
-        sys.stdout.write(orjson.dumps(snapshot.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(dump_json(snapshot.to_dict(), indent=True).decode() + "\n")
         return 0
     print(f"run          {snapshot.run_id}")
     print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
@@ -238,7 +238,7 @@ def _snapshot_show(args: argparse.Namespace) -> int:
                 status = " (approved)" if decided[key]["execute"] else " (rejected)"
             else:
                 status = " (waiting for a decision)" if waiting else ""
-            print(f"  {key}: {call['tool_name']}({orjson.dumps(call['arguments']).decode()}){status}")
+            print(f"  {key}: {call['tool_name']}({dump_json(call['arguments']).decode()}){status}")
     shown = snapshot.messages[-args.last :] if args.last else []
     if shown:
         print(f"last {len(shown)} of {len(snapshot.messages)} messages:")
@@ -283,8 +283,8 @@ def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: lis
         call_id, _, raw = entry.partition(":")
         c = call(call_id)
         try:
-            params = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            params = load_json(raw)
+        except DeserializationError as exc:
             raise CLIError(f"--modify {call_id}: the new arguments are not JSON ({exc}).") from None
         if not isinstance(params, dict):
             raise CLIError(f"--modify {call_id}: the new arguments must be a JSON object.")

@@ -51,7 +51,7 @@ class TextContent:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TextContent:
         """Deserialize from a dictionary made by ``to_dict``."""
-        return cls(data["text"])
+        return cls(_field(data, "text", str))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,15 @@ class ImageContent:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageContent:
         """Deserialize from a dictionary made by ``to_dict``."""
-        return cls(data["base64_image"], data.get("mime_type"), data.get("detail"), dict(data.get("meta") or {}))
+        detail = _field(data, "detail", str, optional=True)
+        if detail not in (None, "auto", "high", "low"):
+            raise DeserializationError(f"An image's detail is 'auto', 'high' or 'low', got {detail!r}.")
+        return cls(
+            _field(data, "base64_image", str),
+            _field(data, "mime_type", str, optional=True),
+            detail,
+            dict(_field(data, "meta", dict, optional=True) or {}),
+        )
 
 
 #: A tool result: text, or (``raw_result`` tools) a list of text and image parts.
@@ -92,7 +100,9 @@ def _result_to_dict(result: ToolResultContent) -> Any:
 def _result_from_dict(data: Any) -> ToolResultContent:
     if isinstance(data, str):
         return data
-    return [TextContent(p["text"]) if "text" in p else ImageContent.from_dict(p["image"]) for p in data]
+    if not isinstance(data, list) or not all(isinstance(p, dict) for p in data):
+        raise DeserializationError(f"A tool result is a string or a list of parts, got {_brief(data)}.")
+    return [TextContent.from_dict(p) if "text" in p else ImageContent.from_dict(_field(p, "image", dict)) for p in data]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +126,10 @@ class ToolCall:
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         """Deserialize from a dictionary made by ``to_dict``."""
         return cls(
-            tool_name=data["tool_name"],
-            arguments=data["arguments"],
-            id=data.get("id"),
-            extra=data.get("extra"),
+            tool_name=_field(data, "tool_name", str),
+            arguments=_field(data, "arguments", dict),
+            id=_field(data, "id", str, optional=True),
+            extra=_field(data, "extra", dict, optional=True),
         )
 
 
@@ -140,7 +150,9 @@ class ToolCallResult:
     def from_dict(cls, data: dict[str, Any]) -> ToolCallResult:
         """Deserialize from a dictionary made by ``to_dict``."""
         return cls(
-            result=_result_from_dict(data["result"]), origin=ToolCall.from_dict(data["origin"]), error=data["error"]
+            result=_result_from_dict(data["result"]),
+            origin=ToolCall.from_dict(_field(data, "origin", dict)),
+            error=_field(data, "error", bool),
         )
 
 
@@ -159,7 +171,9 @@ class ReasoningContent:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReasoningContent:
         """Deserialize from a dictionary made by ``to_dict``."""
-        return cls(reasoning_text=data["reasoning_text"], extra=data.get("extra", {}))
+        return cls(
+            reasoning_text=_field(data, "reasoning_text", str), extra=_field(data, "extra", dict, optional=True) or {}
+        )
 
 
 ChatMessageContent = TextContent | ImageContent | ToolCall | ToolCallResult | ReasoningContent
@@ -176,13 +190,38 @@ def _content_to_dict(part: ChatMessageContent) -> dict[str, Any]:
 
 
 def _content_from_dict(part: dict[str, Any]) -> ChatMessageContent:
-    for kind, data in part.items():
+    if not isinstance(part, dict):
+        raise DeserializationError(f"A message content part is an object, got {_brief(part)}.")
+    for kind in part:
         cls = _CONTENT_KINDS.get(kind)
         if cls is not None:
-            return TextContent(data) if cls is TextContent else cls.from_dict(data)
+            if cls is TextContent:
+                return TextContent(_field(part, "text", str))
+            return cls.from_dict(_field(part, kind, dict))
     raise DeserializationError(
-        f"Unknown message content part with keys {sorted(part)}; expected one of {', '.join(map(repr, _CONTENT_KINDS))}."
+        f"Unknown message content part with keys {sorted(map(str, part))}; expected one of "
+        f"{', '.join(map(repr, _CONTENT_KINDS))}."
     )
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
+    """``data[key]`` when it is a ``kind`` (or missing or None, when ``optional``); else ``DeserializationError``."""
+    if not isinstance(data, Mapping):
+        raise DeserializationError(f"Expected an object with {key!r}, got {_brief(data)}.")
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if key not in data:
+        raise DeserializationError(f"{key!r} is missing in {_brief(data)}.")
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise DeserializationError(f"{key!r} must be a {kind.__name__}, got {_brief(value)}.")
+    return value
+
+
+def _brief(data: Any) -> str:
+    """``repr(data)``, cut short: an error names the value without repeating a huge one."""
+    text = repr(data)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,10 +381,14 @@ class ChatMessage:
     def from_dict(cls, data: dict[str, Any]) -> ChatMessage:
         """Deserialize from a dictionary made by ``to_dict``."""
         try:
-            content = tuple(_content_from_dict(p) for p in data["content"])
-            return cls(ChatRole.from_str(data["role"]), content, data.get("name"), dict(data.get("meta") or {}))
-        except (KeyError, TypeError) as exc:
-            raise DeserializationError(f"Malformed chat message {data!r}: {exc!r}") from exc
+            content = tuple(_content_from_dict(p) for p in _field(data, "content", list))
+            role = ChatRole.from_str(_field(data, "role", str))
+            meta = _field(data, "meta", dict, optional=True)
+            return cls(role, content, _field(data, "name", str, optional=True), dict(meta or {}))
+        except DeserializationError as exc:
+            raise DeserializationError(f"Malformed chat message: {exc}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise DeserializationError(f"Malformed chat message {_brief(data)}: {exc!r}") from None
 
     def to_openai_dict_format(self) -> dict[str, Any]:
         """Convert to the OpenAI chat-completions message format."""
@@ -409,6 +452,51 @@ class ChatMessage:
         if not isinstance(content, str):
             content = "\n".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
         return cls(role, (TextContent(content),), name, {})
+
+
+#: The key of a reply's ``meta`` that keeps the ids a model gave to calls which got new ones: new id -> given id.
+GIVEN_CALL_IDS_KEY = "given_tool_call_ids"
+
+
+def with_unique_call_ids(replies: list[ChatMessage], step: int) -> list[ChatMessage]:
+    """``replies`` where every tool call has an id of its own, for the model's step ``step``.
+
+    A decision, a tool result and the model API all name a call by its id, so each call of a step
+    needs its own. A call keeps the id the model gave it when it is a non-empty string that no
+    earlier call of the step has; any other call (no id, an empty one, or one taken) gets
+    ``call_<step>_<position>`` (``_2``, ``_3``... appended while that is taken too), which the
+    OpenAI and Anthropic APIs accept. The id the model gave is kept in the reply's ``meta`` under
+    ``GIVEN_CALL_IDS_KEY``. Replies whose calls all have ids of their own are returned as they are.
+    """
+    given = [c.id for reply in replies for c in reply.tool_calls]
+    if all(isinstance(i, str) and i for i in given) and len(set(given)) == len(given):
+        return replies
+    taken = {i for i in given if isinstance(i, str) and i}
+    seen: set[str] = set()
+    position = 0
+    renamed_replies = []
+    for reply in replies:
+        parts: list[ChatMessageContent] = []
+        renamed: dict[str, str | None] = {}
+        for part in reply._content:
+            if not isinstance(part, ToolCall):
+                parts.append(part)
+                continue
+            if isinstance(part.id, str) and part.id and part.id not in seen:
+                seen.add(part.id)
+                parts.append(part)
+            else:
+                new_id, suffix = f"call_{step}_{position}", 1
+                while new_id in taken or new_id in seen:
+                    suffix += 1
+                    new_id = f"call_{step}_{position}_{suffix}"
+                seen.add(new_id)
+                renamed[new_id] = part.id
+                parts.append(ToolCall(part.tool_name, part.arguments, new_id, part.extra))
+            position += 1
+        meta = {**reply._meta, GIVEN_CALL_IDS_KEY: renamed}
+        renamed_replies.append(ChatMessage(reply._role, tuple(parts), reply._name, meta) if renamed else reply)
+    return renamed_replies
 
 
 def _openai_part(part: TextContent | ImageContent) -> dict[str, Any]:

@@ -43,6 +43,9 @@ def resume_run(
     others, the run pauses in TOOL_RUN (break point ``outcome_unknown``) until a decision says to
     run them again (``execute=True``) or gives their result (``execute=False``, the result as ``feedback``).
     """
+    from agentfsm.hitl.types import as_decisions
+
+    decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
     if snap.agent_fingerprint != expected:

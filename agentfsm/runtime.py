@@ -39,7 +39,7 @@ from agentfsm.machine import (
     dispatch_for,
     work_plan,
 )
-from agentfsm.messages import ChatMessage, ChatRole, ToolCall
+from agentfsm.messages import ChatMessage, ChatRole, ToolCall, with_unique_call_ids
 from agentfsm.result import AgentResult
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
@@ -472,13 +472,13 @@ class AgentRun:
             raise self._unexpected(Work.CALL_MODEL, "model_replied")
         self._awaiting = None
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies:
+        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
             raise bad_model_output(output)
+        # Each call needs an id of its own to be decided and answered: the model's, or a new one.
+        replies = with_unique_call_ids(replies, self.step + 1)
         calls: list[ToolCall] = []
         usage: list[dict[str, Any]] = []
         for reply in replies:
-            if not isinstance(reply, ChatMessage):
-                raise bad_model_output(output)
             calls += reply.tool_calls
             if isinstance(reply.meta.get("usage"), dict):
                 usage.append(reply.meta["usage"])
@@ -528,9 +528,9 @@ class AgentRun:
         Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
         For a call whose outcome is unknown, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+        from agentfsm.hitl.types import as_decision, call_fingerprint
 
-        d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
+        d = as_decision(decision)
         call = next((c for c in self.pending if c.key == d.tool_call_id), None)
         if call is None:
             waiting = [c.key for c in self.pending if c.status is CallStatus.UNDECIDED]

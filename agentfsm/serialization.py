@@ -35,12 +35,17 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import json
+import math
 import os
 import sys
 import types
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
+
+import orjson
+import pydantic_core
 
 from agentfsm.errors import ConfigurationTypeError, DeserializationError, SerializationError
 
@@ -359,49 +364,74 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 #: or machinery (a store, a hook) whose ``from_dict`` could open files.
 _AGENTFSM_VALUE_MODULES = ("agentfsm.messages", "agentfsm.hitl.types")
 
-_VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass"})
+_VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass", "int", "float"})
 
+#: How deep State values may nest (a list in a dict is two levels): deeper data is refused when
+#: written and when read, before Python's own recursion limit could be reached.
+MAX_VALUE_DEPTH = 64
 
-_JSON_SCALARS = frozenset({type(None), bool, int, float, str})
+#: orjson writes integers in this range; others are tagged in State values (``serialize_value``).
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+#: Values written as they are (ints only within orjson's range, floats only when finite).
+_PLAIN_SCALARS = frozenset({type(None), bool, str})
 
 
 def serialize_value(value: Any) -> Any:
-    """Convert a State value to JSON-compatible data; non-JSON values are tagged with ``TAG``."""
+    """Convert a State value to JSON-compatible data; non-JSON values are tagged with ``TAG``.
+
+    Integers beyond 64 bits and non-finite floats are tagged too, so that every JSON writer keeps
+    them exactly. Values nested deeper than ``MAX_VALUE_DEPTH`` raise ``SerializationError``.
+    """
+    return _serialize(value, 0)
+
+
+def _serialize(value: Any, depth: int) -> Any:
     # Fast paths for exact JSON types (snapshots are taken at every transition of a durable run).
     exact = type(value)
-    if exact in _JSON_SCALARS:
+    if exact in _PLAIN_SCALARS:
         return value
+    if exact is int:
+        return value if _INT_MIN <= value <= _INT_MAX else {TAG: "int", "value": str(value)}
+    if exact is float:
+        return value if math.isfinite(value) else {TAG: "float", "value": repr(value)}
+    if depth >= MAX_VALUE_DEPTH:
+        raise SerializationError(
+            f"A State value nests deeper than {MAX_VALUE_DEPTH} levels: flatten it, or keep it out of State."
+        )
+    depth += 1
     if exact is dict and TAG not in value:
         plain = {}
         for k, v in value.items():
             if type(k) is not str:
                 break
-            plain[k] = v if type(v) in _JSON_SCALARS else serialize_value(v)
+            plain[k] = v if type(v) in _PLAIN_SCALARS else _serialize(v, depth)
         else:
             return plain
     elif exact is list:
-        return [v if type(v) in _JSON_SCALARS else serialize_value(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
+        return [v if type(v) in _PLAIN_SCALARS else _serialize(v, depth) for v in value]
+    if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, (int, float)):  # subclasses, as the plain type
+        return _serialize(int(value) if isinstance(value, int) else float(value), depth)
     if isinstance(value, list):
-        return [serialize_value(v) for v in value]
+        return [_serialize(v, depth) for v in value]
     if isinstance(value, dict):
         if TAG not in value and all(isinstance(k, str) for k in value):
-            return {k: serialize_value(v) for k, v in value.items()}
-        return {TAG: "dict", "items": [[serialize_value(k), serialize_value(v)] for k, v in value.items()]}
+            return {k: _serialize(v, depth) for k, v in value.items()}
+        return {TAG: "dict", "items": [[_serialize(k, depth), _serialize(v, depth)] for k, v in value.items()]}
     if isinstance(value, tuple):
-        return {TAG: "tuple", "items": [serialize_value(v) for v in value]}
+        return {TAG: "tuple", "items": [_serialize(v, depth) for v in value]}
     if isinstance(value, (set, frozenset)):
         kind = "set" if isinstance(value, set) else "frozenset"
-        return {TAG: kind, "items": [serialize_value(v) for v in value]}
+        return {TAG: kind, "items": [_serialize(v, depth) for v in value]}
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict) and callable(getattr(type(value), "from_dict", None)):
-        return {TAG: "object", "type": object_path(type(value)), "data": serialize_value(to_dict())}
+        return {TAG: "object", "type": object_path(type(value)), "data": _serialize(to_dict(), depth)}
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump):
         return {TAG: "pydantic", "type": object_path(type(value)), "data": model_dump(mode="json")}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: serialize_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {f.name: _serialize(getattr(value, f.name), depth) for f in dataclasses.fields(value)}
         return {TAG: "dataclass", "type": object_path(type(value)), "data": fields}
     raise SerializationError(
         f"Cannot serialize a value of type {type(value).__qualname__}: use JSON types, tuples, sets, "
@@ -410,35 +440,52 @@ def serialize_value(value: Any) -> Any:
 
 
 def deserialize_value(data: Any, allowed_modules: Iterable[str] | None = None) -> Any:
-    """Invert ``serialize_value``."""
-    if isinstance(data, list):
-        return [deserialize_value(v, allowed_modules) for v in data]
-    if not isinstance(data, dict):
+    """Invert ``serialize_value``; malformed or too deeply nested data raises ``DeserializationError``."""
+    return _deserialize(data, allowed_modules, 0)
+
+
+def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -> Any:
+    if not isinstance(data, (list, dict)):
         return data
+    if depth >= MAX_VALUE_DEPTH:
+        raise DeserializationError(f"A serialized value nests deeper than {MAX_VALUE_DEPTH} levels.")
+    depth += 1
+    if isinstance(data, list):
+        return [_deserialize(v, allowed_modules, depth) for v in data]
     kind = data.get(TAG)
     if kind is None:
-        return {k: deserialize_value(v, allowed_modules) for k, v in data.items()}
-    if kind not in _VALUE_TAGS:
-        raise DeserializationError(f"Unknown value tag {kind!r} in {data!r}; expected one of {sorted(_VALUE_TAGS)}.")
+        return {k: _deserialize(v, allowed_modules, depth) for k, v in data.items()}
+    if not isinstance(kind, str) or kind not in _VALUE_TAGS:
+        raise DeserializationError(
+            f"Unknown value tag {kind!r} in {_brief(data)}; expected one of {sorted(_VALUE_TAGS)}."
+        )
     try:
+        if kind == "int":
+            return _tagged_number(data["value"], int)
+        if kind == "float":
+            number = _tagged_number(data["value"], float)
+            if math.isfinite(number):
+                raise ValueError(f"{number} is finite: it is written as a plain number")
+            return number
         if kind == "dict":
             return {
-                deserialize_value(k, allowed_modules): deserialize_value(v, allowed_modules) for k, v in data["items"]
+                _deserialize(k, allowed_modules, depth): _deserialize(v, allowed_modules, depth)
+                for k, v in data["items"]
             }
         if kind in ("tuple", "set", "frozenset"):
-            items = [deserialize_value(v, allowed_modules) for v in data["items"]]
+            items = [_deserialize(v, allowed_modules, depth) for v in data["items"]]
             return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
         cls = _value_class(kind, data["type"], allowed_modules)
         if kind == "object":
-            return cls.from_dict(deserialize_value(data["data"], allowed_modules))
+            return cls.from_dict(_deserialize(data["data"], allowed_modules, depth))
         if kind == "pydantic":
             return cls.model_validate(data["data"])
-        fields = {k: deserialize_value(v, allowed_modules) for k, v in data["data"].items()}  # a dataclass
+        fields = {k: _deserialize(v, allowed_modules, depth) for k, v in data["data"].items()}  # a dataclass
         return cls(**fields)
     except DeserializationError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DeserializationError(f"Malformed tagged value {data!r}: {exc!r}") from exc
+        raise DeserializationError(f"Malformed tagged value {_brief(data)}: {exc!r}") from exc
 
 
 def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) -> Any:
@@ -458,3 +505,81 @@ def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) ->
     else:
         return cls
     raise DeserializationError(f"A value tagged {kind!r} names {path!r}, which is not {what}.")
+
+
+def nests_deeper(data: Any, limit: int) -> bool:
+    """Whether JSON-like ``data`` (dicts and lists) nests deeper than ``limit`` levels; found without recursion."""
+    level: list[Any] = [data]
+    for _ in range(limit + 1):
+        level = [
+            child
+            for value in level
+            for child in (value.values() if isinstance(value, dict) else value)
+            if isinstance(child, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _tagged_number(text: Any, kind: type[int] | type[float]) -> Any:
+    """The number a tagged value's text names (ValueError unless it is that kind's decimal text)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a tagged {kind.__name__} holds its digits as a string, got {type(text).__name__}")
+    return kind(text)
+
+
+def _brief(data: Any) -> str:
+    """``repr(data)``, cut short: an error message names the value without repeating a huge one."""
+    text = repr(data)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+# -- JSON text ------------------------------------------------------------------------------------
+
+
+def dump_json(data: Any, *, indent: bool = False, sort_keys: bool = False) -> bytes:
+    r"""JSON-compatible ``data`` as UTF-8 JSON text, exactly as ``load_json`` gives it back.
+
+    orjson writes almost everything. What it refuses, integers beyond 64 bits and strings holding
+    lone surrogates (``os.listdir`` gives those for file names that are not UTF-8), is written by
+    the standard library instead: surrogates as ``\udcff`` escapes, in plain ASCII.
+    """
+    options = (orjson.OPT_INDENT_2 if indent else 0) | (orjson.OPT_SORT_KEYS if sort_keys else 0)
+    try:
+        return orjson.dumps(data, option=options)
+    except TypeError:
+        pass
+    try:
+        # Compact, as orjson writes it (decision fingerprints hash this text).
+        separators = (",", ": ") if indent else (",", ":")
+        text = json.dumps(
+            data, indent=2 if indent else None, separators=separators, sort_keys=sort_keys, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"Cannot write this data as JSON: {exc}.") from None
+    return text.encode("ascii")
+
+
+def load_json(data: bytes | str) -> Any:
+    r"""Parse JSON text; ``DeserializationError`` saying why when it is not valid JSON.
+
+    Integers of any size come back as ints (never as floats), and ``\udcff`` escapes as the lone
+    surrogates ``dump_json`` wrote. NaN and infinities are refused, as JSON does.
+    """
+    try:
+        return pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        first = exc
+    # pydantic-core refuses lone surrogates and nesting deeper than ~200 levels: the standard
+    # library reads both, up to the interpreter's recursion limit.
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except ValueError:
+        raise DeserializationError(f"The data is not valid JSON: {first}.") from None
+    except RecursionError:
+        raise DeserializationError("The JSON nests deeper than it can be read.") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")

@@ -18,22 +18,36 @@ from typing import Any, NotRequired
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
-from agentfsm.errors import DeserializationError, SnapshotError
+from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
-from agentfsm.machine import ACTIVE_PHASES, Phase
+from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
+from agentfsm.serialization import dump_json, load_json, nests_deeper
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
 #: version 3 ``seq`` (``None`` in older files).
 SNAPSHOT_FORMAT_VERSION = 3
 
+#: How deep a snapshot's JSON may nest. It holds State values of up to ``MAX_VALUE_DEPTH`` levels
+#: (three JSON levels each, at most, when tagged), and stays within what pydantic-core writes.
+MAX_SNAPSHOT_DEPTH = 240
+
 
 # -- the snapshot -----------------------------------------------------------------------------------
 
 _STRICT = ConfigDict(extra="forbid")
+#: The fields the library reads from the break points it writes itself, and their types.
+_BREAK_POINT_FIELDS: dict[str, dict[str, type[str] | type[list[Any]]]] = {
+    "confirmation": {"tool_name": str, "tool_call_id": str, "waiting": list},
+    "outcome_unknown": {"tool_call_ids": list, "tool_names": list},
+}
+_KIND_NAMES: dict[type, str] = {str: "string", list: "list of strings"}
+#: Steps and snapshot numbers are 64-bit integers where stores keep them.
+_LARGEST_STEP = (1 << 63) - 1
 
 
 class ToolCallData(TypedDict):
@@ -76,7 +90,7 @@ class AgentSnapshot(BaseModel):
     phase: Phase
     #: How many items of the phase's work (``agentfsm.machine.PHASE_WORK``) are done.
     stage: int = Field(default=0, ge=0)
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=_LARGEST_STEP)
     messages: list[dict[str, Any]]
     state: dict[str, Any]
     pending_tool_calls: list[ToolCallData] = []
@@ -92,7 +106,7 @@ class AgentSnapshot(BaseModel):
     created_at: str
     #: The snapshot's number in its run's history, in the store that keeps it (set by the store;
     #: ``None`` for a snapshot that no store gave out). A store resumes only its run's newest one.
-    seq: int | None = Field(default=None, ge=0)
+    seq: int | None = Field(default=None, ge=0, le=_LARGEST_STEP)
 
     @model_validator(mode="before")
     @classmethod
@@ -142,6 +156,45 @@ class AgentSnapshot(BaseModel):
                 raise ValueError(f"completed tool result {key!r} needs either 'value' or 'error_type' and 'error'")
         return outcomes
 
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentSnapshot:
+        work = len(PHASE_WORK.get(self.phase, ()))
+        if self.stage > work:
+            raise ValueError(f"stage {self.stage} is past the {work} items of {self.phase.value}'s work")
+        keys = [_call_key(c, i) for i, c in enumerate(self.pending_tool_calls)]
+        shared = sorted({k for k in keys if keys.count(k) > 1})
+        if shared:
+            raise ValueError(f"pending tool calls share the ids {shared}: each call needs its own to be decided")
+        return self
+
+    @field_validator("decisions")
+    @classmethod
+    def _valid_decisions(cls, decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from agentfsm.hitl.types import ToolExecutionDecision  # agentfsm.hitl imports this module
+
+        for index, decision in enumerate(decisions):
+            try:
+                ToolExecutionDecision.from_dict(decision)
+            except DecisionError as exc:
+                raise ValueError(f"decision {index}: {exc}") from None
+            step = decision.get("step")
+            if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+                raise ValueError(f"decision {index}: its step is an int")
+        return decisions
+
+    @field_validator("break_point")
+    @classmethod
+    def _valid_break_point(cls, reason: dict[str, Any] | None) -> dict[str, Any] | None:
+        if reason is None:
+            return None
+        if not isinstance(reason.get("type"), str):
+            raise ValueError("a break point names its type (a string)")
+        for key, kind in _BREAK_POINT_FIELDS.get(reason["type"], {}).items():
+            value = reason.get(key)
+            if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+                raise ValueError(f"a {reason['type']} break point's {key!r} must be a {_KIND_NAMES[kind]}")
+        return reason
+
     @field_validator("created_at")
     @classmethod
     def _iso_timestamp(cls, value: str) -> str:
@@ -159,29 +212,35 @@ class AgentSnapshot(BaseModel):
         """Validate ``data``; any problem raises ``SnapshotError`` saying what is wrong."""
         if not isinstance(data, dict):
             raise SnapshotError(f"A snapshot is a JSON object, got {type(data).__name__}.")
+        check_depth(data, MAX_SNAPSHOT_DEPTH, "snapshot")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-            raise SnapshotError(f"Invalid agent snapshot: {problems}") from None
+            raise SnapshotError(f"Invalid agent snapshot: {_brief(problems)}") from None
 
     def to_bytes(self) -> bytes:
         """Compact JSON bytes (pydantic-core's serializer: twice as fast as ``to_dict`` then orjson)."""
-        return self.model_dump_json().encode()
+        try:
+            return self.model_dump_json().encode()
+        except PydanticSerializationError:  # lone surrogates in a string: written as escapes
+            return dump_json(self.to_dict())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AgentSnapshot:
         """Decode and validate bytes made by ``to_bytes`` or ``to_file``."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SnapshotError(f"A snapshot is read from bytes, got {type(data).__name__}.")
         try:
-            decoded = orjson.loads(data)
-        except (orjson.JSONDecodeError, TypeError) as exc:
-            raise SnapshotError(f"Not a snapshot: the data is not valid JSON ({exc}); was it truncated?") from None
+            decoded = load_json(bytes(data))
+        except DeserializationError as exc:
+            raise SnapshotError(f"Not a snapshot: {exc} Was it truncated?") from None
         return cls.from_dict(decoded)
 
     def to_file(self, path: str | os.PathLike[str]) -> Path:
         """Write indented, readable JSON atomically (a crash never leaves a half-written file)."""
         target = Path(path)
-        atomic_write(target, orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
+        atomic_write(target, dump_json(self.to_dict(), indent=True))
         return target
 
     @classmethod
@@ -194,7 +253,7 @@ class AgentSnapshot(BaseModel):
 
         A call's key is its id, or ``#<position>`` in the reply (``agentfsm.tools.invoker.call_key``).
         """
-        return {c.get("id") or f"#{i}": c for i, c in enumerate(self.pending_tool_calls)}
+        return {_call_key(c, i): c for i, c in enumerate(self.pending_tool_calls)}
 
     def outcome_unknown_calls(self) -> dict[str, str]:
         """The pending calls that may have run without their result being recorded: call key -> tool name.
@@ -230,6 +289,23 @@ class AgentSnapshot(BaseModel):
         return f"{self.run_id}_{self.step:04d}_{self.phase.value}.json"
 
 
+def _call_key(call: ToolCallData, position: int) -> str:
+    """A stored call's key, as ``agentfsm.tools.invoker.call_key`` gives it."""
+    call_id = call.get("id")
+    return call_id if call_id is not None else f"#{position}"
+
+
+def check_depth(document: Any, limit: int, what: str) -> None:
+    """``SnapshotError`` when the JSON ``document`` nests deeper than ``limit`` levels (checked before anything recursive reads it)."""
+    if isinstance(document, (dict, list)) and nests_deeper(document, limit):
+        raise SnapshotError(f"The {what} nests deeper than {limit} levels: it was not written by agentfsm.")
+
+
+def _brief(text: str) -> str:
+    """``text`` cut short: an error names the problem without repeating a huge value."""
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
 def fingerprint(shape: Any) -> str:
     """A short, stable hash of an agent's configuration shape."""
     return hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS, default=repr)).hexdigest()[:16]
@@ -241,5 +317,8 @@ def now_iso() -> str:
 
 
 def iso_from_timestamp(timestamp: float) -> str:
-    """A ``time.time()`` value in the format of ``now_iso``."""
-    return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    """A ``time.time()`` value in the format of ``now_iso``; ``SnapshotError`` for a stored value that is no time."""
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    except (OverflowError, ValueError, OSError, TypeError):
+        raise SnapshotError(f"{timestamp!r} is not a time a store could have written: the store is damaged.") from None

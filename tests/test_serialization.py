@@ -1,23 +1,28 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any, Literal
 
+import orjson
 import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import ChatMessage, DeserializationError, SerializationError
+from agentfsm import AgentSnapshot, ChatMessage, DeserializationError, SerializationError, State
 from agentfsm.serialization import (
     ENV_ALLOWED_MODULES,
+    MAX_VALUE_DEPTH,
     TAG,
     allow_modules,
     deserialize_callable,
     deserialize_type,
     deserialize_value,
+    dump_json,
     import_path,
+    load_json,
     serialize_callable,
     serialize_type,
     serialize_value,
@@ -183,7 +188,7 @@ def test_malformed_tagged_values() -> None:
 
 
 json_like = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=4),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=10,
 )
@@ -193,3 +198,67 @@ json_like = st.recursive(
 def test_plain_json_passes_through_unchanged(value: Any) -> None:
     assert serialize_value(value) == value
     assert deserialize_value(value) == value
+
+
+any_number = st.integers() | st.floats() | st.sampled_from([2**70, -(2**70), 2**64, -(2**63) - 1, 10**400])
+any_text = st.text(max_size=6) | st.sampled_from(["\udcff", "a\ud800b", "\udfff\ud800"])
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, of the same types all the way down, NaN equal to itself."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def nested(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner))
+
+
+@given(nested(any_number | any_text))
+def test_big_ints_nan_and_lone_surrogates_survive_a_round_trip(value: Any) -> None:
+    assert same(deserialize_value(load_json(dump_json(serialize_value(value)))), value)
+
+
+@given(nested(any_number))
+def test_big_ints_and_nan_are_tagged_so_that_any_json_writer_keeps_them(value: Any) -> None:
+    assert same(deserialize_value(load_json(orjson.dumps(serialize_value(value)))), value)
+
+
+SNAPSHOT_FIELDS = {
+    "run_id": "r",
+    "phase": "LLM_CALL",
+    "step": 0,
+    "messages": [],
+    "agent_fingerprint": "f",
+    "created_at": "2026-01-01T00:00:00+00:00",
+}
+
+
+def test_2_to_the_70_in_state_is_an_int_after_a_snapshot_round_trip() -> None:
+    state = State({"big": {"type": int}}, {"big": 2**70})
+    written = AgentSnapshot.from_bytes(
+        AgentSnapshot.model_validate({**SNAPSHOT_FIELDS, "state": serialize_value(state.data)}).to_bytes()
+    )
+    assert deserialize_value(written.state)["big"] == 2**70
+
+
+def test_bad_tagged_numbers_and_too_deep_values_are_refused_typed() -> None:
+    for bad in ({TAG: "int", "value": 5}, {TAG: "int", "value": "x"}, {TAG: "float", "value": "1.5"}):
+        with pytest.raises(DeserializationError, match="tagged"):
+            deserialize_value(bad)
+    nested: Any = []
+    for _ in range(MAX_VALUE_DEPTH + 1):
+        nested = [nested]
+    with pytest.raises(SerializationError, match="deeper"):
+        serialize_value(nested)
+    with pytest.raises(DeserializationError, match="deeper"):
+        deserialize_value(nested)
+
+
+def test_json_text_that_is_not_json_is_refused_typed() -> None:
+    for bad in (b"", b"{", b"NaN", b'{"a": Infinity}', b"\xff", b"[" * 5000 + b"]" * 5000):
+        with pytest.raises(DeserializationError):
+            load_json(bad)

@@ -151,7 +151,7 @@ def continuation(
     that fit no waiting call; ``StaleSnapshotError`` when the run moved on from pause ``expected_segment``
     (a snapshot's ``seq``).
     """
-    from agentfsm.hitl.types import ToolExecutionDecision
+    from agentfsm.hitl.types import as_decisions
 
     record = find_run(db, run_id)
     if expected_segment is not None and record.segment != expected_segment:
@@ -165,7 +165,7 @@ def continuation(
     snapshot = record.paused
     if snapshot is None:
         raise DecisionError(f"Run {run_id} is {record.status}, not paused: there is nothing to decide. Nothing ran.")
-    taken = [ToolExecutionDecision.from_dict(d) if isinstance(d, dict) else d for d in decisions]
+    taken = as_decisions(decisions)
     _check_decisions(snapshot, taken)
     request = {
         "run_id": run_id,

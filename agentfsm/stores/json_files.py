@@ -19,10 +19,29 @@ from typing import Any
 
 import orjson
 
-from agentfsm.errors import SnapshotError, StaleSnapshotError
+from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
+from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
+
+#: The fields of ``run.json`` and ``claim.json``, and their types.
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("status", "exit_reason", "taken_over_from", "taken_over_by", "parent_run_id"), (str, type(None))),
+    "parent_seq": (int, type(None)),
+    "owner": (str,),
+    "lease_until": (int, float),
+}
+
+
+def _is_folder_name(run_id: object) -> bool:
+    """Whether ``run_id`` can name a run's folder: a file name (never a path) the file system takes."""
+    if not isinstance(run_id, str) or run_id in ("", ".", "..") or any(c in run_id for c in "/\\\x00"):
+        return False
+    try:
+        return len(os.fsencode(run_id)) <= 200  # well within the 255 bytes file systems take
+    except UnicodeError:
+        return False
 
 
 class JsonFileStore:
@@ -36,27 +55,41 @@ class JsonFileStore:
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
 
+    def _folder(self, run_id: str) -> Path:
+        """The run's folder; ``SnapshotError`` for a run id that is not a plain file name."""
+        if not _is_folder_name(run_id):
+            raise SnapshotError(
+                f"Run id {str(run_id)[:80]!r} cannot name a folder of a JsonFileStore: it needs 1 to 200 "
+                "bytes, no '/', '\\' or NUL, and is not '.' or '..' (or keep such runs in an SQLiteSnapshotStore)."
+            )
+        return self.directory / run_id
+
     def _files(self, run_id: str) -> list[Path]:
-        return sorted((self.directory / run_id).glob("[0-9]*.json"))
+        return sorted(self._folder(run_id).glob("[0-9]*.json"))
 
     def _read(self, path: Path) -> dict[str, Any] | None:
+        """A ``run.json`` or ``claim.json``, None when there is none; ``SnapshotError`` when it is damaged."""
         try:
-            data = orjson.loads(path.read_bytes())
+            data = load_json(path.read_bytes())
         except FileNotFoundError:
             return None
-        except orjson.JSONDecodeError as exc:
+        except DeserializationError as exc:
             raise SnapshotError(f"{path} is damaged ({exc}).") from None
         if not isinstance(data, dict):
             raise SnapshotError(f"{path} is damaged (not a JSON object).")
+        for key, value in data.items():
+            kinds = _RECORD_FIELDS.get(key)
+            if kinds is None or not isinstance(value, kinds) or isinstance(value, bool):
+                raise SnapshotError(f"{path} is damaged ({key!r} is not one of its fields, or not of its type).")
         return data
 
     def _record(self, run_id: str) -> dict[str, Any]:
         """The run's ``run.json``: its status, and where a fork started."""
-        return self._read(self.directory / run_id / "run.json") or {}
+        return self._read(self._folder(run_id) / "run.json") or {}
 
     def _set_record(self, run_id: str, **changes: Any) -> None:
-        path = self.directory / run_id / "run.json"
-        atomic_write(path, orjson.dumps({**self._record(run_id), **changes}))
+        path = self._folder(run_id) / "run.json"
+        atomic_write(path, dump_json({**self._record(run_id), **changes}))
 
     # -- claims -------------------------------------------------------------------------------------
 
@@ -64,7 +97,7 @@ class JsonFileStore:
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
     ) -> None:
         """Take the run from its snapshot ``seq`` to run it in this process (see ``SnapshotStore.claim``)."""
-        path = self.directory / run_id / "claim.json"
+        path = self._folder(run_id) / "claim.json"
         head = len(self._files(run_id)) - 1
         holder = self._read(path)
         owner_before, until = (
@@ -100,7 +133,7 @@ class JsonFileStore:
         owner = self._claims.pop(run_id, None)
         if owner is None:
             return
-        path = self.directory / run_id / "claim.json"
+        path = self._folder(run_id) / "claim.json"
         holder = self._read(path)
         if holder is None or holder.get("owner") != owner:
             raise StaleSnapshotError(
@@ -116,7 +149,7 @@ class JsonFileStore:
         """Write the snapshot atomically as the next file of its run, which is then paused."""
         run_id = snapshot.run_id
         if run_id not in self._claims:
-            holder = self._read(self.directory / run_id / "claim.json")
+            holder = self._read(self._folder(run_id) / "claim.json")
             if holder is not None and holder.get("lease_until", 0) > time.time():
                 raise StaleSnapshotError(
                     f"Run {run_id!r} is being run by {holder.get('owner')}: a snapshot cannot be saved into it now.",
@@ -125,7 +158,12 @@ class JsonFileStore:
                 )
         seq = len(self._files(run_id))
         name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
-        snapshot.model_copy(update={"seq": None}).to_file(self.directory / run_id / name)
+        try:
+            snapshot.model_copy(update={"seq": None}).to_file(self._folder(run_id) / name)
+        except SerializationError:
+            if run_id in self._claims:  # the pause cannot be kept: the run failed
+                self.release(run_id, "failed")
+            raise
         if run_id in self._claims:
             self.release(run_id, "paused")
         else:
@@ -161,6 +199,8 @@ class JsonFileStore:
         """Runs with a snapshot file or a record (a claimed run may have no snapshot yet)."""
         found = []
         for folder in self.directory.iterdir() if self.directory.exists() else []:
+            if not _is_folder_name(folder.name) or not folder.is_dir():
+                continue  # not a run's folder
             files = self._files(folder.name)
             record = self._record(folder.name)
             if not (files or record):

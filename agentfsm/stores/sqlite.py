@@ -33,11 +33,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
-from agentfsm.errors import ConfigurationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.runtime import RunDelta, TransitionRecord
+from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
@@ -361,30 +360,40 @@ class SQLiteSnapshotStore:
             last = cursor.body
             assert last is not None
             first_seq = cursor.next_seq - len(entries)
+            try:
+                encoded = dump_json(entries)
+            except SerializationError:
+                self._give_up(run_id, cursor, first_seq)
+                raise
             key = (cursor.number << _SEQ_BITS) + first_seq
-            row = (key, len(entries), last["phase"], last["step"], cursor.full, orjson.dumps(entries))
+            row = (key, len(entries), last["phase"], last["step"], cursor.full, encoded)
         now = time.time()
-        with self._lock:
-            if status is None and now < cursor.renew_at:
-                # One statement is atomic on its own: no transaction to open.
-                held = self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
-            else:
-                self._db.execute("BEGIN")
-                try:
-                    # The batch first: it is written only while the claim is held, which the status clears.
-                    if row:
-                        self._db.execute(_INSERT, (*row, cursor.number, cursor.owner))
-                    if status is None:
-                        renewed = (now_iso(), now + self.lease_seconds, cursor.number, cursor.owner)
-                        held = self._db.execute(_RENEW, renewed).rowcount == 1
-                    else:
-                        released = (status, cursor.exit_reason, now_iso(), cursor.number, cursor.owner)
-                        held = self._db.execute(_RELEASE, released).rowcount == 1
-                    self._db.execute("COMMIT" if held else "ROLLBACK")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                cursor.renew_at = now + self.lease_seconds / 3
+        try:
+            with self._lock:
+                if status is None and now < cursor.renew_at:
+                    # One statement is atomic on its own: no transaction to open.
+                    held = self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
+                else:
+                    self._db.execute("BEGIN")
+                    try:
+                        # The batch first: it is written only while the claim is held, which the status clears.
+                        if row:
+                            self._db.execute(_INSERT, (*row, cursor.number, cursor.owner))
+                        if status is None:
+                            renewed = (now_iso(), now + self.lease_seconds, cursor.number, cursor.owner)
+                            held = self._db.execute(_RENEW, renewed).rowcount == 1
+                        else:
+                            released = (status, cursor.exit_reason, now_iso(), cursor.number, cursor.owner)
+                            held = self._db.execute(_RELEASE, released).rowcount == 1
+                        self._db.execute("COMMIT" if held else "ROLLBACK")
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+                    cursor.renew_at = now + self.lease_seconds / 3
+        except sqlite3.IntegrityError as exc:  # the snapshots' numbers are taken: the file was changed
+            if entries:
+                self._give_up(run_id, cursor, cursor.next_seq - len(entries))
+            raise self._damaged(exc) from None
         if not held:
             raise self._taken_over(run_id, cursor)
         # Only once written: a failed commit keeps the snapshots for the next one.
@@ -394,6 +403,12 @@ class SQLiteSnapshotStore:
             self._claims.pop(run_id, None)
         if self._checkpointer is not None:
             self._checkpointer.committed()
+
+    def _give_up(self, run_id: str, cursor: _Cursor, first_seq: int) -> None:
+        """The recorded snapshots can never be written: the run fails, and gives its claim up, with what is stored."""
+        cursor.next_seq, cursor.entries, cursor.body = first_seq, [], None
+        cursor.status, cursor.exit_reason = "failed", None
+        self._commit(run_id, cursor)
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run, which is then paused.
@@ -480,9 +495,9 @@ class SQLiteSnapshotStore:
         """
         for first, blob in self._batches(run_number, seq):
             try:
-                entries = orjson.loads(blob)
+                entries = load_json(blob)
                 decoded = [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
-            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            except (TypeError, ValueError) as exc:  # DeserializationError is a ValueError
                 raise self._damaged(exc) from None
             body: dict[str, Any] = {}
             for number, (new_messages, new_trace, changed, created_at) in enumerate(decoded, start=first):
@@ -534,7 +549,10 @@ class SQLiteSnapshotStore:
                 (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
             ).fetchall()
         # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
-        return [
-            RunInfo(run_id, status, phase and Phase(phase), step or 0, count or 0, *rest)
-            for run_id, status, phase, step, count, *rest in rows
-        ]
+        try:
+            return [
+                RunInfo(run_id, status, phase and Phase(phase), step or 0, count or 0, *rest)
+                for run_id, status, phase, step, count, *rest in rows
+            ]
+        except ValueError as exc:
+            raise self._damaged(exc) from None

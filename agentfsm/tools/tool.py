@@ -12,8 +12,21 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 
-from agentfsm.errors import ConfigurationError, SchemaError, ToolArgumentsError, ToolConfigurationError
-from agentfsm.serialization import deserialize_callable, import_path, object_path, rebuild, serialize_callable
+from agentfsm.errors import (
+    ConfigurationError,
+    SchemaError,
+    ToolArgumentsError,
+    ToolConfigurationError,
+)
+from agentfsm.serialization import (
+    MAX_VALUE_DEPTH,
+    deserialize_callable,
+    import_path,
+    nests_deeper,
+    object_path,
+    rebuild,
+    serialize_callable,
+)
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
 
@@ -243,6 +256,10 @@ class Tool:
         try:
             self._check(arguments)
         except fastjsonschema.JsonSchemaException:
+            if nests_deeper(arguments, MAX_VALUE_DEPTH):  # too deep for the validator to describe
+                raise ToolArgumentsError(
+                    f"Invalid arguments for tool {self.name!r}: they nest deeper than {MAX_VALUE_DEPTH} levels."
+                ) from None
             problems = []
             for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
                 where = "/".join(str(p) for p in error.path)
