@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentfsm.decisions import check_snapshot_decisions
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
-from agentfsm.machine import PREPARED_PHASES, Phase
+from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
 from agentfsm.serialization import deserialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, CallStatus
+from agentfsm.tools.invoker import CallOutcome
 
 
 def resume_run(
@@ -40,9 +41,10 @@ def resume_run(
     when anything raises, the run has not moved, and nothing ran.
 
     A snapshot recorded while the tools ran (in TOOL_RUN, no breakpoint) may hold calls that started
-    and did not finish: their outcome is unknown. Those of idempotent tools run again; for the
-    others, the run pauses in TOOL_RUN (break point ``outcome_unknown``) until a decision says to
-    run them again (``execute=True``) or gives their result (``execute=False``, the result as ``feedback``).
+    and did not finish: they are in doubt. Those of idempotent tools run again; for the others, the
+    run takes its ``in_doubt`` edge from TOOL_RUN to PAUSED (break point ``outcome_unknown``) until a
+    decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
+    result as ``feedback``).
     """
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
@@ -67,19 +69,14 @@ def resume_run(
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.
         if c.key in waiting and c.status is CallStatus.READY and c.decision is None:
-            c.status = CallStatus.UNDECIDED
+            run.move_call(c, "ask")
         elif c.key in unknown and c.status is CallStatus.READY:
-            c.status = CallStatus.UNKNOWN
-    if decisions:
-        if snap.phase is not Phase.CONFIRM and not unknown:
-            raise DecisionError(
-                f"Run {snap.run_id} is not waiting for decisions: it resumes in {snap.phase.value}. Nothing ran."
-            )
-        for decision in decisions:
-            run.apply_decision(decision)
+            run.move_call(c, "in_doubt")
+    for decision in check_snapshot_decisions(snap, decisions):
+        run.apply_decision(decision)
     for c in run.pending:  # an idempotent tool's call runs again, unless a decision said otherwise
         if c.status is CallStatus.UNKNOWN and c.tool is not None and c.tool.idempotent:
-            c.status = CallStatus.READY
+            run.move_call(c, "rerun")
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
     unasked = [
@@ -93,7 +90,6 @@ def resume_run(
     if before_resume is not None:
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)
-    run.pause_in_doubt()
     return run
 
 

@@ -16,21 +16,24 @@ import hashlib
 import operator
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import DecisionError, MachineError, ModelClientError
+from agentfsm.decisions import check_decisions
+from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
+    CALL_DISPATCH,
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
     HOOK_POINTS,
     PHASE_WORK,
+    CallStatus,
     ConstantFacts,
     Facts,
     Phase,
@@ -43,10 +46,12 @@ from agentfsm.messages import ChatMessage, ChatRole, ToolCall
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall, ToolInvoker
+from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
+#: The statuses of calls waiting for a decision.
+_DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
 #: The phase whose work each work item is.
@@ -254,7 +259,13 @@ class AgentRun:
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
-        constants = constant_facts(config, state)
+        constants = constant_facts(
+            config.tools.values(),
+            dynamic=bool(config.dynamic),
+            hooks=config.hooks,
+            confirmation=config.confirmation,
+            state=state.data,
+        )
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
         self._plan = work_plan(frozenset(config.hooks), constants)
         #: The table compiled for this run's configuration (facts it cannot change are constants).
@@ -298,6 +309,14 @@ class AgentRun:
     def _any_undecided(self) -> bool:
         for c in self.pending:  # noqa: SIM110 (a loop, not any() over a generator: read at every step)
             if c.status is CallStatus.UNDECIDED:
+                return True
+        return False
+
+    @property
+    def calls_in_doubt(self) -> bool:
+        """Fact: a pending call started before a crash and its result was never recorded."""
+        for c in self.pending:  # noqa: SIM110 (see _any_undecided)
+            if c.status is CallStatus.UNKNOWN:
                 return True
         return False
 
@@ -416,6 +435,9 @@ class AgentRun:
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
+        if self._logging:
+            for c in self.pending:  # the invoker made them: the edges out of PROPOSED are logged here
+                self._log_call(c, CallStatus.PROPOSED, "check" if c.status is CallStatus.READY else "refuse")
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -423,9 +445,10 @@ class AgentRun:
         if completed or covered:
             for c in self.pending:
                 if completed and c.key in completed:
-                    c.status, c.outcome = CallStatus.DONE, completed[c.key]
+                    c.outcome = completed[c.key]
+                    self.move_call(c, "restore")
                 elif c.status is CallStatus.READY and c.call.tool_name in covered:
-                    c.status = CallStatus.UNDECIDED
+                    self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
                 if (
@@ -489,9 +512,13 @@ class AgentRun:
         self.stage += 1
 
     def tool_completed(self, call: PreparedCall) -> None:
-        """Record one finished call (observers may persist it, so that a crash does not run it again)."""
-        if call.status is not CallStatus.DONE:
-            raise MachineError(f"tool_completed takes a finished call; {call.key} is {call.status}.")
+        """Record one finished call, its ``outcome`` set: it takes its ``finish`` edge to DONE.
+
+        Observers may persist it, so that a crash does not run it again.
+        """
+        if call.outcome is None:
+            raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
+        self.move_call(call, "finish")
         if self.config.observers:
             self._tell(None)
 
@@ -500,6 +527,9 @@ class AgentRun:
         if self._awaiting is not Work.RUN_TOOLS:
             raise self._unexpected(Work.RUN_TOOLS, "tools_ran")
         self._awaiting = None
+        if self.calls_in_doubt:  # the run pauses for them (``in_doubt``): no result is recorded yet
+            self.stage += 1
+            return []
         messages = self.config.invoker.finish(self.pending, self.state)
         self.state.append("messages", messages)
         self.calls, self.pending = [], []
@@ -521,31 +551,24 @@ class AgentRun:
     def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
         """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
 
-        It must name a pending call waiting for a decision (``tool_call_id``), for the same tool, and,
-        when it carries one, the fingerprint of that call's tool name and arguments as proposed.
-        Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
-        For a call whose outcome is unknown, ``execute=False`` records ``feedback`` as its result.
+        It is checked first (``agentfsm.decisions.check_decisions``): it must name a pending call
+        waiting for a decision, for the same tool, and, when it carries one, the fingerprint of that
+        call's tool name and arguments as proposed. Otherwise ``DecisionError``, and nothing changes.
+        ``taken_before``: replayed from the snapshot (checked when it was taken).
+        For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
         from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
 
-        d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
-        call = next((c for c in self.pending if c.key == d.tool_call_id), None)
-        if call is None:
-            waiting = [c.key for c in self.pending if c.status is CallStatus.UNDECIDED]
-            raise DecisionError(
-                f"No pending tool call {d.tool_call_id!r} in run {self.run_id}; the calls waiting for a decision are {waiting}."
-            )
+        if taken_before:
+            d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
+        else:
+            calls = {c.key: (c.call.tool_name, c.call.arguments) for c in self.pending}
+            waiting = [c.key for c in self.pending if c.status in _DECIDABLE]
+            [d] = check_decisions(self.run_id, calls, waiting, [decision])
+        call = next(c for c in self.pending if c.key == d.tool_call_id)
         proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
-        if d.tool_name != call.call.tool_name or (d.call_fingerprint is not None and d.call_fingerprint != proposed):
-            raise DecisionError(
-                f"The decision for {d.tool_call_id!r} was taken for another call ({d.tool_name}, fingerprint "
-                f"{d.call_fingerprint}); the pending call is {call.call.tool_name}({call.call.arguments}), "
-                f"fingerprint {proposed}. Nothing ran."
-            )
         ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
         unknown = call.status is CallStatus.UNKNOWN
-        if call.status is not CallStatus.UNDECIDED and not unknown and not (taken_before and ran):
-            raise DecisionError(f"Tool call {d.tool_call_id!r} is decided already ({call.status}); nothing ran.")
         if not unknown:  # a confirmation: the tool result shows it
             call.decision = d
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
@@ -555,12 +578,15 @@ class AgentRun:
             else:  # the new arguments are checked again, as the model's were
                 [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
-                call.status, call.error = checked.status, checked.error
+                call.error = checked.error
+                self.move_call(call, "modify" if checked.status is CallStatus.READY else "modify_refused")
                 self._give_key(call)
-        elif unknown and not d.execute:
-            call.status, call.outcome = CallStatus.DONE, CallOutcome(value=d.feedback)
+        elif unknown:
+            if not d.execute:
+                call.outcome = CallOutcome(value=d.feedback)
+            self.move_call(call, "rerun" if d.execute else "settle")
         elif not ran:
-            call.status = CallStatus.READY if d.execute else CallStatus.REJECTED
+            self.move_call(call, "approve" if d.execute else "reject")
         if not taken_before:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
@@ -583,25 +609,26 @@ class AgentRun:
         if self.config.observers and self.phase in ACTIVE_PHASES:
             self._tell(None)
 
-    def pause_in_doubt(self) -> bool:
-        """Take the ``pause`` edge when pending calls have an unknown outcome (break point ``outcome_unknown``).
+    def move_call(self, call: PreparedCall, trigger: str) -> None:
+        """Move a pending call along its declared edge ``trigger`` (``CALL_TRANSITIONS``).
 
-        Such a call started before a crash and its result was never recorded: it waits for a decision
-        (``execute=True`` runs it again, ``execute=False`` gives its result). False: there is none.
+        The one way a call's status changes in a run; an undeclared move raises ``MachineError``.
         """
-        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
-        if not unknown:
-            return False
-        self._awaiting = None
-        self.snapshot = self.make_snapshot(
-            {
-                "type": "outcome_unknown",
-                "tool_call_ids": [c.key for c in unknown],
-                "tool_names": [c.call.tool_name for c in unknown],
-            }
+        source = call.status
+        call.status = CALL_DISPATCH.next(source, trigger)
+        if self._logging:
+            self._log_call(call, source, trigger)
+
+    def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
+        logger.debug(
+            "call transition",
+            run_id=self.run_id,
+            step=self.step,
+            call=call.key,
+            source=source.value,
+            dest=CALL_DISPATCH.next(source, trigger).value,
+            trigger=trigger,
         )
-        self.interrupt("pause", Phase.PAUSED)
-        return True
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -615,7 +642,8 @@ class AgentRun:
 
     def _move(self, transition: Transition, stage: int = 0) -> None:
         if transition.dest is Phase.PAUSED and self.snapshot is None:
-            # A decision is deferred: the run resumes into this phase's work, and it waits for the decision.
+            # A decision is deferred, or calls are in doubt: the run resumes into this phase's work, and
+            # it waits for the decisions.
             self.snapshot = self.make_snapshot(self._waiting_for(), stage=0)
         now = time.perf_counter()
         record = TransitionRecord(
@@ -695,7 +723,14 @@ class AgentRun:
         return self._fingerprint
 
     def _waiting_for(self) -> dict[str, Any]:
-        """Why a run pauses for a confirmation: the first call waiting, and the tools of every one."""
+        """Why a run pauses for decisions: its calls in doubt, or those a confirmation waits for."""
+        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
+        if unknown:
+            return {
+                "type": "outcome_unknown",
+                "tool_call_ids": [c.key for c in unknown],
+                "tool_names": [c.call.tool_name for c in unknown],
+            }
         waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
         first = waiting[0]
         strategy = self.config.confirmation.get(first.call.tool_name)
@@ -762,24 +797,34 @@ def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[Tra
     return result
 
 
-def constant_facts(config: RunConfig, state: State) -> ConstantFacts:
-    """The facts a run with this configuration and starting State can never change (see ``ConstantFacts``).
+def constant_facts(
+    tools: Iterable[Tool],
+    *,
+    dynamic: bool,
+    hooks: Mapping[Work, Any],
+    confirmation: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+) -> ConstantFacts:
+    """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
-    ``stop_run`` and ``continue_run`` are reserved State keys: only hooks and tools that map them
-    (``outputs_to_state``; a dynamic toolset may show such a tool) write them.
+    The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
+    ``continue_run`` are reserved State keys that only hooks and tools that map them
+    (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
+    strategies nothing confirms. ``state``: a run's starting State values (a resumed run's may hold
+    either key); ``None`` for any new run, which starts without them.
     """
-    tools = list(config.tools.values())
+    start = state or {}
 
     def never_written(key: str) -> bool:
-        writers = config.hooks or config.dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
-        return not writers and not state.data.get(key)
+        writers = hooks or dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
+        return not writers and not start.get(key)
 
     constants = []
     if never_written("stop_run"):
         constants.append(("stop_requested", False))
     if never_written("continue_run"):
         constants.append(("continue_requested", False))
-    if not config.confirmation:
+    if not confirmation:
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
     return frozenset(constants)
 

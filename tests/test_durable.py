@@ -230,7 +230,7 @@ def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: st
     confirmed = durable_agents.confirmed
     with pytest.raises(HITLBreakpointException):
         confirmed.run(user("6"), run_id="h2")
-    with pytest.raises(DecisionError, match="not on 'call-9'"):
+    with pytest.raises(DecisionError, match="No pending tool call 'call-9'"):
         confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-9")])
     with pytest.raises(DecisionError, match="is a effect call, not add"):
         confirmed.resume("h2", [ToolExecutionDecision("add", True, "call-6-a")])

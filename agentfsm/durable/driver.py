@@ -16,7 +16,7 @@ from dbos import error as dbos_errors
 from agentfsm.drivers import ask_strategies, run_hooks
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
-from agentfsm.machine import PHASE_WORK, Phase
+from agentfsm.machine import PHASE_WORK, CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import (
     AgentRun,
@@ -34,7 +34,7 @@ from agentfsm.runtime import (
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
+from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
 
 def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]:
@@ -130,15 +130,14 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
     def done(i: int, output: dict[str, Any]) -> None:
         c = ready[i]
         if output.get("outcome_unknown"):
-            c.status = CallStatus.UNKNOWN
+            run.move_call(c, "in_doubt")
             return
-        c.status, c.outcome = CallStatus.DONE, CallOutcome.from_dict(output)
+        c.outcome = CallOutcome.from_dict(output)
         run.tool_completed(c)
 
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
-    if not run.pause_in_doubt():
-        run.tools_ran()
+    run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
 
 
 def _idempotent(call: PreparedCall) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from dbos import DBOSClient
 from dbos import error as dbos_errors
 
+from agentfsm.decisions import check_snapshot_decisions
 from agentfsm.durable.driver import final_snapshot, paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
@@ -151,8 +152,6 @@ def continuation(
     that fit no waiting call; ``StaleSnapshotError`` when the run moved on from pause ``expected_segment``
     (a snapshot's ``seq``).
     """
-    from agentfsm.hitl.types import ToolExecutionDecision
-
     record = find_run(db, run_id)
     if expected_segment is not None and record.segment != expected_segment:
         raise StaleSnapshotError(
@@ -165,8 +164,7 @@ def continuation(
     snapshot = record.paused
     if snapshot is None:
         raise DecisionError(f"Run {run_id} is {record.status}, not paused: there is nothing to decide. Nothing ran.")
-    taken = [ToolExecutionDecision.from_dict(d) if isinstance(d, dict) else d for d in decisions]
-    _check_decisions(snapshot, taken)
+    taken = check_snapshot_decisions(snapshot, decisions)
     request = {
         "run_id": run_id,
         "segment": record.segment + 1,
@@ -194,25 +192,6 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_s
     except dbos_errors.DBOSWorkflowIDInUseError:
         raise c.decided_already() from None
     return str(handle.workflow_id)
-
-
-def _check_decisions(snapshot: AgentSnapshot, decisions: Sequence[Any]) -> None:
-    """Each decision names a call the paused run waits for, with that call's tool name."""
-    waiting = set(snapshot.awaited_decisions())
-    if decisions and not waiting:
-        raise DecisionError(f"Run {snapshot.run_id} paused at a breakpoint and waits for no decision. Nothing ran.")
-    calls = snapshot.pending_calls_by_key()
-    for d in decisions:
-        call = calls.get(d.tool_call_id)
-        if d.tool_call_id not in waiting or call is None:
-            raise DecisionError(
-                f"Run {snapshot.run_id} waits for decisions on {sorted(waiting)}, not on {d.tool_call_id!r}. Nothing ran."
-            )
-        if call["tool_name"] != d.tool_name:
-            raise DecisionError(
-                f"Call {d.tool_call_id!r} of run {snapshot.run_id} is a {call['tool_name']} call, not {d.tool_name}. "
-                "Nothing ran."
-            )
 
 
 def decide(system_database_url: str, run_id: str, decisions: Sequence[Any]) -> str:
