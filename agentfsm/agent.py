@@ -23,6 +23,7 @@ from agentfsm.hooks import (
 )
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.pauses import RunStatus
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
@@ -479,7 +480,7 @@ class Agent:
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
         if self.snapshot_store is not None:
-            status = {Phase.DONE: "done", Phase.PAUSED: "paused"}.get(run.phase, "failed")
+            status = {Phase.DONE: RunStatus.DONE, Phase.PAUSED: RunStatus.PAUSED}.get(run.phase, RunStatus.FAILED)
             self.snapshot_store.release(run.run_id, status, run.exit_reason)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:

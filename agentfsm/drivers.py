@@ -18,6 +18,7 @@ from agentfsm.hooks import accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
 from agentfsm.runtime import AgentRun, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
@@ -35,26 +36,28 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
     """
     if save is not None:  # the snapshot given out says where it is stored: it is the run's head
         snapshot = snapshot.model_copy(update={"seq": save(snapshot).seq})
-    reason = snapshot.break_point or {}
-    directory = reason.get("snapshot_file_path")
+    pause = snapshot.pause
+    directory = pause.breakpoint.get("snapshot_file_path") if isinstance(pause, BreakpointHit) else None
+    if isinstance(pause, AwaitingDecision):
+        directory = pause.snapshot_file_path
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
-    if reason.get("type") == "outcome_unknown":
+    if isinstance(pause, OutcomeUnknown):
         return BreakpointException(
-            f"Run {snapshot.run_id} stopped in tool_run: tool calls {reason['tool_call_ids']} "
-            f"({', '.join(reason['tool_names'])}) started before the run was interrupted, and their outcome "
+            f"Run {snapshot.run_id} stopped in tool_run: tool calls {pause.tool_call_ids} "
+            f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
             f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
             snapshot,
             path,
         )
-    if reason.get("type") == "confirmation":
+    if isinstance(pause, AwaitingDecision):
         return HITLBreakpointException(
-            f"Run {snapshot.run_id} waits for a decision on {reason['tool_name']} (call {reason['tool_call_id']})"
+            f"Run {snapshot.run_id} waits for a decision on {pause.tool_name} (call {pause.tool_call_id})"
             f"{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]).",
-            reason["tool_name"],
+            pause.tool_name,
             path,
-            reason["tool_call_id"],
+            pause.tool_call_id,
             snapshot,
         )
     return BreakpointException(

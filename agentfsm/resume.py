@@ -15,6 +15,7 @@ from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
+from agentfsm.pauses import AwaitingDecision
 from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
 from agentfsm.serialization import deserialize_value
 from agentfsm.snapshot import AgentSnapshot
@@ -63,8 +64,8 @@ def resume_run(
         raise
     except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
-    reason = snap.break_point or {}
-    waiting = set(reason.get("waiting", ())) if reason.get("type") == "confirmation" else set()
+    pause = snap.pause
+    waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
     unknown = snap.outcome_unknown_calls()
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.

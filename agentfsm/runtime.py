@@ -43,6 +43,7 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
@@ -679,7 +680,7 @@ class AgentRun:
             and bp.matches(record.dest, self.step, self._visits(), [c.tool_name for c in self.calls])
         ):
             # The snapshot exists before the pause edge is taken, so that observers of that edge store it.
-            self.snapshot = self.make_snapshot(bp.to_dict())
+            self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
 
     def _visits(self) -> int:
@@ -722,26 +723,21 @@ class AgentRun:
             self._fingerprint = self.config.fingerprint()
         return self._fingerprint
 
-    def _waiting_for(self) -> dict[str, Any]:
+    def _waiting_for(self) -> PauseReason:
         """Why a run pauses for decisions: its calls in doubt, or those a confirmation waits for."""
         unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
         if unknown:
-            return {
-                "type": "outcome_unknown",
-                "tool_call_ids": [c.key for c in unknown],
-                "tool_names": [c.call.tool_name for c in unknown],
-            }
+            return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
         waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
         first = waiting[0]
         strategy = self.config.confirmation.get(first.call.tool_name)
-        return {
-            "type": "confirmation",
-            "tool_name": first.call.tool_name,
-            "tool_call_id": first.key,
-            "waiting": [c.key for c in waiting],
-            "snapshot_file_path": getattr(strategy, "snapshot_file_path", None),
-            "tool_descriptions": {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
-        }
+        return AwaitingDecision(
+            first.call.tool_name,
+            first.key,
+            [c.key for c in waiting],
+            getattr(strategy, "snapshot_file_path", None),
+            {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
+        )
 
     def _started_calls(self) -> list[str]:
         """The calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run."""
@@ -752,8 +748,8 @@ class AgentRun:
         started = (CallStatus.READY, CallStatus.DONE, CallStatus.UNKNOWN)
         return [c.key for c in self.pending if c.status in started]
 
-    def snapshot_fields(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> dict[str, Any]:
-        """The snapshot of the run where it stands, but ``messages``, ``trace`` and ``created_at``."""
+    def snapshot_fields(self, pause: PauseReason | None = None, stage: int | None = None) -> dict[str, Any]:
+        """The snapshot of the run where it stands (paused for ``pause``), but ``messages``, ``trace`` and ``created_at``."""
         return {
             "run_id": self.run_id,
             "phase": self.phase,
@@ -764,18 +760,18 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
-            "started_tool_calls": self._started_calls() if break_point is None else [],
+            "started_tool_calls": self._started_calls() if pause is None else [],
             "exit_reason": self.exit_reason,
-            "break_point": break_point,
+            "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
             "agent_fingerprint": self.fingerprint,
         }
 
-    def make_snapshot(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> AgentSnapshot:
-        """The run as data, to be resumed where it stands (or at ``stage`` of its phase)."""
+    def make_snapshot(self, pause: PauseReason | None = None, stage: int | None = None) -> AgentSnapshot:
+        """The run as data, to be resumed where it stands (or at ``stage`` of its phase), paused for ``pause``."""
         return AgentSnapshot.from_dict(
             {
-                **self.snapshot_fields(break_point, stage),
+                **self.snapshot_fields(pause, stage),
                 "messages": [m.to_dict() for m in self._data.get("messages") or []],
                 "trace": [r.to_dict() for r in self.trace],
                 "created_at": now_iso(),

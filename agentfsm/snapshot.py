@@ -24,6 +24,7 @@ from agentfsm.errors import DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.machine import ACTIVE_PHASES, Phase
 from agentfsm.messages import ChatMessage
+from agentfsm.pauses import AwaitingDecision, OutcomeUnknown, PauseReason, pause_reason
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
@@ -142,6 +143,15 @@ class AgentSnapshot(BaseModel):
                 raise ValueError(f"completed tool result {key!r} needs either 'value' or 'error_type' and 'error'")
         return outcomes
 
+    @field_validator("break_point")
+    @classmethod
+    def _known_pause(cls, data: dict[str, Any] | None) -> dict[str, Any] | None:
+        try:
+            pause_reason(data)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"the reason the run paused lacks {exc}") from None
+        return data
+
     @field_validator("created_at")
     @classmethod
     def _iso_timestamp(cls, value: str) -> str:
@@ -203,8 +213,8 @@ class AgentSnapshot(BaseModel):
         have no result in it; a run paused for them (break point ``outcome_unknown``) lists them.
         """
         calls = self.pending_calls_by_key()
-        reason = self.break_point or {}
-        started = reason["tool_call_ids"] if reason.get("type") == "outcome_unknown" else self.started_tool_calls
+        pause = self.pause
+        started = pause.tool_call_ids if isinstance(pause, OutcomeUnknown) else self.started_tool_calls
         return {
             key: calls[key]["tool_name"] for key in started if key in calls and key not in self.completed_tool_results
         }
@@ -214,12 +224,17 @@ class AgentSnapshot(BaseModel):
 
         Those a confirmation waits for, or those whose outcome is unknown; none when a breakpoint paused it.
         """
-        reason = self.break_point or {}
-        if reason.get("type") == "confirmation":
-            return list(reason.get("waiting", ()))
-        if reason.get("type") == "outcome_unknown":
-            return list(reason["tool_call_ids"])
+        pause = self.pause
+        if isinstance(pause, AwaitingDecision):
+            return list(pause.waiting)
+        if isinstance(pause, OutcomeUnknown):
+            return list(pause.tool_call_ids)
         return []
+
+    @property
+    def pause(self) -> PauseReason | None:
+        """Why the run paused, typed (``break_point`` is its data); ``None`` for a run that did not pause."""
+        return pause_reason(self.break_point)
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""

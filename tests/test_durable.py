@@ -408,7 +408,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
         assert sorted(snapshot.completed_tool_results) == ["call-7-a", "call-7-b"]
         assert "call-7-slow" in snapshot.started_tool_calls
         listed = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
-        assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "running")]
+        assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "active")]
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)  # the same worker, restarted
         result = handle.result(timeout=TIMEOUT)
@@ -733,7 +733,7 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
 
 def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_without_queues: str) -> None:
     handle = plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
-    assert find_run(DBOS, "queued").status == "running"
+    assert find_run(DBOS, "queued").status == "active"
     with pytest.raises(DurabilityError, match=r"has not ended after 0.2 s \(workflow queued is ENQUEUED"):
         handle.result(timeout=0.2)
     snapshot = plain.snapshot("queued")

@@ -18,6 +18,7 @@ from dbos import error as dbos_errors
 from agentfsm.decisions import check_snapshot_decisions
 from agentfsm.durable.driver import final_snapshot, paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
+from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
@@ -66,15 +67,15 @@ class RunRecord:
         return None if self.done is None else final_snapshot(self.done, self.segment)
 
     @property
-    def status(self) -> str:
-        """``running`` (or queued, or its worker died and it waits for recovery), ``paused``, ``done`` or ``failed``."""
+    def status(self) -> RunStatus:
+        """``active`` (running, queued, or its worker died and it waits for recovery), ``paused``, ``done`` or ``failed``."""
         if self.done is not None:
-            return "done"
+            return RunStatus.DONE
         if self.paused is not None:
-            return "paused"
+            return RunStatus.PAUSED
         if self.workflow_status in ("PENDING", "ENQUEUED", "DELAYED"):
-            return "running"
-        return "failed"
+            return RunStatus.ACTIVE
+        return RunStatus.FAILED
 
 
 def run_workflows(db: Any, run_ids: Sequence[str] | None = None) -> dict[str, list[RunRecord]]:

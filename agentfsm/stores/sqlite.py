@@ -37,6 +37,7 @@ import orjson
 
 from agentfsm.errors import ConfigurationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
+from agentfsm.pauses import RunStatus
 from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
@@ -116,7 +117,7 @@ class _Cursor:
     #: run status to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
     full: bool = False
-    status: str | None = None
+    status: RunStatus | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
 
@@ -277,7 +278,7 @@ class SQLiteSnapshotStore:
         self._claims[run_id] = owner
         self._cursors.pop(run_id, None)
 
-    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
         """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
         if run_id not in self._claims:
             return
@@ -407,7 +408,7 @@ class SQLiteSnapshotStore:
         trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
         cursor = self._cursor(snapshot.run_id)
         seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
-        cursor.status = "paused"
+        cursor.status = RunStatus.PAUSED
         self._commit(snapshot.run_id, cursor)
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
@@ -425,7 +426,7 @@ class SQLiteSnapshotStore:
             if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
                 self._commit(delta.run_id, cursor)
         elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            status = "done" if delta.record.dest is Phase.DONE else "failed"
+            status = RunStatus.DONE if delta.record.dest is Phase.DONE else RunStatus.FAILED
             self.release(delta.run_id, status, delta.exit_reason)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -535,6 +536,6 @@ class SQLiteSnapshotStore:
             ).fetchall()
         # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
         return [
-            RunInfo(run_id, status, phase and Phase(phase), step or 0, count or 0, *rest)
+            RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest)
             for run_id, status, phase, step, count, *rest in rows
         ]
