@@ -1,11 +1,14 @@
 """One agent run as a sans-I/O state machine.
 
-``AgentRun`` never calls a model, a tool, a hook or a user. ``next_action`` does the current
+``AgentRun`` never calls a model, a tool, a hook, a user or a store: it does no I/O. ``next_action`` does the current
 phase's work that needs no I/O, says what the driver must do next as data (``CallModel``,
 ``RunTools``, ``Confirm``, ``RunHooks``, ``Pause``, ``Finish``, ``Fail``) and, once the phase's
 work is done, takes the one declared edge whose guard holds. It is the only place that moves the
 run. The driver performs each action and reports the result (``model_replied``,
-``tool_completed``, ``tools_ran``, ``decided``, ``hooks_ran``); reports only record.
+``tool_completed``, ``tools_ran``, ``decided``, ``hooks_ran``); reports only record. What must be
+persisted comes out as deltas (``take_deltas``) that the drivers write to the run's observers after
+each step, before the I/O that follows: so entering CONFIRM or TOOL_RUN is committed before any
+decision is asked or tool runs.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
 The drivers are in ``agentfsm.drivers``.
 """
@@ -108,7 +111,10 @@ class TransitionRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunDelta:
-    """What a run tells its observers at each transition and as each tool call finishes."""
+    """What a run records at each transition and as each tool call finishes, for its observers.
+
+    The run only records deltas (``AgentRun.take_deltas``); the drivers hand them to the observers.
+    """
 
     run_id: str
     #: The edge just taken; ``None`` when a tool call finished (the run is still in TOOL_RUN).
@@ -129,10 +135,13 @@ class RunDelta:
 
 
 class RunObserver(Protocol):
-    """Watches a run (durable snapshot stores do): told at every transition and every finished tool call."""
+    """Watches a run (durable snapshot stores do): told at every transition and every finished tool call.
+
+    The drivers tell it, after each step of the run and before the I/O that follows.
+    """
 
     def observe(self, delta: RunDelta) -> None:
-        """Take in what changed; the run's next work starts when this returns."""
+        """Take in what changed; the run's next I/O starts when this returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +157,7 @@ class RunConfig:
     fingerprint: Callable[[], str]
     dynamic: tuple[Toolset, ...] = ()
     break_point: Breakpoint | None = None
+    #: Told what changed (``RunDelta``), by the drivers: the run records deltas only when it has some.
     observers: tuple[RunObserver, ...] = ()
     #: The hooks of each hook point, in the order they run.
     hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
@@ -275,7 +285,9 @@ class AgentRun:
         self._static_tools = None if config.dynamic else list(config.tools.values())
         #: The conversation's version when the last hooks were handed out (did they change it?).
         self._conversation_before_hooks = (0, 0)
-        #: What the observers were told of the conversation (its version and length) and of the trace.
+        #: Deltas recorded for the observers and not taken by the driver yet.
+        self._deltas: list[RunDelta] = []
+        #: What the deltas recorded of the conversation (its version and length) and of the trace.
         self._told: tuple[int, int] | None = None
         self._told_trace = 0
         self._entered = time.perf_counter()
@@ -515,7 +527,7 @@ class AgentRun:
     def tool_completed(self, call: PreparedCall) -> None:
         """Record one finished call, its ``outcome`` set: it takes its ``finish`` edge to DONE.
 
-        Observers may persist it, so that a crash does not run it again.
+        Its delta lets observers persist it, so that a crash does not run it again.
         """
         if call.outcome is None:
             raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
@@ -679,7 +691,7 @@ class AgentRun:
             and bp.target_phase is record.dest
             and bp.matches(record.dest, self.step, self._visits(), [c.tool_name for c in self.calls])
         ):
-            # The snapshot exists before the pause edge is taken, so that observers of that edge store it.
+            # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
 
@@ -700,7 +712,7 @@ class AgentRun:
         return True
 
     def _tell(self, record: TransitionRecord | None) -> None:
-        """Give each observer what changed since it was last told."""
+        """Record, for the observers, what changed since the last delta (the driver hands it to them)."""
         messages: list[ChatMessage] = self._data.get("messages") or []
         version = self.state.version("messages")
         told = self._told
@@ -710,9 +722,14 @@ class AgentRun:
         trace, self._told_trace = self.trace[self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
         snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
-        delta = RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
-        for observer in self.config.observers:
-            observer.observe(delta)
+        self._deltas.append(
+            RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
+        )
+
+    def take_deltas(self) -> list[RunDelta]:
+        """The deltas recorded since the last call, oldest first, for the driver to give the observers."""
+        deltas, self._deltas = self._deltas, []
+        return deltas
 
     # -- snapshots -------------------------------------------------------------------------------
 

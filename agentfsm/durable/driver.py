@@ -13,7 +13,7 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm.drivers import ask_strategies, run_hooks
+from agentfsm.drivers import ask_strategies, run_hooks, write_deltas
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.machine import PHASE_WORK, CallStatus, Phase
@@ -46,6 +46,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
     while True:
         try:
             action = run.next_action()
+            write_deltas(run)
             match action:
                 case CallModel():
                     output = steps.run("model", functools.partial(_call_model, generator, action))
@@ -134,6 +135,7 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
             return
         c.outcome = CallOutcome.from_dict(output)
         run.tool_completed(c)
+        write_deltas(run)
 
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
