@@ -292,6 +292,11 @@ class Agent:
         return selected, dynamic
 
     @property
+    def async_only_hooks(self) -> list[str]:
+        """The names of the hooks only ``run_async`` can run (async functions given to ``@hook``)."""
+        return list(self._async_only_hooks)
+
+    @property
     def fingerprint(self) -> str:
         """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
         return self._fingerprint()

@@ -2,7 +2,7 @@
 
 A decision (``ToolExecutionDecision``, or its dict) names the call it was taken for
 (``tool_call_id``), its tool, and may carry the fingerprint of that call's tool name and arguments
-as proposed. ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
+as proposed (``call_fingerprint``). ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
 names no call waiting for a decision, another tool, or a call whose arguments changed since, and
 two decisions for one call. In-process resumes (``agentfsm.resume``), a run's own strategies
 (``AgentRun.decided``) and durable continuations (``agentfsm.durable``, and so ``agentfsm approve``)
@@ -11,8 +11,11 @@ all call it; the review page resumes in-process.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from agentfsm.errors import DecisionError
 from agentfsm.machine import Phase
@@ -20,6 +23,12 @@ from agentfsm.snapshot import AgentSnapshot
 
 if TYPE_CHECKING:
     from agentfsm.hitl.types import ToolExecutionDecision
+
+
+def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
+    """A short hash of a tool name and its arguments in canonical JSON: what a decision was taken for."""
+    canonical = orjson.dumps([tool_name, arguments], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.sha256(canonical).hexdigest()[:16]
 
 
 def check_decisions(
@@ -35,7 +44,7 @@ def check_decisions(
     keys of those that wait for a decision. ``where`` says where the run stands, for the message
     when nothing waits. ``DecisionError`` for the first decision that does not fit; nothing changes.
     """
-    from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+    from agentfsm.hitl.types import ToolExecutionDecision
 
     taken = [ToolExecutionDecision.from_dict(d) if isinstance(d, dict) else d for d in decisions]
     if taken and not waiting:

@@ -16,7 +16,7 @@ from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
+from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord, runs_again_after_crash
 from agentfsm.serialization import deserialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
@@ -49,15 +49,7 @@ def resume_run(
     """
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
-    if snap.agent_fingerprint != expected:
-        message = (
-            f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
-            f"(fingerprint {snap.agent_fingerprint}, this agent {expected}): tools, state schema, "
-            "exit conditions or limits changed."
-        )
-        if strict:
-            raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
-        logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
+    check_fingerprint(snap.run_id, snap.agent_fingerprint, expected, strict=strict)
     try:
         run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
@@ -75,8 +67,8 @@ def resume_run(
             run.move_call(c, "in_doubt")
     for decision in check_snapshot_decisions(snap, decisions):
         run.apply_decision(decision)
-    for c in run.pending:  # an idempotent tool's call runs again, unless a decision said otherwise
-        if c.status is CallStatus.UNKNOWN and c.tool is not None and c.tool.idempotent:
+    for c in run.pending:  # a call in doubt runs again by the in-doubt rule, unless a decision said otherwise
+        if c.status is CallStatus.UNKNOWN and runs_again_after_crash(c):
             run.move_call(c, "rerun")
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
@@ -92,6 +84,25 @@ def resume_run(
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)
     return run
+
+
+def check_fingerprint(run_id: str, recorded: str, expected: str, *, strict: bool) -> None:
+    """Check a recorded run's agent fingerprint against this agent's: every way of continuing a run does.
+
+    A run recorded by a differently configured agent (``recorded`` is not ``expected``) is logged as
+    a warning, or, with ``strict``, refused with ``SnapshotError``.
+    """
+    if recorded == expected:
+        return
+    message = (
+        f"Run {run_id} was recorded by an agent configured differently (fingerprint {recorded}, this agent "
+        f"{expected}): tools, state schema, hooks, exit conditions or limits changed."
+    )
+    if strict:
+        raise SnapshotError(
+            message + " Continue it with the original configuration (an in-process resume may pass strict=False)."
+        )
+    logger.warning("snapshot from another agent configuration", run_id=run_id, detail=message)
 
 
 def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fingerprint: str) -> AgentRun:

@@ -25,7 +25,7 @@ from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.decisions import check_decisions
+from agentfsm.decisions import call_fingerprint, check_decisions
 from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -570,7 +570,7 @@ class AgentRun:
         ``taken_before``: replayed from the snapshot (checked when it was taken).
         For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+        from agentfsm.hitl.types import ToolExecutionDecision
 
         if taken_before:
             d = ToolExecutionDecision.from_dict(decision) if isinstance(decision, dict) else decision
@@ -756,8 +756,11 @@ class AgentRun:
             {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
         )
 
-    def _started_calls(self) -> list[str]:
-        """The calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run."""
+    def started_calls(self) -> list[str]:
+        """The journal: the calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run.
+
+        After a crash, those without a recorded result are in doubt (``runs_again_after_crash``).
+        """
         if self.phase is not Phase.TOOL_RUN or PHASE_WORK[Phase.TOOL_RUN][self.stage : self.stage + 1] != (
             Work.RUN_TOOLS,
         ):
@@ -777,7 +780,7 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
-            "started_tool_calls": self._started_calls() if pause is None else [],
+            "started_tool_calls": self.started_calls() if pause is None else [],
             "exit_reason": self.exit_reason,
             "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
@@ -798,6 +801,14 @@ class AgentRun:
     def result(self) -> dict[str, Any]:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
         return run_result(self._data, self.exit_reason, self.trace)
+
+
+def runs_again_after_crash(call: PreparedCall) -> bool:
+    """The in-doubt rule: whether a call that started before a crash, its result never recorded, runs again.
+
+    It does when its tool is idempotent; any other waits for a decision (run it again, or give its result).
+    """
+    return call.tool is not None and call.tool.idempotent
 
 
 def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> dict[str, Any]:

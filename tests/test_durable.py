@@ -294,6 +294,16 @@ def test_a_durable_run_never_starts_without_a_launched_dbos() -> None:
         plain.run(user("1"))
 
 
+def test_the_launched_flag_is_read_where_dbos_keeps_it(launched: str) -> None:
+    """DBOS has no public "is launched" flag: agentfsm reads its private one, and this fails when DBOS moves it."""
+    import dbos._dbos as dbos_core
+
+    from agentfsm.durable.executor import dbos_launched
+
+    assert dbos_core._dbos_global_instance is not None and dbos_core._dbos_global_instance._launched is True
+    assert dbos_launched()
+
+
 def test_durable_agents_refuse_what_they_cannot_keep() -> None:
     from agentfsm.stores import SQLiteSnapshotStore
 

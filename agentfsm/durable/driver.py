@@ -1,7 +1,10 @@
 """The durable driver: a run's I/O actions as DBOS steps, and what its workflow ends with.
 
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
-model call, tool call, confirmation and hook point is a step whose output is its checkpoint. A
+model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
+journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
+decision check (``agentfsm.decisions``) and the fingerprint check (``agentfsm.resume``) are the
+core's, as for every driver. A
 workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
 fields, in DONE).
 """
@@ -30,6 +33,7 @@ from agentfsm.runtime import (
     TransitionRecord,
     bad_model_output,
     run_result,
+    runs_again_after_crash,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
@@ -112,19 +116,23 @@ def _restore_state(state: State, record: dict[str, Any]) -> None:
 
 
 def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
-    """Each ready call a step; a call an earlier attempt started and never finished is in doubt."""
+    """Each ready call a step, after the run's journal of started calls (``AgentRun.started_calls``) is a step.
+
+    When the journal was recorded by an earlier attempt, that attempt may have run the calls whose
+    steps have no output: they are in doubt, and run again only by the in-doubt rule (``runs_again_after_crash``).
+    """
     ready = [c for c in calls if c.status is CallStatus.READY]
     fresh: list[bool] = []  # the journal step ran here: no earlier attempt started these calls
 
     def journal() -> list[str]:
         fresh.append(True)
-        return [c.key for c in ready]
+        return run.started_calls()
 
-    if any(not _idempotent(c) for c in ready):
+    if not all(runs_again_after_crash(c) for c in ready):
         steps.run("tools_started", journal)
 
     def call(c: PreparedCall) -> dict[str, Any]:
-        if not fresh and not _idempotent(c):
+        if not fresh and not runs_again_after_crash(c):
             return {"outcome_unknown": True}
         return run.config.invoker.invoke(c).to_dict()
 
@@ -140,10 +148,6 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
     run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
-
-
-def _idempotent(call: PreparedCall) -> bool:
-    return call.tool is not None and call.tool.idempotent
 
 
 def result_record(run: AgentRun) -> dict[str, Any]:

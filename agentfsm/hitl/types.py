@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from agentfsm.errors import ConfigurationError
-
-
-def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
-    """A short hash of a tool name and its arguments in canonical JSON: what a decision was taken for."""
-    canonical = orjson.dumps([tool_name, arguments], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-    return hashlib.sha256(canonical).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
