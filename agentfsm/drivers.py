@@ -231,6 +231,8 @@ def drive_sync(
         run.tool_completed(call)
         write_deltas(run)  # a finished call is committed before the next one is reported
 
+    on_complete = completed if observers else run.tool_completed
+
     while True:
         try:
             action = run.next_action()
@@ -244,9 +246,7 @@ def drive_sync(
                         )
                     )
                 case RunTools():
-                    invoker.execute_sync(
-                        action.calls, streaming_callback, completed if observers else run.tool_completed
-                    )
+                    invoker.execute_sync(action.calls, streaming_callback, on_complete)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):

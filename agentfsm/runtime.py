@@ -54,6 +54,8 @@ from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
+#: No call of a run is in doubt until one goes in doubt after a crash (see ``AgentRun.move_call``).
+_NO_DOUBT: ConstantFacts = frozenset({("calls_in_doubt", False)})
 #: The statuses of calls waiting for a decision.
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
@@ -277,10 +279,14 @@ class AgentRun:
             confirmation=config.confirmation,
             state=state.data,
         )
+        #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
+        self._constants = constants
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
-        self._plan = work_plan(frozenset(config.hooks), constants)
+        self._plan = work_plan(frozenset(config.hooks), constants | _NO_DOUBT)
         #: The table compiled for this run's configuration (facts it cannot change are constants).
-        self._dispatch = dispatch_for(constants)
+        self._dispatch = dispatch_for(constants | _NO_DOUBT)
+        #: Whether a call of the run went in doubt (the run's plan and table then read ``calls_in_doubt``).
+        self._doubted = False
         #: The tools shown to the model when no dynamic toolset changes them between calls.
         self._static_tools = None if config.dynamic else list(config.tools.values())
         #: The conversation's version when the last hooks were handed out (did they change it?).
@@ -540,7 +546,7 @@ class AgentRun:
         if self._awaiting is not Work.RUN_TOOLS:
             raise self._unexpected(Work.RUN_TOOLS, "tools_ran")
         self._awaiting = None
-        if self.calls_in_doubt:  # the run pauses for them (``in_doubt``): no result is recorded yet
+        if self._doubted and self.calls_in_doubt:  # the run pauses for them (``in_doubt``): no result is recorded yet
             self.stage += 1
             return []
         messages = self.config.invoker.finish(self.pending, self.state)
@@ -628,7 +634,12 @@ class AgentRun:
         The one way a call's status changes in a run; an undeclared move raises ``MachineError``.
         """
         source = call.status
-        call.status = CALL_DISPATCH.next(source, trigger)
+        call.status = dest = CALL_DISPATCH.next(source, trigger)
+        if dest is CallStatus.UNKNOWN and not self._doubted:
+            # From now on the run's plan and table read the fact (the constants still hold).
+            self._doubted = True
+            self._plan = work_plan(frozenset(self.config.hooks), self._constants)
+            self._dispatch = dispatch_for(self._constants)
         if self._logging:
             self._log_call(call, source, trigger)
 
