@@ -54,6 +54,8 @@ from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
+#: The hook points after which the pending calls are read again from the conversation.
+_REREAD_CALLS = frozenset({Work.AFTER_LLM, Work.BEFORE_TOOL})
 #: No call of a run is in doubt until one goes in doubt after a crash (see ``AgentRun.move_call``).
 _NO_DOUBT: ConstantFacts = frozenset({("calls_in_doubt", False)})
 #: The statuses of calls waiting for a decision.
@@ -433,7 +435,8 @@ class AgentRun:
         self.stage += 1
 
     def _run_hooks(self, item: Work) -> Action:
-        self._conversation_before_hooks = self._conversation_version()
+        if item in _REREAD_CALLS:
+            self._conversation_before_hooks = self._conversation_version()
         return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
 
     def _conversation_version(self) -> tuple[int, int]:
@@ -619,10 +622,7 @@ class AgentRun:
         if self._awaiting is not point:
             raise self._unexpected(point, "hooks_ran")
         self._awaiting = None
-        if (
-            point in (Work.AFTER_LLM, Work.BEFORE_TOOL)
-            and self._conversation_version() != self._conversation_before_hooks
-        ):
+        if point in _REREAD_CALLS and self._conversation_version() != self._conversation_before_hooks:
             self.calls = unanswered_calls(self._data["messages"]) if self._has_tools else []
         self.stage += 1
         if self.config.observers and self.phase in ACTIVE_PHASES:
