@@ -5,7 +5,9 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
 - the machine itself: ``machine_diagram()``;
 - one agent's machine: ``machine_diagram(agent=agent)`` (or ``agent.draw()``) names its tools,
   exit conditions, step limit and hooks where they act, and leaves out what its runs cannot do
-  (CONFIRM without a confirmation strategy, the hooks' stop and continue edges without hooks);
+  (CONFIRM without a confirmation strategy, the stop and continue edges when no hook or tool can
+  write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
+  its runs use (``runtime.constant_facts``);
 - one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
