@@ -47,7 +47,7 @@ from agentfsm.machine import (
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
-from agentfsm.serialization import serialize_value
+from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
@@ -812,6 +812,40 @@ class AgentRun:
     def result(self) -> dict[str, Any]:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
         return run_result(self._data, self.exit_reason, self.trace)
+
+
+def result_record(run: AgentRun) -> dict[str, Any]:
+    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
+    return {
+        **run.snapshot_fields(),
+        "phase": run.phase.value,
+        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
+        "trace": [r.to_dict() for r in run.trace],
+        "created_at": now_iso(),
+    }
+
+
+def result_from_record(record: dict[str, Any]) -> dict[str, Any]:
+    """``Agent.run``'s result for a finished run's record."""
+    data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
+    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
+
+
+def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
+    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
+
+    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
+    ``record`` is ``result_record``'s; ``segment`` numbers the snapshot (its ``seq``).
+    """
+    return AgentSnapshot.from_dict(
+        {
+            **record,
+            "phase": Phase.EXIT_CHECK.value,
+            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
+            "trace": record["trace"][:-1],
+            "seq": segment,
+        }
+    )
 
 
 def runs_again_after_crash(call: PreparedCall) -> bool:

@@ -16,13 +16,7 @@ from dbos import error as dbos_errors
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
 from agentfsm.drivers import pause_exception
-from agentfsm.durable.driver import (
-    drive_durable,
-    final_snapshot,
-    paused_snapshot,
-    result_from_record,
-    snapshot_where,
-)
+from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
 from agentfsm.durable.executor import dbos_launched
 from agentfsm.durable.records import (
     CONTINUATION,
@@ -36,7 +30,7 @@ from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
 from agentfsm.messages import ChatMessage
 from agentfsm.resume import check_fingerprint
-from agentfsm.runtime import AgentRun
+from agentfsm.runtime import AgentRun, final_snapshot, result_from_record
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.workers import run_in_worker

@@ -3,8 +3,9 @@
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
 model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
 journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
-decision check (``agentfsm.decisions``) and the fingerprint check (``agentfsm.resume``) are the
-core's, as for every driver. A
+decision check (``agentfsm.decisions``), the fingerprint check (``agentfsm.resume``) and what a
+finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
+are the core's, as for every driver. A
 workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
 fields, in DONE).
 """
@@ -19,7 +20,7 @@ from dbos import error as dbos_errors
 from agentfsm.drivers import ask_strategies, run_hooks, write_deltas
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
-from agentfsm.machine import PHASE_WORK, CallStatus, Phase
+from agentfsm.machine import CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import (
     AgentRun,
@@ -30,13 +31,13 @@ from agentfsm.runtime import (
     Pause,
     RunHooks,
     RunTools,
-    TransitionRecord,
     bad_model_output,
-    run_result,
+    final_snapshot,
+    result_record,
     runs_again_after_crash,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
-from agentfsm.snapshot import AgentSnapshot, now_iso
+from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
@@ -148,39 +149,6 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
     run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
-
-
-def result_record(run: AgentRun) -> dict[str, Any]:
-    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
-    return {
-        **run.snapshot_fields(),
-        "phase": run.phase.value,
-        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
-        "trace": [r.to_dict() for r in run.trace],
-        "created_at": now_iso(),
-    }
-
-
-def result_from_record(record: dict[str, Any]) -> dict[str, Any]:
-    """``Agent.run``'s result for a finished run's record."""
-    data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
-    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
-
-
-def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
-    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
-
-    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
-    """
-    return AgentSnapshot.from_dict(
-        {
-            **record,
-            "phase": Phase.EXIT_CHECK.value,
-            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
-            "trace": record["trace"][:-1],
-            "seq": segment,
-        }
-    )
 
 
 def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:

@@ -16,9 +16,10 @@ from dbos import DBOSClient
 from dbos import error as dbos_errors
 
 from agentfsm.decisions import check_snapshot_decisions
-from agentfsm.durable.driver import final_snapshot, paused_snapshot
+from agentfsm.durable.driver import paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.pauses import RunStatus
+from agentfsm.runtime import final_snapshot
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
