@@ -34,9 +34,10 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from agentfsm.errors import MachineError
@@ -407,7 +408,7 @@ class CallDispatch:
     from ``PROPOSED``, and every status but the terminal ones has a way out.
     """
 
-    __slots__ = ("_next",)
+    __slots__ = ("_next", "moves")
 
     def __init__(self, transitions: Iterable[CallTransition]) -> None:
         """Compile and check ``transitions``."""
@@ -441,6 +442,9 @@ class CallDispatch:
                 f"Call statuses {sorted(stuck)} have no way out; declare one in CALL_TRANSITIONS "
                 "or list them in TERMINAL_CALL_STATUSES."
             )
+
+        #: The table as a mapping, for the runtime's lookups: (status, trigger) -> the status it leads to.
+        self.moves: Mapping[tuple[CallStatus, str], CallStatus] = MappingProxyType(self._next)
 
     def next(self, status: CallStatus, trigger: str) -> CallStatus:
         """Where ``trigger`` moves a call in ``status``; ``MachineError`` when no such edge is declared."""

@@ -58,6 +58,8 @@ from agentfsm.tools.toolset import Toolset
 _REREAD_CALLS = frozenset({Work.AFTER_LLM, Work.BEFORE_TOOL})
 #: No call of a run is in doubt until one goes in doubt after a crash (see ``AgentRun.move_call``).
 _NO_DOUBT: ConstantFacts = frozenset({("calls_in_doubt", False)})
+#: The declared call transitions: (status, trigger) -> the status it leads to.
+_CALL_MOVES = CALL_DISPATCH.moves
 #: The statuses of calls waiting for a decision.
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
@@ -634,7 +636,8 @@ class AgentRun:
         The one way a call's status changes in a run; an undeclared move raises ``MachineError``.
         """
         source = call.status
-        call.status = dest = CALL_DISPATCH.next(source, trigger)
+        dest = _CALL_MOVES.get((source, trigger)) or CALL_DISPATCH.next(source, trigger)  # the latter raises
+        call.status = dest
         if dest is CallStatus.UNKNOWN and not self._doubted:
             # From now on the run's plan and table read the fact (the constants still hold).
             self._doubted = True
