@@ -31,6 +31,7 @@ from agentfsm.hooks import (
 from agentfsm.logs import logger
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
@@ -318,6 +319,11 @@ class Agent:
         return selected, dynamic
 
     @property
+    def async_only_hooks(self) -> list[str]:
+        """The names of the hooks only ``run_async`` can run (async functions given to ``@hook``)."""
+        return list(self._async_only_hooks)
+
+    @property
     def fingerprint(self) -> str:
         """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
         return self._fingerprint()
@@ -517,7 +523,7 @@ class Agent:
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
         if self.snapshot_store is not None:
-            status = {Phase.DONE: "done", Phase.PAUSED: "paused"}.get(run.phase, "failed")
+            status = {Phase.DONE: RunStatus.DONE, Phase.PAUSED: RunStatus.PAUSED}.get(run.phase, RunStatus.FAILED)
             self.snapshot_store.release(run.run_id, status, run.exit_reason)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:

@@ -17,6 +17,7 @@ import orjson
 
 from agentfsm.errors import AgentFSMError, DeserializationError
 from agentfsm.messages import ChatMessage
+from agentfsm.pauses import AwaitingDecision
 from agentfsm.serialization import dump_json, import_named_module, load_json
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ def _snapshot_show(args: argparse.Namespace) -> int:
     if snapshot.pending_tool_calls:
         print("pending tool calls:")
         decided = {d["tool_call_id"]: d for d in snapshot.decisions if d.get("step") == snapshot.step}
-        waiting = (snapshot.break_point or {}).get("type") == "confirmation"
+        waiting = isinstance(snapshot.pause, AwaitingDecision)
         for key, call in snapshot.pending_calls_by_key().items():
             if key in snapshot.completed_tool_results:
                 status = " (finished)"

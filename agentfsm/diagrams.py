@@ -5,7 +5,10 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
 - the machine itself: ``machine_diagram()``;
 - one agent's machine: ``machine_diagram(agent=agent)`` (or ``agent.draw()``) names its tools,
   exit conditions, step limit and hooks where they act, and leaves out what its runs cannot do
-  (CONFIRM without a confirmation strategy, the hooks' stop and continue edges without hooks);
+  (CONFIRM without a confirmation strategy, the stop and continue edges when no hook or tool can
+  write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
+  its runs use (``runtime.constant_facts``);
+- one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
@@ -23,13 +26,25 @@ import sysconfig
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm.errors import AgentFSMError, ConfigurationError
 from agentfsm.hooks import hook_name
-from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, TRANSITIONS, Phase, Transition
+from agentfsm.machine import (
+    ACTIVE_PHASES,
+    CALL_TRANSITIONS,
+    PHASE_WORK,
+    TERMINAL_CALL_STATUSES,
+    TRANSITIONS,
+    CallStatus,
+    ConstantFacts,
+    Phase,
+    Transition,
+    specialise,
+)
+from agentfsm.runtime import constant_facts
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
@@ -69,6 +84,9 @@ class DiagramModel:
     visited: frozenset[str]
     current: str | None
     current_note: str
+    #: Where the machine starts, and the states it ends in.
+    initial: str = Phase.IDLE.value
+    finals: tuple[str, ...] = (Phase.DONE.value, Phase.FAILED.value)
 
 
 def _edges(transitions: Iterable[Transition], active: set[Phase]) -> list[Edge]:
@@ -100,39 +118,25 @@ def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -
     return source_ok and dest_ok
 
 
-def fixed_facts(agent: Agent) -> dict[str, bool]:
-    """The facts that cannot change in this agent's runs.
-
-    Without hooks nothing sets ``stop_run`` or ``continue_run``; no confirmation strategy sends a call to CONFIRM.
-    """
-    fixed: dict[str, bool] = {}
-    if not agent._confirmation:
-        fixed |= {"needs_confirmation": False, "strategy_paused": False}
-    if not agent._hooks:
-        fixed |= {"stop_requested": False, "continue_requested": False}
-    return fixed
+def agent_constants(agent: Agent) -> ConstantFacts:
+    """The facts the agent's runs can never change: the rule its runs use (``runtime.constant_facts``)."""
+    return constant_facts(
+        agent._tools, dynamic=bool(agent._dynamic), hooks=agent._hooks, confirmation=agent._confirmation
+    )
 
 
-def for_fixed_facts(transitions: Iterable[Transition], fixed: Mapping[str, bool]) -> list[Transition]:
-    """The edges a run can take when the ``fixed`` facts keep their values, with guards on the others only.
-
-    An edge that needs a fixed fact to have the other value is left out, and so is every phase no
-    remaining edge reaches from IDLE (with the edges that touch it).
-    """
-    kept = [
-        replace(t, when=tuple((name, value) for name, value in t.when if name not in fixed))
-        for t in transitions
-        if all(fixed.get(name, value) is value for name, value in t.when)
-    ]
-    reachable, frontier = {Phase.IDLE}, [Phase.IDLE]
+def reachable(transitions: Iterable[Transition]) -> list[Transition]:
+    """The edges of ``transitions`` between phases that some edge reaches from IDLE (a resume enters none)."""
+    edges = list(transitions)
+    seen, frontier = {Phase.IDLE}, [Phase.IDLE]
     while frontier:
         source = frontier.pop()
-        for t in kept:
-            if t.source is source and not t.interrupt and t.dest not in reachable:
-                reachable.add(t.dest)
+        for t in edges:
+            if t.source is source and not t.interrupt and t.dest not in seen:
+                seen.add(t.dest)
                 frontier.append(t.dest)
-    reachable |= {t.dest for t in kept if t.interrupt and t.source in reachable}
-    return [t for t in kept if t.source in reachable and t.dest in reachable]
+    seen |= {t.dest for t in edges if t.interrupt and t.source in seen and t.dest not in ACTIVE_PHASES}
+    return [t for t in edges if t.source in seen and t.dest in seen]
 
 
 def build_model(
@@ -147,7 +151,7 @@ def build_model(
     labels: dict[Edge, str] = {}
     if agent is not None:
         title = f"agent: {', '.join(t.name for t in agent._tools) or 'no tools'}"
-        transitions = for_fixed_facts(transitions, fixed_facts(agent))
+        transitions = reachable(specialise(agent_constants(agent)))
     phases = {p for t in transitions for p in (t.source, t.dest)}
     edges = _edges(transitions, {p for p in ACTIVE_PHASES if p in phases})
     for edge in edges:
@@ -197,6 +201,24 @@ def build_model(
     )
 
 
+def build_call_model() -> DiagramModel:
+    """The diagram of one tool call's lifecycle (``CALL_TRANSITIONS``)."""
+    edges = tuple(Edge(t.source.value, t.dest.value, t.trigger, t.note) for t in CALL_TRANSITIONS)
+    return DiagramModel(
+        "agentfsm tool call",
+        tuple(s.value for s in CallStatus),
+        edges,
+        {edge: f"{edge.trigger} [{edge.condition}]" for edge in edges},
+        {},
+        {},
+        frozenset(),
+        None,
+        "",
+        CallStatus.PROPOSED.value,
+        tuple(s.value for s in CallStatus if s in TERMINAL_CALL_STATUSES),
+    )
+
+
 def _trace_records(
     trace: Iterable[Any] | None, snapshot: AgentSnapshot | None
 ) -> Iterable[tuple[int, Phase, Phase, str]]:
@@ -216,15 +238,15 @@ def _trace_records(
 def to_mermaid(model: DiagramModel) -> str:
     """``stateDiagram-v2`` text (renders on GitHub and in most Markdown viewers)."""
     lines = ["---", f"title: {model.title}", "---", "stateDiagram-v2", "    direction TB"]
-    lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
-    lines.append(f"    [*] --> {Phase.IDLE.value}")
+    if ANY_ACTIVE in model.states:
+        lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
+    lines.append(f"    [*] --> {model.initial}")
     for edge in model.edges:
         label = model.labels[edge]
         if edge in model.taken:
             label += f" \u00d7{model.taken[edge]}"
         lines.append(f"    {edge.source} --> {edge.dest} : {_mermaid_text(label)}")
-    lines.append(f"    {Phase.DONE.value} --> [*]")
-    lines.append(f"    {Phase.FAILED.value} --> [*]")
+    lines.extend(f"    {state} --> [*]" for state in model.finals)
     for state, note in model.notes.items():
         lines.append(f"    note right of {state} : {_mermaid_text(note)}")
     if model.current is not None:
@@ -271,11 +293,11 @@ def to_dot(model: DiagramModel) -> str:
         '    node [shape=box, style="rounded,filled", fillcolor=white, fontname=Helvetica, fontsize=16];',
         "    edge [fontname=Helvetica, fontsize=14];",
         '    start [shape=point, width=0.15, label=""];',
-        f"    start -> {Phase.IDLE.value};",
+        f"    start -> {model.initial};",
     ]
     for state in model.states:
         attributes = ['label="any active phase"', "style=dashed"] if state == ANY_ACTIVE else []
-        if state in (Phase.DONE.value, Phase.FAILED.value):
+        if state in model.finals:
             attributes.append("peripheries=2")
         if state == model.current:
             attributes += ['fillcolor="#ffe082"', 'color="#e65100"', "penwidth=3"]
@@ -296,7 +318,8 @@ def to_dot(model: DiagramModel) -> str:
         attributes.insert(0, f"label={_dot_quote(label, LABEL_WIDTH)}")
         lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attributes)}];")
     # The interrupts (any active phase, PAUSED, FAILED) form their own row under the main loop.
-    lines.append(f"    {{rank=same; {Phase.PAUSED.value}; {Phase.FAILED.value};}}")
+    if Phase.PAUSED.value in model.states:
+        lines.append(f"    {{rank=same; {Phase.PAUSED.value}; {Phase.FAILED.value};}}")
     for i, (state, note) in enumerate(model.notes.items()):
         lines.append(
             f'    note{i} [shape=note, fillcolor="#fffde7", fontsize=14, label={_dot_quote(note, LABEL_WIDTH)}];'
@@ -341,12 +364,14 @@ def machine_diagram(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
     snapshot: AgentSnapshot | None = None,
+    machine: Literal["phases", "calls"] = "phases",
 ) -> str | bytes:
     """A diagram of the machine (optionally for ``agent``, highlighting a run's ``trace`` or ``snapshot``).
 
+    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``).
     Mermaid and DOT come back as ``str``; SVG and PNG as ``bytes``.
     """
-    model = build_model(agent, trace, snapshot)
+    model = build_call_model() if machine == "calls" else build_model(agent, trace, snapshot)
     if output_format == "mermaid":
         return to_mermaid(model)
     if output_format == "dot":

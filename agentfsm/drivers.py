@@ -1,13 +1,15 @@
 """The drivers of a run: the only places where a run's I/O happens.
 
 ``drive_sync`` and ``drive_async`` (and ``agentfsm.durable``'s ``drive_durable``) ask the run for
-its next action, perform it, and report the result back. They make no decisions of their own, so
+its next action, write what the run recorded to its observers (``write_deltas``: a durable store
+commits there, before the action's I/O), perform the action, and report the result back. They make no decisions of their own, so
 they make the same ones (hypothesis tests compare them), and each handles every kind of action: a
 new one that a driver does not handle fails type checking (``assert_never``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Callable
@@ -21,7 +23,19 @@ from agentfsm.hooks import accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.runtime import AgentRun, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.runtime import (
+    AgentRun,
+    CallModel,
+    Confirm,
+    Fail,
+    Finish,
+    Pause,
+    RunDelta,
+    RunHooks,
+    RunObserver,
+    RunTools,
+)
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -38,26 +52,28 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
     """
     if save is not None:  # the snapshot given out says where it is stored: it is the run's head
         snapshot = snapshot.model_copy(update={"seq": save(snapshot).seq})
-    reason = snapshot.break_point or {}
-    directory = reason.get("snapshot_file_path")
+    pause = snapshot.pause
+    directory = pause.breakpoint.get("snapshot_file_path") if isinstance(pause, BreakpointHit) else None
+    if isinstance(pause, AwaitingDecision):
+        directory = pause.snapshot_file_path
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
-    if reason.get("type") == "outcome_unknown":
+    if isinstance(pause, OutcomeUnknown):
         return BreakpointException(
-            f"Run {snapshot.run_id} stopped in tool_run: tool calls {reason['tool_call_ids']} "
-            f"({', '.join(reason['tool_names'])}) started before the run was interrupted, and their outcome "
+            f"Run {snapshot.run_id} stopped in tool_run: tool calls {pause.tool_call_ids} "
+            f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
             f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
             snapshot,
             path,
         )
-    if reason.get("type") == "confirmation":
+    if isinstance(pause, AwaitingDecision):
         return HITLBreakpointException(
-            f"Run {snapshot.run_id} waits for a decision on {reason['tool_name']} (call {reason['tool_call_id']})"
+            f"Run {snapshot.run_id} waits for a decision on {pause.tool_name} (call {pause.tool_call_id})"
             f"{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]).",
-            reason["tool_name"],
+            pause.tool_name,
             path,
-            reason["tool_call_id"],
+            pause.tool_call_id,
             snapshot,
         )
     return BreakpointException(
@@ -144,6 +160,67 @@ async def _ask_async(strategy: Any, call: PreparedCall, context: Any = None) -> 
         return None
 
 
+def write_deltas(run: AgentRun) -> None:
+    """Hand what the run recorded since the last call to its observers, in this thread, oldest first."""
+    for delta in run.take_deltas():
+        for observer in run.config.observers:
+            observer.observe(delta)
+
+
+class AsyncDeltaWriter:
+    """Writes a run's deltas in worker threads, off the event loop, one write after the other, in order.
+
+    ``completed`` is the ``on_complete`` of the run's tool calls: each finished call's delta is
+    written as soon as it is recorded; ``drain`` waits for every write under way.
+    """
+
+    __slots__ = ("_lock", "_run", "_writes")
+
+    def __init__(self, run: AgentRun) -> None:
+        self._run = run
+        self._lock = asyncio.Lock()
+        self._writes: list[asyncio.Task[None]] = []
+
+    async def write(self) -> None:
+        """Write what the run recorded since the last write, and wait for it."""
+        await self._write_in_order(self._run.take_deltas())
+
+    async def _write_in_order(self, deltas: list[RunDelta]) -> None:
+        if deltas:
+            async with self._lock:  # FIFO: writes happen in the order the deltas were taken
+                await run_in_worker(_observe_all, self._run.config.observers, deltas)
+
+    def completed(self, call: PreparedCall) -> None:
+        """Record a finished call and start writing its delta."""
+        self._run.tool_completed(call)
+        self._writes.append(asyncio.ensure_future(self._write_in_order(self._run.take_deltas())))
+
+    async def drain(self) -> None:
+        """Wait for the writes under way; the first that failed raises."""
+        writes, self._writes = self._writes, []
+        await asyncio.gather(*writes)
+
+
+async def _execute_async(
+    run: AgentRun, action: RunTools, streaming_callback: StreamingCallback | None, writer: AsyncDeltaWriter | None
+) -> None:
+    """Run the action's calls on the event loop; with observers, each finished call's delta is written."""
+    invoker = run.config.invoker
+    if writer is None:
+        await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)
+        return
+    try:
+        await invoker.execute_async(action.calls, streaming_callback, writer.completed)
+    finally:
+        await writer.drain()
+
+
+def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> None:
+    for delta in deltas:
+        for observer in observers:
+            observer.observe(delta)
+
+
 def run_hooks(run: AgentRun, action: RunHooks) -> None:
     """Run the action's hooks on the run's State, in order, in this thread."""
     for h in action.hooks:
@@ -169,14 +246,24 @@ def drive_sync(
 ) -> dict[str, Any]:
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
+    observers = run.config.observers
+
+    def completed(call: PreparedCall) -> None:
+        run.tool_completed(call)
+        write_deltas(run)  # a finished call is committed before the next one is reported
+
+    on_complete = completed if observers else run.tool_completed
+
     while True:
         try:
             action = run.next_action()
+            if observers:
+                write_deltas(run)
             match action:
                 case CallModel():
                     run.model_replied(generator.run(**model_arguments(action, streaming_callback)))
                 case RunTools():
-                    invoker.execute_sync(action.calls, streaming_callback, run.tool_completed)
+                    invoker.execute_sync(action.calls, streaming_callback, on_complete)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
@@ -205,12 +292,17 @@ async def drive_async(
     streaming_callback: StreamingCallback | None,
     save_pause: SavePause | None = None,
 ) -> dict[str, Any]:
-    """Perform a run's I/O on the event loop until it finishes; same decisions as ``drive_sync``."""
-    invoker = run.config.invoker
+    """Perform a run's I/O on the event loop until it finishes; same decisions as ``drive_sync``.
+
+    What the run records is written to its observers in worker threads, off the event loop.
+    """
     run_async = getattr(generator, "run_async", None)
+    writer = AsyncDeltaWriter(run) if run.config.observers else None
     while True:
         try:
             action = run.next_action()
+            if writer is not None:
+                await writer.write()
             match action:
                 case CallModel():
                     call = run_async if run_async is not None else generator.run
@@ -218,7 +310,7 @@ async def drive_async(
                     output = await (call(**kwargs) if run_async is not None else run_in_worker(call, **kwargs))
                     run.model_replied(output)
                 case RunTools():
-                    await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)
+                    await _execute_async(run, action, streaming_callback, writer)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):

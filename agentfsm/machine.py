@@ -4,11 +4,14 @@ Two rules, after h11's ``_state.py``:
 
 1. Everything that decides *what happens next* lives in this file, as data: the phases, the work
    each phase does (``PHASE_WORK``), the edges between phases (``TRANSITIONS``), the facts their
-   guards read (``Facts``) and the sets of phases the rest of the library treats alike.
+   guards read (``Facts``), the sets of phases the rest of the library treats alike, and, beside
+   the phase table, the life of each pending tool call (``CallStatus`` and ``CALL_TRANSITIONS``).
 2. Everything else reads that data. The runtime takes edges through ``Dispatch`` (compiled from
-   ``TRANSITIONS``), ``build_machine`` builds the same table as a ``transitions.Machine`` (the
-   reference implementation the tests compare ``Dispatch`` against), diagrams draw it, snapshot
-   validation and the stores read the phase sets, and a test checks that every edge is taken.
+   ``TRANSITIONS``, or from ``specialise``'s table for a run's configuration), ``build_machine``
+   builds the same table as a ``transitions.Machine`` (the reference implementation the tests
+   compare ``Dispatch`` against), diagrams draw both tables (the agent's drawing from the same
+   ``specialise``), snapshot validation and the stores read the phase sets, and tests check that
+   every edge of both tables is taken.
 
 An edge is *guarded* when its source has more than one way out: its guard is data, the values some
 ``Facts`` must have (``when``), and its label on a diagram is written from those values. ``Dispatch``
@@ -16,7 +19,14 @@ compiles the guards of each phase into a table from every combination of those f
 edge that holds, and refuses a table where some combination has no edge or several. ``pause``,
 ``fail`` and ``resume`` are *interrupts*: the runtime fires them itself when a breakpoint matches,
 an error escapes, or a snapshot is resumed; they are declared here all the same, so that an
-undeclared pause (say, from IDLE) is refused.
+undeclared pause (say, from IDLE) is refused. Calls in doubt after a crash are a fact
+(``calls_in_doubt``) with its own edge (``in_doubt``, TOOL_RUN to PAUSED), not an interrupt.
+
+A call moves by trigger: ``CALL_TRANSITIONS`` names, for each status, one edge per trigger (from
+``proposed``, through ``undecided`` and a decision, to ``done``, ``failed``, ``rejected``, or in doubt
+after a crash), and ``CallDispatch`` refuses, when it is built, a table with a duplicate edge, a
+status it never reaches, or a status other than the terminal ones without a way out.
+``AgentRun.move_call`` is the one way a run changes a call's status.
 """
 
 from __future__ import annotations
@@ -24,9 +34,10 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from agentfsm.errors import MachineError
@@ -132,6 +143,8 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
 #: point without hooks in a run is skipped too: see ``work_plan``.)
 SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.CALL_MODEL: ("stop_requested", True),
+    Work.RUN_TOOLS: ("calls_in_doubt", True),
+    Work.AFTER_TOOL: ("calls_in_doubt", True),
     Work.AFTER_LLM: ("stop_requested", True),
     Work.CLEAR_CONTINUE: ("continue_requested", False),
     Work.ON_EXIT: ("exit_reached", False),
@@ -194,6 +207,8 @@ class Facts(NamedTuple):
     stop_requested: bool = False
     #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
     continue_requested: bool = False
+    #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
+    calls_in_doubt: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -208,6 +223,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
     "stop_requested": {True: "a hook set stop_run", False: "no stop asked"},
     "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
+    "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -275,7 +291,9 @@ TRANSITIONS: tuple[Transition, ...] = (
     _edge("run_tools", P.TOOL_PENDING, P.TOOL_RUN, needs_confirmation=False),
     _edge("decided", P.CONFIRM, P.TOOL_RUN, strategy_paused=False),
     _edge("hitl_pause", P.CONFIRM, P.PAUSED, strategy_paused=True),
-    _edge("tools_done", P.TOOL_RUN, P.EXIT_CHECK),
+    _edge("tools_done", P.TOOL_RUN, P.EXIT_CHECK, calls_in_doubt=False),
+    # A call that may have run before a crash waits for a decision: run it again, or give its result.
+    _edge("in_doubt", P.TOOL_RUN, P.PAUSED, calls_in_doubt=True),
     _edge("stop", P.EXIT_CHECK, P.DONE, "{stop_run}", stop_requested=True),
     _edge(
         "exit",
@@ -310,13 +328,139 @@ TRANSITIONS: tuple[Transition, ...] = (
         "max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", stop_requested=False, exit_reached=False, steps_left=False
     ),
     _edge("continue", P.EXIT_CHECK, P.LLM_CALL, stop_requested=False, exit_reached=False, steps_left=True),
-    *_interrupts("pause", P.PAUSED, "breakpoint matches, or calls are in doubt after a crash"),
+    *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[
         Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")
         for dest in ACTIVE_PHASES
     ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
 )
+
+
+# -- the call lifecycle: where each pending tool call stands ----------------------------------------
+
+
+class CallStatus(StrEnum):
+    """Where one pending tool call stands; it changes only along ``CALL_TRANSITIONS``."""
+
+    #: As the model proposed it, before it is checked against its tool.
+    PROPOSED = "proposed"
+    #: Checked: it runs in TOOL_RUN.
+    READY = "ready"
+    #: It cannot run (unknown tool, bad arguments): ``error`` says why, and the model is told.
+    FAILED = "failed"
+    #: A confirmation strategy must decide it before it can run.
+    UNDECIDED = "undecided"
+    #: A person rejected it: it never runs; the model is told, with the feedback (``decision``).
+    REJECTED = "rejected"
+    #: It ran: ``outcome`` holds what it returned or raised.
+    DONE = "done"
+    #: In doubt: it started before a crash and its result was never recorded. It runs again only
+    #: when a decision says so (or its tool is idempotent).
+    UNKNOWN = "outcome_unknown"
+
+
+#: Call statuses a call never leaves.
+TERMINAL_CALL_STATUSES: frozenset[CallStatus] = frozenset({CallStatus.DONE, CallStatus.FAILED, CallStatus.REJECTED})
+
+
+@dataclass(frozen=True, slots=True)
+class CallTransition:
+    """One declared edge of a call: ``trigger`` moves it from ``source`` to ``dest``; ``note`` says when."""
+
+    trigger: str
+    source: CallStatus
+    dest: CallStatus
+    note: str
+
+    @property
+    def label(self) -> str:
+        """``trigger [note]``, as drawn on diagrams."""
+        return f"{self.trigger} [{self.note}]"
+
+
+C = CallStatus
+
+#: The life of one tool call, from the model's proposal to its result. A trigger names one edge out
+#: of each status it leaves (``CallDispatch`` checks it), so the run moves a call by naming the trigger.
+CALL_TRANSITIONS: tuple[CallTransition, ...] = (
+    CallTransition("check", C.PROPOSED, C.READY, "its tool exists and the arguments fit"),
+    CallTransition("refuse", C.PROPOSED, C.FAILED, "unknown tool or bad arguments"),
+    CallTransition("ask", C.READY, C.UNDECIDED, "a confirmation strategy covers its tool"),
+    CallTransition("approve", C.UNDECIDED, C.READY, "decision execute=True"),
+    CallTransition("modify", C.UNDECIDED, C.READY, "execute=True with new arguments that fit"),
+    CallTransition("modify_refused", C.UNDECIDED, C.FAILED, "execute=True with new arguments that do not fit"),
+    CallTransition("reject", C.UNDECIDED, C.REJECTED, "decision execute=False"),
+    CallTransition("finish", C.READY, C.DONE, "the tool returned or raised"),
+    CallTransition("restore", C.READY, C.DONE, "its result is recorded in the snapshot"),
+    CallTransition("in_doubt", C.READY, C.UNKNOWN, "started before a crash, result not recorded"),
+    CallTransition("rerun", C.UNKNOWN, C.READY, "idempotent tool, or decision execute=True"),
+    CallTransition("modify", C.UNKNOWN, C.READY, "execute=True with new arguments that fit"),
+    CallTransition("modify_refused", C.UNKNOWN, C.FAILED, "execute=True with new arguments that do not fit"),
+    CallTransition("settle", C.UNKNOWN, C.DONE, "decision execute=False: its feedback is the result"),
+)
+
+
+class CallDispatch:
+    """``CALL_TRANSITIONS`` as a lookup from (status, trigger) to the status it leads to.
+
+    Building it checks the table: each (status, trigger) names one edge, every status is reached
+    from ``PROPOSED``, and every status but the terminal ones has a way out.
+    """
+
+    __slots__ = ("_next", "moves")
+
+    def __init__(self, transitions: Iterable[CallTransition]) -> None:
+        """Compile and check ``transitions``."""
+        self._next: dict[tuple[CallStatus, str], CallStatus] = {}
+        for t in transitions:
+            if (t.source, t.trigger) in self._next:
+                raise MachineError(
+                    f"Two call edges leave {t.source.value} on {t.trigger!r}; give each its own trigger."
+                )
+            if t.source in TERMINAL_CALL_STATUSES:
+                raise MachineError(
+                    f"Call edge {t.trigger!r} leaves {t.source.value}, a terminal status; "
+                    "drop it or take the status out of TERMINAL_CALL_STATUSES."
+                )
+            self._next[(t.source, t.trigger)] = t.dest
+        reached, frontier = {CallStatus.PROPOSED}, [CallStatus.PROPOSED]
+        while frontier:
+            source = frontier.pop()
+            for (s, _), dest in self._next.items():
+                if s is source and dest not in reached:
+                    reached.add(dest)
+                    frontier.append(dest)
+        if set(CallStatus) - reached:
+            raise MachineError(
+                f"Call statuses {sorted(set(CallStatus) - reached)} are never reached from proposed; "
+                "declare an edge into them in CALL_TRANSITIONS."
+            )
+        stuck = set(CallStatus) - TERMINAL_CALL_STATUSES - {s for s, _ in self._next}
+        if stuck:
+            raise MachineError(
+                f"Call statuses {sorted(stuck)} have no way out; declare one in CALL_TRANSITIONS "
+                "or list them in TERMINAL_CALL_STATUSES."
+            )
+
+        #: The table as a mapping, for the runtime's lookups: (status, trigger) -> the status it leads to.
+        self.moves: Mapping[tuple[CallStatus, str], CallStatus] = MappingProxyType(self._next)
+
+    def next(self, status: CallStatus, trigger: str) -> CallStatus:
+        """Where ``trigger`` moves a call in ``status``; ``MachineError`` when no such edge is declared."""
+        try:
+            return self._next[(status, trigger)]
+        except KeyError:
+            raise MachineError(
+                f"Undeclared call transition {status.value} --{trigger}-->; "
+                "every change of a call's status must be declared in agentfsm.machine.CALL_TRANSITIONS."
+            ) from None
+
+
+CALL_DISPATCH = CallDispatch(CALL_TRANSITIONS)
+
+
+# -- compiling the phase table ------------------------------------------------------------------------
 
 
 class Dispatch:
@@ -330,9 +474,8 @@ class Dispatch:
 
     __slots__ = ("_allowed", "_guarded", "_unguarded")
 
-    def __init__(self, transitions: Iterable[Transition], constants: ConstantFacts = frozenset()) -> None:
-        """Compile ``transitions``; the facts in ``constants`` have their value there and are never read."""
-        values = dict(constants)
+    def __init__(self, transitions: Iterable[Transition]) -> None:
+        """Compile ``transitions`` (``TRANSITIONS``, or a table ``specialise`` made for a configuration)."""
         by_source: dict[Phase, list[Transition]] = {}
         allowed: dict[tuple[Phase, str], set[Phase]] = {}
         for t in transitions:
@@ -344,13 +487,11 @@ class Dispatch:
         self._unguarded: dict[Phase, Transition] = {}
         #: Phases with guarded edges: the facts to read, and the edge for each combination of their values.
         self._guarded: dict[Phase, tuple[Callable[[object], Any], dict[Any, Transition]]] = {}
-        for source, declared in by_source.items():
-            # Edges a constant rules out are left out; the constants are not read by the others.
-            edges = [t for t in declared if all(values.get(name, value) is value for name, value in t.when)]
-            if len(edges) == 1 and all(name in values for name, _ in edges[0].when):
+        for source, edges in by_source.items():
+            if len(edges) == 1 and not edges[0].when:
                 self._unguarded[source] = edges[0]
             else:
-                self._guarded[source] = _decision_table(source, edges, values)
+                self._guarded[source] = _decision_table(source, edges)
 
     def next(self, phase: Phase, facts: object) -> Transition:
         """The one non-interrupt edge out of ``phase`` whose guard holds for ``facts``.
@@ -376,17 +517,15 @@ class Dispatch:
             )
 
 
-def _decision_table(
-    source: Phase, edges: list[Transition], constants: dict[str, bool]
-) -> tuple[Callable[[object], Any], dict[Any, Transition]]:
+def _decision_table(source: Phase, edges: list[Transition]) -> tuple[Callable[[object], Any], dict[Any, Transition]]:
     """The facts ``edges`` read and, for each combination of their values, the one edge that holds."""
-    names = sorted({name for t in edges for name, _ in t.when} - set(constants))
+    names = sorted({name for t in edges for name, _ in t.when})
     unknown = set(names) - set(FACT_NAMES)
     if unknown:
         raise MachineError(f"Guards out of {source.value} read unknown facts {sorted(unknown)}; facts: {FACT_NAMES}.")
     table: dict[Any, Transition] = {}
     for values in itertools.product((False, True), repeat=len(names)):
-        facts = {**constants, **dict(zip(names, values, strict=True))}
+        facts = dict(zip(names, values, strict=True))
         holding = [t for t in edges if all(facts[name] is value for name, value in t.when)]
         if len(holding) != 1:
             raise MachineError(
@@ -401,9 +540,25 @@ DISPATCH = Dispatch(TRANSITIONS)
 
 
 @functools.cache
+def specialise(constants: ConstantFacts) -> tuple[Transition, ...]:
+    """The table for runs in which the facts of ``constants`` keep their values.
+
+    An edge that needs a constant to have the other value is left out; the others keep guards on the
+    facts that can change only. Runs compile it (``dispatch_for``) and diagrams draw it, so a drawing
+    shows exactly the edges a run of the configuration can take.
+    """
+    values = dict(constants)
+    return tuple(
+        t if not t.when else replace(t, when=tuple((name, value) for name, value in t.when if name not in values))
+        for t in TRANSITIONS
+        if all(values.get(name, value) is value for name, value in t.when)
+    )
+
+
+@functools.cache
 def dispatch_for(constants: ConstantFacts) -> Dispatch:
-    """The table compiled for runs in which the facts of ``constants`` keep their value."""
-    return Dispatch(TRANSITIONS, constants) if constants else DISPATCH
+    """The table compiled for runs in which the facts of ``constants`` keep their value (``specialise``)."""
+    return Dispatch(specialise(constants)) if constants else DISPATCH
 
 
 def build_machine(model: Any, initial: Phase = Phase.IDLE) -> Any:

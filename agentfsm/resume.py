@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentfsm.decisions import check_snapshot_decisions
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
-from agentfsm.machine import PREPARED_PHASES, Phase
+from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
-from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord
+from agentfsm.pauses import AwaitingDecision
+from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord, runs_again_after_crash
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
-from agentfsm.tools.invoker import CallOutcome, CallStatus
+from agentfsm.tools.invoker import CallOutcome
 
 
 def resume_run(
@@ -39,49 +41,37 @@ def resume_run(
     when anything raises, the run has not moved, and nothing ran.
 
     A snapshot recorded while the tools ran (in TOOL_RUN, no breakpoint) may hold calls that started
-    and did not finish: their outcome is unknown. Those of idempotent tools run again; for the
-    others, the run pauses in TOOL_RUN (break point ``outcome_unknown``) until a decision says to
-    run them again (``execute=True``) or gives their result (``execute=False``, the result as ``feedback``).
+    and did not finish: they are in doubt. Those of idempotent tools run again; for the others, the
+    run takes its ``in_doubt`` edge from TOOL_RUN to PAUSED (break point ``outcome_unknown``) until a
+    decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
+    result as ``feedback``).
     """
     from agentfsm.hitl.types import as_decisions
 
     decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
-    if snap.agent_fingerprint != expected:
-        message = (
-            f"Snapshot of run {snap.run_id} was taken by an agent configured differently "
-            f"(fingerprint {snap.agent_fingerprint}, this agent {expected}): tools, state schema, "
-            "exit conditions or limits changed."
-        )
-        if strict:
-            raise SnapshotError(message + " Resume with the original configuration or pass strict=False.")
-        logger.warning("snapshot from another agent configuration", run_id=snap.run_id, detail=message)
+    check_fingerprint(snap.run_id, snap.agent_fingerprint, expected, strict=strict)
     try:
         run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
         raise
     except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
-    reason = snap.break_point or {}
-    waiting = set(reason.get("waiting", ())) if reason.get("type") == "confirmation" else set()
+    pause = snap.pause
+    waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
     unknown = snap.outcome_unknown_calls()
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.
         if c.key in waiting and c.status is CallStatus.READY and c.decision is None:
-            c.status = CallStatus.UNDECIDED
+            run.move_call(c, "ask")
         elif c.key in unknown and c.status is CallStatus.READY:
-            c.status = CallStatus.UNKNOWN
-    if decisions:
-        if snap.phase is not Phase.CONFIRM and not unknown:
-            raise DecisionError(
-                f"Run {snap.run_id} is not waiting for decisions: it resumes in {snap.phase.value}. Nothing ran."
-            )
-        for decision in decisions:
-            run.apply_decision(decision)
-    for c in run.pending:  # an idempotent tool's call runs again, unless a decision said otherwise
-        if c.status is CallStatus.UNKNOWN and c.tool is not None and c.tool.idempotent:
-            c.status = CallStatus.READY
+            run.move_call(c, "in_doubt")
+    for decision in check_snapshot_decisions(snap, decisions):
+        run.apply_decision(decision)
+    for c in run.pending:  # a call in doubt runs again by the in-doubt rule, unless a decision said otherwise
+        if c.status is CallStatus.UNKNOWN and runs_again_after_crash(c):
+            run.move_call(c, "rerun")
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
     unasked = [
@@ -95,8 +85,26 @@ def resume_run(
     if before_resume is not None:
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)
-    run.pause_in_doubt()
     return run
+
+
+def check_fingerprint(run_id: str, recorded: str, expected: str, *, strict: bool) -> None:
+    """Check a recorded run's agent fingerprint against this agent's: every way of continuing a run does.
+
+    A run recorded by a differently configured agent (``recorded`` is not ``expected``) is logged as
+    a warning, or, with ``strict``, refused with ``SnapshotError``.
+    """
+    if recorded == expected:
+        return
+    message = (
+        f"Run {run_id} was recorded by an agent configured differently (fingerprint {recorded}, this agent "
+        f"{expected}): tools, state schema, hooks, exit conditions or limits changed."
+    )
+    if strict:
+        raise SnapshotError(
+            message + " Continue it with the original configuration (an in-process resume may pass strict=False)."
+        )
+    logger.warning("snapshot from another agent configuration", run_id=run_id, detail=message)
 
 
 def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fingerprint: str) -> AgentRun:

@@ -1,11 +1,14 @@
 """One agent run as a sans-I/O state machine.
 
-``AgentRun`` never calls a model, a tool, a hook or a user. ``next_action`` does the current
+``AgentRun`` never calls a model, a tool, a hook, a user or a store: it does no I/O. ``next_action`` does the current
 phase's work that needs no I/O, says what the driver must do next as data (``CallModel``,
 ``RunTools``, ``Confirm``, ``RunHooks``, ``Pause``, ``Finish``, ``Fail``) and, once the phase's
 work is done, takes the one declared edge whose guard holds. It is the only place that moves the
 run. The driver performs each action and reports the result (``model_replied``,
-``tool_completed``, ``tools_ran``, ``decided``, ``hooks_ran``); reports only record.
+``tool_completed``, ``tools_ran``, ``decided``, ``hooks_ran``); reports only record. What must be
+persisted comes out as deltas (``take_deltas``) that the drivers write to the run's observers after
+each step, before the I/O that follows: so entering CONFIRM or TOOL_RUN is committed before any
+decision is asked or tool runs.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
 The drivers are in ``agentfsm.drivers``.
 """
@@ -16,21 +19,24 @@ import hashlib
 import operator
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import DecisionError, MachineError, ModelClientError
+from agentfsm.decisions import call_fingerprint, check_decisions
+from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
+    CALL_DISPATCH,
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
     HOOK_POINTS,
     PHASE_WORK,
+    CallStatus,
     ConstantFacts,
     Facts,
     Phase,
@@ -40,14 +46,23 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, with_unique_call_ids
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
 from agentfsm.result import AgentResult
-from agentfsm.serialization import serialize_value
+from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall, ToolInvoker
+from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
+#: The hook points after which the pending calls are read again from the conversation.
+_REREAD_CALLS = frozenset({Work.AFTER_LLM, Work.BEFORE_TOOL})
+#: No call of a run is in doubt until one goes in doubt after a crash (see ``AgentRun.move_call``).
+_NO_DOUBT: ConstantFacts = frozenset({("calls_in_doubt", False)})
+#: The declared call transitions: (status, trigger) -> the status it leads to.
+_CALL_MOVES = CALL_DISPATCH.moves
+#: The statuses of calls waiting for a decision.
+_DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
 #: The phase whose work each work item is.
@@ -103,7 +118,10 @@ class TransitionRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunDelta:
-    """What a run tells its observers at each transition and as each tool call finishes."""
+    """What a run records at each transition and as each tool call finishes, for its observers.
+
+    The run only records deltas (``AgentRun.take_deltas``); the drivers hand them to the observers.
+    """
 
     run_id: str
     #: The edge just taken; ``None`` when a tool call finished (the run is still in TOOL_RUN).
@@ -124,10 +142,13 @@ class RunDelta:
 
 
 class RunObserver(Protocol):
-    """Watches a run (durable snapshot stores do): told at every transition and every finished tool call."""
+    """Watches a run (durable snapshot stores do): told at every transition and every finished tool call.
+
+    The drivers tell it, after each step of the run and before the I/O that follows.
+    """
 
     def observe(self, delta: RunDelta) -> None:
-        """Take in what changed; the run's next work starts when this returns."""
+        """Take in what changed; the run's next I/O starts when this returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +164,7 @@ class RunConfig:
     fingerprint: Callable[[], str]
     dynamic: tuple[Toolset, ...] = ()
     break_point: Breakpoint | None = None
+    #: Told what changed (``RunDelta``), by the drivers: the run records deltas only when it has some.
     observers: tuple[RunObserver, ...] = ()
     #: The hooks of each hook point, in the order they run.
     hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
@@ -256,16 +278,28 @@ class AgentRun:
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
-        constants = constant_facts(config, state)
+        constants = constant_facts(
+            config.tools.values(),
+            dynamic=bool(config.dynamic),
+            hooks=config.hooks,
+            confirmation=config.confirmation,
+            state=state.data,
+        )
+        #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
+        self._constants = constants
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
-        self._plan = work_plan(frozenset(config.hooks), constants)
+        self._plan = work_plan(frozenset(config.hooks), constants | _NO_DOUBT)
         #: The table compiled for this run's configuration (facts it cannot change are constants).
-        self._dispatch = dispatch_for(constants)
+        self._dispatch = dispatch_for(constants | _NO_DOUBT)
+        #: Whether a call of the run went in doubt (the run's plan and table then read ``calls_in_doubt``).
+        self._doubted = False
         #: The tools shown to the model when no dynamic toolset changes them between calls.
         self._static_tools = None if config.dynamic else list(config.tools.values())
         #: The conversation's version when the last hooks were handed out (did they change it?).
         self._conversation_before_hooks = (0, 0)
-        #: What the observers were told of the conversation (its version and length) and of the trace.
+        #: Deltas recorded for the observers and not taken by the driver yet.
+        self._deltas: list[RunDelta] = []
+        #: What the deltas recorded of the conversation (its version and length) and of the trace.
         self._told: tuple[int, int] | None = None
         self._told_trace = 0
         self._entered = time.perf_counter()
@@ -300,6 +334,14 @@ class AgentRun:
     def _any_undecided(self) -> bool:
         for c in self.pending:  # noqa: SIM110 (a loop, not any() over a generator: read at every step)
             if c.status is CallStatus.UNDECIDED:
+                return True
+        return False
+
+    @property
+    def calls_in_doubt(self) -> bool:
+        """Fact: a pending call started before a crash and its result was never recorded."""
+        for c in self.pending:  # noqa: SIM110 (see _any_undecided)
+            if c.status is CallStatus.UNKNOWN:
                 return True
         return False
 
@@ -397,7 +439,8 @@ class AgentRun:
         self.stage += 1
 
     def _run_hooks(self, item: Work) -> Action:
-        self._conversation_before_hooks = self._conversation_version()
+        if item in _REREAD_CALLS:
+            self._conversation_before_hooks = self._conversation_version()
         return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
 
     def _conversation_version(self) -> tuple[int, int]:
@@ -418,6 +461,9 @@ class AgentRun:
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
         self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
+        if self._logging:
+            for c in self.pending:  # the invoker made them: the edges out of PROPOSED are logged here
+                self._log_call(c, CallStatus.PROPOSED, "check" if c.status is CallStatus.READY else "refuse")
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -425,9 +471,10 @@ class AgentRun:
         if completed or covered:
             for c in self.pending:
                 if completed and c.key in completed:
-                    c.status, c.outcome = CallStatus.DONE, completed[c.key]
+                    c.outcome = completed[c.key]
+                    self.move_call(c, "restore")
                 elif c.status is CallStatus.READY and c.call.tool_name in covered:
-                    c.status = CallStatus.UNDECIDED
+                    self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
                 if (
@@ -491,9 +538,13 @@ class AgentRun:
         self.stage += 1
 
     def tool_completed(self, call: PreparedCall) -> None:
-        """Record one finished call (observers may persist it, so that a crash does not run it again)."""
-        if call.status is not CallStatus.DONE:
-            raise MachineError(f"tool_completed takes a finished call; {call.key} is {call.status}.")
+        """Record one finished call, its ``outcome`` set: it takes its ``finish`` edge to DONE.
+
+        Its delta lets observers persist it, so that a crash does not run it again.
+        """
+        if call.outcome is None:
+            raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
+        self.move_call(call, "finish")
         if self.config.observers:
             self._tell(None)
 
@@ -502,6 +553,9 @@ class AgentRun:
         if self._awaiting is not Work.RUN_TOOLS:
             raise self._unexpected(Work.RUN_TOOLS, "tools_ran")
         self._awaiting = None
+        if self._doubted and self.calls_in_doubt:  # the run pauses for them (``in_doubt``): no result is recorded yet
+            self.stage += 1
+            return []
         messages = self.config.invoker.finish(self.pending, self.state)
         self.state.append("messages", messages)
         self.calls, self.pending = [], []
@@ -523,31 +577,24 @@ class AgentRun:
     def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
         """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
 
-        It must name a pending call waiting for a decision (``tool_call_id``), for the same tool, and,
-        when it carries one, the fingerprint of that call's tool name and arguments as proposed.
-        Otherwise ``DecisionError``, and nothing changes. ``taken_before``: replayed from the snapshot.
-        For a call whose outcome is unknown, ``execute=False`` records ``feedback`` as its result.
+        It is checked first (``agentfsm.decisions.check_decisions``): it must name a pending call
+        waiting for a decision, for the same tool, and, when it carries one, the fingerprint of that
+        call's tool name and arguments as proposed. Otherwise ``DecisionError``, and nothing changes.
+        ``taken_before``: replayed from the snapshot (checked when it was taken).
+        For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import as_decision, call_fingerprint
+        from agentfsm.hitl.types import as_decision
 
-        d = as_decision(decision)
-        call = next((c for c in self.pending if c.key == d.tool_call_id), None)
-        if call is None:
-            waiting = [c.key for c in self.pending if c.status is CallStatus.UNDECIDED]
-            raise DecisionError(
-                f"No pending tool call {d.tool_call_id!r} in run {self.run_id}; the calls waiting for a decision are {waiting}."
-            )
+        if taken_before:
+            d = as_decision(decision)
+        else:
+            calls = {c.key: (c.call.tool_name, c.call.arguments) for c in self.pending}
+            waiting = [c.key for c in self.pending if c.status in _DECIDABLE]
+            [d] = check_decisions(self.run_id, calls, waiting, [decision])
+        call = next(c for c in self.pending if c.key == d.tool_call_id)
         proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
-        if d.tool_name != call.call.tool_name or (d.call_fingerprint is not None and d.call_fingerprint != proposed):
-            raise DecisionError(
-                f"The decision for {d.tool_call_id!r} was taken for another call ({d.tool_name}, fingerprint "
-                f"{d.call_fingerprint}); the pending call is {call.call.tool_name}({call.call.arguments}), "
-                f"fingerprint {proposed}. Nothing ran."
-            )
         ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
         unknown = call.status is CallStatus.UNKNOWN
-        if call.status is not CallStatus.UNDECIDED and not unknown and not (taken_before and ran):
-            raise DecisionError(f"Tool call {d.tool_call_id!r} is decided already ({call.status}); nothing ran.")
         if not unknown:  # a confirmation: the tool result shows it
             call.decision = d
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
@@ -557,12 +604,15 @@ class AgentRun:
             else:  # the new arguments are checked again, as the model's were
                 [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
-                call.status, call.error = checked.status, checked.error
+                call.error = checked.error
+                self.move_call(call, "modify" if checked.status is CallStatus.READY else "modify_refused")
                 self._give_key(call)
-        elif unknown and not d.execute:
-            call.status, call.outcome = CallStatus.DONE, CallOutcome(value=d.feedback)
+        elif unknown:
+            if not d.execute:
+                call.outcome = CallOutcome(value=d.feedback)
+            self.move_call(call, "rerun" if d.execute else "settle")
         elif not ran:
-            call.status = CallStatus.READY if d.execute else CallStatus.REJECTED
+            self.move_call(call, "approve" if d.execute else "reject")
         if not taken_before:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
@@ -576,34 +626,38 @@ class AgentRun:
         if self._awaiting is not point:
             raise self._unexpected(point, "hooks_ran")
         self._awaiting = None
-        if (
-            point in (Work.AFTER_LLM, Work.BEFORE_TOOL)
-            and self._conversation_version() != self._conversation_before_hooks
-        ):
+        if point in _REREAD_CALLS and self._conversation_version() != self._conversation_before_hooks:
             self.calls = unanswered_calls(self._data["messages"]) if self._has_tools else []
         self.stage += 1
         if self.config.observers and self.phase in ACTIVE_PHASES:
             self._tell(None)
 
-    def pause_in_doubt(self) -> bool:
-        """Take the ``pause`` edge when pending calls have an unknown outcome (break point ``outcome_unknown``).
+    def move_call(self, call: PreparedCall, trigger: str) -> None:
+        """Move a pending call along its declared edge ``trigger`` (``CALL_TRANSITIONS``).
 
-        Such a call started before a crash and its result was never recorded: it waits for a decision
-        (``execute=True`` runs it again, ``execute=False`` gives its result). False: there is none.
+        The one way a call's status changes in a run; an undeclared move raises ``MachineError``.
         """
-        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
-        if not unknown:
-            return False
-        self._awaiting = None
-        self.snapshot = self.make_snapshot(
-            {
-                "type": "outcome_unknown",
-                "tool_call_ids": [c.key for c in unknown],
-                "tool_names": [c.call.tool_name for c in unknown],
-            }
+        source = call.status
+        dest = _CALL_MOVES.get((source, trigger)) or CALL_DISPATCH.next(source, trigger)  # the latter raises
+        call.status = dest
+        if dest is CallStatus.UNKNOWN and not self._doubted:
+            # From now on the run's plan and table read the fact (the constants still hold).
+            self._doubted = True
+            self._plan = work_plan(frozenset(self.config.hooks), self._constants)
+            self._dispatch = dispatch_for(self._constants)
+        if self._logging:
+            self._log_call(call, source, trigger)
+
+    def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
+        logger.debug(
+            "call transition",
+            run_id=self.run_id,
+            step=self.step,
+            call=call.key,
+            source=source.value,
+            dest=CALL_DISPATCH.next(source, trigger).value,
+            trigger=trigger,
         )
-        self.interrupt("pause", Phase.PAUSED)
-        return True
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -617,7 +671,8 @@ class AgentRun:
 
     def _move(self, transition: Transition, stage: int = 0) -> None:
         if transition.dest is Phase.PAUSED and self.snapshot is None:
-            # A decision is deferred: the run resumes into this phase's work, and it waits for the decision.
+            # A decision is deferred, or calls are in doubt: the run resumes into this phase's work, and
+            # it waits for the decisions.
             self.snapshot = self.make_snapshot(self._waiting_for(), stage=0)
         now = time.perf_counter()
         record = TransitionRecord(
@@ -652,8 +707,8 @@ class AgentRun:
             and bp.target_phase is record.dest
             and bp.matches(record.dest, self.step, self._visits(), [c.tool_name for c in self.calls])
         ):
-            # The snapshot exists before the pause edge is taken, so that observers of that edge store it.
-            self.snapshot = self.make_snapshot(bp.to_dict())
+            # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
+            self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
 
     def _visits(self) -> int:
@@ -673,7 +728,7 @@ class AgentRun:
         return True
 
     def _tell(self, record: TransitionRecord | None) -> None:
-        """Give each observer what changed since it was last told."""
+        """Record, for the observers, what changed since the last delta (the driver hands it to them)."""
         messages: list[ChatMessage] = self._data.get("messages") or []
         version = self.state.version("messages")
         told = self._told
@@ -683,9 +738,14 @@ class AgentRun:
         trace, self._told_trace = self.trace[self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
         snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
-        delta = RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
-        for observer in self.config.observers:
-            observer.observe(delta)
+        self._deltas.append(
+            RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
+        )
+
+    def take_deltas(self) -> list[RunDelta]:
+        """The deltas recorded since the last call, oldest first, for the driver to give the observers."""
+        deltas, self._deltas = self._deltas, []
+        return deltas
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -696,22 +756,27 @@ class AgentRun:
             self._fingerprint = self.config.fingerprint()
         return self._fingerprint
 
-    def _waiting_for(self) -> dict[str, Any]:
-        """Why a run pauses for a confirmation: the first call waiting, and the tools of every one."""
+    def _waiting_for(self) -> PauseReason:
+        """Why a run pauses for decisions: its calls in doubt, or those a confirmation waits for."""
+        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
+        if unknown:
+            return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
         waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
         first = waiting[0]
         strategy = self.config.confirmation.get(first.call.tool_name)
-        return {
-            "type": "confirmation",
-            "tool_name": first.call.tool_name,
-            "tool_call_id": first.key,
-            "waiting": [c.key for c in waiting],
-            "snapshot_file_path": getattr(strategy, "snapshot_file_path", None),
-            "tool_descriptions": {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
-        }
+        return AwaitingDecision(
+            first.call.tool_name,
+            first.key,
+            [c.key for c in waiting],
+            getattr(strategy, "snapshot_file_path", None),
+            {c.call.tool_name: c.tool.description if c.tool else "" for c in waiting},
+        )
 
-    def _started_calls(self) -> list[str]:
-        """The calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run."""
+    def started_calls(self) -> list[str]:
+        """The journal: the calls handed to the tools (or in doubt after a crash), while TOOL_RUN's tools run.
+
+        After a crash, those without a recorded result are in doubt (``runs_again_after_crash``).
+        """
         if self.phase is not Phase.TOOL_RUN or PHASE_WORK[Phase.TOOL_RUN][self.stage : self.stage + 1] != (
             Work.RUN_TOOLS,
         ):
@@ -719,8 +784,8 @@ class AgentRun:
         started = (CallStatus.READY, CallStatus.DONE, CallStatus.UNKNOWN)
         return [c.key for c in self.pending if c.status in started]
 
-    def snapshot_fields(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> dict[str, Any]:
-        """The snapshot of the run where it stands, but ``messages``, ``trace`` and ``created_at``."""
+    def snapshot_fields(self, pause: PauseReason | None = None, stage: int | None = None) -> dict[str, Any]:
+        """The snapshot of the run where it stands (paused for ``pause``), but ``messages``, ``trace`` and ``created_at``."""
         return {
             "run_id": self.run_id,
             "phase": self.phase,
@@ -731,18 +796,18 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
-            "started_tool_calls": self._started_calls() if break_point is None else [],
+            "started_tool_calls": self.started_calls() if pause is None else [],
             "exit_reason": self.exit_reason,
-            "break_point": break_point,
+            "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
             "agent_fingerprint": self.fingerprint,
         }
 
-    def make_snapshot(self, break_point: dict[str, Any] | None = None, stage: int | None = None) -> AgentSnapshot:
-        """The run as data, to be resumed where it stands (or at ``stage`` of its phase)."""
+    def make_snapshot(self, pause: PauseReason | None = None, stage: int | None = None) -> AgentSnapshot:
+        """The run as data, to be resumed where it stands (or at ``stage`` of its phase), paused for ``pause``."""
         return AgentSnapshot.from_dict(
             {
-                **self.snapshot_fields(break_point, stage),
+                **self.snapshot_fields(pause, stage),
                 "messages": [m.to_dict() for m in self._data.get("messages") or []],
                 "trace": [r.to_dict() for r in self.trace],
                 "created_at": now_iso(),
@@ -754,29 +819,81 @@ class AgentRun:
         return run_result(self._data, self.exit_reason, self.trace)
 
 
+def result_record(run: AgentRun) -> dict[str, Any]:
+    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
+    return {
+        **run.snapshot_fields(),
+        "phase": run.phase.value,
+        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
+        "trace": [r.to_dict() for r in run.trace],
+        "created_at": now_iso(),
+    }
+
+
+def result_from_record(record: dict[str, Any]) -> AgentResult:
+    """``Agent.run``'s result for a finished run's record."""
+    data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
+    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
+
+
+def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
+    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
+
+    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
+    ``record`` is ``result_record``'s; ``segment`` numbers the snapshot (its ``seq``).
+    """
+    return AgentSnapshot.from_dict(
+        {
+            **record,
+            "phase": Phase.EXIT_CHECK.value,
+            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
+            "trace": record["trace"][:-1],
+            "seq": segment,
+        }
+    )
+
+
+def runs_again_after_crash(call: PreparedCall) -> bool:
+    """The in-doubt rule: whether a call that started before a crash, its result never recorded, runs again.
+
+    It does when its tool is idempotent; any other waits for a decision (run it again, or give its result).
+    """
+    return call.tool is not None and call.tool.idempotent
+
+
 def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> AgentResult:
     """What ``Agent.run`` returns for a run with this State data, exit reason and trace."""
     return AgentResult(data, exit_reason, trace)
 
 
-def constant_facts(config: RunConfig, state: State) -> ConstantFacts:
-    """The facts a run with this configuration and starting State can never change (see ``ConstantFacts``).
+def constant_facts(
+    tools: Iterable[Tool],
+    *,
+    dynamic: bool,
+    hooks: Mapping[Work, Any],
+    confirmation: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+) -> ConstantFacts:
+    """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
-    ``stop_run`` and ``continue_run`` are reserved State keys: only hooks and tools that map them
-    (``outputs_to_state``; a dynamic toolset may show such a tool) write them.
+    The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
+    ``continue_run`` are reserved State keys that only hooks and tools that map them
+    (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
+    strategies nothing confirms. ``state``: a run's starting State values (a resumed run's may hold
+    either key); ``None`` for any new run, which starts without them.
     """
-    tools = list(config.tools.values())
+    start = state or {}
 
     def never_written(key: str) -> bool:
-        writers = config.hooks or config.dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
-        return not writers and not state.data.get(key)
+        writers = hooks or dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
+        return not writers and not start.get(key)
 
     constants = []
     if never_written("stop_run"):
         constants.append(("stop_requested", False))
     if never_written("continue_run"):
         constants.append(("continue_requested", False))
-    if not config.confirmation:
+    if not confirmation:
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
     return frozenset(constants)
 

@@ -25,6 +25,7 @@ from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
+from agentfsm.pauses import AwaitingDecision, OutcomeUnknown, PauseReason, pause_reason
 from agentfsm.serialization import dump_json, load_json, nests_deeper
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
@@ -193,6 +194,10 @@ class AgentSnapshot(BaseModel):
             value = reason.get(key)
             if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
                 raise ValueError(f"a {reason['type']} break point's {key!r} must be a {_KIND_NAMES[kind]}")
+        try:
+            pause_reason(reason)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"the reason the run paused lacks {exc}") from None
         return reason
 
     @field_validator("created_at")
@@ -262,8 +267,8 @@ class AgentSnapshot(BaseModel):
         have no result in it; a run paused for them (break point ``outcome_unknown``) lists them.
         """
         calls = self.pending_calls_by_key()
-        reason = self.break_point or {}
-        started = reason["tool_call_ids"] if reason.get("type") == "outcome_unknown" else self.started_tool_calls
+        pause = self.pause
+        started = pause.tool_call_ids if isinstance(pause, OutcomeUnknown) else self.started_tool_calls
         return {
             key: calls[key]["tool_name"] for key in started if key in calls and key not in self.completed_tool_results
         }
@@ -273,12 +278,17 @@ class AgentSnapshot(BaseModel):
 
         Those a confirmation waits for, or those whose outcome is unknown; none when a breakpoint paused it.
         """
-        reason = self.break_point or {}
-        if reason.get("type") == "confirmation":
-            return list(reason.get("waiting", ()))
-        if reason.get("type") == "outcome_unknown":
-            return list(reason["tool_call_ids"])
+        pause = self.pause
+        if isinstance(pause, AwaitingDecision):
+            return list(pause.waiting)
+        if isinstance(pause, OutcomeUnknown):
+            return list(pause.tool_call_ids)
         return []
+
+    @property
+    def pause(self) -> PauseReason | None:
+        """Why the run paused, typed (``break_point`` is its data); ``None`` for a run that did not pause."""
+        return pause_reason(self.break_point)
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays."""

@@ -49,6 +49,7 @@ from agentfsm.errors import (
     ToolArgumentsError,
 )
 from agentfsm.messages import ChatMessage
+from agentfsm.pauses import AwaitingDecision, RunStatus
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import RunInfo, SnapshotInfo, SnapshotStore
 
@@ -128,11 +129,11 @@ def h(value: Any) -> str:
 
 def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
     """What the page calls a run's status: running, paused, waiting for approval, done or failed."""
-    if info.status == "active":
+    if info.status is RunStatus.ACTIVE:
         return "running"
-    if info.status == "paused" and snapshot is not None and (snapshot.break_point or {}).get("type") == "confirmation":
+    if info.status is RunStatus.PAUSED and snapshot is not None and isinstance(snapshot.pause, AwaitingDecision):
         return "waiting for approval"
-    return info.status
+    return info.status.value
 
 
 def page(title: str, body: str, refresh: int | None = None) -> HTMLResponse:
@@ -462,7 +463,7 @@ class ReviewApp:
                 409,
                 f"Run {run_id} moved on since this page was shown (it is no longer at that snapshot). Nothing was changed.",
             )
-        if (snapshot.break_point or {}).get("type") != "confirmation":
+        if not isinstance(snapshot.pause, AwaitingDecision):
             return error_page(409, f"Run {run_id} is not waiting for a decision. Nothing was changed.")
         try:
             decisions = self.decisions(snapshot, {k: str(v) for k, v in form.items()})
@@ -523,7 +524,8 @@ def form_refusal(request: Request) -> Response | None:
 
 def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
     """The pending calls of a run paused in CONFIRM that wait for a decision, by key."""
-    waiting = set((snapshot.break_point or {}).get("waiting", ()))
+    pause = snapshot.pause
+    waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
     return {key: call for key, call in snapshot.pending_calls_by_key().items() if key in waiting}
 
 

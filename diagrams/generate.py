@@ -37,6 +37,7 @@ def expected_files() -> dict[str, str | bytes]:
         "demo-agent": {"agent": demo},
         "demo-run": {"agent": demo, "trace": demo_result["trace"]},
         "demo-paused": {"agent": demo, "snapshot": paused},
+        "call-machine": {"machine": "calls"},
     }
     files: dict[str, str | bytes] = {}
     for name, view in views.items():

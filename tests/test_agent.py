@@ -441,7 +441,9 @@ def test_configure_logging_writes_key_value_or_json_lines_straight_to_a_stream(
         lines = stream.getvalue().splitlines()
         assert lines[0].startswith("level='debug' event='transition' ")
         assert "source='IDLE' dest='LLM_CALL' trigger='start'" in lines[0]
-        assert len(lines) == len(result["trace"]) == 7, "one line per transition"
+        transitions = [line for line in lines if "event='transition'" in line]
+        assert len(transitions) == len(result["trace"]) == 7, "one line per transition"
+        assert len(lines) == 7 + 2, "and one per transition of the tool call (checked, finished)"
 
         stream = io.StringIO()
         configure_logging("INFO", json=True, stream=stream)

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, BreakpointException, ChatMessage, Phase
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, tool
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import ANY_ACTIVE, MissingRendererError, build_model, machine_diagram
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.machine import TRANSITIONS
-from tests.helpers import add, finish
+from agentfsm.machine import CALL_TRANSITIONS, TRANSITIONS
+from tests.helpers import add, call, calls, finish
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "diagrams"))
@@ -41,6 +41,36 @@ def test_every_declared_transition_is_drawn() -> None:
     assert edges == len(TRANSITIONS) - 3 * 5 + 3, "pause, fail and resume are drawn once each"
     assert mermaid.count(" --> ") == edges + 3, "plus [*] --> IDLE, DONE --> [*], FAILED --> [*]"
     assert dot.count(" -> ") == edges + 1, "plus the start arrow"
+
+
+def test_the_call_machine_is_drawn_with_every_declared_edge() -> None:
+    mermaid = machine_diagram("mermaid", machine="calls")
+    assert isinstance(mermaid, str) and "title: agentfsm tool call" in mermaid
+    assert "    [*] --> proposed\n" in mermaid and "    done --> [*]\n" in mermaid
+    for t in CALL_TRANSITIONS:
+        assert f"    {t.source.value} --> {t.dest.value} : {t.trigger} [" in mermaid, t
+    dot = machine_diagram("dot", machine="calls")
+    assert isinstance(dot, str) and "start -> proposed;" in dot
+    assert dot.count(" -> ") == len(CALL_TRANSITIONS) + 1, "plus the start arrow"
+
+
+@tool(outputs_to_state={"stop_run": {"source": "reason"}})
+def give_up(why: str) -> dict[str, str]:
+    """Stop the run, saying why."""
+    return {"reason": why}
+
+
+def test_a_tool_that_writes_stop_run_is_drawn_with_the_stop_edge_its_runs_take() -> None:
+    script = [calls(call("give_up", why="enough")), "never asked"]
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[give_up])
+    result = agent.run([ChatMessage.from_user("go")])
+    taken = {(r.source.value, r.trigger, r.dest.value) for r in result["trace"]}
+    assert ("EXIT_CHECK", "stop", "DONE") in taken and result["exit_reason"] == "enough"
+    drawn = {(e.source, e.trigger, e.dest) for e in build_model(agent).edges}
+    assert taken <= drawn, "every edge the run took is drawn"
+    assert ("EXIT_CHECK", "stop", "DONE") not in {
+        (e.source, e.trigger, e.dest) for e in build_model(agent_with(tools=[add])).edges
+    }
 
 
 def agent_with(**kwargs: Any) -> Agent:

@@ -230,7 +230,7 @@ def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: st
     confirmed = durable_agents.confirmed
     with pytest.raises(HITLBreakpointException):
         confirmed.run(user("6"), run_id="h2")
-    with pytest.raises(DecisionError, match="not on 'call-9'"):
+    with pytest.raises(DecisionError, match="No pending tool call 'call-9'"):
         confirmed.resume("h2", [ToolExecutionDecision("effect", True, "call-9")])
     with pytest.raises(DecisionError, match="is a effect call, not add"):
         confirmed.resume("h2", [ToolExecutionDecision("add", True, "call-6-a")])
@@ -292,6 +292,16 @@ def test_a_durable_run_never_starts_without_a_launched_dbos() -> None:
         plain.start(user("1"))
     with pytest.raises(DurabilityError, match="DBOS is not launched"):
         plain.run(user("1"))
+
+
+def test_the_launched_flag_is_read_where_dbos_keeps_it(launched: str) -> None:
+    """DBOS has no public "is launched" flag: agentfsm reads its private one, and this fails when DBOS moves it."""
+    import dbos._dbos as dbos_core
+
+    from agentfsm.durable.executor import dbos_launched
+
+    assert dbos_core._dbos_global_instance is not None and dbos_core._dbos_global_instance._launched is True
+    assert dbos_launched()
 
 
 def test_durable_agents_refuse_what_they_cannot_keep() -> None:
@@ -408,7 +418,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
         assert sorted(snapshot.completed_tool_results) == ["call-7-a", "call-7-b"]
         assert "call-7-slow" in snapshot.started_tool_calls
         listed = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
-        assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "running")]
+        assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "active")]
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)  # the same worker, restarted
         result = handle.result(timeout=TIMEOUT)
@@ -738,7 +748,7 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
 
 def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_without_queues: str) -> None:
     handle = plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
-    assert find_run(DBOS, "queued").status == "running"
+    assert find_run(DBOS, "queued").status == "active"
     with pytest.raises(DurabilityError, match=r"has not ended after 0.2 s \(workflow queued is ENQUEUED"):
         handle.result(timeout=0.2)
     snapshot = plain.snapshot("queued")

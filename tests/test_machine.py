@@ -12,12 +12,14 @@ from transitions.core import MachineError as TransitionsMachineError
 
 from agentfsm import (
     Agent,
+    AgentSnapshot,
     Breakpoint,
     BreakpointException,
     ChatMessage,
     MachineError,
     Phase,
     ToolInvocationError,
+    tool,
 )
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
@@ -26,8 +28,18 @@ from agentfsm.hitl import (
     HITLBreakpointException,
     NeverAskPolicy,
     SimpleConsoleUI,
+    ToolExecutionDecision,
 )
-from agentfsm.machine import ACTIVE_PHASES, DISPATCH, TERMINAL_PHASES, TRANSITIONS, Facts, build_machine
+from agentfsm.machine import (
+    ACTIVE_PHASES,
+    CALL_TRANSITIONS,
+    DISPATCH,
+    TERMINAL_PHASES,
+    TRANSITIONS,
+    CallStatus,
+    Facts,
+    build_machine,
+)
 from tests.helpers import add, always_continue, call, calls, continue_once, fail, raise_in_hook, stop_at_once
 
 FixedFacts = Facts
@@ -219,7 +231,120 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="agentfsm"):
+        in_doubt_runs(caplog)
+    taken |= _logged_edges(caplog)
     assert taken == declared
+
+
+# -- every declared edge of a tool call is taken by a real run -------------------------------------------
+
+
+@tool(idempotent=True)
+def look_up(key: str) -> str:
+    """Read a value; running it twice does no harm."""
+    return key.upper()
+
+
+def _tool_run_snapshot(agent: Agent, **update: Any) -> AgentSnapshot:
+    """The run paused in TOOL_RUN before its tools ran, as a crash there would have left it (``update``)."""
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(USER, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    return paused.value.snapshot.model_copy(update={"break_point": None, **update})
+
+
+def in_doubt_runs(caplog: pytest.LogCaptureFixture) -> None:
+    """Runs whose calls were in doubt after a crash, settled every way; and one whose call finished before it."""
+
+    def agent(tools: list[Any], position: int = 0) -> Agent:
+        script = [calls(call(tools[0].name, "c1", **{"a": 1, "b": 2} if tools[0] is add else {"key": "k"})), "done"]
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=tools)
+
+    crashed = _tool_run_snapshot(agent([add]), started_tool_calls=["c1"])
+    with pytest.raises(BreakpointException) as in_doubt:
+        agent([add], 1).run(snapshot=crashed)
+    waiting = in_doubt.value.snapshot
+    assert waiting.awaited_decisions() == ["c1"] and waiting.phase is Phase.TOOL_RUN
+    decisions = [
+        ToolExecutionDecision("add", True, "c1"),
+        ToolExecutionDecision("add", False, "c1", feedback="3"),
+        ToolExecutionDecision("add", True, "c1", final_tool_params={"a": 2, "b": 2}),
+        ToolExecutionDecision("add", True, "c1", final_tool_params={"a": "x", "b": 2}),
+    ]
+    for decision in decisions:
+        assert agent([add], 1).run(snapshot=waiting, decisions=[decision])["last_message"].text == "done"
+    assert agent([look_up], 1).run(snapshot=_tool_run_snapshot(agent([look_up]), started_tool_calls=["c1"]))
+    finished = _tool_run_snapshot(agent([add]), completed_tool_results={"c1": {"value": 3}})
+    assert agent([add], 1).run(snapshot=finished)["messages"][-2].tool_call_result.result == "3"
+
+
+def confirmed_runs() -> None:
+    """Runs whose calls waited for a decision, decided every way; and one whose arguments do not fit."""
+    script = [calls(call("add", "a1", a=1, b=2)), "done"]
+
+    def agent(position: int = 0, strategy: Any = None) -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position),
+            tools=[add],
+            confirmation_strategies={"add": strategy or BreakpointConfirmationStrategy(None)},
+        )
+
+    with pytest.raises(HITLBreakpointException) as waiting:
+        agent().run(USER)
+    for decision in [
+        ToolExecutionDecision("add", True, "a1"),
+        ToolExecutionDecision("add", False, "a1", feedback="no"),
+        ToolExecutionDecision("add", True, "a1", final_tool_params={"a": 2, "b": 2}),
+        ToolExecutionDecision("add", True, "a1", final_tool_params={"a": "x", "b": 2}),
+    ]:
+        assert agent(1).run(snapshot=waiting.value.snapshot, decisions=[decision])["last_message"].text == "done"
+    bad = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", a="x", b=1)), "done"]), tools=[add])
+    assert bad.run(USER)["last_message"].text == "done"
+
+
+def _logged_call_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[CallStatus, str, CallStatus]]:
+    events = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "call transition"]
+    return {(CallStatus(e["source"]), e["trigger"], CallStatus(e["dest"])) for e in events}
+
+
+def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="agentfsm"):
+        in_doubt_runs(caplog)
+        confirmed_runs()
+    declared = {(t.source, t.trigger, t.dest) for t in CALL_TRANSITIONS}
+    assert _logged_call_edges(caplog) == declared
+
+
+def test_a_call_moves_only_along_declared_edges() -> None:
+    from agentfsm.agent import RunRequest
+    from agentfsm.runtime import RunTools
+
+    agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", "c1", a=1, b=2)), "done"]), tools=[add])
+    run = agent.new_run(RunRequest(messages=USER))
+    action = run.next_action()
+    while not isinstance(action, RunTools):
+        run.model_replied(agent.chat_generator.run(messages=action.messages))  # type: ignore[union-attr]
+        action = run.next_action()
+    [pending] = action.calls
+    with pytest.raises(MachineError, match="ready --approve-->"):
+        run.move_call(pending, "approve")
+    with pytest.raises(MachineError, match="CALL_TRANSITIONS"):
+        run.move_call(pending, "no such trigger")
+    assert pending.status is CallStatus.READY, "a refused move changes nothing"
+
+
+def test_the_call_table_is_checked_when_it_is_built() -> None:
+    from agentfsm.machine import CallDispatch, CallTransition
+
+    C = CallStatus
+    with pytest.raises(MachineError, match="Two call edges leave ready on 'finish'"):
+        CallDispatch([*CALL_TRANSITIONS, CallTransition("finish", C.READY, C.FAILED, "twice")])
+    with pytest.raises(MachineError, match="terminal"):
+        CallDispatch([*CALL_TRANSITIONS, CallTransition("undo", C.DONE, C.READY, "from a terminal status")])
+    with pytest.raises(MachineError, match="never reached"):
+        CallDispatch([t for t in CALL_TRANSITIONS if t.dest is not C.REJECTED])
+    with pytest.raises(MachineError, match="no way out"):
+        CallDispatch([t for t in CALL_TRANSITIONS if t.source is not C.UNKNOWN])
 
 
 def test_fail_edges_raise_the_original_error() -> None:
@@ -312,7 +437,12 @@ def test_a_table_compiled_with_constant_facts_takes_the_same_edges(constants: fr
             continue
         for facts in ALL_FACTS:
             if all(getattr(facts, name) is value for name, value in constants):
-                assert compiled.next(phase, facts) == DISPATCH.next(phase, facts), (phase, facts)
+                specialised, declared = compiled.next(phase, facts), DISPATCH.next(phase, facts)
+                assert (specialised.trigger, specialised.dest, specialised.exit_reason) == (
+                    declared.trigger,
+                    declared.dest,
+                    declared.exit_reason,
+                ), (phase, facts)
 
 
 def test_a_plan_leaves_out_work_a_constant_always_skips() -> None:

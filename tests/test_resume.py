@@ -27,6 +27,8 @@ from agentfsm import (
     ToolBreakpoint,
 )
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
 from agentfsm.testing import (
     ResumeDivergence,
     assert_resume_equivalent,
@@ -359,3 +361,38 @@ def test_fuzzed_bytes_only_raise_snapshot_error(snapshot_bytes: bytes, data: st.
 def test_random_bytes_only_raise_snapshot_error(blob: bytes) -> None:
     with pytest.raises(SnapshotError):
         AgentSnapshot.from_bytes(blob)
+
+
+# -- snapshots written by earlier versions --------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "decisions"),
+    [
+        ("format3-breakpoint.json", BreakpointHit, []),
+        ("format3-awaiting-decision.json", AwaitingDecision, [ToolExecutionDecision("add", True, "a1")]),
+        ("format3-outcome-unknown.json", OutcomeUnknown, [ToolExecutionDecision("add", False, "a1", feedback="3")]),
+    ],
+)
+def test_format_3_snapshots_of_every_pause_load_typed_and_resume(name: str, kind: type, decisions: list[Any]) -> None:
+    snapshot = AgentSnapshot.from_file(FIXTURES / name)
+    assert snapshot.format_version == 3 and isinstance(snapshot.pause, kind)
+    assert snapshot.pause.to_dict() == snapshot.break_point, "the typed reason serializes as it was stored"
+    confirming = {"add": BreakpointConfirmationStrategy(None)} if kind is AwaitingDecision else {}
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"], position=1),
+        tools=[add],
+        confirmation_strategies=confirming,
+    )
+    result = agent.run(snapshot=snapshot, decisions=decisions)
+    assert result["last_message"].text == "done"
+    assert [m.tool_call_result.result for m in result["messages"] if m.tool_call_result] == ["3"]
+
+
+def test_a_pause_reason_without_its_facts_is_a_snapshot_error() -> None:
+    data = AgentSnapshot.from_file(FIXTURES / "format3-outcome-unknown.json").to_dict()
+    del data["break_point"]["tool_call_ids"]
+    with pytest.raises(SnapshotError, match="break_point"):
+        AgentSnapshot.from_dict(data)

@@ -480,3 +480,61 @@ def test_every_durable_snapshot_of_a_run_with_hooks_and_confirmation_resumes_to_
         resumed = comparable_result(make(position=snapshot.step).run(snapshot=snapshot, fork=True, decisions=decisions))
         assert resumed == baseline, f"snapshot {info.seq} ({snapshot.phase.value}, stage {snapshot.stage})"
     store.close()
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_run_whose_commit_fails_before_tool_run_never_runs_the_tool(tmp_path: Path, use_async: bool) -> None:
+    import asyncio
+
+    from agentfsm import hook
+
+    db = tmp_path / "runs.db"
+    store = SQLiteSnapshotStore(db, durable=True)
+    store._db.execute("PRAGMA busy_timeout=0")  # fail at once instead of waiting for the other writer
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)  # async runs hooks in threads
+
+    @hook
+    def grab_the_database(state: Any) -> None:
+        """Another writer takes the database before the calls are checked."""
+        other.execute("BEGIN IMMEDIATE")
+
+    run = agent(store, hooks={"before_tool": [grab_the_database]})
+    SIDE_EFFECTS.clear()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        asyncio.run(run.run_async(USER)) if use_async else run.run(USER)
+    assert SIDE_EFFECTS == [], "entering TOOL_RUN could not be committed: no tool ran"
+    other.execute("ROLLBACK")
+    other.close()
+    store.close()
+
+
+class ThreadsSeen(SQLiteSnapshotStore):
+    """A durable store that notes the thread each change of a run is written in."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, durable=True)
+        self.threads: set[str] = set()
+
+    def observe(self, delta: RunDelta) -> None:
+        """Note the thread, then store."""
+        import threading
+
+        self.threads.add(threading.current_thread().name)
+        super().observe(delta)
+
+
+def test_run_async_writes_to_its_store_off_the_event_loop(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    store = ThreadsSeen(tmp_path / "runs.db")
+
+    async def main() -> tuple[dict[str, Any], str]:
+        return await agent(store).run_async(USER), threading.current_thread().name
+
+    result, loop_thread = asyncio.run(main())
+    assert result["last_message"].text == "done"
+    assert store.threads and loop_thread not in store.threads
+    [run] = store.runs()
+    assert run.status == "done" and store.latest(run.run_id).phase is Phase.EXIT_CHECK
+    store.close()

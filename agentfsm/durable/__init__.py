@@ -20,7 +20,7 @@ otherwise the run pauses with break point ``outcome_unknown`` until a decision s
 """
 
 from agentfsm.durable.agent import DurableAgent, DurableRun
-from agentfsm.durable.driver import drive_durable, final_snapshot
+from agentfsm.durable.driver import drive_durable
 from agentfsm.durable.executor import launch
 from agentfsm.durable.records import (
     DEFAULT_QUEUE,
@@ -35,6 +35,7 @@ from agentfsm.durable.records import (
 )
 from agentfsm.durable.steps import RecordedSteps, Steps, WorkflowSteps
 from agentfsm.durable.views import DurableRuns
+from agentfsm.runtime import final_snapshot
 
 __all__ = [
     "DEFAULT_QUEUE",

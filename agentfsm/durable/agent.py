@@ -10,20 +10,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import dbos._dbos as dbos_core
 from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos import error as dbos_errors
 
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
 from agentfsm.drivers import pause_exception
-from agentfsm.durable.driver import (
-    drive_durable,
-    final_snapshot,
-    paused_snapshot,
-    result_from_record,
-    snapshot_where,
-)
+from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
+from agentfsm.durable.executor import dbos_launched
 from agentfsm.durable.records import (
     CONTINUATION,
     DEFAULT_QUEUE,
@@ -35,7 +29,8 @@ from agentfsm.durable.records import (
 from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
 from agentfsm.messages import ChatMessage
-from agentfsm.runtime import AgentRun
+from agentfsm.resume import check_fingerprint
+from agentfsm.runtime import AgentRun, final_snapshot, result_from_record
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import values_from_dict
@@ -87,9 +82,9 @@ class DurableAgent:
             raise ConfigurationError(
                 "A durable run is kept in DBOS's system database: give DurableAgent an agent without a snapshot_store."
             )
-        if agent._async_only_hooks:
+        if agent.async_only_hooks:
             raise ConfigurationTypeError(
-                f"Hooks {agent._async_only_hooks} are async functions: a durable run calls hooks in its workflow's thread."
+                f"Hooks {agent.async_only_hooks} are async functions: a durable run calls hooks in its workflow's thread."
             )
         if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ConfigurationError(f"name must be letters, digits, '_', '.' or '-', got {name!r}.")
@@ -118,13 +113,7 @@ class DurableAgent:
             return self.agent.new_run(
                 RunRequest(snapshot=request["snapshot"], decisions=request["decisions"], strict=True)
             )
-        expected = self.agent.fingerprint
-        if request["fingerprint"] != expected:
-            raise SnapshotError(
-                f"Run {request['run_id']} was started by an agent configured differently (fingerprint "
-                f"{request['fingerprint']}, this worker's {expected}): tools, state schema, hooks or limits "
-                "differ. Run it on a worker with the same agent."
-            )
+        check_fingerprint(request["run_id"], request["fingerprint"], self.agent.fingerprint, strict=True)
         break_point = request.get("break_point")
         return self.agent.new_run(
             RunRequest(
@@ -335,9 +324,8 @@ def _taken(run_id: str) -> DurabilityError:
 
 
 def _check_launched() -> None:
-    """``DurabilityError`` unless DBOS is launched in this process (DBOS has no public flag for it)."""
-    instance = dbos_core._dbos_global_instance
-    if instance is None or not instance._launched:
+    """``DurabilityError`` unless DBOS is launched in this process."""
+    if not dbos_launched():
         raise DurabilityError(
             "DBOS is not launched in this process: configure it and call DBOS.launch() before starting "
             "durable runs (agentfsm.durable.launch does both). A durable run never runs in-process instead."

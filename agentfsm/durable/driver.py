@@ -1,7 +1,11 @@
 """The durable driver: a run's I/O actions as DBOS steps, and what its workflow ends with.
 
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
-model call, tool call, confirmation and hook point is a step whose output is its checkpoint. A
+model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
+journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
+decision check (``agentfsm.decisions``), the fingerprint check (``agentfsm.resume``) and what a
+finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
+are the core's, as for every driver. A
 workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
 fields, in DONE).
 """
@@ -13,10 +17,10 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm.drivers import ask_strategies, model_arguments, run_hooks
+from agentfsm.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
-from agentfsm.machine import PHASE_WORK, Phase
+from agentfsm.machine import CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.runtime import (
     AgentRun,
@@ -27,14 +31,15 @@ from agentfsm.runtime import (
     Pause,
     RunHooks,
     RunTools,
-    TransitionRecord,
     bad_model_output,
-    run_result,
+    final_snapshot,
+    result_record,
+    runs_again_after_crash,
 )
-from agentfsm.serialization import deserialize_value, serialize_value
-from agentfsm.snapshot import AgentSnapshot, now_iso
+from agentfsm.serialization import serialize_value
+from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
-from agentfsm.tools.invoker import CallOutcome, CallStatus, PreparedCall
+from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
 
 def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]:
@@ -46,6 +51,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
     while True:
         try:
             action = run.next_action()
+            write_deltas(run)
             match action:
                 case CallModel():
                     output = steps.run("model", functools.partial(_call_model, generator, action))
@@ -114,71 +120,38 @@ def _restore_state(state: State, record: dict[str, Any]) -> None:
 
 
 def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
-    """Each ready call a step; a call an earlier attempt started and never finished is in doubt."""
+    """Each ready call a step, after the run's journal of started calls (``AgentRun.started_calls``) is a step.
+
+    When the journal was recorded by an earlier attempt, that attempt may have run the calls whose
+    steps have no output: they are in doubt, and run again only by the in-doubt rule (``runs_again_after_crash``).
+    """
     ready = [c for c in calls if c.status is CallStatus.READY]
     fresh: list[bool] = []  # the journal step ran here: no earlier attempt started these calls
 
     def journal() -> list[str]:
         fresh.append(True)
-        return [c.key for c in ready]
+        return run.started_calls()
 
-    if any(not _idempotent(c) for c in ready):
+    if not all(runs_again_after_crash(c) for c in ready):
         steps.run("tools_started", journal)
 
     def call(c: PreparedCall) -> dict[str, Any]:
-        if not fresh and not _idempotent(c):
+        if not fresh and not runs_again_after_crash(c):
             return {"outcome_unknown": True}
         return run.config.invoker.invoke(c).to_dict()
 
     def done(i: int, output: dict[str, Any]) -> None:
         c = ready[i]
         if output.get("outcome_unknown"):
-            c.status = CallStatus.UNKNOWN
+            run.move_call(c, "in_doubt")
             return
-        c.status, c.outcome = CallStatus.DONE, CallOutcome.from_dict(output)
+        c.outcome = CallOutcome.from_dict(output)
         run.tool_completed(c)
+        write_deltas(run)
 
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
-    if not run.pause_in_doubt():
-        run.tools_ran()
-
-
-def _idempotent(call: PreparedCall) -> bool:
-    return call.tool is not None and call.tool.idempotent
-
-
-def result_record(run: AgentRun) -> dict[str, Any]:
-    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
-    return {
-        **run.snapshot_fields(),
-        "phase": run.phase.value,
-        "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
-        "trace": [r.to_dict() for r in run.trace],
-        "created_at": now_iso(),
-    }
-
-
-def result_from_record(record: dict[str, Any]) -> dict[str, Any]:
-    """``Agent.run``'s result for a finished run's record."""
-    data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
-    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
-
-
-def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
-    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
-
-    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
-    """
-    return AgentSnapshot.from_dict(
-        {
-            **record,
-            "phase": Phase.EXIT_CHECK.value,
-            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
-            "trace": record["trace"][:-1],
-            "seq": segment,
-        }
-    )
+    run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
 
 
 def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:

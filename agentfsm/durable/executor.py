@@ -5,9 +5,20 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any, Literal
 
+import dbos._dbos as dbos_core
 from dbos import DBOS
 
 from agentfsm.durable.records import DEFAULT_QUEUE
+
+
+def dbos_launched() -> bool:
+    """Whether DBOS is launched in this process.
+
+    DBOS has no public API for it: this is the one place agentfsm reads DBOS's private state
+    (``dbos._dbos._dbos_global_instance._launched``); a test fails when DBOS moves it.
+    """
+    instance = dbos_core._dbos_global_instance
+    return instance is not None and bool(instance._launched)
 
 
 def launch(

@@ -15,8 +15,11 @@ from typing import Any
 from dbos import DBOSClient
 from dbos import error as dbos_errors
 
-from agentfsm.durable.driver import final_snapshot, paused_snapshot
+from agentfsm.decisions import check_snapshot_decisions
+from agentfsm.durable.driver import paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
+from agentfsm.pauses import RunStatus
+from agentfsm.runtime import final_snapshot
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
@@ -65,15 +68,15 @@ class RunRecord:
         return None if self.done is None else final_snapshot(self.done, self.segment)
 
     @property
-    def status(self) -> str:
-        """``running`` (or queued, or its worker died and it waits for recovery), ``paused``, ``done`` or ``failed``."""
+    def status(self) -> RunStatus:
+        """``active`` (running, queued, or its worker died and it waits for recovery), ``paused``, ``done`` or ``failed``."""
         if self.done is not None:
-            return "done"
+            return RunStatus.DONE
         if self.paused is not None:
-            return "paused"
+            return RunStatus.PAUSED
         if self.workflow_status in ("PENDING", "ENQUEUED", "DELAYED"):
-            return "running"
-        return "failed"
+            return RunStatus.ACTIVE
+        return RunStatus.FAILED
 
 
 def run_workflows(db: Any, run_ids: Sequence[str] | None = None) -> dict[str, list[RunRecord]]:
@@ -151,8 +154,6 @@ def continuation(
     that fit no waiting call; ``StaleSnapshotError`` when the run moved on from pause ``expected_segment``
     (a snapshot's ``seq``).
     """
-    from agentfsm.hitl.types import as_decisions
-
     record = find_run(db, run_id)
     if expected_segment is not None and record.segment != expected_segment:
         raise StaleSnapshotError(
@@ -165,8 +166,7 @@ def continuation(
     snapshot = record.paused
     if snapshot is None:
         raise DecisionError(f"Run {run_id} is {record.status}, not paused: there is nothing to decide. Nothing ran.")
-    taken = as_decisions(decisions)
-    _check_decisions(snapshot, taken)
+    taken = check_snapshot_decisions(snapshot, decisions)
     request = {
         "run_id": run_id,
         "segment": record.segment + 1,
@@ -194,25 +194,6 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_s
     except dbos_errors.DBOSWorkflowIDInUseError:
         raise c.decided_already() from None
     return str(handle.workflow_id)
-
-
-def _check_decisions(snapshot: AgentSnapshot, decisions: Sequence[Any]) -> None:
-    """Each decision names a call the paused run waits for, with that call's tool name."""
-    waiting = set(snapshot.awaited_decisions())
-    if decisions and not waiting:
-        raise DecisionError(f"Run {snapshot.run_id} paused at a breakpoint and waits for no decision. Nothing ran.")
-    calls = snapshot.pending_calls_by_key()
-    for d in decisions:
-        call = calls.get(d.tool_call_id)
-        if d.tool_call_id not in waiting or call is None:
-            raise DecisionError(
-                f"Run {snapshot.run_id} waits for decisions on {sorted(waiting)}, not on {d.tool_call_id!r}. Nothing ran."
-            )
-        if call["tool_name"] != d.tool_name:
-            raise DecisionError(
-                f"Call {d.tool_call_id!r} of run {snapshot.run_id} is a {call['tool_name']} call, not {d.tool_name}. "
-                "Nothing ran."
-            )
 
 
 def decide(system_database_url: str, run_id: str, decisions: Sequence[Any]) -> str:

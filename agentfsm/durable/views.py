@@ -43,7 +43,7 @@ class DurableRuns:
             infos.append(
                 RunInfo(
                     record.run_id,
-                    "active" if record.status == "running" else record.status,
+                    record.status,
                     snapshot.phase if snapshot else None,
                     snapshot.step if snapshot else 0,
                     record.segment + 1,

@@ -6,9 +6,10 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from agentfsm.decisions import call_fingerprint
 from agentfsm.errors import HITLBreakpointException
 from agentfsm.hitl.policies import ConfirmationPolicy
-from agentfsm.hitl.types import ToolExecutionDecision, call_fingerprint
+from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hitl.user_interfaces import ConfirmationUI
 from agentfsm.serialization import import_path, object_path, rebuild
 

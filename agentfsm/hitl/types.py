@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from agentfsm.errors import DecisionError
-from agentfsm.serialization import MAX_VALUE_DEPTH, dump_json, nests_deeper
-
-
-def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
-    """A short hash of a tool name and its arguments in canonical JSON: what a decision was taken for."""
-    return hashlib.sha256(dump_json([tool_name, arguments], sort_keys=True)).hexdigest()[:16]
+from agentfsm.serialization import MAX_VALUE_DEPTH, nests_deeper
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from agentfsm.errors import StaleSnapshotError
 from agentfsm.machine import Phase
+from agentfsm.pauses import RunStatus
 from agentfsm.runtime import RunDelta
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
@@ -36,7 +37,7 @@ class RunInfo:
     """
 
     run_id: str
-    status: str
+    status: RunStatus
     phase: Phase | None
     step: int
     snapshots: int
@@ -89,7 +90,7 @@ def check_head(run_id: str, seq: int | None, head: int, status: str | None) -> N
             seq,
             head,
         )
-    if status == "done":
+    if status == RunStatus.DONE:
         raise StaleSnapshotError(
             f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
             run_id,
@@ -123,7 +124,7 @@ class SnapshotStore(Protocol):
         """
         ...
 
-    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
         """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason."""
         ...
 

@@ -21,6 +21,7 @@ import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
+from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
@@ -120,7 +121,7 @@ class JsonFileStore:
                 file.write(claim)
         else:
             atomic_write(path, claim)
-        changes: dict[str, Any] = {"status": "active"}
+        changes: dict[str, Any] = {"status": RunStatus.ACTIVE.value}
         if holder is not None:
             changes["taken_over_from"], changes["taken_over_by"] = owner_before, owner
         if parent is not None:
@@ -128,7 +129,7 @@ class JsonFileStore:
         self._set_record(run_id, **changes)
         self._claims[run_id] = owner
 
-    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
         """Give up this process's claim on the run, leaving it ``status`` and its exit reason."""
         owner = self._claims.pop(run_id, None)
         if owner is None:
@@ -140,7 +141,7 @@ class JsonFileStore:
                 f"Run {run_id!r} was taken over by {holder and holder.get('owner')} while this process ran it.",
                 run_id,
             )
-        self._set_record(run_id, status=status, exit_reason=exit_reason)
+        self._set_record(run_id, status=RunStatus(status).value, exit_reason=exit_reason)
         path.unlink()
 
     # -- snapshots ----------------------------------------------------------------------------------
@@ -162,12 +163,12 @@ class JsonFileStore:
             snapshot.model_copy(update={"seq": None}).to_file(self._folder(run_id) / name)
         except SerializationError:
             if run_id in self._claims:  # the pause cannot be kept: the run failed
-                self.release(run_id, "failed")
+                self.release(run_id, RunStatus.FAILED)
             raise
         if run_id in self._claims:
-            self.release(run_id, "paused")
+            self.release(run_id, RunStatus.PAUSED)
         else:
-            self._set_record(run_id, status="paused")
+            self._set_record(run_id, status=RunStatus.PAUSED.value)
         return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
     def _load_file(self, path: Path, seq: int) -> AgentSnapshot:
@@ -211,7 +212,7 @@ class JsonFileStore:
             found.append(
                 RunInfo(
                     folder.name,
-                    record.get("status", "paused"),
+                    RunStatus(record.get("status", RunStatus.PAUSED)),
                     newest.phase if newest else None,
                     newest.step if newest else 0,
                     len(files),

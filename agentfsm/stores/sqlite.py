@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
+from agentfsm.pauses import RunStatus
 from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
@@ -115,7 +116,7 @@ class _Cursor:
     #: run status to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
     full: bool = False
-    status: str | None = None
+    status: RunStatus | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
 
@@ -276,7 +277,7 @@ class SQLiteSnapshotStore:
         self._claims[run_id] = owner
         self._cursors.pop(run_id, None)
 
-    def release(self, run_id: str, status: str, exit_reason: str | None = None) -> None:
+    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
         """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
         if run_id not in self._claims:
             return
@@ -407,7 +408,7 @@ class SQLiteSnapshotStore:
     def _give_up(self, run_id: str, cursor: _Cursor, first_seq: int) -> None:
         """The recorded snapshots can never be written: the run fails, and gives its claim up, with what is stored."""
         cursor.next_seq, cursor.entries, cursor.body = first_seq, [], None
-        cursor.status, cursor.exit_reason = "failed", None
+        cursor.status, cursor.exit_reason = RunStatus.FAILED, None
         self._commit(run_id, cursor)
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
@@ -422,7 +423,7 @@ class SQLiteSnapshotStore:
         trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
         cursor = self._cursor(snapshot.run_id)
         seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
-        cursor.status = "paused"
+        cursor.status = RunStatus.PAUSED
         self._commit(snapshot.run_id, cursor)
         return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
@@ -440,7 +441,7 @@ class SQLiteSnapshotStore:
             if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
                 self._commit(delta.run_id, cursor)
         elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            status = "done" if delta.record.dest is Phase.DONE else "failed"
+            status = RunStatus.DONE if delta.record.dest is Phase.DONE else RunStatus.FAILED
             self.release(delta.run_id, status, delta.exit_reason)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -551,7 +552,7 @@ class SQLiteSnapshotStore:
         # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
         try:
             return [
-                RunInfo(run_id, status, phase and Phase(phase), step or 0, count or 0, *rest)
+                RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest)
                 for run_id, status, phase, step, count, *rest in rows
             ]
         except ValueError as exc:

@@ -13,7 +13,6 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from agentfsm.errors import (
@@ -25,6 +24,7 @@ from agentfsm.errors import (
     ToolInvocationError,
     ToolNotFoundError,
 )
+from agentfsm.machine import CALL_DISPATCH, CallStatus
 from agentfsm.messages import (
     RAW_ARGUMENTS_KEY,
     ChatMessage,
@@ -64,24 +64,6 @@ class CallOutcome:
         return cls(value=deserialize_value(data["value"]))
 
 
-class CallStatus(StrEnum):
-    """Where one pending call stands."""
-
-    #: Checked: it runs in TOOL_RUN.
-    READY = "ready"
-    #: It cannot run (unknown tool, bad arguments): ``error`` says why, and the model is told.
-    FAILED = "failed"
-    #: A confirmation strategy must decide it before it can run.
-    UNDECIDED = "undecided"
-    #: A person rejected it: it never runs; the model is told, with the feedback (``decision``).
-    REJECTED = "rejected"
-    #: It ran: ``outcome`` holds what it returned or raised.
-    DONE = "done"
-    #: It started before a crash and its result was never recorded: it runs again only when a
-    #: decision says so (or its tool is idempotent).
-    UNKNOWN = "outcome_unknown"
-
-
 @dataclass(slots=True)
 class PreparedCall:
     """One tool call of a reply on its way to a result: the checked call, its tool, and where it stands."""
@@ -116,12 +98,14 @@ def call_key(call: ToolCall, position: int) -> str:
     return call.id if call.id is not None else f"#{position}"
 
 
-#: Told about each call as it finishes (its status is DONE, its outcome set), in the thread that runs the invoker.
+#: Records each call as it finishes (its ``outcome`` set), in the thread that runs the invoker: it
+#: takes the call's ``finish`` edge (``finish_call``; a run's ``AgentRun.tool_completed``).
 OnComplete = Callable[[PreparedCall], None]
 
 
-def _ignore(_call: PreparedCall) -> None:
-    """The default ``on_complete``."""
+def finish_call(call: PreparedCall) -> None:
+    """The default ``on_complete``: the call, its outcome set, takes its declared ``finish`` edge to DONE."""
+    call.status = CALL_DISPATCH.next(call.status, "finish")
 
 
 def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
@@ -241,18 +225,19 @@ class ToolInvoker:
 
     @staticmethod
     def _done(call: PreparedCall, outcome: CallOutcome, on_complete: OnComplete) -> None:
-        call.status, call.outcome = CallStatus.DONE, outcome
+        call.outcome = outcome
         on_complete(call)
 
     def execute_sync(
         self,
         calls: Sequence[PreparedCall],
         streaming_callback: StreamingCallback | None = None,
-        on_complete: OnComplete = _ignore,
+        on_complete: OnComplete = finish_call,
     ) -> None:
-        """Run the ready calls, in a thread pool when several may run at once; each ends DONE with its outcome.
+        """Run the ready calls, in a thread pool when several may run at once; each gets its outcome.
 
-        ``on_complete(call)`` is called in the calling thread as each call finishes.
+        ``on_complete(call)`` is called in the calling thread as each call finishes: it records the
+        call as done (the default, ``finish_call``, moves it to DONE).
         """
         ready = [c for c in calls if c.status is CallStatus.READY]
         if len(ready) > 1 and self.tool_concurrency > 1:
@@ -269,7 +254,7 @@ class ToolInvoker:
         self,
         calls: Sequence[PreparedCall],
         streaming_callback: StreamingCallback | None = None,
-        on_complete: OnComplete = _ignore,
+        on_complete: OnComplete = finish_call,
     ) -> None:
         """Like ``execute_sync``, on the event loop: calls run in worker threads, at most ``tool_concurrency`` at once.
 
