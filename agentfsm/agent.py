@@ -123,7 +123,7 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
     ) -> None:
         _check_generator(chat_generator)
-        check_int("max_agent_steps", max_agent_steps, 1)
+        check_int("max_agent_steps", max_agent_steps, 0)
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ConfigurationTypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}.")
         self.chat_generator = chat_generator

@@ -121,7 +121,11 @@ def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -
 def agent_constants(agent: Agent) -> ConstantFacts:
     """The facts the agent's runs can never change: the rule its runs use (``runtime.constant_facts``)."""
     return constant_facts(
-        agent._tools, dynamic=bool(agent._dynamic), hooks=agent._hooks, confirmation=agent._confirmation
+        agent._tools,
+        dynamic=bool(agent._dynamic),
+        hooks=agent._hooks,
+        confirmation=agent._confirmation,
+        max_agent_steps=agent.max_agent_steps,
     )
 
 

@@ -203,6 +203,8 @@ class Facts(NamedTuple):
     exit_reached: bool = False
     #: Fewer than ``max_agent_steps`` model calls have been made.
     steps_left: bool = False
+    #: ``max_agent_steps`` is above 0, so a run may call the model at all (a configuration's constant).
+    model_calls_allowed: bool = False
     #: A hook set ``stop_run``, and no tool call waits for its result.
     stop_requested: bool = False
     #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
@@ -221,6 +223,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "strategy_paused": {True: "a decision is deferred", False: "every call decided"},
     "exit_reached": {True: "exit condition met", False: "no exit condition met"},
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
+    "model_calls_allowed": {True: "max_agent_steps above 0", False: "max_agent_steps is 0"},
     "stop_requested": {True: "a hook set stop_run", False: "no stop asked"},
     "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
@@ -282,8 +285,10 @@ P = Phase
 #: The whole control flow of an agent run. Order matters only for readability: the guards of the
 #: edges leaving one phase are mutually exclusive and cover every case (``Dispatch`` checks it).
 TRANSITIONS: tuple[Transition, ...] = (
-    _edge("start", P.IDLE, P.LLM_CALL, stop_requested=False),
+    _edge("start", P.IDLE, P.LLM_CALL, stop_requested=False, model_calls_allowed=True),
     _edge("stop", P.IDLE, P.DONE, "{stop_run}", stop_requested=True),
+    # max_agent_steps=0: the run ends without calling the model, with the conversation it was given.
+    _edge("max_steps", P.IDLE, P.DONE, "max_agent_steps", stop_requested=False, model_calls_allowed=False),
     _edge("stop", P.LLM_CALL, P.DONE, "{stop_run}", stop_requested=True),
     _edge("tool_calls", P.LLM_CALL, P.TOOL_PENDING, stop_requested=False, has_tool_calls=True),
     _edge("text_reply", P.LLM_CALL, P.EXIT_CHECK, stop_requested=False, has_tool_calls=False),

@@ -283,6 +283,7 @@ class AgentRun:
             dynamic=bool(config.dynamic),
             hooks=config.hooks,
             confirmation=config.confirmation,
+            max_agent_steps=config.max_agent_steps,
             state=state.data,
         )
         #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
@@ -354,6 +355,11 @@ class AgentRun:
     def steps_left(self) -> bool:
         """Fact: fewer than ``max_agent_steps`` model calls have been made."""
         return self.step < self.config.max_agent_steps
+
+    @property
+    def model_calls_allowed(self) -> bool:
+        """Fact: ``max_agent_steps`` is above 0 (always a constant of the run's table)."""
+        return self.config.max_agent_steps > 0
 
     @property
     def stop_requested(self) -> bool:
@@ -872,6 +878,7 @@ def constant_facts(
     dynamic: bool,
     hooks: Mapping[Work, Any],
     confirmation: Mapping[str, Any],
+    max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
@@ -879,7 +886,8 @@ def constant_facts(
     The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
     ``continue_run`` are reserved State keys that only hooks and tools that map them
     (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
-    strategies nothing confirms. ``state``: a run's starting State values (a resumed run's may hold
+    strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all.
+    ``state``: a run's starting State values (a resumed run's may hold
     either key); ``None`` for any new run, which starts without them.
     """
     start = state or {}
@@ -888,7 +896,7 @@ def constant_facts(
         writers = hooks or dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
         return not writers and not start.get(key)
 
-    constants = []
+    constants = [("model_calls_allowed", max_agent_steps > 0)]
     if never_written("stop_run"):
         constants.append(("stop_requested", False))
     if never_written("continue_run"):

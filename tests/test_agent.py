@@ -113,8 +113,30 @@ def test_max_agent_steps_stops_with_a_warning(caplog: pytest.LogCaptureFixture) 
     assert warnings[0].msg["max_agent_steps"] == 3  # type: ignore[index]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
-def test_max_agent_steps_must_be_a_positive_int(bad: Any) -> None:
+class Fired:
+    """A hook, as Haystack's are written: an object whose run(state) counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, state: Any) -> None:
+        self.calls += 1
+
+
+def test_max_agent_steps_zero_returns_the_conversation_without_calling_the_model() -> None:
+    model = ScriptedChatGenerator(["never said"])
+    before_run, after_run = Fired(), Fired()
+    agent = Agent(chat_generator=model, hooks={"before_run": [before_run], "after_run": [after_run]}, max_agent_steps=0)
+    result = agent.run(USER)
+    assert result["messages"] == USER
+    assert result.exit_reason == "max_agent_steps"
+    assert [r.trigger for r in result.trace] == ["max_steps"]
+    assert model.position == 0
+    assert (before_run.calls, after_run.calls) == (1, 1)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_max_agent_steps_must_be_a_non_negative_int(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="max_agent_steps"):
         make_agent([], max_agent_steps=bad)
 

@@ -50,7 +50,7 @@ facts_strategy = st.builds(Facts, *[st.booleans() for _ in Facts._fields])
 def test_table_shape() -> None:
     sources = {t.source for t in TRANSITIONS}
     assert not sources & TERMINAL_PHASES, "terminal phases have no way out"
-    assert {t.trigger for t in TRANSITIONS if t.source is Phase.IDLE} == {"start", "stop"}
+    assert {t.trigger for t in TRANSITIONS if t.source is Phase.IDLE} == {"start", "stop", "max_steps"}
     reachable, frontier = {Phase.IDLE}, [Phase.IDLE]
     while frontier:
         phase = frontier.pop()
@@ -173,6 +173,7 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     edges |= _edges_of(Agent(chat_generator=tools_then_text, tools=[add]).run([ChatMessage.from_user("go")]))
     capped = ScriptedChatGenerator([calls(call("add", a=1, b=2))])
     edges |= _edges_of(Agent(chat_generator=capped, tools=[add], max_agent_steps=1).run([ChatMessage.from_user("go")]))
+    edges |= _edges_of(Agent(chat_generator=ScriptedChatGenerator([]), max_agent_steps=0).run(USER))
     edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]))
     edges |= _failed_edges(
         Agent(

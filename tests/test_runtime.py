@@ -61,7 +61,7 @@ def test_reports_record_and_only_next_action_moves_the_run() -> None:
     run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2))]})
     call_model_done = PHASE_WORK[Phase.LLM_CALL].index(Work.CALL_MODEL) + 1
     assert run.phase is Phase.LLM_CALL and run.stage == call_model_done, "the reply is recorded; no edge taken yet"
-    assert run.facts() == Facts(has_tool_calls=True, steps_left=True)
+    assert run.facts() == Facts(has_tool_calls=True, steps_left=True, model_calls_allowed=True)
     action = run.next_action()
     assert isinstance(action, RunTools)
     run.config.invoker.execute_sync(action.calls, None, run.tool_completed)
