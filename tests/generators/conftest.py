@@ -43,7 +43,9 @@ class Scripted(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         try:
-            for piece in pieces:
+            for number, piece in enumerate(pieces):
+                if number and "hold" in answer:  # the next pieces wait until the client has seen the first
+                    answer["held"] = answer["hold"].wait(5)
                 self.wfile.write(piece)
                 self.wfile.flush()
                 time.sleep(answer.get("gap", 0))
