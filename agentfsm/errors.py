@@ -7,6 +7,7 @@ subclasses it too, so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -179,9 +180,9 @@ class ModelResponseError(ModelClientError):
 class AllChatGeneratorsFailedError(ModelClientError):
     """Every chat generator of a ``FallbackChatGenerator`` failed; ``errors`` holds each one's error, in order."""
 
-    def __init__(self, message: str, errors: list[BaseException] | None = None) -> None:
+    def __init__(self, message: str, errors: Sequence[BaseException] = ()) -> None:
         super().__init__(message)
-        self.errors = list(errors or [])
+        self.errors = list(errors)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.errors)
