@@ -249,11 +249,10 @@ class EventReader:
 
     def close(self) -> list[str]:
         """The data of an event the body ended in, without the blank line that should follow it."""
-        self._pending += self._decoder.decode(b"", final=True)
-        last = [raw for raw in (self._line(self._pending.removesuffix("\r")) if self._pending else None,) if raw]
-        self._pending = ""
-        rest = [self._flush()] if self._data else []
-        return [*last, *rest]
+        last, self._pending = (self._pending + self._decoder.decode(b"", final=True)).removesuffix("\r"), ""
+        if last:
+            self._line(last)
+        return [self._flush()] if self._data else []
 
     def _line(self, line: str) -> str | None:
         if line.startswith("data:"):

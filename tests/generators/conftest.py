@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.generators.servers import llama_cpp_python_url, llama_server_url
+
+__all__ = ["llama_cpp_python_url", "llama_server_url"]  # session fixtures: the real model servers
+
 
 class Scripted(BaseHTTPRequestHandler):
     """Answers each POST with the next scripted response of its server; records every request."""

