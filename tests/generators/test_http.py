@@ -307,3 +307,36 @@ def test_an_agent_streams_a_tool_round_trip_with_repeated_names(server: Scripted
     assert [c.tool_calls for c in seen if c.tool_calls] == [[ToolCall("add", {"a": 4, "b": 5}, "c9")]]
     back = server.requests[1]["json"]["messages"]
     assert back[1]["content"] == "" and back[2] == {"role": "tool", "content": "9", "tool_call_id": "c9"}
+
+
+# -- malformed answers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"choices": "none"}',
+        b'{"choices": [{"message": {"tool_calls": [{"function": {"arguments": "{}"}}]}}]}',
+        b'{"choices": [{"message": {"content": 5}}]}',
+        b'{"choices": []}',
+        b'{"choices": [' + b"[" * 2000 + b"]" * 2000 + b"]}",
+    ],
+    ids=["not-json", "a-list", "choices-not-a-list", "call-without-name", "content-a-number", "no-choice", "deep"],
+)
+def test_a_malformed_answer_is_a_response_error(server: ScriptedServer, body: bytes) -> None:
+    server.reply(body=body)
+    with pytest.raises(ModelResponseError):
+        generator(server).run([ChatMessage.from_user("x")])
+    assert len(server.requests) == 1
+
+
+def test_deep_arguments_and_missing_ids_leave_a_reply_the_run_can_handle(server: ScriptedServer) -> None:
+    deep = '{"a": ' * 1000 + "1" + "}" * 1000
+    no_id = {"type": "function", "function": {"name": "add", "arguments": deep}}
+    server.reply(body=completion({"content": None, "tool_calls": [no_id]}, finish="tool_calls"))
+    [reply] = generator(server).run([ChatMessage.from_user("x")], [add])["replies"]
+    [made] = reply.tool_calls
+    assert made.id is None and made.tool_name == "add" and list(made.arguments) == ["__raw__"]
+    assert json.dumps(reply.to_dict())  # what a snapshot stores
