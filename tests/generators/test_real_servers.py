@@ -174,7 +174,13 @@ def test_parallel_calls_and_a_tool_error_handed_to_the_server_get_a_reply(target
         finally:
             await model.close_async()
 
-    output = asyncio.run(ask()) if streamed else model.run(handed_conversation(), [add, fail])
+    if streamed:
+        output = asyncio.run(ask())
+    else:
+        try:
+            output = model.run(handed_conversation(), [add, fail])
+        finally:
+            model.close()
     [reply] = output["replies"]
     well_formed(reply)
     assert bool(reply.meta.get("usage")) is (target.streams_usage or not streamed)
@@ -193,7 +199,7 @@ def test_a_run_resumed_between_two_model_calls_reads_the_tool_error(target: Targ
     unreachable = OpenAIChatGenerator("m", Secret.from_env_var("NO_KEY_NEEDED", strict=False), nowhere(), max_retries=0)
     model = FallbackChatGenerator([unreachable, target.generator("fail")])
     agent = Agent(chat_generator=model, tools=[fail], max_agent_steps=2)
-    with pytest.raises(BreakpointException) as paused:
+    with agent, pytest.raises(BreakpointException) as paused:
         agent.run(
             [ChatMessage.from_user("Call the fail tool.")], break_point=Breakpoint("chat_generator", visit_count=1)
         )
