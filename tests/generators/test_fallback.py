@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import socket
 from typing import Any
 
@@ -109,3 +110,9 @@ def test_a_snapshot_taken_mid_run_resumes_with_the_fallback_after_a_round_trip(s
     assert result["last_message"].meta["successful_chat_generator_index"] == 1
     resent = server.requests[1]["json"]["messages"]
     assert resent[-1] == {"role": "tool", "content": "5", "tool_call_id": "c1"}
+
+
+def test_the_all_failed_error_pickles_with_its_errors() -> None:
+    error = AllChatGeneratorsFailedError("All 2 failed", [ModelConnectionError("down"), ValueError("no key")])
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == "All 2 failed" and [str(e) for e in again.errors] == ["down", "no key"]
