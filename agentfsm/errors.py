@@ -7,6 +7,7 @@ subclasses it too, so ``except ValueError`` keeps working.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -172,7 +173,11 @@ class ServerError(ModelHTTPError):
 
 
 class ModelTimeoutError(ModelClientError):
-    """The model server did not answer in time, and the retries ran out."""
+    """The model server did not answer in time (connecting, or between two reads), and the retries ran out."""
+
+
+class ModelDeadlineError(ModelTimeoutError):
+    """The model call, retries included, did not finish before its overall ``deadline``."""
 
 
 class ModelConnectionError(ModelClientError):
@@ -181,6 +186,17 @@ class ModelConnectionError(ModelClientError):
 
 class ModelResponseError(ModelClientError):
     """The model server's answer could not be read (not the expected JSON, or a garbled event stream)."""
+
+
+class AllChatGeneratorsFailedError(ModelClientError):
+    """Every chat generator of a ``FallbackChatGenerator`` failed; ``errors`` holds each one's error, in order."""
+
+    def __init__(self, message: str, errors: Sequence[BaseException] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.errors)
 
 
 class ScriptExhaustedError(ModelClientError):

@@ -1,20 +1,27 @@
-"""What the HTTP model clients share: typed errors, retries, server-sent events, the request loops.
+"""What the HTTP model clients share: typed errors, deadlines, retries, server-sent events, the request loops.
 
 ``HTTPChatGenerator`` does the I/O (one ``httpx.Client`` / ``httpx.AsyncClient`` per generator,
-retries with backoff honouring ``Retry-After``, errors mapped where httpx raises them, streams read
-line by line); a client for one API says how to build a request, read a reply and assemble a
-stream (``OpenAIChatGenerator``, ``AnthropicChatGenerator``).
+retries with backoff honouring ``Retry-After``, an overall deadline per call, errors mapped where
+httpx raises them, bodies and streams read piece by piece); a client for one API says how to build
+a request, read a reply and assemble a stream (``OpenAIChatGenerator``, ``AnthropicChatGenerator``).
+What the server sends is untrusted: anything that is not the reply the API describes becomes a
+``ModelResponseError``, never a raw exception from deeper down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import codecs
 import inspect
+import math
 import random
+import re
 import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import orjson
@@ -25,21 +32,34 @@ from agentfsm.errors import (
     ConfigurationError,
     ModelClientError,
     ModelConnectionError,
+    ModelDeadlineError,
     ModelHTTPError,
     ModelResponseError,
     ModelTimeoutError,
     RateLimitError,
+    SerializationError,
     ServerError,
 )
-from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
+from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, StreamingChunk, parse_tool_arguments
 from agentfsm.secrets import Secret
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 
 #: Statuses worth another try: the server is busy or failed for a moment.
 _RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-#: The longest wait between two tries, whatever the server's Retry-After says.
-_MAX_DELAY_S = 60.0
+#: The largest body (or single event line) read from a model server.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+#: The deepest nesting accepted in a server's JSON (a reply is a few levels deep; tool arguments a few more).
+#: Deeper values could not be written into a snapshot or sent back to the server.
+MAX_JSON_DEPTH = 100
+#: Header, parameter and keyword names that carry credentials (matched as parts of lower-cased names).
+_CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "credential")
+
+ANSWER_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+"""What reading an answer of the wrong shape raises; each becomes a ``ModelResponseError``."""
+
+
+# -- errors -------------------------------------------------------------------------------------------
 
 
 def http_error(status: int, body: str, retry_after: str | None = None) -> ModelHTTPError:
@@ -47,10 +67,13 @@ def http_error(status: int, body: str, retry_after: str | None = None) -> ModelH
     message = body[:2000]
     try:
         decoded = orjson.loads(body)
-        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
-            message = str(decoded["error"].get("message") or message)
     except orjson.JSONDecodeError:
-        pass
+        decoded = None
+    if isinstance(decoded, dict):
+        error = decoded.get("error")
+        found = error.get("message") if isinstance(error, dict) else error
+        if isinstance(found, str) and found:
+            message = found[:2000]
     kind: type[ModelHTTPError]
     if status in (401, 403):
         kind = AuthenticationError
@@ -60,13 +83,15 @@ def http_error(status: int, body: str, retry_after: str | None = None) -> ModelH
         kind = ServerError
     else:
         kind = BadRequestError
-    error = kind(f"The model server answered {status}: {message}", status, body)
-    error.retry_after = retry_after
-    return error
+    error_ = kind(f"The model server answered {status}: {message}", status, body[:100_000])
+    error_.retry_after = retry_after
+    return error_
 
 
 def retryable(error: ModelClientError) -> bool:
     """Whether another try may succeed: a timeout, a connection problem, 429 or a passing server failure."""
+    if isinstance(error, ModelDeadlineError):
+        return False
     if isinstance(error, ModelHTTPError):
         return error.status_code in _RETRY_STATUSES
     return isinstance(error, (ModelTimeoutError, ModelConnectionError))
@@ -74,41 +99,170 @@ def retryable(error: ModelClientError) -> bool:
 
 def transport_error(exc: httpx.HTTPError) -> ModelClientError:
     """The typed error for an httpx error that is not a status (a timeout, a connection problem)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return ModelTimeoutError(f"Could not connect to the model server in time ({type(exc).__name__}).")
     if isinstance(exc, httpx.TimeoutException):
         return ModelTimeoutError(f"The model server did not answer in time ({type(exc).__name__}).")
     return ModelConnectionError(f"Could not talk to the model server: {type(exc).__name__}: {exc}")
 
 
-def retry_delay(attempt: int, backoff_base: float, retry_after: str | None) -> float:
-    """Seconds to wait before try ``attempt + 1``: the server's Retry-After, else backoff with jitter."""
-    if retry_after:
+# -- deadlines and retries ----------------------------------------------------------------------------
+
+
+class Deadline:
+    """The end of one model call's time, retries and waits between them included."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        """Seconds left (negative once passed)."""
+        return self._end - time.monotonic()
+
+    def error(self) -> ModelDeadlineError:
+        """The error for a call that ran out of time."""
+        return ModelDeadlineError(
+            f"The model call did not finish within its deadline of {self.seconds:g} s (retries included). "
+            "Give the generator a larger deadline= for long answers."
+        )
+
+    def check(self) -> None:
+        """Raise ``ModelDeadlineError`` once the deadline has passed."""
+        if self.remaining() <= 0:
+            raise self.error()
+
+    def timeouts(self, read: float, connect: float) -> httpx.Timeout:
+        """The timeouts of one try: the configured ones, none longer than the time left."""
+        left = max(self.remaining(), 0.001)
+        return httpx.Timeout(min(read, left), connect=min(connect, left))
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """The wait a ``Retry-After`` header asks for (seconds or an HTTP date); ``None`` when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
         try:
-            return min(max(float(retry_after), 0.0), _MAX_DELAY_S)
-        except ValueError:
-            try:
-                return min(max(parsedate_to_datetime(retry_after).timestamp() - time.time(), 0.0), _MAX_DELAY_S)
-            except (TypeError, ValueError):
-                pass
-    return float(min(backoff_base * 2**attempt, _MAX_DELAY_S) * random.uniform(0.5, 1.0))
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - time.time()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
-class EventLines:
-    """Reads server-sent events line by line, as they arrive: ``feed`` returns an event's data once it is whole."""
+def backoff_delay(attempt: int, backoff_base: float, max_backoff: float) -> float:
+    """Exponential backoff with jitter: about ``backoff_base * 2**attempt`` seconds, at most ``max_backoff``."""
+    return min(max_backoff, backoff_base * 2.0 ** min(attempt, 62)) * random.uniform(0.5, 1.0)
+
+
+# -- reading bodies and events ------------------------------------------------------------------------
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts deeper than ``limit`` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def decode_json(raw: bytes | str, what: str) -> Any:
+    """Server JSON, decoded; not JSON, or nested deeper than ``MAX_JSON_DEPTH``: ``ModelResponseError``."""
+    try:
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ModelResponseError(f"The model server sent {what} that is not JSON: {raw[:200]!r}") from None
+    if json_depth_exceeds(decoded, MAX_JSON_DEPTH):
+        raise ModelResponseError(f"The model server sent {what} nested deeper than {MAX_JSON_DEPTH} levels.")
+    return decoded
+
+
+def tool_arguments(given: Any) -> dict[str, Any]:
+    """A tool call's arguments, from a JSON text or an object; what cannot be used is kept as text for the model."""
+    if isinstance(given, dict):
+        arguments = given
+    elif isinstance(given, str):
+        arguments = parse_tool_arguments(given or "{}")
+    elif given is None:
+        return {}
+    else:
+        return {RAW_ARGUMENTS_KEY: orjson.dumps(given).decode()[:10_000]}
+    if json_depth_exceeds(arguments, MAX_JSON_DEPTH // 2):
+        text = given if isinstance(given, str) else "(arguments nested too deep to repeat)"
+        return {RAW_ARGUMENTS_KEY: text[:10_000]}
+    return arguments
+
+
+def text_of(content: Any) -> str | None:
+    """A message's text: a string, ``None``, or a list of text parts (joined)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(p["text"] for p in content if p.get("type") == "text" and isinstance(p.get("text"), str))
+    raise ModelResponseError(f"The model server sent message content of type {type(content).__name__}.")
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class EventReader:
+    """Splits a server-sent-event body into its events' data, however the bytes were cut on the way.
+
+    Comment lines (``: keep-alive``) and ``event:`` / ``id:`` / ``retry:`` fields are skipped: the
+    APIs read here put everything in ``data``.
+    """
 
     def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
         self._data: list[str] = []
 
-    def feed(self, line: str) -> str | None:
-        """Take one line (without its newline); the event's data when a blank line ends it."""
+    def feed(self, data: bytes) -> list[str]:
+        """Take the next bytes; the data of each event they complete."""
+        self._pending += self._decoder.decode(data)
+        events: list[str] = []
+        while match := _LINE_END.search(self._pending):
+            if match.group() == "\r" and match.end() == len(self._pending):
+                break  # maybe the first half of "\r\n"
+            line, self._pending = self._pending[: match.start()], self._pending[match.end() :]
+            raw = self._line(line)
+            if raw is not None:
+                events.append(raw)
+        if len(self._pending) > MAX_BODY_BYTES:
+            raise ModelResponseError("The model server sent an event line longer than the limit of 32 MiB.")
+        return events
+
+    def close(self) -> list[str]:
+        """The data of an event the body ended in, without the blank line that should follow it."""
+        last, self._pending = (self._pending + self._decoder.decode(b"", final=True)).removesuffix("\r"), ""
+        if last:
+            self._line(last)
+        return [self._flush()] if self._data else []
+
+    def _line(self, line: str) -> str | None:
         if line.startswith("data:"):
             self._data.append(line[5:].removeprefix(" "))
         elif not line and self._data:
-            return self.flush()
+            return self._flush()
         return None
 
-    def flush(self) -> str | None:
-        """The data of an event the stream ended without a blank line after (if any)."""
-        raw, self._data = ("\n".join(self._data) if self._data else None), []
+    def _flush(self) -> str:
+        raw, self._data = "\n".join(self._data), []
         return raw
 
 
@@ -116,14 +270,11 @@ def parse_event(raw: str) -> dict[str, Any] | None:
     """An event's JSON data (``None`` for ``[DONE]``); a garbled event raises ``ModelResponseError``."""
     if raw.strip() == "[DONE]":
         return None
-    try:
-        decoded = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise ModelResponseError(f"The model server sent an event that is not JSON: {raw[:200]!r}") from None
+    decoded = decode_json(raw, "an event")
     if not isinstance(decoded, dict):
         raise ModelResponseError(f"The model server sent an event that is not a JSON object: {raw[:200]!r}")
-    if isinstance(decoded.get("error"), dict):
-        raise ModelResponseError(f"The model server reported an error while streaming: {decoded['error']}")
+    if decoded.get("error") is not None or decoded.get("type") == "error":
+        raise ModelResponseError(f"The model server reported an error while streaming: {str(decoded)[:500]}")
     return decoded
 
 
@@ -142,6 +293,11 @@ class StreamAssembly:
 
     def add(self, event: dict[str, Any]) -> list[StreamingChunk]:
         """Take one event in; the chunks it adds."""
+        raise NotImplementedError
+
+    @property
+    def complete(self) -> bool:
+        """Whether the server said why the reply ended (a stream that stops before is broken)."""
         raise NotImplementedError
 
     def message(self) -> ChatMessage:
@@ -165,30 +321,81 @@ class StreamAssembly:
             f"({type(exc).__name__}); it is not retried, since the chunks would be sent again."
         )
 
-    def take(self, event: dict[str, Any] | None, callback: StreamingCallback) -> bool:
-        """Add one event and hand its chunks to ``callback``; False at the end of the stream."""
-        if event is None:
-            return False
-        for chunk in self.add(event):
-            callback(chunk)
-            self.delivered += 1
-        return not self.finished(event)
+    def take(self, raws: list[str]) -> tuple[list[StreamingChunk], bool]:
+        """The chunks that the events ``raws`` add, and whether the stream is over."""
+        chunks: list[StreamingChunk] = []
+        for raw in raws:
+            event = parse_event(raw)
+            if event is None:
+                return chunks, True
+            try:
+                chunks += self.add(event)
+            except ANSWER_ERRORS as exc:
+                raise ModelResponseError(f"The model server sent an event of the wrong shape ({exc!r}).") from None
+            if self.finished(event):
+                return chunks, True
+        return chunks, False
 
-    async def take_async(self, event: dict[str, Any] | None, callback: StreamingCallback) -> bool:
-        """Like ``take``; ``callback`` may be async."""
-        if event is None:
-            return False
-        for chunk in self.add(event):
-            await _called(callback, chunk)
-            self.delivered += 1
-        return not self.finished(event)
+    def closing_chunks(self) -> tuple[ChatMessage, list[StreamingChunk]]:
+        """The whole reply and the last chunks: its tool calls (when it has some), then the final chunk.
+
+        A stream that ended before the server said why the reply ended is a ``ModelResponseError``:
+        a cut-off answer is never passed on as a whole one.
+        """
+        if not self.complete:
+            raise ModelResponseError(
+                f"The model server's stream ended before the reply was finished (no finish reason, after "
+                f"{self.delivered} chunks): the server failed while answering."
+            )
+        try:
+            message = self.message()
+        except ANSWER_ERRORS as exc:
+            raise ModelResponseError(f"The model server's streamed reply could not be read ({exc!r}).") from None
+        chunks = [StreamingChunk(tool_calls=list(message.tool_calls), index=0)] if message.tool_calls else []
+        return message, [*chunks, self.final_chunk()]
+
+
+# -- the client ---------------------------------------------------------------------------------------
+
+
+def _number(name: str, value: Any, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}.")
+    if value < 0 or (positive and value == 0):
+        raise ConfigurationError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}.")
+    return float(value)
+
+
+def _names(mapping: Any) -> list[Any]:
+    """The names of headers or parameters given as a mapping or as (name, value) pairs."""
+    if hasattr(mapping, "keys"):
+        return list(mapping.keys())
+    if isinstance(mapping, (list, tuple)):
+        return [pair[0] for pair in mapping if isinstance(pair, (list, tuple)) and pair]
+    return []
+
+
+def credential_in(where: str, names: list[Any]) -> str | None:
+    """The first of ``names`` (header or parameter names) that looks like it carries a credential."""
+    for name in names:
+        if isinstance(name, str) and any(word in name.lower() for word in _CREDENTIAL_WORDS):
+            return f"{where}[{name!r}]"
+    return None
+
+
+def _query_names(url: str) -> list[str]:
+    return [name for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
 
 
 class HTTPChatGenerator:
     """A model client over httpx; subclasses give the URL, the headers, the request and how to read replies.
 
-    ``timeout`` is in seconds, ``max_retries`` the number of tries after the first, ``backoff_base``
-    the first backoff delay (doubled at each try, with jitter).
+    Times are in seconds: ``timeout`` bounds each wait for the server (a read, a write, a connection
+    from the pool), ``connect_timeout`` a new connection, and ``deadline`` the whole call, retries
+    and the waits between them included, streamed or not (a server that trickles bytes or sends
+    only keep-alive comments cannot hold a run longer). ``max_retries`` is the number of tries
+    after the first; ``backoff_base`` the first backoff delay (doubled at each try, with jitter, at
+    most ``max_backoff``); a ``Retry-After`` longer than the time left ends the call at once.
     """
 
     #: The API's path under the base URL.
@@ -208,19 +415,24 @@ class HTTPChatGenerator:
         max_retries: int = 3,
         http_client_kwargs: dict[str, Any] | None = None,
         backoff_base: float = 0.5,
+        *,
+        max_backoff: float = 30.0,
+        connect_timeout: float = 10.0,
+        deadline: float = 600.0,
     ) -> None:
-        if not isinstance(max_retries, int) or max_retries < 0:
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigurationError(f"max_retries must be an int >= 0, got {max_retries!r}.")
-        if timeout <= 0 or backoff_base < 0:
-            raise ConfigurationError(f"timeout must be > 0 and backoff_base >= 0, got {timeout!r}, {backoff_base!r}.")
         self.model = model or self.default_model
         self.api_key = api_key if api_key is not None else Secret.from_env_var(self.api_key_env_var)
         self.api_base_url = (api_base_url or self.default_base_url).rstrip("/")
         self.generation_kwargs = dict(generation_kwargs or {})
-        self.timeout = timeout
+        self.timeout = _number("timeout", timeout, positive=True)
         self.max_retries = max_retries
         self.http_client_kwargs = dict(http_client_kwargs or {})
-        self.backoff_base = backoff_base
+        self.backoff_base = _number("backoff_base", backoff_base, positive=False)
+        self.max_backoff = _number("max_backoff", max_backoff, positive=False)
+        self.connect_timeout = _number("connect_timeout", connect_timeout, positive=True)
+        self.deadline = _number("deadline", deadline, positive=True)
         self._client: httpx.Client | None = None
         self._async_client: httpx.AsyncClient | None = None
 
@@ -237,7 +449,7 @@ class HTTPChatGenerator:
         raise NotImplementedError
 
     def replies(self, data: Any) -> list[ChatMessage]:
-        """The replies of a decoded (non-streamed) answer; ``KeyError`` / ``TypeError`` when it is not one."""
+        """The replies of a decoded (non-streamed) answer; ``ModelResponseError`` (or a lookup error) if not one."""
         raise NotImplementedError
 
     def assembly(self) -> StreamAssembly:
@@ -248,7 +460,7 @@ class HTTPChatGenerator:
 
     def _client_options(self) -> dict[str, Any]:
         return {
-            "timeout": httpx.Timeout(self.timeout),
+            "timeout": httpx.Timeout(self.timeout, connect=self.connect_timeout),
             "headers": self.headers(self.api_key.resolve_value()),
             **self.http_client_kwargs,
         }
@@ -271,51 +483,97 @@ class HTTPChatGenerator:
             await self._async_client.aclose()
             self._async_client = None
 
-    # -- requests -------------------------------------------------------------------------------------
+    # -- what one try does, whatever the I/O ----------------------------------------------------------
 
-    def _decoded(self, response: httpx.Response) -> dict[str, list[ChatMessage]]:
+    def _wait_before_retry(self, error: ModelClientError, attempt: int, deadline: Deadline) -> float | None:
+        """Seconds to wait before the next try, or ``None`` when ``error`` ends the call."""
+        if attempt >= self.max_retries or not retryable(error):
+            return None
+        asked = retry_after_seconds(getattr(error, "retry_after", None))
+        wait = asked if asked is not None else backoff_delay(attempt, self.backoff_base, self.max_backoff)
+        return wait if wait < deadline.remaining() else None
+
+    def _decoded(self, body: bytes) -> dict[str, list[ChatMessage]]:
+        data = decode_json(body, "an answer")
         try:
-            replies = self.replies(response.json())
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelResponseError(f"The model server's answer is not a reply: {exc!r}") from None
+            replies = self.replies(data)
+        except ANSWER_ERRORS as exc:
+            raise ModelResponseError(f"The model server's answer is not a reply ({exc!r}): {body[:200]!r}") from None
         if not replies:
             raise ModelResponseError("The model server answered with no reply.")
         return {"replies": replies}
 
-    def _request(
-        self, payload: dict[str, Any], streaming_callback: StreamingCallback | None
+    @staticmethod
+    def _collect(parts: list[bytes], piece: bytes, size: int) -> int:
+        parts.append(piece)
+        size += len(piece)
+        if size > MAX_BODY_BYTES:
+            raise ModelResponseError("The model server's answer is larger than the limit of 32 MiB.")
+        return size
+
+    def _url(self) -> str:
+        return f"{self.api_base_url}{self.path}"
+
+    # -- sync ---------------------------------------------------------------------------------------------
+
+    def _body(self, pieces: Iterator[bytes], deadline: Deadline) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        for piece in pieces:
+            deadline.check()
+            size = self._collect(parts, piece, size)
+        return b"".join(parts)
+
+    def _try(
+        self, payload: dict[str, Any], callback: StreamingCallback | None, deadline: Deadline
     ) -> dict[str, list[ChatMessage]]:
         assert self._client is not None
-        url = f"{self.api_base_url}{self.path}"
+        timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
+        assembly = self.assembly()
         try:
-            if streaming_callback is None:
-                response = self._client.post(url, json=payload)
+            with self._client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
                 if response.status_code >= 400:
-                    raise http_error(response.status_code, response.text, response.headers.get("retry-after"))
-                return self._decoded(response)
-            with self._client.stream("POST", url, json=payload) as streamed:
-                if streamed.status_code >= 400:
-                    body = streamed.read().decode(errors="replace")
-                    raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
-                assembly, events = self.assembly(), EventLines()
-                lines = streamed.iter_lines()
+                    body = self._body(response.iter_bytes(), deadline).decode(errors="replace")
+                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
+                if callback is None:
+                    return self._decoded(self._body(response.iter_bytes(), deadline))
+                reader, over = EventReader(), False
+                pieces = response.iter_bytes()
                 try:
-                    for line in lines:
-                        raw = events.feed(line)
-                        if raw is not None and not assembly.take(parse_event(raw), streaming_callback):
+                    for piece in pieces:
+                        deadline.check()
+                        chunks, over = assembly.take(reader.feed(piece))
+                        for chunk in chunks:
+                            callback(chunk)
+                            assembly.delivered += 1
+                        if over:
                             break
                 except httpx.HTTPError as exc:
+                    if deadline.remaining() <= 0:
+                        raise deadline.error() from exc
                     raise assembly.broken(exc) from exc
-                with contextlib.suppress(httpx.HTTPError):
-                    for _ in lines:  # the rest of the body, so that the connection serves the next request
-                        pass
-                raw = events.flush()
-                if raw is not None:
-                    assembly.take(parse_event(raw), streaming_callback)
-                streaming_callback(assembly.final_chunk())
-                return {"replies": [assembly.message()]}
+                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    callback(chunk)
+                    assembly.delivered += 1
+                message, closing = assembly.closing_chunks()
+                self._drain(pieces, deadline)
+                for chunk in closing:
+                    callback(chunk)
+                return {"replies": [message]}
         except httpx.HTTPError as exc:
+            if deadline.remaining() <= 0:
+                raise deadline.error() from exc
             raise transport_error(exc) from exc
+
+    @staticmethod
+    def _drain(pieces: Iterator[bytes], deadline: Deadline) -> None:
+        """Read what follows the end of a stream, so that the connection can serve the next request."""
+        try:
+            for _ in pieces:
+                if deadline.remaining() <= 0:
+                    return
+        except httpx.HTTPError:
+            return
 
     def run(
         self,
@@ -326,50 +584,66 @@ class HTTPChatGenerator:
     ) -> dict[str, list[ChatMessage]]:
         """Ask the model for its reply (streamed to ``streaming_callback`` when given)."""
         self.warm_up()
+        deadline = Deadline(self.deadline)
         payload = self.payload(messages, tools, streaming_callback is not None, **kwargs)
         attempt = 0
         while True:
             try:
-                return self._request(payload, streaming_callback)
+                return self._try(payload, streaming_callback, deadline)
             except ModelClientError as error:
-                if attempt >= self.max_retries or not retryable(error):
+                wait = self._wait_before_retry(error, attempt, deadline)
+                if wait is None:
                     raise
-                time.sleep(retry_delay(attempt, self.backoff_base, getattr(error, "retry_after", None)))
+                time.sleep(wait)
                 attempt += 1
 
-    async def _request_async(
-        self, payload: dict[str, Any], streaming_callback: StreamingCallback | None
+    # -- async --------------------------------------------------------------------------------------------
+
+    async def _body_async(self, pieces: AsyncIterator[bytes]) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for piece in pieces:
+            size = self._collect(parts, piece, size)
+        return b"".join(parts)
+
+    async def _try_async(
+        self, payload: dict[str, Any], callback: StreamingCallback | None, deadline: Deadline
     ) -> dict[str, list[ChatMessage]]:
         if self._async_client is None:
             self._async_client = httpx.AsyncClient(**self._client_options())
-        url = f"{self.api_base_url}{self.path}"
+        timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
+        assembly = self.assembly()
         try:
-            if streaming_callback is None:
-                response = await self._async_client.post(url, json=payload)
+            async with self._async_client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
                 if response.status_code >= 400:
-                    raise http_error(response.status_code, response.text, response.headers.get("retry-after"))
-                return self._decoded(response)
-            async with self._async_client.stream("POST", url, json=payload) as streamed:
-                if streamed.status_code >= 400:
-                    body = (await streamed.aread()).decode(errors="replace")
-                    raise http_error(streamed.status_code, body, streamed.headers.get("retry-after"))
-                assembly, events = self.assembly(), EventLines()
-                lines = streamed.aiter_lines()
+                    body = (await self._body_async(response.aiter_bytes())).decode(errors="replace")
+                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
+                if callback is None:
+                    return self._decoded(await self._body_async(response.aiter_bytes()))
+                reader, over = EventReader(), False
+                pieces = response.aiter_bytes()
                 try:
-                    async for line in lines:
-                        raw = events.feed(line)
-                        if raw is not None and not await assembly.take_async(parse_event(raw), streaming_callback):
+                    async for piece in pieces:
+                        chunks, over = assembly.take(reader.feed(piece))
+                        for chunk in chunks:
+                            await _called(callback, chunk)
+                            assembly.delivered += 1
+                        if over:
                             break
                 except httpx.HTTPError as exc:
                     raise assembly.broken(exc) from exc
-                with contextlib.suppress(httpx.HTTPError):
-                    async for _ in lines:  # the rest of the body, so that the connection serves the next request
+                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    await _called(callback, chunk)
+                    assembly.delivered += 1
+                message, closing = assembly.closing_chunks()
+                try:
+                    async for _ in pieces:  # the rest of the body, so that the connection serves the next request
                         pass
-                raw = events.flush()
-                if raw is not None:
-                    await assembly.take_async(parse_event(raw), streaming_callback)
-                await _called(streaming_callback, assembly.final_chunk())
-                return {"replies": [assembly.message()]}
+                except httpx.HTTPError:
+                    pass
+                for chunk in closing:
+                    await _called(callback, chunk)
+                return {"replies": [message]}
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
 
@@ -381,21 +655,53 @@ class HTTPChatGenerator:
         **kwargs: Any,
     ) -> dict[str, list[ChatMessage]]:
         """Async twin of ``run``; the streaming callback may be async. Cancelling closes the stream."""
+        deadline = Deadline(self.deadline)
         payload = self.payload(messages, tools, streaming_callback is not None, **kwargs)
         attempt = 0
         while True:
             try:
-                return await self._request_async(payload, streaming_callback)
+                async with asyncio.timeout(max(deadline.remaining(), 0)):
+                    return await self._try_async(payload, streaming_callback, deadline)
+            except TimeoutError as exc:
+                if deadline.remaining() > 0:
+                    raise  # a TimeoutError of the callback's own
+                raise deadline.error() from exc
             except ModelClientError as error:
-                if attempt >= self.max_retries or not retryable(error):
+                wait = self._wait_before_retry(error, attempt, deadline)
+                if wait is None:
                     raise
-                await asyncio.sleep(retry_delay(attempt, self.backoff_base, getattr(error, "retry_after", None)))
+                await asyncio.sleep(wait)
                 attempt += 1
 
     # -- serialization ----------------------------------------------------------------------------------
 
+    def _refuse_credentials(self) -> None:
+        """Refuse to write a credential given anywhere but ``api_key`` (``to_dict`` would store it in clear)."""
+        kwargs = self.http_client_kwargs
+        found = (
+            credential_in("http_client_kwargs['headers']", _names(kwargs.get("headers")))
+            or credential_in("http_client_kwargs['params']", _names(kwargs.get("params")))
+            or next((f"http_client_kwargs[{name!r}]" for name in ("auth", "cookies") if kwargs.get(name)), None)
+            or credential_in("the query of api_base_url", _query_names(self.api_base_url))
+        )
+        for where, url in (("api_base_url", self.api_base_url), ("http_client_kwargs['proxy']", kwargs.get("proxy"))):
+            if found is None and isinstance(url, str) and (urlsplit(url).username or urlsplit(url).password):
+                found = f"{where} (a user name or password in the URL)"
+        if found is not None:
+            raise SerializationError(
+                f"{found} holds a credential, which to_dict would write in clear. Give the key as "
+                f"api_key=Secret.from_env_var('YOUR_KEY_VARIABLE') (agentfsm.secrets.Secret: only the variable's "
+                "name is stored, and the client sends the key in the API's own header)."
+            )
+
     def to_dict(self) -> dict[str, Any]:
-        """Serialize the settings; the API key as the name of its environment variable, never its value."""
+        """Serialize the settings; the API key as the name of its environment variable, never its value.
+
+        Raises:
+            SerializationError: a credential is in ``http_client_kwargs`` (headers such as
+                ``Authorization``, ``x-api-key`` or cookies; ``auth``) or in the base URL.
+        """
+        self._refuse_credentials()
         return {
             "type": object_path(type(self)),
             "data": {
@@ -407,6 +713,9 @@ class HTTPChatGenerator:
                 "max_retries": self.max_retries,
                 "http_client_kwargs": self.http_client_kwargs,
                 "backoff_base": self.backoff_base,
+                "max_backoff": self.max_backoff,
+                "connect_timeout": self.connect_timeout,
+                "deadline": self.deadline,
             },
         }
 

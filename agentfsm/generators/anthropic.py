@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfsm.generators._http import HTTPChatGenerator, StreamAssembly
-from agentfsm.messages import (
-    ChatMessage,
-    ChatRole,
-    ReasoningContent,
-    StreamingChunk,
-    TextContent,
-    ToolCall,
-    parse_tool_arguments,
-)
+from agentfsm.errors import ConfigurationError, ModelResponseError
+from agentfsm.generators._http import HTTPChatGenerator, StreamAssembly, tool_arguments
+from agentfsm.messages import ChatMessage, ChatRole, ReasoningContent, StreamingChunk, TextContent, ToolCall
 from agentfsm.tools.tool import Tool
 
 DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
 API_VERSION = "2023-06-01"
+
+
+def _call_id(call: ToolCall) -> str:
+    if call.id is None:
+        raise ConfigurationError(
+            f"Tool call to {call.tool_name!r} has no id; the API pairs each tool result with its call by id: "
+            "give every ToolCall an id."
+        )
+    return call.id
 
 
 def to_anthropic(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -42,7 +44,7 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str
                     else [{"type": "text", "text": p.text} for p in r.result if isinstance(p, TextContent)]
                 )
                 blocks.append(
-                    {"type": "tool_result", "tool_use_id": r.origin.id, "content": content, "is_error": r.error}
+                    {"type": "tool_result", "tool_use_id": _call_id(r.origin), "content": content, "is_error": r.error}
                 )
         else:
             for part in m.texts_and_images():
@@ -53,7 +55,7 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str
                     source = {"type": "base64", "media_type": part.mime_type or "image/png", "data": part.base64_image}
                     blocks.append({"type": "image", "source": source})
             blocks += [
-                {"type": "tool_use", "id": c.id, "name": c.tool_name, "input": c.arguments} for c in m.tool_calls
+                {"type": "tool_use", "id": _call_id(c), "name": c.tool_name, "input": c.arguments} for c in m.tool_calls
             ]
         role = "assistant" if m.role is ChatRole.ASSISTANT else "user"
         if turns and turns[-1]["role"] == role:
@@ -63,20 +65,46 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str | None, list[dict[str
     return ("\n\n".join(system) or None), turns
 
 
-def reply_from_blocks(
-    blocks: list[dict[str, Any]], model: str | None, stop_reason: str | None, usage: Any
-) -> ChatMessage:
-    """An assistant message from a reply's content blocks (unparsable tool input kept for the model to fix)."""
-    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+def tool_choice_for(choice: Any) -> Any:
+    """``tool_choice`` in this API's form.
+
+    The Chat Completions forms (``"auto"``, ``"required"``, ``"none"``, ``{"type": "function",
+    "function": {"name": ...}}``) are translated.
+    """
+    if isinstance(choice, str):
+        return {"type": {"required": "any"}.get(choice, choice)}
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+    return choice
+
+
+def reply_from_blocks(blocks: Any, model: Any, stop_reason: Any, usage: Any) -> ChatMessage:
+    """An assistant message from a reply's content blocks (unusable tool input kept for the model to fix).
+
+    A ``tool_use`` block without an id gives ``ToolCall(id=None)``; the run gives it one before it is sent back.
+    """
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise ModelResponseError(f"The model server's 'content' is not a list of blocks: {str(blocks)[:200]}")
+    texts = [b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)]
     calls = []
     for b in blocks:
         if b.get("type") == "tool_use":
-            given = b.get("input")
-            arguments = given if isinstance(given, dict) else parse_tool_arguments(str(given or "{}"))
-            calls.append(ToolCall(b["name"], arguments, b.get("id")))
-    thinking = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
-    meta: dict[str, Any] = {"model": model, "finish_reason": stop_reason}
-    if usage:
+            name, call_id = b.get("name"), b.get("id")
+            if not isinstance(name, str) or not name:
+                raise ModelResponseError(f"The model server sent a tool_use block without a name: {str(b)[:200]}")
+            calls.append(
+                ToolCall(
+                    name, tool_arguments(b.get("input")), call_id if isinstance(call_id, str) and call_id else None
+                )
+            )
+    thinking = "".join(
+        b["thinking"] for b in blocks if b.get("type") == "thinking" and isinstance(b.get("thinking"), str)
+    )
+    meta: dict[str, Any] = {
+        "model": model if isinstance(model, str) else None,
+        "finish_reason": stop_reason if isinstance(stop_reason, str) else None,
+    }
+    if isinstance(usage, dict) and usage:
         meta["usage"] = usage
     return ChatMessage.from_assistant(
         "".join(texts) if texts else None, meta=meta, tool_calls=calls, reasoning=thinking or None
@@ -91,6 +119,7 @@ class _MessageStream(StreamAssembly):
         self.blocks: dict[int, dict[str, Any]] = {}
         self.model: str | None = None
         self.stop_reason: str | None = None
+        self.stopped = False
         self.usage: dict[str, int] = {}
 
     def add(self, event: dict[str, Any]) -> list[StreamingChunk]:
@@ -126,14 +155,17 @@ class _MessageStream(StreamAssembly):
 
     def finished(self, event: dict[str, Any]) -> bool:
         """``message_stop`` ends the stream."""
-        return event.get("type") == "message_stop"
+        self.stopped = self.stopped or event.get("type") == "message_stop"
+        return self.stopped
+
+    @property
+    def complete(self) -> bool:
+        """Whether the server gave a stop reason or ended the message."""
+        return self.stop_reason is not None or self.stopped
 
     def message(self) -> ChatMessage:
         """The whole reply, as the same answer without streaming would give it."""
         blocks = [self.blocks[i] for i in sorted(self.blocks)]
-        for block in blocks:
-            if block.get("type") == "tool_use" and isinstance(block.get("input"), str):
-                block["input"] = parse_tool_arguments(block["input"] or "{}")
         return reply_from_blocks(blocks, self.model, self.stop_reason, self.usage)
 
     def final_chunk(self) -> StreamingChunk:
@@ -146,7 +178,9 @@ class AnthropicChatGenerator(HTTPChatGenerator):
     """A model client for Anthropic's Messages API.
 
     ``generation_kwargs`` are sent with every request (``max_tokens``, default 1024, ``temperature``,
-    ``tool_choice`` in the API's form). See ``HTTPChatGenerator`` for the other settings.
+    ``tool_choice``). When tools are given and no ``tool_choice`` is, ``{"type": "auto"}`` is sent;
+    without tools, ``tool_choice`` is left out; the Chat Completions forms of ``tool_choice`` are
+    translated. See ``HTTPChatGenerator`` for the timeouts, the deadline, retries and the rest.
     """
 
     path = "/messages"
@@ -176,6 +210,9 @@ class AnthropicChatGenerator(HTTPChatGenerator):
             payload["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
             ]
+            payload["tool_choice"] = tool_choice_for(payload.get("tool_choice", "auto"))
+        else:
+            payload.pop("tool_choice", None)
         if stream:
             payload["stream"] = True
         return payload

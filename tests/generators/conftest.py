@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.generators.servers import llama_cpp_python_url, llama_server_url
+
+__all__ = ["llama_cpp_python_url", "llama_server_url"]  # session fixtures: the real model servers
+
 
 class Scripted(BaseHTTPRequestHandler):
     """Answers each POST with the next scripted response of its server; records every request."""
@@ -43,7 +47,9 @@ class Scripted(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         try:
-            for piece in pieces:
+            for number, piece in enumerate(pieces):
+                if number and "hold" in answer:  # the next pieces wait until the client has seen the first
+                    answer["held"] = answer["hold"].wait(5)
                 self.wfile.write(piece)
                 self.wfile.flush()
                 time.sleep(answer.get("gap", 0))

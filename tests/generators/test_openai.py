@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -181,15 +182,17 @@ def test_a_streamed_reply_arrives_chunk_by_chunk_and_equals_the_whole_one(server
 
 def test_chunks_reach_the_callback_while_the_server_is_still_sending(server: ScriptedServer) -> None:
     first, rest = events(delta("early")), events(delta(" late"), delta(finish="stop"))
-    server.reply(pieces=[first[: -len(b"data: [DONE]\n\n")], rest], gap=0.5)
-    arrived: list[tuple[str, float]] = []
-    started = time.perf_counter()
-    generator(server).run(
-        [ChatMessage.from_user("x")], streaming_callback=lambda c: arrived.append((c.content, time.perf_counter()))
-    )
-    early_at = next(t for content, t in arrived if content == "early")
-    late_at = next(t for content, t in arrived if content == " late")
-    assert early_at - started < 0.4 <= late_at - started, "the first chunk came before the rest was sent"
+    seen_early = threading.Event()
+    answer: dict[str, Any] = {"pieces": [first[: -len(b"data: [DONE]\n\n")], rest], "hold": seen_early}
+    server.answers.append(answer)
+
+    def callback(chunk: StreamingChunk) -> None:
+        if chunk.content == "early":
+            seen_early.set()
+
+    [reply] = generator(server).run([ChatMessage.from_user("x")], streaming_callback=callback)["replies"]
+    assert answer["held"], "the server sent the rest only after the callback had the first chunk"
+    assert reply.text == "early late"
 
 
 def test_async_streaming_with_an_async_callback(server: ScriptedServer) -> None:

@@ -1,0 +1,229 @@
+"""The whole tool loop on real model servers: Gemma 3 270M behind llama-cpp-python's server (OpenAI API)
+and llama.cpp's llama-server (OpenAI API, and Anthropic's Messages API at ``/v1/messages``).
+
+The model is tiny, so the tests assert the protocol, not wisdom: calls reach the tools, results
+and errors reach the model, it answers them with a well-formed reply, usage is counted. A fresh
+conversation does not always make it call a tool, even with ``tool_choice`` forcing one; so each run
+starts from a conversation that already holds a call and its result (the model then calls again),
+and each server is also handed a conversation that holds parallel calls and their results (one an
+error). The servers start once per session (see ``servers``); under ``CI`` the tests fail if a
+server cannot start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from agentfsm import (
+    Agent,
+    AgentSnapshot,
+    Breakpoint,
+    BreakpointException,
+    ChatMessage,
+    ChatRole,
+    StreamingChunk,
+    ToolCall,
+)
+from agentfsm.generators import AnthropicChatGenerator, FallbackChatGenerator, OpenAIChatGenerator
+from agentfsm.generators._http import HTTPChatGenerator
+from agentfsm.secrets import Secret
+from tests.helpers import SIDE_EFFECTS, add, call, calls, fail
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server and one API."""
+
+    name: str
+    url: str
+    api: str
+    #: ``tool_choice`` that makes the model call the named tool, in a form this server accepts.
+    forced: Any
+    #: Whether the server reports token usage in streams too (llama-cpp-python does not).
+    streams_usage: bool = True
+
+    def generator(self, tool: str | None = None, **generation: Any) -> HTTPChatGenerator:
+        options = {"max_tokens": 48, "temperature": 0, **generation}
+        if tool is not None:
+            options["tool_choice"] = self.forced if self.forced != "named" else _named(tool)
+        kind = AnthropicChatGenerator if self.api == "anthropic" else OpenAIChatGenerator
+        key = Secret.from_env_var("NO_KEY_NEEDED", strict=False)
+        return kind("gemma", key, self.url, options, timeout=300.0, max_retries=0, deadline=900.0)
+
+
+def _named(tool: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool}}
+
+
+@pytest.fixture(
+    scope="module",
+    params=["llama-cpp-python, OpenAI API", "llama-server, OpenAI API", "llama-server, Anthropic API"],
+)
+def target(request: pytest.FixtureRequest) -> Target:
+    if request.param.startswith("llama-cpp-python"):
+        # Gemma's chat format shows the model no tools; a named tool_choice makes the server constrain
+        # the answer to a call of that tool ("auto" and "required" leave the model unaware of them).
+        url = request.getfixturevalue("llama_cpp_python_url")
+        return Target(request.param, url, "openai", "named", streams_usage=False)
+    url = request.getfixturevalue("llama_server_url")
+    if "Anthropic" in request.param:
+        return Target(request.param, url, "anthropic", {"type": "any"})
+    return Target(request.param, url, "openai", "required")
+
+
+@pytest.fixture
+def sent() -> list[dict[str, Any]]:
+    """The request bodies a sync generator sent (through an httpx event hook)."""
+    return []
+
+
+def recording(model: HTTPChatGenerator, bodies: list[dict[str, Any]]) -> HTTPChatGenerator:
+    def record(request: httpx.Request) -> None:
+        bodies.append(json.loads(request.content))
+
+    model.http_client_kwargs["event_hooks"] = {"request": [record]}
+    return model
+
+
+def tool_results_in(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(call id, content) of each tool result a request sent, in either API's form."""
+    found = []
+    for message in body["messages"]:
+        if message.get("role") == "tool":
+            found.append((message["tool_call_id"], str(message["content"])))
+        for block in message["content"] if isinstance(message.get("content"), list) else []:
+            if block.get("type") == "tool_result":
+                found.append((block["tool_use_id"], json.dumps(block["content"])))
+    return found
+
+
+def primed(question: str, earlier: ToolCall, result: str, error: bool = False) -> list[ChatMessage]:
+    """A conversation that already holds one call and its result: the tiny model then calls tools reliably."""
+    return [ChatMessage.from_user(question), calls(earlier), ChatMessage.from_tool(result, earlier, error=error)]
+
+
+def well_formed(reply: ChatMessage) -> None:
+    assert reply.role is ChatRole.ASSISTANT
+    assert reply.meta["finish_reason"], reply.meta
+    assert reply.text or reply.tool_calls
+    for tool_call in reply.tool_calls:
+        assert tool_call.tool_name and isinstance(tool_call.arguments, dict) and tool_call.id
+
+
+def used_tokens(result: dict[str, Any]) -> int:
+    return sum(v for v in result.get("token_usage", {}).values() if isinstance(v, int))
+
+
+def test_a_tool_loop_of_three_model_calls(target: Target, sent: list[dict[str, Any]]) -> None:
+    SIDE_EFFECTS.clear()
+    model = recording(target.generator("add"), sent)
+    conversation = primed("What is 2 plus 3? Use the add tool.", call("add", "call_0", a=2, b=3), "5")
+    with Agent(chat_generator=model, tools=[add], max_agent_steps=3) as agent:
+        result = agent.run(conversation)
+    replies = [m for m in result["messages"][3:] if m.role is ChatRole.ASSISTANT]
+    assert len(sent) == len(replies) == 3 and result["exit_reason"] == "max_agent_steps"
+    for reply in replies:
+        well_formed(reply)
+        assert {c.tool_name for c in reply.tool_calls} <= {"add"}
+    results = {m.tool_call_result.origin.id for m in result["messages"] if m.tool_call_result is not None}
+    assert results == {"call_0"} | {c.id for r in replies for c in r.tool_calls}, "every call was answered"
+    for number, request in enumerate(sent):
+        answered = ["call_0", *(c.id for r in replies[:number] for c in r.tool_calls)]
+        assert [i for i, _ in tool_results_in(request)] == answered, "the results went back to the model"
+    assert SIDE_EFFECTS, "the model's calls reached the tool"
+    assert used_tokens(result) > 0
+
+
+def test_a_streamed_async_round_trip(target: Target) -> None:
+    SIDE_EFFECTS.clear()
+    chunks: list[StreamingChunk] = []
+
+    async def collect(chunk: StreamingChunk) -> None:
+        chunks.append(chunk)
+
+    async def main() -> dict[str, Any]:
+        async with Agent(chat_generator=target.generator("add"), tools=[add], max_agent_steps=2) as agent:
+            conversation = primed("Add 4 and 5 with the tool.", call("add", "call_0", a=4, b=5), "9")
+            return await agent.run_async(conversation, streaming_callback=collect)
+
+    result = asyncio.run(main())
+    first, second = (m for m in result["messages"][3:] if m.role is ChatRole.ASSISTANT)
+    well_formed(first)
+    well_formed(second)
+    assert [c.tool_name for c in first.tool_calls][:1] == ["add"], "the streamed name is not repeated"
+    announced = [c.tool_calls for c in chunks if c.tool_calls]
+    assert announced[0] == first.tool_calls, "the callback receives the reply's tool calls"
+    assert len([c for c in chunks if c.finish_reason]) == 2
+    assert (used_tokens(result) > 0) is target.streams_usage
+
+
+def handed_conversation() -> list[ChatMessage]:
+    """A conversation that already holds two parallel calls and their results, one of them an error."""
+    first, second = call("add", "call_1", a=2, b=3), call("fail", "call_2", reason="the disk is full")
+    return [
+        ChatMessage.from_system("You are a calculator. Answer briefly."),
+        ChatMessage.from_user("Add 2 and 3, and try the failing tool."),
+        calls(first, second),
+        ChatMessage.from_tool("5", first),
+        ChatMessage.from_tool("RuntimeError: the disk is full", second, error=True),
+    ]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_parallel_calls_and_a_tool_error_handed_to_the_server_get_a_reply(target: Target, streamed: bool) -> None:
+    """Automatic tool choice (the client's default with tools): the model may answer or call again."""
+    model = target.generator()
+    chunks: list[StreamingChunk] = []
+
+    async def ask() -> dict[str, Any]:
+        try:
+            return await model.run_async(handed_conversation(), [add, fail], streaming_callback=chunks.append)
+        finally:
+            await model.close_async()
+
+    if streamed:
+        output = asyncio.run(ask())
+    else:
+        try:
+            output = model.run(handed_conversation(), [add, fail])
+        finally:
+            model.close()
+    [reply] = output["replies"]
+    well_formed(reply)
+    assert bool(reply.meta.get("usage")) is (target.streams_usage or not streamed)
+    if streamed:
+        assert chunks[-1].finish_reason == reply.meta["finish_reason"]
+
+
+def nowhere() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+
+
+def test_a_run_resumed_between_two_model_calls_reads_the_tool_error(target: Target) -> None:
+    """Behind a fallback whose first server is down; the snapshot resumes in an agent rebuilt from its dict."""
+    unreachable = OpenAIChatGenerator("m", Secret.from_env_var("NO_KEY_NEEDED", strict=False), nowhere(), max_retries=0)
+    model = FallbackChatGenerator([unreachable, target.generator("fail")])
+    agent = Agent(chat_generator=model, tools=[fail], max_agent_steps=2)
+    conversation = primed("Call the fail tool.", call("fail", "call_0", reason="disk full"), "disk full", error=True)
+    with agent, pytest.raises(BreakpointException) as paused:
+        agent.run(conversation, break_point=Breakpoint("chat_generator", visit_count=1))
+    snapshot = AgentSnapshot.from_bytes(paused.value.snapshot.to_bytes())
+    with Agent.from_dict(json.loads(json.dumps(agent.to_dict())), allowed_modules=["tests"]) as fresh:
+        result = fresh.run(snapshot=snapshot)
+    replies = [m for m in result["messages"][3:] if m.role is ChatRole.ASSISTANT]
+    assert len(replies) == 2
+    for reply in replies:
+        well_formed(reply)
+        assert reply.meta["successful_chat_generator_index"] == 1
+    errors = [m.tool_call_result for m in result["messages"] if m.tool_call_result is not None]
+    assert errors and all(e.error for e in errors), "the tool's failure went to the model as an error result"
+    assert used_tokens(result) > 0
