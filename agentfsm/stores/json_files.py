@@ -33,6 +33,8 @@ _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "owner": (str,),
     "lease_until": (int, float),
 }
+#: The statuses a ``run.json`` may hold.
+_STATUSES = frozenset(status.value for status in RunStatus)
 
 
 def _is_folder_name(run_id: object) -> bool:
@@ -82,6 +84,8 @@ class JsonFileStore:
             kinds = _RECORD_FIELDS.get(key)
             if kinds is None or not isinstance(value, kinds) or isinstance(value, bool):
                 raise SnapshotError(f"{path} is damaged ({key!r} is not one of its fields, or not of its type).")
+        if "status" in data and data["status"] not in _STATUSES:
+            raise SnapshotError(f"{path} is damaged (status {data['status']!r} is none of {sorted(_STATUSES)}).")
         return data
 
     def _record(self, run_id: str) -> dict[str, Any]:
@@ -212,7 +216,7 @@ class JsonFileStore:
             found.append(
                 RunInfo(
                     folder.name,
-                    RunStatus(record.get("status", RunStatus.PAUSED)),
+                    RunStatus(record.get("status", RunStatus.PAUSED.value)),
                     newest.phase if newest else None,
                     newest.step if newest else 0,
                     len(files),
