@@ -55,7 +55,9 @@ class Target:
             options["tool_choice"] = self.forced if self.forced != "named" else _named(tool)
         kind = AnthropicChatGenerator if self.api == "anthropic" else OpenAIChatGenerator
         key = Secret.from_env_var("NO_KEY_NEEDED", strict=False)
-        return kind("gemma", key, self.url, options, timeout=300.0, max_retries=0, deadline=900.0)
+        # Retries as users have them: llama-server closes a keep-alive connection idle for 5 s, and a
+        # request sent on it as it closes fails with no response (a connection error, retried).
+        return kind("gemma", key, self.url, options, timeout=300.0, max_retries=2, deadline=900.0)
 
 
 def _named(tool: str) -> dict[str, Any]:
