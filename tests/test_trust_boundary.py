@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
 import subprocess
 import sys
@@ -74,6 +75,10 @@ DANGEROUS_PATHS = [
     "builtins.getattr",
     "builtins.type",
     "builtins.str.__class__",
+    "builtins.str.format",
+    "builtins.str.format_map",
+    "builtins.str.center",
+    "builtins.int.to_bytes",
     "os.system",
     "subprocess.run",
     "agentfsm.serialization.import_named_module",
@@ -275,6 +280,19 @@ def test_builtins_open_as_a_tool_function_never_runs(precious: Path) -> None:
     data = agent_dict_with_tool(opener, "builtins.open", file=str(precious), mode="w")
     with pytest.raises(DeserializationError, match="builtins offers only"):
         Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
+
+
+@pytest.mark.parametrize("method", ["format", "format_map"])
+def test_str_format_never_reads_globals_from_data(method: str) -> None:
+    # str.format as a State handler would walk a value's attributes to a module's globals:
+    # "{0.__class__.from_user.__globals__[__builtins__][open]}" prints `open`, and the environment.
+    noting = dataclasses.replace(note, outputs_to_state={"seen": {"handler": str.upper}})
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[noting], state_schema={"seen": {"type": str}})
+    data = data.to_dict()
+    assert Agent.from_dict(data, allowed_modules=ALLOWED).tools[0].outputs_to_state["seen"]["handler"] is str.upper
+    data["init_parameters"]["tools"][0]["data"]["outputs_to_state"] = {"seen": {"handler": f"builtins.str.{method}"}}
+    with pytest.raises(DeserializationError, match=r"never str\.format"):
+        Agent.from_dict(data, allowed_modules=ALLOWED)
 
 
 def test_a_legitimate_agent_dict_still_runs() -> None:
