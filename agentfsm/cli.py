@@ -6,12 +6,14 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import orjson
 
@@ -736,13 +738,30 @@ def _database_error(exc: BaseException) -> bool:
     return any(cls.__module__.startswith(_DATABASE_MODULES) for cls in type(exc).__mro__)
 
 
-def _without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``: the URL tried, fit to print."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in credentials:
-        return url
-    return f"{scheme}://{credentials.partition(':')[0]}:***@{host}"
+def _url_secrets(url: str) -> list[str]:
+    """The passwords in a database URL: after ``user:`` and in query parameters such as ``?password=``."""
+    _, sep, rest = url.partition("://")
+    location, _, query = rest.partition("?")
+    credentials, at, _ = location.rpartition("@")
+    secrets = [credentials.partition(":")[2]] if sep and at else []
+    for parameter in query.split("&"):
+        key, _, value = parameter.partition("=")
+        if "pass" in key.lower():
+            secrets.append(value)
+    return [secret for secret in secrets if secret]
+
+
+def without_secrets(text: str, url: str) -> str:
+    """``text`` (the URL itself, or a driver's error about it) with every password of ``url`` as ``***``."""
+    for secret in _url_secrets(url):
+        for form in sorted({secret, unquote(secret)}, key=len, reverse=True):
+            text = text.replace(form, "***")
+        # A driver may split an unencoded password where a URL's parts begin (``bob:p@ss@host``
+        # is password ``p`` and host ``ss@host`` to libpq) and quote a piece: mask each piece.
+        pieces = [piece for piece in re.split(r"[@:/?#&=]", unquote(secret)) if piece]
+        for piece in pieces if len(pieces) > 1 else []:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(piece)}(?![A-Za-z0-9])", "***", text)
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -765,7 +784,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # A driver's message can run over many lines (SQL, hints): its first line says why.
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"cannot reach the database {_without_password(url)}: {reason} (--debug shows the traceback)."
+        where = without_secrets(f"{url}: {reason}", url)
+        message = f"cannot reach the database {where} (--debug shows the traceback)."
     print(f"agentfsm: error: {message}", file=sys.stderr)
     return 1
 

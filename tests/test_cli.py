@@ -235,9 +235,15 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
         done = cli("runs", "--system-db", url)
         debugged = cli("runs", "--system-db", url, "--debug")
         worker = cli("worker", "--agent", "tests.durable_agents:confirmed", "--system-db", url)
+        # A password in the query, and one with an unencoded @ that the driver splits into a host.
+        in_query = cli("runs", "--system-db", f"postgresql://agent@127.0.0.1:{port}/runs?password=hunter2")
+        split = cli("runs", "--system-db", f"postgresql://agent:pa@ssword@127.0.0.1:{port}/runs")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot reach the database postgresql://agent:***@127.0.0.1:{port}/runs" in done.stderr
     assert "secret" not in done.stderr
+    assert in_query.returncode == 1 and "password=***" in in_query.stderr and "hunter2" not in in_query.stderr
+    assert split.returncode == 1 and "agent:***@" in split.stderr, split.stderr
+    assert "ssword" not in split.stderr and "pa@" not in split.stderr, split.stderr
     assert debugged.returncode == 1 and "Traceback" in debugged.stderr
     # A worker launches DBOS, which logs its failure with a traceback: held back, said in one line.
     assert worker.returncode == 1 and worker.stderr.count("\n") == 1 and "cannot reach the database" in worker.stderr
