@@ -201,7 +201,16 @@ def dbos_client(system_db: str) -> Any:
     which sets up its own log, and does not come here.
     """
     from dbos import DBOSClient
+    from sqlalchemy.engine import make_url
 
+    url = make_url(system_db)
+    # A client opening an SQLite file that is not there would create it, empty, and fail on it.
+    file = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
+    if file and not os.path.isfile(file):
+        raise CLIError(
+            f"no DBOS system database at {system_db}: {file!r} does not exist (a worker started with this "
+            "--system-db creates it)."
+        )
     dbos_log = logging.getLogger("dbos")
     if not dbos_log.handlers:
         dbos_log.addHandler(logging.NullHandler())
@@ -785,7 +794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A driver's message can run over many lines (SQL, hints): its first line says why.
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         where = without_secrets(f"{url}: {reason}", url)
-        message = f"cannot reach the database {where} (--debug shows the traceback)."
+        if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
+            # Reached, but without DBOS's tables: another database, or a snapshot store.
+            message = f"not a DBOS system database: {where} (--debug shows the traceback)."
+        else:
+            message = f"cannot reach the database {where} (--debug shows the traceback)."
     print(f"agentfsm: error: {message}", file=sys.stderr)
     return 1
 

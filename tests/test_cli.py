@@ -250,3 +250,15 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
     missing_dir = f"sqlite:///{tmp_path}/no/such/dir/runs.db"
     done = cli("decide", "r1", "--system-db", missing_dir, "--approve-all")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and missing_dir in done.stderr, done.stderr
+
+
+def test_a_system_db_that_is_no_dbos_database_is_said_so(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.sqlite"
+    done = cli("runs", "--system-db", f"sqlite:///{typo}")
+    assert done.returncode == 1 and "no DBOS system database" in done.stderr and str(typo) in done.stderr, done.stderr
+    assert not typo.exists(), "looking for runs creates no database"
+    store = tmp_path / "runs.db"
+    SQLiteSnapshotStore(store).close()  # an SQLite file, but a snapshot store's
+    done = cli("runs", "--system-db", f"sqlite:///{store}")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "not a DBOS system database" in done.stderr and "cannot reach" not in done.stderr, done.stderr
