@@ -365,7 +365,8 @@ def test_serve_refuses_other_machines_without_a_token(tmp_path: Path) -> None:
         check=False,
         env={k: v for k, v in os.environ.items() if k != "AGENTFSM_TOKEN"},
     )
-    assert done.returncode == 1 and "give it a --token" in done.stderr
+    # Both things it lacks, in one message.
+    assert done.returncode == 1 and "give it a --token" in done.stderr and "--allowed-host NAME" in done.stderr
 
 
 def test_serve_on_every_address_needs_the_names_it_answers_to(
