@@ -590,10 +590,11 @@ def create_app(
             session = session_of(request)
             request.state.session = session or secrets.token_urlsafe(32)
             response: Response = await handler(request)
+            # Both cookies are Secure under https: a browser then never sends them over plain http.
+            secure = request.url.scheme == "https"
             if review.token is not None and request.query_params.get("token"):
-                response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict")
+                response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict", secure=secure)
             if session is None and request.method == "GET":  # the first page: the session starts
-                secure = request.url.scheme == "https"
                 response.set_cookie(
                     SESSION_COOKIE, request.state.session, httponly=True, samesite="strict", secure=secure
                 )
