@@ -314,11 +314,61 @@ def object_to_dict(obj: Any) -> dict[str, Any]:
     return {"type": object_path(type(obj)), "data": to_dict()}
 
 
-def object_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
-    """Invert ``object_to_dict``; the class is resolved through the allow-list."""
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or "data" not in data:
-        raise DeserializationError(f"An object is given as {{'type': <class path>, 'data': ...}}, got {data!r}.")
-    return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """The kind of class a place in a document takes: subclasses of ``base`` that have ``methods``.
+
+    ``what`` names that kind in the error for a class that is not of it.
+    """
+
+    what: str
+    base: type | tuple[type, ...] = object
+    methods: tuple[str, ...] = ()
+
+    def check(self, cls: type, path: str) -> type:
+        """``cls`` (resolved from ``path``) when it is of this kind; ``DeserializationError`` otherwise."""
+        if not issubclass(cls, self.base) or not all(_defines(cls, m) for m in self.methods):
+            raise DeserializationError(f"{path!r} is not {self.what}.")
+        return cls
+
+
+def _defines(cls: type, method: str) -> bool:
+    # Defined by the class or a base of its own: every class has ``__call__`` through ``type``.
+    return any(method in vars(k) for k in cls.__mro__ if k is not object)
+
+
+#: Any class with ``from_dict``: a part no other code calls (a value, a configuration).
+ANY_CLASS = Slot("a class with from_dict()", methods=("from_dict",))
+#: A model client: the agent, a summarizing compactor and a cassette call its ``run``.
+CHAT_GENERATOR = Slot("a chat generator class (with run() and from_dict())", methods=("run", "from_dict"))
+
+
+def resolve_class(path: Any, allowed_modules: Iterable[str] | None = None, slot: Slot = ANY_CLASS) -> type:
+    """The class ``path`` names, through the allow-list, when it is of the kind ``slot`` takes."""
+    if not isinstance(path, str):
+        raise DeserializationError(f"A class is named by its import path, a string such as 'myapp.Tool'; got {path!r}.")
+    return slot.check(import_path(path, allowed_modules), path)
+
+
+def object_from_dict(
+    data: dict[str, Any],
+    allowed_modules: Iterable[str] | None = None,
+    slot: Slot = ANY_CLASS,
+    *,
+    whole: bool = False,
+) -> Any:
+    """Invert ``object_to_dict``: the class ``data`` names (of the kind ``slot`` takes), rebuilt from its data.
+
+    The class is resolved through the allow-list and checked before its ``from_dict`` is called.
+    ``whole``: ``from_dict`` takes all of ``data`` (``{'type': ..., 'init_parameters': ...}``, as
+    tools and model clients write themselves), not only ``data['data']``. Bad data raises
+    ``DeserializationError``.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not (whole or "data" in data):
+        shape = "{'type': <class path>, ...}" if whole else "{'type': <class path>, 'data': ...}"
+        raise DeserializationError(f"{slot.what[0].upper()}{slot.what[1:]} is given as {shape}, got {_brief(data)}.")
+    cls = resolve_class(data["type"], allowed_modules, slot)
+    return rebuild(cls, data if whole else data["data"], allowed_modules)
 
 
 # -- callables ------------------------------------------------------------------------------------
