@@ -11,17 +11,17 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import orjson
 
-from agentfsm.errors import AgentFSMError, DeserializationError
+from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.serialization import dump_json, import_named_module, load_json
+from agentfsm.serialization import dump_json, import_named_module
 
 if TYPE_CHECKING:
     from agentfsm.snapshot import AgentSnapshot
@@ -302,48 +302,39 @@ def _result_text(message: ChatMessage) -> str:
     return " ".join(getattr(part, "text", "[image]") for part in result.result)
 
 
-def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
-    """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls."""
-    from agentfsm.hitl.strategies import decision_from
+def decisions_from_args(
+    snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str], tools: Iterable[Any] = ()
+) -> list[Any]:
+    """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls.
+
+    New arguments are checked against their tool in ``tools`` (the agent's, when it runs here).
+    """
+    from agentfsm.hitl.answers import Answer, decisions_from_answers
 
     pending = snapshot.pending_calls_by_key()
-    named: set[str] = set()
+    answers: dict[str, Answer] = {}
 
-    def key(given: str) -> str:
+    def answer(given: str, action: str, **details: str | None) -> None:
         # A call without an id (in snapshots written before every call got one) is known as "#0";
         # in a shell "#" starts a comment, so "0" names it too.
-        found = given if given in pending else f"#{given}" if f"#{given}" in pending else None
-        if found is None:
+        key = given if given in pending else f"#{given}" if f"#{given}" in pending else None
+        if key is None:
             raise CLIError(f"the snapshot has no pending call {given!r}; its pending calls are {sorted(pending)}.")
-        if found in named:
+        if key in answers:
             raise CLIError(
                 f"call {given!r} is named twice: give one decision (--approve, --reject or --modify) per call."
             )
-        named.add(found)
-        return found
+        answers[key] = Answer(action, **details)
 
-    decisions = []
     for given in approve:
-        call_id = key(given)
-        c = pending[call_id]
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "confirm"))
+        answer(given, "approve")
     for entry in reject:
         given, _, feedback = entry.partition(":")
-        call_id = key(given)
-        c = pending[call_id]
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "reject", feedback=feedback or None))
+        answer(given, "reject", feedback=feedback or None)
     for entry in modify:
         given, _, raw = entry.partition(":")
-        call_id = key(given)
-        c = pending[call_id]
-        try:
-            params = load_json(raw)
-        except DeserializationError as exc:
-            raise CLIError(f"--modify {call_id}: the new arguments are not JSON ({exc}).") from None
-        if not isinstance(params, dict):
-            raise CLIError(f"--modify {call_id}: the new arguments must be a JSON object.")
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "modify", new_tool_params=params))
-    return decisions
+        answer(given, "modify", arguments=raw)
+    return decisions_from_answers(pending, answers, tools)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -353,7 +344,7 @@ def _resume(args: argparse.Namespace) -> int:
         if args.seq is not None or args.take_over:
             raise CLIError("--seq and --take-over are about a run in a store: give its store with --store PATH.")
         agent, snapshot = load_agent(args.agent), _load_snapshot(args.target, stores="--store PATH")
-    decisions = _decisions_taken(args, snapshot, required=False)
+    decisions = _decisions_taken(args, snapshot, agent.known_tools(), required=False)
     if args.fork:
         print(f"(a new run, forked from run {snapshot.run_id} at snapshot {snapshot.seq})", file=sys.stderr)
     return _go_on(args, agent, snapshot, decisions, fork=args.fork, take_over=args.take_over)
@@ -491,10 +482,12 @@ def _decide(args: argparse.Namespace) -> int:
     if not args.agent:
         raise CLIError("a run of a snapshot store goes on in this process: give its agent with --agent MODULE:ATTR.")
     agent, snapshot = _stored_run(args, args.run_id)
-    return _go_on(args, agent, snapshot, _decisions_taken(args, snapshot))
+    return _go_on(args, agent, snapshot, _decisions_taken(args, snapshot, agent.known_tools()))
 
 
-def _decisions_taken(args: argparse.Namespace, snapshot: AgentSnapshot, *, required: bool = True) -> list[Any]:
+def _decisions_taken(
+    args: argparse.Namespace, snapshot: AgentSnapshot, tools: Iterable[Any] = (), *, required: bool = True
+) -> list[Any]:
     """The decision options as decisions; ``--approve-all`` approves every awaited call not decided otherwise."""
     approve = list(args.approve)
     if args.approve_all or (args.approve_all is None and not (approve or args.reject or args.modify)):
@@ -506,7 +499,7 @@ def _decisions_taken(args: argparse.Namespace, snapshot: AgentSnapshot, *, requi
             f"say what to do with the calls run {snapshot.run_id} waits for ({waiting}): "
             "--approve ID, --reject ID:FEEDBACK, --modify ID:JSON or --approve-all."
         )
-    return decisions_from_args(snapshot, approve, args.reject, args.modify)
+    return decisions_from_args(snapshot, approve, args.reject, args.modify, tools)
 
 
 class _Holder(logging.Filter):

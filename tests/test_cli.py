@@ -280,6 +280,9 @@ def test_a_run_that_pauses_again_says_how_to_go_on(tmp_path: Path) -> None:
     run_id = paused_payments(store)
     store.close()
     agent = ("--agent", "tests.test_cli:paying_agent")
+    # New arguments are checked against the tool before the run goes on, as on the review page.
+    unfit = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1", "--modify", 'p2:{"to": "bob"}')
+    assert unfit.returncode == 1 and "'amount'" in unfit.stderr, unfit.stderr
     half = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1")
     assert half.returncode == 3, half.stderr  # paused again: no answer yet, and no error
     assert "error" not in half.stderr and "waits for a decision on p2" in half.stderr, half.stderr
