@@ -18,7 +18,9 @@ from agentfsm.errors import (
     check_int,
 )
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.hitl.strategies import CONFIRMATION_STRATEGY
 from agentfsm.hooks import (
+    HOOK,
     Hook,
     check_hooks,
     hook_from_dict,
@@ -36,11 +38,13 @@ from agentfsm.result import AgentResult
 from agentfsm.resume import resume_run
 from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
-    Expected,
+    CHAT_GENERATOR,
+    Slot,
     deserialize_callable,
     import_path,
+    object_from_dict,
     object_path,
-    rebuild,
+    resolve_class,
     serialize_callable,
 )
 from agentfsm.snapshot import AgentSnapshot, fingerprint
@@ -55,6 +59,7 @@ from agentfsm.stores import DurableSnapshotStore, SnapshotStore
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import (
+    TOOL_OR_TOOLSET,
     Toolset,
     check_unique_names,
     flatten_tools,
@@ -578,9 +583,7 @@ class Agent:
             if params.get("streaming_callback"):
                 params["streaming_callback"] = deserialize_callable(params["streaming_callback"], allowed_modules)
             generator = params["chat_generator"]
-            params["chat_generator"] = rebuild(
-                import_path(generator["type"], allowed_modules), generator, allowed_modules
-            )
+            params["chat_generator"] = object_from_dict(generator, allowed_modules, CHAT_GENERATOR, whole=True)
             params["tools"] = tools_from_dict(params.get("tools"), allowed_modules)
             if params.get("confirmation_strategies"):
                 params["confirmation_strategies"] = strategies_from_dict(
@@ -662,29 +665,6 @@ def _agent_parameters(data: Any) -> dict[str, Any]:
     return params
 
 
-#: What a slot of an agent document names: a class or a callable, and what the object found must be.
-_Slot = tuple[Expected, str, Callable[[Any], bool]]
-
-# import_path checks what a callable slot may name (a function, a class, agentfsm's @tool or @hook of one).
-_ANY_CALLABLE: _Slot = ("callable", "a function", lambda _: True)
-_GENERATOR: _Slot = (
-    "class",
-    "a chat generator class (with run() and from_dict())",
-    lambda c: _has(c, "run", "from_dict"),
-)
-_TOOL: _Slot = ("class", "a Tool or Toolset class", lambda c: issubclass(c, Tool | Toolset))
-_HOOK: _Slot = ("class", "a hook class (with run())", lambda c: _has(c, "run"))
-_STRATEGY: _Slot = (
-    "class",
-    "a confirmation strategy class (with run() and from_dict())",
-    lambda c: _has(c, "run", "from_dict"),
-)
-
-
-def _has(cls: Any, *methods: str) -> bool:
-    return all(callable(getattr(cls, m, None)) for m in methods)
-
-
 def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | None) -> None:
     """Resolve every class and function an agent document's ``init_parameters`` name, and check each fits its slot.
 
@@ -692,20 +672,19 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
     document before any part of it is rebuilt.
     """
     tools = params.get("tools")
-    named: list[tuple[str, _Slot]] = [(params["chat_generator"]["type"], _GENERATOR)]
-    named += [(t["type"], _TOOL) for t in ([tools] if isinstance(tools, dict) else tools or [])]
-    named += [
-        (h["function"], _ANY_CALLABLE) if "function" in h else (h["type"], _HOOK)
-        for hooks in (params.get("hooks") or {}).values()
-        for h in hooks
-    ]
-    named += [(e["strategy"]["type"], _STRATEGY) for e in params.get("confirmation_strategies") or []]
-    named += [(e["handler"], _ANY_CALLABLE) for e in (params.get("state_schema") or {}).values() if e.get("handler")]
-    if params.get("streaming_callback"):
-        named.append((params["streaming_callback"], _ANY_CALLABLE))
-    for path, (expect, what, fits) in named:
-        if not fits(import_path(path, allowed_modules, expect=expect)):
-            raise DeserializationError(f"{path!r} is not {what}.")
+    classes: list[tuple[str, Slot]] = [(params["chat_generator"]["type"], CHAT_GENERATOR)]
+    classes += [(t["type"], TOOL_OR_TOOLSET) for t in ([tools] if isinstance(tools, dict) else tools or [])]
+    hooks = [h for entries in (params.get("hooks") or {}).values() for h in entries]
+    classes += [(h["type"], HOOK) for h in hooks if "function" not in h]
+    classes += [(e["strategy"]["type"], CONFIRMATION_STRATEGY) for e in params.get("confirmation_strategies") or []]
+    # import_path checks what a callable slot may name (a function, a class, agentfsm's @tool or @hook of one).
+    callables = [h["function"] for h in hooks if "function" in h]
+    callables += [e["handler"] for e in (params.get("state_schema") or {}).values() if e.get("handler")]
+    callables += [params["streaming_callback"]] if params.get("streaming_callback") else []
+    for path, slot in classes:
+        resolve_class(path, allowed_modules, slot)
+    for path in callables:
+        import_path(path, allowed_modules, expect="callable")
 
 
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -791,8 +770,8 @@ def strategies_from_dict(
 ) -> dict[str | tuple[str, ...], Any]:
     """Invert ``strategies_to_dict``, through the serialization allow-list."""
     return {
-        tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]: rebuild(
-            import_path(entry["strategy"]["type"], allowed_modules), entry["strategy"], allowed_modules
+        tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]: object_from_dict(
+            entry["strategy"], allowed_modules, CONFIRMATION_STRATEGY, whole=True
         )
         for entry in entries
     }

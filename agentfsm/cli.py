@@ -6,22 +6,25 @@ import argparse
 import contextlib
 import logging
 import os
+import re
+import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import orjson
 
-from agentfsm.errors import AgentFSMError, DeserializationError
+from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.serialization import dump_json, import_named_module, load_json
+from agentfsm.serialization import dump_json, import_named_module
 
 if TYPE_CHECKING:
-    from agentfsm.snapshot import AgentSnapshot, ToolCallData
+    from agentfsm.snapshot import AgentSnapshot
 
 
 class _TransitionPrinter(logging.Handler):
@@ -82,9 +85,12 @@ def _durable_module() -> Any:
     return durable
 
 
-def _load_snapshot(path: str) -> Any:
+def _load_snapshot(path: str, *, stores: str = "--store PATH or --system-db URL") -> Any:
+    """The snapshot file at ``path``; when there is none, a hint that ``path`` may be a run id."""
     from agentfsm.snapshot import AgentSnapshot
 
+    if not os.path.exists(path):
+        raise CLIError(f"no snapshot file {path!r} (a run id? give {stores}).")
     return AgentSnapshot.from_file(path)
 
 
@@ -161,6 +167,13 @@ def open_store(path: str, *, durable: bool = False) -> Any:
         return JsonFileStore(path)
     if not os.path.exists(path):
         raise CLIError(f"no store at {path!r}: give an SQLite file or a directory of JSON snapshots.")
+    with open(path, "rb") as file:
+        head = file.read(64).lstrip()
+    if head.startswith(b"{"):
+        raise CLIError(
+            f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent MODULE:ATTR "
+            "(deciding its calls with --approve ID...), or show it with agentfsm snapshot show " + path + "."
+        )
     return SQLiteSnapshotStore(path, durable=durable)
 
 
@@ -171,24 +184,41 @@ def _stored_snapshot(args: argparse.Namespace, run_id: str, seq: int | None) -> 
     stands); the agent returned is the ``Agent`` it runs.
     """
     if args.system_db:
-        runs, durable = _durable_runs(args.system_db, args.agent)
-        try:
+        with _durable_runs(args.system_db, args.agent) as (runs, durable):
             snapshot = runs.latest(run_id) if seq is None else runs.load(run_id, seq)
-        finally:
-            runs.db.destroy()
         return snapshot, durable.agent if durable is not None else None
-    if not args.store:
-        raise CLIError("give the run's store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
+    _require_source(args)
     store = open_store(args.store)
     snapshot = store.latest(run_id) if seq is None else store.load(run_id, seq)
     return snapshot, load_agent(args.agent) if args.agent else None
 
 
-def _durable_runs(system_db: str, agent: str | None) -> tuple[Any, Any]:
+#: What a command that reads runs says when it is given none.
+_NO_SOURCE = "give the runs' store: --store PATH (a snapshot store) or --system-db URL (durable runs)."
+
+
+def _require_source(args: argparse.Namespace) -> None:
+    if not args.store and not getattr(args, "system_db", None):
+        raise CLIError(_NO_SOURCE)
+
+
+@contextlib.contextmanager
+def _durable_runs(system_db: str, agent: str | None) -> Iterator[tuple[Any, Any]]:
     """The durable runs of a system database (through a DBOSClient), and the DurableAgent ``--agent`` names."""
     durable = _durable_module()
     agent_ = load_durable_agent(agent) if agent else None
-    return durable.DurableRuns(dbos_client(system_db), agent_), agent_
+    with _dbos_client(system_db) as client:
+        yield durable.DurableRuns(client, agent_), agent_
+
+
+@contextlib.contextmanager
+def _dbos_client(system_db: str) -> Iterator[Any]:
+    """``dbos_client(system_db)``, destroyed (its connections closed) when the block ends."""
+    client = dbos_client(system_db)
+    try:
+        yield client
+    finally:
+        client.destroy()
 
 
 def dbos_client(system_db: str) -> Any:
@@ -199,7 +229,16 @@ def dbos_client(system_db: str) -> Any:
     which sets up its own log, and does not come here.
     """
     from dbos import DBOSClient
+    from sqlalchemy.engine import make_url
 
+    url = make_url(system_db)
+    # A client opening an SQLite file that is not there would create it, empty, and fail on it.
+    file = url.database if url.get_backend_name() == "sqlite" and url.database != ":memory:" else None
+    if file and not os.path.isfile(file):
+        raise CLIError(
+            f"no DBOS system database at {system_db}: {file!r} does not exist (a worker started with this "
+            "--system-db creates it)."
+        )
     dbos_log = logging.getLogger("dbos")
     if not dbos_log.handlers:
         dbos_log.addHandler(logging.NullHandler())
@@ -207,6 +246,8 @@ def dbos_client(system_db: str) -> Any:
 
 
 def _snapshot_show(args: argparse.Namespace) -> int:
+    if args.agent and not args.system_db:
+        raise CLIError("--agent is for --system-db runs (their DurableAgent derives where a run stands); leave it out.")
     if args.store or args.system_db:
         snapshot, _ = _stored_snapshot(args, args.target, args.seq)
     else:
@@ -261,68 +302,111 @@ def _result_text(message: ChatMessage) -> str:
     return " ".join(getattr(part, "text", "[image]") for part in result.result)
 
 
-def decisions_from_args(snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str]) -> list[Any]:
-    """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls."""
-    from agentfsm.hitl.strategies import decision_from
+def decisions_from_args(
+    snapshot: AgentSnapshot, approve: list[str], reject: list[str], modify: list[str], tools: Iterable[Any] = ()
+) -> list[Any]:
+    """``--approve ID``, ``--reject ID:feedback`` and ``--modify ID:{json}`` as decisions bound to the snapshot's calls.
+
+    New arguments are checked against their tool in ``tools`` (the agent's, when it runs here).
+    """
+    from agentfsm.hitl.answers import Answer, decisions_from_answers
 
     pending = snapshot.pending_calls_by_key()
+    answers: dict[str, Answer] = {}
 
-    def call(call_id: str) -> ToolCallData:
-        if call_id not in pending:
-            raise CLIError(f"the snapshot has no pending call {call_id!r}; its pending calls are {sorted(pending)}.")
-        return pending[call_id]
+    def answer(given: str, action: str, **details: str | None) -> None:
+        # A call without an id (in snapshots written before every call got one) is known as "#0";
+        # in a shell "#" starts a comment, so "0" names it too.
+        key = given if given in pending else f"#{given}" if f"#{given}" in pending else None
+        if key is None:
+            raise CLIError(f"the snapshot has no pending call {given!r}; its pending calls are {sorted(pending)}.")
+        if key in answers:
+            raise CLIError(
+                f"call {given!r} is named twice: give one decision (--approve, --reject or --modify) per call."
+            )
+        answers[key] = Answer(action, **details)
 
-    decisions = []
-    for call_id in approve:
-        c = call(call_id)
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "confirm"))
+    for given in approve:
+        answer(given, "approve")
     for entry in reject:
-        call_id, _, feedback = entry.partition(":")
-        c = call(call_id)
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "reject", feedback=feedback or None))
+        given, _, feedback = entry.partition(":")
+        answer(given, "reject", feedback=feedback or None)
     for entry in modify:
-        call_id, _, raw = entry.partition(":")
-        c = call(call_id)
-        try:
-            params = load_json(raw)
-        except DeserializationError as exc:
-            raise CLIError(f"--modify {call_id}: the new arguments are not JSON ({exc}).") from None
-        if not isinstance(params, dict):
-            raise CLIError(f"--modify {call_id}: the new arguments must be a JSON object.")
-        decisions.append(decision_from(c["tool_name"], c["arguments"], call_id, "modify", new_tool_params=params))
-    return decisions
+        given, _, raw = entry.partition(":")
+        answer(given, "modify", arguments=raw)
+    return decisions_from_answers(pending, answers, tools)
 
 
 def _resume(args: argparse.Namespace) -> int:
-    agent = load_agent(args.agent)
     if args.store:
-        # The run goes on in the store it comes from (an SQLite store records every transition).
-        store = open_store(args.store, durable=True)
-        agent.snapshot_store = store
-        snapshot = store.latest(args.target) if args.seq is None else store.load(args.target, args.seq)
+        agent, snapshot = _stored_run(args, args.target, args.seq)
     else:
         if args.seq is not None or args.take_over:
             raise CLIError("--seq and --take-over are about a run in a store: give its store with --store PATH.")
-        snapshot = _load_snapshot(args.target)
-    decisions = decisions_from_args(snapshot, args.approve, args.reject, args.modify)
-    result = agent.run(snapshot=snapshot, decisions=decisions, fork=args.fork, take_over=args.take_over)
+        agent, snapshot = load_agent(args.agent), _load_snapshot(args.target, stores="--store PATH")
+    decisions = _decisions_taken(args, snapshot, agent.known_tools(), required=False)
     if args.fork:
         print(f"(a new run, forked from run {snapshot.run_id} at snapshot {snapshot.seq})", file=sys.stderr)
-    return _print_answer(result)
+    return _go_on(args, agent, snapshot, decisions, fork=args.fork, take_over=args.take_over)
 
 
-def _print_answer(result: dict[str, Any]) -> int:
+def _stored_run(args: argparse.Namespace, run_id: str, seq: int | None = None) -> tuple[Any, AgentSnapshot]:
+    """``--agent``'s Agent, recording in ``--store``, and snapshot ``seq`` (None: the latest) of run ``run_id``."""
+    agent = load_agent(args.agent)
+    # The run goes on in the store it comes from (an SQLite store records every transition).
+    store = open_store(args.store, durable=True)
+    agent.snapshot_store = store
+    return agent, store.latest(run_id) if seq is None else store.load(run_id, seq)
+
+
+#: The exit code of ``decide`` and ``resume`` when the run paused again (a decision, a breakpoint).
+PAUSED_AGAIN = 3
+
+
+def _go_on(args: argparse.Namespace, agent: Any, snapshot: AgentSnapshot, decisions: list[Any], **options: Any) -> int:
+    """Run the rest of ``snapshot``'s run: print its answer, or how to go on when it pauses again."""
+    from agentfsm.errors import BreakpointException
+
+    try:
+        result = agent.run(snapshot=snapshot, decisions=decisions, **options)
+    except BreakpointException as paused:
+        print(_paused_again(args, paused), file=sys.stderr)
+        return PAUSED_AGAIN
     last = result["last_message"]
     print(last.text if last is not None and last.text is not None else "")
     print(f"(exit: {result['exit_reason']}, {result['step_count']} model calls)", file=sys.stderr)
     return 0
 
 
+def _paused_again(args: argparse.Namespace, paused: Any) -> str:
+    """Where a run that paused again stands, and the command that takes it on."""
+    snapshot: AgentSnapshot = paused.snapshot
+    agent = f"--agent {shlex.quote(args.agent)}"
+    if args.store:
+        where = f"{snapshot.run_id} --store {shlex.quote(args.store)} {agent}"
+    else:
+        # Out of any store, the paused run lives in a file: the strategy's, or one beside the resumed file.
+        path = paused.snapshot_file_path or str(
+            snapshot.to_file(os.path.join(os.path.dirname(args.target), f"{snapshot.run_id}-step{snapshot.step}.json"))
+        )
+        where = f"{shlex.quote(path)} {agent}"
+    waiting = snapshot.awaited_decisions()
+    if not waiting:
+        return (
+            f"run {snapshot.run_id} paused at a breakpoint before {snapshot.phase.value} at step {snapshot.step}; "
+            f"go on with: agentfsm resume {where}"
+        )
+    verb = "decide" if args.store else "resume"
+    return (
+        f"run {snapshot.run_id} paused again: it waits for a decision on {', '.join(waiting)}; go on with: "
+        f"agentfsm {verb} {where} --approve ID | --reject ID:FEEDBACK | --modify ID:JSON"
+    )
+
+
 def _runs(args: argparse.Namespace) -> int:
     if args.system_db:
         return _list_durable_runs(args)
-    if args.store is None:
-        raise CLIError("give the runs' store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
+    _require_source(args)
     runs = open_store(args.store).runs()
     if args.json:
         rows = [
@@ -354,12 +438,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _list_durable_runs(args: argparse.Namespace) -> int:
-    durable = _durable_module()
-    client = dbos_client(args.system_db)
-    try:
-        records = durable.list_runs(client)
-    finally:
-        client.destroy()
+    with _dbos_client(args.system_db) as client:
+        records = _durable_module().list_runs(client)
     rows = [
         {
             "run_id": r.run_id,
@@ -387,42 +467,39 @@ def _list_durable_runs(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace) -> int:
     """A person's decisions on the calls a paused run waits for, in a snapshot store or on DBOS."""
     if args.system_db:
+        if args.agent:
+            raise CLIError("--agent is for --store runs: a durable run goes on in a worker, which has its agent.")
         durable = _durable_module()
-        client = dbos_client(args.system_db)
-        try:
+        with _dbos_client(args.system_db) as client:
             record = durable.find_run(client, args.run_id)
             if record.paused is None:
                 raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
             decisions = _decisions_taken(args, record.paused)
             workflow_id = durable.continue_run(client, args.run_id, decisions)
-        finally:
-            client.destroy()
         print(f"run {args.run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
         return 0
-    if not args.store:
-        raise CLIError("give the run's store: --store PATH (with its --agent) or --system-db URL (a durable run).")
+    _require_source(args)
     if not args.agent:
         raise CLIError("a run of a snapshot store goes on in this process: give its agent with --agent MODULE:ATTR.")
-    agent = load_agent(args.agent)
-    store = open_store(args.store, durable=True)
-    agent.snapshot_store = store
-    snapshot = store.latest(args.run_id)
-    return _print_answer(agent.run(snapshot=snapshot, decisions=_decisions_taken(args, snapshot)))
+    agent, snapshot = _stored_run(args, args.run_id)
+    return _go_on(args, agent, snapshot, _decisions_taken(args, snapshot, agent.known_tools()))
 
 
-def _decisions_taken(args: argparse.Namespace, snapshot: AgentSnapshot) -> list[Any]:
-    """``decide``'s options as decisions; ``--approve-all`` approves every awaited call not decided otherwise."""
+def _decisions_taken(
+    args: argparse.Namespace, snapshot: AgentSnapshot, tools: Iterable[Any] = (), *, required: bool = True
+) -> list[Any]:
+    """The decision options as decisions; ``--approve-all`` approves every awaited call not decided otherwise."""
     approve = list(args.approve)
     if args.approve_all or (args.approve_all is None and not (approve or args.reject or args.modify)):
         named = {entry.partition(":")[0] for entry in [*args.reject, *args.modify]}
         approve += [key for key in snapshot.awaited_decisions() if key not in named and key not in approve]
-    if not (approve or args.reject or args.modify):
+    if required and not (approve or args.reject or args.modify):
         waiting = ", ".join(snapshot.awaited_decisions()) or "nothing: a breakpoint paused it"
         raise CLIError(
             f"say what to do with the calls run {snapshot.run_id} waits for ({waiting}): "
             "--approve ID, --reject ID:FEEDBACK, --modify ID:JSON or --approve-all."
         )
-    return decisions_from_args(snapshot, approve, args.reject, args.modify)
+    return decisions_from_args(snapshot, approve, args.reject, args.modify, tools)
 
 
 class _Holder(logging.Filter):
@@ -495,48 +572,52 @@ def _serve(args: argparse.Namespace) -> int:
     from agentfsm.web import allowed_host_names, create_app
 
     token = args.token or os.environ.get("AGENTFSM_TOKEN")
+    missing = []
     if args.host not in LOOPBACK and not token:
-        raise CLIError(
-            f"--host {args.host} opens the page to other machines: give it a --token (or AGENTFSM_TOKEN), "
-            "which every request must then carry."
-        )
+        missing.append("a --token (or AGENTFSM_TOKEN), which every request must then carry")
     if args.host in EVERY_ADDRESS and not args.allowed_host:
-        raise CLIError(
-            f"--host {args.host!r} listens on every address: name the host names browsers reach the page by "
-            "with --allowed-host NAME (repeatable); the page answers no other."
+        missing.append(
+            "the host names browsers reach the page by, with --allowed-host NAME (repeatable): it listens on "
+            "every address and answers no other name"
         )
+    if missing:
+        raise CLIError(f"--host {args.host!r} opens the page to other machines: give it {'; and '.join(missing)}.")
     # The page answers to its loopback names, the name it is served under and those given.
     allowed_hosts = allowed_host_names(
         [*args.allowed_host, *([] if args.host in LOOPBACK + EVERY_ADDRESS else [args.host])]
     )
-    if args.system_db:  # durable runs: decisions go to the run's queue, for a worker
-        runs, durable = _durable_runs(args.system_db, args.agent)
-        agent = durable.agent if durable is not None else None
-        resume = runs.decide if agent is not None else None
-        app = create_app(runs, agent, token=token, resume=resume, allowed_hosts=allowed_hosts)
-    else:
-        if args.store is None:
-            raise CLIError("give the runs' store: --store PATH (a snapshot store) or --system-db URL (durable runs).")
-        agent = load_agent(args.agent) if args.agent else None
-        app = create_app(open_store(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
-    where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
-    print(f"agentfsm review page: {where}", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
+    with contextlib.ExitStack() as resources:
+        if args.system_db:  # durable runs: decisions go to the run's queue, for a worker
+            runs, durable = resources.enter_context(_durable_runs(args.system_db, args.agent))
+            agent = durable.agent if durable is not None else None
+            resume = runs.decide if agent is not None else None
+            app = create_app(runs, agent, token=token, resume=resume, allowed_hosts=allowed_hosts)
+        else:
+            _require_source(args)
+            agent = load_agent(args.agent) if args.agent else None
+            app = create_app(open_store(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
+        where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
+        print(f"agentfsm review page: {where}", file=sys.stderr)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")
     return 0
 
 
-def _add_run_source(parser: argparse.ArgumentParser) -> None:
-    """``--store PATH`` (``--db`` is still accepted) or ``--system-db URL``: where a command finds runs."""
+def _add_run_source(parser: argparse.ArgumentParser, *, durable: bool = True) -> None:
+    """``--store PATH`` (``--db`` is still accepted) or ``--system-db URL``: where a command finds runs.
+
+    ``durable=False`` leaves ``--system-db`` out, for ``resume``: a durable run goes on in a worker.
+    """
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--store", metavar="PATH", help="a snapshot store: an SQLite file, or a directory of JSON snapshots"
     )
     where.add_argument("--db", dest="store", help=argparse.SUPPRESS)
-    where.add_argument(
-        "--system-db",
-        metavar="URL",
-        help="the DBOS system database of durable runs (sqlite:///... or postgresql://...)",
-    )
+    if durable:
+        where.add_argument(
+            "--system-db",
+            metavar="URL",
+            help="the DBOS system database of durable runs (sqlite:///... or postgresql://...)",
+        )
 
 
 def _add_decision_options(parser: argparse.ArgumentParser) -> None:
@@ -555,7 +636,7 @@ def _add_decide_commands(commands: Any, common: argparse.ArgumentParser) -> None
     for name in ("decide", "approve"):
         listed = {"help": "decide the calls a paused run waits for; the run goes on"} if name == "decide" else {}
         decide = commands.add_parser(name, parents=[common], **listed)
-        decide.add_argument("run_id", metavar="RUN_ID")
+        decide.add_argument("run_id", metavar="RUN_ID", help="the paused run (agentfsm runs lists them)")
         _add_run_source(decide)
         decide.add_argument(
             "--agent", metavar="MODULE:ATTR", help="with --store: the agent that runs the rest in this process"
@@ -594,7 +675,11 @@ def _add_worker_command(commands: Any, common: argparse.ArgumentParser) -> None:
         help="at most N runs at once per worker (the queue's setting, kept in the database: the last given wins)",
     )
     worker.add_argument(
-        "--poll-interval", type=float, default=0.1, metavar="SECONDS", help="how often to look for queued runs (0.1)"
+        "--poll-interval",
+        type=float,
+        default=0.1,
+        metavar="SECONDS",
+        help="how often to look for queued runs (default 0.1)",
     )
     worker.add_argument(
         "--drain",
@@ -603,7 +688,7 @@ def _add_worker_command(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="on SIGTERM, let the runs under way finish for up to SECONDS (default 10)",
     )
-    worker.add_argument("--log-level", default="WARNING", help="DBOS's log level (default WARNING)")
+    worker.add_argument("--log-level", default="WARNING", metavar="LEVEL", help="DBOS's log level (default WARNING)")
     worker.set_defaults(handler=_worker)
 
 
@@ -612,10 +697,7 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
     resume = commands.add_parser("resume", parents=[common], help="resume a paused or crashed run and print its answer")
     resume.add_argument("target", metavar="FILE_OR_RUN_ID", help="a snapshot file, or a run id with --store")
     resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
-    resume.add_argument(
-        "--store", metavar="PATH", help="resume the latest snapshot of the run from this snapshot store"
-    )
-    resume.add_argument("--db", dest="store", help=argparse.SUPPRESS)
+    _add_run_source(resume, durable=False)
     resume.add_argument("--seq", type=int, metavar="N", help="with --store: snapshot N of the run (with --fork)")
     resume.add_argument(
         "--fork", action="store_true", help="start a new run from the snapshot; the snapshot's run stays as it is"
@@ -624,6 +706,9 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--take-over", action="store_true", help="with --store: take the run over from a process that is gone"
     )
     _add_decision_options(resume)
+    resume.add_argument(
+        "--approve-all", action="store_true", help="approve every call the run waits for that no other option names"
+    )
     resume.set_defaults(handler=_resume)
 
 
@@ -659,7 +744,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="an Agent (or a function returning one) to draw (with --system-db: the runs' DurableAgent)",
     )
-    diagram.add_argument("--format", choices=["mermaid", "dot", "svg", "png"], default="mermaid")
+    diagram.add_argument(
+        "--format", choices=["mermaid", "dot", "svg", "png"], default="mermaid", help="(default mermaid)"
+    )
     diagram.add_argument("--snapshot", metavar="FILE", help="highlight where this snapshot's run stands")
     diagram.add_argument("--run", metavar="RUN_ID", help="with --store or --system-db: highlight where this run stands")
     _add_run_source(diagram)
@@ -693,9 +780,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="the agent that resumes runs decided on the page (a DurableAgent with --system-db)",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="the port (default 8765)")
-    serve.add_argument("--token", help="an access token every request must carry (required off loopback)")
+    serve.add_argument(
+        "--host", default="127.0.0.1", metavar="ADDRESS", help="the address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, default=8765, metavar="PORT", help="the port (default 8765)")
+    serve.add_argument(
+        "--token", metavar="TOKEN", help="an access token every request must carry (required off loopback)"
+    )
     serve.add_argument(
         "--allowed-host",
         action="append",
@@ -736,13 +827,30 @@ def _database_error(exc: BaseException) -> bool:
     return any(cls.__module__.startswith(_DATABASE_MODULES) for cls in type(exc).__mro__)
 
 
-def _without_password(url: str) -> str:
-    """``postgresql://user:secret@host/db`` as ``postgresql://user:***@host/db``: the URL tried, fit to print."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in credentials:
-        return url
-    return f"{scheme}://{credentials.partition(':')[0]}:***@{host}"
+def _url_secrets(url: str) -> list[str]:
+    """The passwords in a database URL: after ``user:`` and in query parameters such as ``?password=``."""
+    _, sep, rest = url.partition("://")
+    location, _, query = rest.partition("?")
+    credentials, at, _ = location.rpartition("@")
+    secrets = [credentials.partition(":")[2]] if sep and at else []
+    for parameter in query.split("&"):
+        key, _, value = parameter.partition("=")
+        if "pass" in key.lower():
+            secrets.append(value)
+    return [secret for secret in secrets if secret]
+
+
+def without_secrets(text: str, url: str) -> str:
+    """``text`` (the URL itself, or a driver's error about it) with every password of ``url`` as ``***``."""
+    for secret in _url_secrets(url):
+        for form in sorted({secret, unquote(secret)}, key=len, reverse=True):
+            text = text.replace(form, "***")
+        # A driver may split an unencoded password where a URL's parts begin (``bob:p@ss@host``
+        # is password ``p`` and host ``ss@host`` to libpq) and quote a piece: mask each piece.
+        pieces = [piece for piece in re.split(r"[@:/?#&=]", unquote(secret)) if piece]
+        for piece in pieces if len(pieces) > 1 else []:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(piece)}(?![A-Za-z0-9])", "***", text)
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -765,7 +873,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # A driver's message can run over many lines (SQL, hints): its first line says why.
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        message = f"cannot reach the database {_without_password(url)}: {reason} (--debug shows the traceback)."
+        where = without_secrets(f"{url}: {reason}", url)
+        if "no such table" in reason or ("relation" in reason and "does not exist" in reason):
+            # Reached, but without DBOS's tables: another database, or a snapshot store.
+            message = f"not a DBOS system database: {where} (--debug shows the traceback)."
+        else:
+            message = f"cannot reach the database {where} (--debug shows the traceback)."
     print(f"agentfsm: error: {message}", file=sys.stderr)
     return 1
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
 from agentfsm.machine import HOOK_POINTS, Work
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import Slot, import_path, object_path, rebuild, resolve_class
 
 if TYPE_CHECKING:
     from agentfsm.state import State
@@ -190,6 +190,10 @@ def is_hook_data(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("function", value.get("type")), str)
 
 
+#: Where a document names a hook class.
+HOOK = Slot("a hook class: a hook has a run(state) method", methods=("run",))
+
+
 def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
     """Invert ``hook_to_dict``; paths are resolved through the serialization allow-list."""
     if not is_hook_data(data):
@@ -200,9 +204,7 @@ def hook_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None =
     if "function" in data:
         found = import_path(data["function"], allowed_modules, expect="callable")
         return found if isinstance(found, FunctionHook) else hook(found)
-    cls = import_path(data["type"], allowed_modules)
-    if not callable(getattr(cls, "run", None)):
-        raise DeserializationError(f"{data['type']!r} is not a hook class: a hook has a run(state) method.")
+    cls = resolve_class(data["type"], allowed_modules, HOOK)
     return cls() if data.get("data") is None else rebuild(cls, data["data"], allowed_modules)
 
 

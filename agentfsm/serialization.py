@@ -20,7 +20,8 @@ dotted path in data (``"myapp.tools.search"``) resolves only when all of this ho
 
 ``builtins`` offers only the plain data types (``str``, ``int``, ``float``, ``bool``, ``bytes``,
 ``list``, ``dict``, ``tuple``, ``set``, ``frozenset``, ``NoneType``, ``object``) and, where a
-callable is expected, their methods (``str.upper``); never ``eval``, ``open`` or the like. Type
+callable is expected, the few of their methods listed in ``BUILTIN_METHODS`` (``str.upper``,
+``str.split``...); never ``eval``, ``open``, ``str.format`` or the like. Type
 annotations may use ``typing.Any``, ``Union``, ``Optional``, ``Literal``, ``List``, ``Dict``,
 ``Tuple`` and ``Set``; no other function or class of either is ever resolved. Where a callable is
 expected, agentfsm itself offers only the functions its packages export (``agentfsm.merge_lists``)
@@ -63,6 +64,58 @@ Expected = Literal["class", "callable"]
 #: All that ``builtins`` offers to data: the plain data types, by name.
 BUILTIN_TYPES: dict[str, type] = {
     t.__name__: t for t in (str, int, float, bool, bytes, list, dict, tuple, set, frozenset, type(None), object)
+}
+
+
+#: The methods of those types that data may name where a callable is expected: each takes plain
+#: data and gives back data no larger than its arguments. ``str.format`` and ``format_map`` are
+#: never among them (their fields walk attributes: ``{0.__class__.__init__.__globals__}``), nor
+#: is any method that pads or repeats (``str.center``, ``int.to_bytes``) to a size data chooses.
+_SET_METHODS = frozenset(
+    ["union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset", "isdisjoint", "copy"]
+)
+BUILTIN_METHODS: dict[type, frozenset[str]] = {
+    str: frozenset(
+        [
+            "upper",
+            "lower",
+            "casefold",
+            "title",
+            "capitalize",
+            "swapcase",
+            "strip",
+            "lstrip",
+            "rstrip",
+            "split",
+            "rsplit",
+            "splitlines",
+            "startswith",
+            "endswith",
+            "removeprefix",
+            "removesuffix",
+            "count",
+            "find",
+            "rfind",
+            "partition",
+            "rpartition",
+            "isdigit",
+            "isalpha",
+            "isalnum",
+            "isspace",
+            "islower",
+            "isupper",
+        ]
+    ),
+    bytes: frozenset(
+        ["fromhex", "hex", "upper", "lower", "strip", "lstrip", "rstrip", "split", "startswith", "endswith"]
+    ),
+    int: frozenset(["bit_length"]),
+    float: frozenset(["fromhex", "hex", "is_integer"]),
+    dict: frozenset(["get", "keys", "values", "items", "copy", "fromkeys"]),
+    list: frozenset(["copy", "count", "index"]),
+    tuple: frozenset(["count", "index"]),
+    set: _SET_METHODS,
+    frozenset: _SET_METHODS,
 }
 
 
@@ -133,12 +186,13 @@ def _builtin(path: str, parts: list[str], expect: Expected) -> Any:
     """A plain data type of ``builtins``, or (where a callable is expected) one of its methods."""
     found: Any = BUILTIN_TYPES.get(parts[1]) if len(parts) in (2, 3) else None
     if found is not None and len(parts) == 3:
-        # parts[2] is no dunder (checked by the caller): a method such as str.upper, pure data work.
-        found = getattr(found, parts[2], None) if expect == "callable" else None
-    if found is None or not callable(found):
+        listed = expect == "callable" and parts[2] in BUILTIN_METHODS.get(found, ())
+        found = getattr(found, parts[2]) if listed else None
+    if found is None:
         raise DeserializationError(
             f"Refusing to resolve {path!r}: builtins offers only the plain data types "
-            f"({', '.join(sorted(BUILTIN_TYPES))}) and, where a callable is expected, their methods."
+            f"({', '.join(sorted(BUILTIN_TYPES))}) and, where a callable is expected, a few of their "
+            "methods that only transform data (str.upper, str.split...; never str.format)."
         )
     return found
 
@@ -260,11 +314,61 @@ def object_to_dict(obj: Any) -> dict[str, Any]:
     return {"type": object_path(type(obj)), "data": to_dict()}
 
 
-def object_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Any:
-    """Invert ``object_to_dict``; the class is resolved through the allow-list."""
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or "data" not in data:
-        raise DeserializationError(f"An object is given as {{'type': <class path>, 'data': ...}}, got {data!r}.")
-    return rebuild(import_path(data["type"], allowed_modules), data["data"], allowed_modules)
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """The kind of class a place in a document takes: subclasses of ``base`` that have ``methods``.
+
+    ``what`` names that kind in the error for a class that is not of it.
+    """
+
+    what: str
+    base: type | tuple[type, ...] = object
+    methods: tuple[str, ...] = ()
+
+    def check(self, cls: type, path: str) -> type:
+        """``cls`` (resolved from ``path``) when it is of this kind; ``DeserializationError`` otherwise."""
+        if not issubclass(cls, self.base) or not all(_defines(cls, m) for m in self.methods):
+            raise DeserializationError(f"{path!r} is not {self.what}.")
+        return cls
+
+
+def _defines(cls: type, method: str) -> bool:
+    # Defined by the class or a base of its own: every class has ``__call__`` through ``type``.
+    return any(method in vars(k) for k in cls.__mro__ if k is not object)
+
+
+#: Any class with ``from_dict``: a part no other code calls (a value, a configuration).
+ANY_CLASS = Slot("a class with from_dict()", methods=("from_dict",))
+#: A model client: the agent, a summarizing compactor and a cassette call its ``run``.
+CHAT_GENERATOR = Slot("a chat generator class (with run() and from_dict())", methods=("run", "from_dict"))
+
+
+def resolve_class(path: Any, allowed_modules: Iterable[str] | None = None, slot: Slot = ANY_CLASS) -> type:
+    """The class ``path`` names, through the allow-list, when it is of the kind ``slot`` takes."""
+    if not isinstance(path, str):
+        raise DeserializationError(f"A class is named by its import path, a string such as 'myapp.Tool'; got {path!r}.")
+    return slot.check(import_path(path, allowed_modules), path)
+
+
+def object_from_dict(
+    data: dict[str, Any],
+    allowed_modules: Iterable[str] | None = None,
+    slot: Slot = ANY_CLASS,
+    *,
+    whole: bool = False,
+) -> Any:
+    """Invert ``object_to_dict``: the class ``data`` names (of the kind ``slot`` takes), rebuilt from its data.
+
+    The class is resolved through the allow-list and checked before its ``from_dict`` is called.
+    ``whole``: ``from_dict`` takes all of ``data`` (``{'type': ..., 'init_parameters': ...}``, as
+    tools and model clients write themselves), not only ``data['data']``. Bad data raises
+    ``DeserializationError``.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not (whole or "data" in data):
+        shape = "{'type': <class path>, ...}" if whole else "{'type': <class path>, 'data': ...}"
+        raise DeserializationError(f"{slot.what[0].upper()}{slot.what[1:]} is given as {shape}, got {_brief(data)}.")
+    cls = resolve_class(data["type"], allowed_modules, slot)
+    return rebuild(cls, data if whole else data["data"], allowed_modules)
 
 
 # -- callables ------------------------------------------------------------------------------------

@@ -479,35 +479,18 @@ class ReviewApp:
 
     def decisions(self, snapshot: AgentSnapshot, form: dict[str, str]) -> list[Any]:
         """The form's answers as decisions bound to the calls shown; modified arguments checked against the tool."""
-        from agentfsm.hitl.strategies import decision_from
+        from agentfsm.hitl.answers import Answer, decisions_from_answers
 
         assert self.agent is not None
-        tools = {t.name: t for t in self.agent.known_tools()}
-        decisions = []
-        for call_id, call in waiting_calls(snapshot).items():
-            name, arguments = call["tool_name"], call["arguments"]
-            action, feedback = form.get(f"action:{call_id}"), form.get(f"feedback:{call_id}") or None
+        calls = waiting_calls(snapshot)
+        answers = {}
+        for call_id in calls:
+            action = form.get(f"action:{call_id}")
             if not action:
                 raise ValueError(f"No decision for {call_id}: choose approve, reject or modify for every call.")
-            if action == "approve":
-                decisions.append(decision_from(name, arguments, call_id, "confirm", feedback=feedback))
-            elif action == "reject":
-                decisions.append(decision_from(name, arguments, call_id, "reject", feedback=feedback))
-            elif action == "modify":
-                try:
-                    params = orjson.loads(form.get(f"params:{call_id}", ""))
-                except orjson.JSONDecodeError as exc:
-                    raise ValueError(f"The new arguments of {call_id} are not JSON ({exc}).") from None
-                if not isinstance(params, dict):
-                    raise ValueError(f"The new arguments of {call_id} must be a JSON object.")
-                if name in tools:
-                    tools[name].validate_arguments(params)
-                decisions.append(
-                    decision_from(name, arguments, call_id, "modify", feedback=feedback, new_tool_params=params)
-                )
-            else:
-                raise ValueError(f"Unknown action {action!r} for {call_id}: approve, reject or modify.")
-        return decisions
+            feedback, arguments = form.get(f"feedback:{call_id}") or None, form.get(f"params:{call_id}")
+            answers[call_id] = Answer(action, feedback, arguments if action == "modify" else None)
+        return decisions_from_answers(calls, answers, self.agent.known_tools())
 
 
 def form_refusal(request: Request) -> Response | None:
@@ -590,10 +573,11 @@ def create_app(
             session = session_of(request)
             request.state.session = session or secrets.token_urlsafe(32)
             response: Response = await handler(request)
+            # Both cookies are Secure under https: a browser then never sends them over plain http.
+            secure = request.url.scheme == "https"
             if review.token is not None and request.query_params.get("token"):
-                response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict")
+                response.set_cookie(TOKEN_COOKIE, review.token, httponly=True, samesite="strict", secure=secure)
             if session is None and request.method == "GET":  # the first page: the session starts
-                secure = request.url.scheme == "https"
                 response.set_cookie(
                     SESSION_COOKIE, request.state.session, httponly=True, samesite="strict", secure=secure
                 )

@@ -100,12 +100,22 @@ def test_runs_and_resume_from_the_store(tmp_path: Path) -> None:
 
 
 def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
+    a_snapshot = tmp_path / "paused.json"
+    a_snapshot.write_text('{"format_version": 3}')
     for args, message in [
+        (("snapshot", "show", "r1"), "a run id? give --store PATH or --system-db URL"),
+        (("resume", "r1", "--agent", "agentfsm.demo:demo_agent"), "a run id? give --store PATH)"),
+        (("runs", "--store", str(a_snapshot)), "is a snapshot file, not a store: resume it with agentfsm resume"),
+        (("snapshot", "show", str(a_snapshot), "--agent", "nosuch:thing"), "--agent is for --system-db runs"),
+        (
+            ("decide", "r1", "--system-db", "sqlite:///x.db", "--agent", "a:b", "--approve-all"),
+            "--agent is for --store",
+        ),
         (("diagram", "--agent", "nocolon"), "takes module:attribute"),
         (("diagram", "--agent", "no_such_module:x"), "cannot import 'no_such_module'"),
         (("diagram", "--agent", "agentfsm.demo:nothing"), "has no attribute 'nothing'"),
         (("diagram", "--agent", "agentfsm.demo:DEMO_QUESTION"), "is a str, not an Agent"),
-        (("snapshot", "show", str(tmp_path / "missing.json")), "Cannot read snapshot file"),
+        (("snapshot", "show", str(tmp_path / "missing.json")), "no snapshot file"),
         (("runs", "--store", str(tmp_path / "none.db")), "no store at"),
         (("resume", "r", "--store", str(tmp_path / "none.db"), "--agent", "agentfsm.demo:demo_agent"), "no store at"),
         (("resume", "f.json", "--take-over", "--agent", "agentfsm.demo:demo_agent"), "give its store with --store"),
@@ -235,12 +245,78 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
         done = cli("runs", "--system-db", url)
         debugged = cli("runs", "--system-db", url, "--debug")
         worker = cli("worker", "--agent", "tests.durable_agents:confirmed", "--system-db", url)
+        # A password in the query, and one with an unencoded @ that the driver splits into a host.
+        in_query = cli("runs", "--system-db", f"postgresql://agent@127.0.0.1:{port}/runs?password=hunter2")
+        split = cli("runs", "--system-db", f"postgresql://agent:pa@ssword@127.0.0.1:{port}/runs")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot reach the database postgresql://agent:***@127.0.0.1:{port}/runs" in done.stderr
     assert "secret" not in done.stderr
+    assert in_query.returncode == 1 and "password=***" in in_query.stderr and "hunter2" not in in_query.stderr
+    assert split.returncode == 1 and "agent:***@" in split.stderr, split.stderr
+    assert "ssword" not in split.stderr and "pa@" not in split.stderr, split.stderr
     assert debugged.returncode == 1 and "Traceback" in debugged.stderr
     # A worker launches DBOS, which logs its failure with a traceback: held back, said in one line.
     assert worker.returncode == 1 and worker.stderr.count("\n") == 1 and "cannot reach the database" in worker.stderr
     missing_dir = f"sqlite:///{tmp_path}/no/such/dir/runs.db"
     done = cli("decide", "r1", "--system-db", missing_dir, "--approve-all")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and missing_dir in done.stderr, done.stderr
+
+
+def test_a_system_db_that_is_no_dbos_database_is_said_so(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.sqlite"
+    done = cli("runs", "--system-db", f"sqlite:///{typo}")
+    assert done.returncode == 1 and "no DBOS system database" in done.stderr and str(typo) in done.stderr, done.stderr
+    assert not typo.exists(), "looking for runs creates no database"
+    store = tmp_path / "runs.db"
+    SQLiteSnapshotStore(store).close()  # an SQLite file, but a snapshot store's
+    done = cli("runs", "--system-db", f"sqlite:///{store}")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "not a DBOS system database" in done.stderr and "cannot reach" not in done.stderr, done.stderr
+
+
+def test_a_run_that_pauses_again_says_how_to_go_on(tmp_path: Path) -> None:
+    where = tmp_path / "runs.db"
+    store = SQLiteSnapshotStore(where, durable=True)
+    run_id = paused_payments(store)
+    store.close()
+    agent = ("--agent", "tests.test_cli:paying_agent")
+    # New arguments are checked against the tool before the run goes on, as on the review page.
+    unfit = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1", "--modify", 'p2:{"to": "bob"}')
+    assert unfit.returncode == 1 and "'amount'" in unfit.stderr, unfit.stderr
+    half = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1")
+    assert half.returncode == 3, half.stderr  # paused again: no answer yet, and no error
+    assert "error" not in half.stderr and "waits for a decision on p2" in half.stderr, half.stderr
+    assert f"agentfsm decide {run_id} --store {where} --agent tests.test_cli:paying_agent" in half.stderr
+    rest = cli("decide", run_id, "--store", str(where), *agent, "--reject", "p2:over the limit")
+    assert rest.returncode == 0 and rest.stdout.strip() == "Paid Ann; the payment to Bob was refused.", rest.stderr
+
+
+def test_resume_a_file_that_pauses_again_then_approve_all(tmp_path: Path) -> None:
+    with pytest.raises(HITLBreakpointException) as info:
+        paying_agent(position=0).run([ChatMessage.from_user("Pay Ann 30 and Bob 9000.")])
+    paused = info.value.snapshot.to_file(tmp_path / "paused.json")
+    agent = ("--agent", "tests.test_cli:paying_agent")
+    half = cli("resume", str(paused), *agent, "--reject", "p2:no")
+    assert half.returncode == 3 and "waits for a decision on p1" in half.stderr, half.stderr
+    again = half.stderr.split("go on with: agentfsm resume ")[1].split(" --agent")[0]
+    done = cli("resume", again, *agent, "--approve-all")
+    assert done.returncode == 0 and done.stdout.strip() == "Paid Ann; the payment to Bob was refused.", done.stderr
+
+
+def test_each_call_gets_one_decision_and_id_less_calls_answer_to_their_number() -> None:
+    from agentfsm.cli import CLIError, decisions_from_args
+
+    with pytest.raises(HITLBreakpointException) as info:
+        paying_agent(position=0).run([ChatMessage.from_user("Pay Ann 30 and Bob 9000.")])
+    snapshot = info.value.snapshot
+    with pytest.raises(CLIError, match="'p1' is named twice"):
+        decisions_from_args(snapshot, ["p1"], ["p1:no"], [])
+    # A snapshot written before every call got an id knows its calls as "#0", "#1"...
+    data = snapshot.to_dict()
+    data["pending_tool_calls"] = [{**c, "id": None} for c in data["pending_tool_calls"]]
+    old = type(snapshot).from_dict(data)
+    assert sorted(old.pending_calls_by_key()) == ["#0", "#1"]
+    decisions = decisions_from_args(old, ["0"], ["#1:no"], [])
+    assert [d.tool_call_id for d in decisions] == ["#0", "#1"]
+    with pytest.raises(CLIError, match="named twice"):
+        decisions_from_args(old, ["0"], ["#0:no"], [])

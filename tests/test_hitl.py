@@ -345,7 +345,7 @@ def test_cli_resume_approves_and_rejects(tmp_path: Path) -> None:
         [sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.test_hitl:resuming_agent", "--modify", "c1:{nope"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
-    assert bad.returncode == 1 and "--modify c1: the new arguments are not JSON" in bad.stderr
+    assert bad.returncode == 1 and "The new arguments of c1 are not JSON" in bad.stderr
 
 
 def resuming_agent() -> Agent:

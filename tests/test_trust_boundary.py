@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from agentfsm.hitl import (
 from agentfsm.hitl.strategies import decision_from
 from agentfsm.hooks import hook_from_dict
 from agentfsm.serialization import TAG, deserialize_value, import_path
+from agentfsm.tools.toolset import tool_or_toolset_from_dict
 from agentfsm.web import resume_here
 from tests.helpers import call, calls
 
@@ -74,6 +76,10 @@ DANGEROUS_PATHS = [
     "builtins.getattr",
     "builtins.type",
     "builtins.str.__class__",
+    "builtins.str.format",
+    "builtins.str.format_map",
+    "builtins.str.center",
+    "builtins.int.to_bytes",
     "os.system",
     "subprocess.run",
     "agentfsm.serialization.import_named_module",
@@ -277,6 +283,19 @@ def test_builtins_open_as_a_tool_function_never_runs(precious: Path) -> None:
         Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
 
 
+@pytest.mark.parametrize("method", ["format", "format_map"])
+def test_str_format_never_reads_globals_from_data(method: str) -> None:
+    # str.format as a State handler would walk a value's attributes to a module's globals:
+    # "{0.__class__.from_user.__globals__[__builtins__][open]}" prints `open`, and the environment.
+    noting = dataclasses.replace(note, outputs_to_state={"seen": {"handler": str.upper}})
+    data = Agent(chat_generator=ScriptedChatGenerator(["done"]), tools=[noting], state_schema={"seen": {"type": str}})
+    data = data.to_dict()
+    assert Agent.from_dict(data, allowed_modules=ALLOWED).tools[0].outputs_to_state["seen"]["handler"] is str.upper
+    data["init_parameters"]["tools"][0]["data"]["outputs_to_state"] = {"seen": {"handler": f"builtins.str.{method}"}}
+    with pytest.raises(DeserializationError, match=r"never str\.format"):
+        Agent.from_dict(data, allowed_modules=ALLOWED)
+
+
 def test_a_legitimate_agent_dict_still_runs() -> None:
     data = agent_dict_with_tool(note, "tests.test_trust_boundary.note", text="a")
     result = Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
@@ -333,6 +352,33 @@ def test_each_slot_takes_only_the_kind_of_class_it_uses(slot: str, entry: Any, m
     with pytest.raises(DeserializationError, match=message):
         Agent.from_dict(data, allowed_modules=ALLOWED)
     assert not (ROOT / "x").exists()
+
+
+def test_nested_parts_take_only_the_kind_of_class_they_use(tmp_path: Path) -> None:
+    from agentfsm.builtin_hooks import SQLiteToolResultStore, ToolResultOffloadHook
+    from agentfsm.generators import CassetteChatGenerator
+
+    # An offload store that is a cassette would write its recording where the data says.
+    written = tmp_path / "written.json"
+    cassette = {"path": str(written), "mode": "record", "generator": None}
+    offload = ToolResultOffloadHook(SQLiteToolResultStore(tmp_path / "results.db")).to_dict()
+    offload["store"] = {"type": "agentfsm.generators.cassette.CassetteChatGenerator", "data": cassette}
+    with pytest.raises(DeserializationError, match="is not a tool result store class"):
+        ToolResultOffloadHook.from_dict(offload)
+    # A cassette's model that is a store would open an SQLite file where the data says.
+    opened = tmp_path / "opened.db"
+    recording = CassetteChatGenerator(tmp_path / "c.json", ScriptedChatGenerator(["hi"]), "record").to_dict()
+    store = {"type": "agentfsm.builtin_hooks.offload.SQLiteToolResultStore", "data": {"path": str(opened)}}
+    recording["data"]["generator"] = store
+    with pytest.raises(DeserializationError, match="is not a chat generator class"):
+        CassetteChatGenerator.from_dict(recording)
+    # A component tool's component that is a class without run() (here, one whose constructor records).
+    search = agent_dict_with_tool(note, "tests.test_trust_boundary.note", text="a")["init_parameters"]["tools"][0]
+    component = {"type": "agentfsm.tools.component.ComponentTool", "data": {**search["data"], "component": None}}
+    component["data"]["component"] = {"type": "tests.test_trust_boundary.Recorder", "data": {}}
+    with pytest.raises(DeserializationError, match="is not a component class"):
+        tool_or_toolset_from_dict(component, ALLOWED)
+    assert not written.exists() and not opened.exists()
 
 
 # -- a snapshot -------------------------------------------------------------------------------------

@@ -299,6 +299,19 @@ def test_a_token_guards_every_request(runs: Runs, make_client: Any) -> None:
     assert bearer.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 
+def test_both_cookies_are_secure_under_https_only(runs: Runs) -> None:
+    app = create_app(runs.store, runs.agent, token="s3cret")
+
+    async def first_page(base: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=base, headers={"Origin": base}) as client:
+            return await client.get("/", params={"token": "s3cret"})
+
+    for base, secure in (("https://localhost", True), ("http://localhost", False)):
+        cookies = asyncio.run(first_page(base)).headers.get_list("set-cookie")
+        assert len(cookies) == 2 and all(("; secure" in c.lower()) is secure for c in cookies), cookies
+
+
 # -- a page on another site, its name rebound to 127.0.0.1 ------------------------------------------------
 
 
@@ -365,7 +378,8 @@ def test_serve_refuses_other_machines_without_a_token(tmp_path: Path) -> None:
         check=False,
         env={k: v for k, v in os.environ.items() if k != "AGENTFSM_TOKEN"},
     )
-    assert done.returncode == 1 and "give it a --token" in done.stderr
+    # Both things it lacks, in one message.
+    assert done.returncode == 1 and "give it a --token" in done.stderr and "--allowed-host NAME" in done.stderr
 
 
 def test_serve_on_every_address_needs_the_names_it_answers_to(

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentfsm.errors import ConfigurationError, check_int
 from agentfsm.messages import ChatMessage, ChatRole
-from agentfsm.serialization import object_from_dict, object_to_dict
+from agentfsm.serialization import CHAT_GENERATOR, Slot, object_from_dict, object_to_dict
 from agentfsm.state import State, replace_values
 
 #: What compaction adds to State: the messages taken out of the conversation, oldest first.
@@ -86,6 +86,10 @@ class Compactor(Protocol):
         """The shorter conversation."""
         ...
 
+
+#: Where a document names a compactor, and a trigger (called with the messages, it says when to compact).
+COMPACTOR = Slot("a compactor class (with compact())", methods=("compact", "from_dict"))
+TRIGGER = Slot("a compaction trigger class (called with the messages)", methods=("__call__", "from_dict"))
 
 #: The ``meta`` key of the messages compaction writes (an omission note, a summary).
 NOTE_META = "compaction"
@@ -270,7 +274,7 @@ class SummarizationCompactor:
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Sequence[str] | None = None) -> SummarizationCompactor:
         """Deserialize through the serialization allow-list."""
-        model = object_from_dict(data["chat_generator"], allowed_modules)
+        model = object_from_dict(data["chat_generator"], allowed_modules, CHAT_GENERATOR)
         return cls(model, **{k: v for k, v in data.items() if k != "chat_generator"})
 
 
@@ -327,7 +331,7 @@ class CompactionHook:
     def from_dict(cls, data: dict[str, Any], allowed_modules: Sequence[str] | None = None) -> CompactionHook:
         """Deserialize through the serialization allow-list."""
         return cls(
-            object_from_dict(data["compactor"], allowed_modules),
-            object_from_dict(data["trigger"], allowed_modules),
+            object_from_dict(data["compactor"], allowed_modules, COMPACTOR),
+            object_from_dict(data["trigger"], allowed_modules, TRIGGER),
             data.get("keep_history", True),
         )

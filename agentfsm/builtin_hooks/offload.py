@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentfsm.errors import ConfigurationError, ToolInvocationError, check_int
 from agentfsm.files import atomic_write
 from agentfsm.messages import ChatMessage, ChatRole
-from agentfsm.serialization import object_from_dict, object_path, object_to_dict
+from agentfsm.serialization import Slot, object_from_dict, object_path, object_to_dict
 from agentfsm.state import State, replace_values
 from agentfsm.tools.tool import Tool
 
@@ -41,6 +41,10 @@ class ToolResultStore(Protocol):
     def get(self, ref: str) -> str:
         """The text kept under ``ref``; ``KeyError`` if there is none."""
         ...
+
+
+#: Where a document names a tool result store.
+TOOL_RESULT_STORE = Slot("a tool result store class (with put() and get())", methods=("put", "get", "from_dict"))
 
 
 class DirectoryToolResultStore:
@@ -156,7 +160,7 @@ class ReadOffloadedResultTool(Tool):
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Any = None) -> ReadOffloadedResultTool:
         """Deserialize through the serialization allow-list."""
-        return cls(object_from_dict(data["data"]["store"], allowed_modules))
+        return cls(object_from_dict(data["data"]["store"], allowed_modules, TOOL_RESULT_STORE))
 
 
 class ToolResultOffloadHook:
@@ -204,4 +208,5 @@ class ToolResultOffloadHook:
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Any = None) -> ToolResultOffloadHook:
         """Deserialize through the serialization allow-list."""
-        return cls(object_from_dict(data["store"], allowed_modules), data["threshold"], data["preview_chars"])
+        store = object_from_dict(data["store"], allowed_modules, TOOL_RESULT_STORE)
+        return cls(store, data["threshold"], data["preview_chars"])

@@ -17,7 +17,7 @@ import orjson
 from agentfsm.errors import ConfigurationError, ModelClientError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.serialization import object_from_dict, object_path, object_to_dict
+from agentfsm.serialization import CHAT_GENERATOR, object_from_dict, object_path, object_to_dict
 from agentfsm.tools.tool import Tool
 
 CASSETTE_VERSION = 1
@@ -160,7 +160,7 @@ class CassetteChatGenerator:
         """Invert ``to_dict``."""
         body = data["data"]
         inner = body.get("generator")
-        generator = object_from_dict(inner, allowed_modules) if inner is not None else None
+        generator = object_from_dict(inner, allowed_modules, CHAT_GENERATOR) if inner is not None else None
         return cls(body["path"], generator, body["mode"])
 
 

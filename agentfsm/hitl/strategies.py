@@ -11,7 +11,7 @@ from agentfsm.errors import HITLBreakpointException
 from agentfsm.hitl.policies import ConfirmationPolicy
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hitl.user_interfaces import ConfirmationUI
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import Slot, object_from_dict, object_path
 
 
 def optional_keywords(function: Callable[..., Any], offered: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,9 +139,17 @@ class BlockingConfirmationStrategy(ConfirmationStrategy):
         params = data["init_parameters"]
         policy, ui = params["confirmation_policy"], params["confirmation_ui"]
         return cls(
-            rebuild(import_path(policy["type"], allowed_modules), policy, allowed_modules),
-            rebuild(import_path(ui["type"], allowed_modules), ui, allowed_modules),
+            object_from_dict(policy, allowed_modules, CONFIRMATION_POLICY, whole=True),
+            object_from_dict(ui, allowed_modules, CONFIRMATION_UI, whole=True),
         )
+
+
+#: Where a document names a confirmation policy, a confirmation UI and a confirmation strategy.
+CONFIRMATION_POLICY = Slot("a confirmation policy class (with should_ask())", methods=("should_ask", "from_dict"))
+CONFIRMATION_UI = Slot(
+    "a confirmation UI class (with get_user_confirmation())", methods=("get_user_confirmation", "from_dict")
+)
+CONFIRMATION_STRATEGY = Slot("a confirmation strategy class (with run() and from_dict())", methods=("run", "from_dict"))
 
 
 class BreakpointConfirmationStrategy(ConfirmationStrategy):

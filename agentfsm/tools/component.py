@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
 from agentfsm.messages import ChatMessage
-from agentfsm.serialization import object_from_dict, object_path, object_to_dict
+from agentfsm.serialization import Slot, object_from_dict, object_path, object_to_dict
 from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
 from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs
 
@@ -104,6 +104,11 @@ def _needs_conversion(hint: Any) -> bool:
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, BaseModel)):
         return True
     return any(_needs_conversion(arg) for arg in typing.get_args(hint))
+
+
+#: Where a document names the component a tool wraps, and the pipeline.
+COMPONENT = Slot("a component class (with run())", methods=("run", "from_dict"))
+PIPELINE = Slot("a pipeline class (with run())", methods=("run", "from_dict"))
 
 
 class ComponentTool(Tool):
@@ -250,7 +255,8 @@ class ComponentTool(Tool):
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> ComponentTool:
         """Deserialize; the component's class is resolved through the allow-list."""
         body = data["data"]
-        return cls(object_from_dict(body["component"], allowed_modules), **cls._tool_kwargs(body, allowed_modules))
+        component = object_from_dict(body["component"], allowed_modules, COMPONENT)
+        return cls(component, **cls._tool_kwargs(body, allowed_modules))
 
     @staticmethod
     def _tool_kwargs(body: dict[str, Any], allowed_modules: Iterable[str] | None) -> dict[str, Any]:
@@ -395,7 +401,7 @@ class PipelineTool(ComponentTool):
         """Deserialize; the pipeline's class is resolved through the allow-list."""
         body = data["data"]
         return cls(
-            object_from_dict(body["pipeline"], allowed_modules),
+            object_from_dict(body["pipeline"], allowed_modules, PIPELINE),
             input_mapping=body["input_mapping"],
             output_mapping=body["output_mapping"],
             **cls._tool_kwargs(body, allowed_modules),

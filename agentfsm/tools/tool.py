@@ -20,11 +20,12 @@ from agentfsm.errors import (
 )
 from agentfsm.serialization import (
     MAX_VALUE_DEPTH,
+    Slot,
     deserialize_callable,
     import_path,
     nests_deeper,
+    object_from_dict,
     object_path,
-    rebuild,
     serialize_callable,
 )
 
@@ -298,9 +299,10 @@ class Tool:
         return cls(**fields)
 
 
+#: Where a document names a tool.
+TOOL = Slot("a Tool class", base=Tool)
+
+
 def tool_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool:
     """Deserialize any Tool subclass from its ``to_dict`` output."""
-    cls = import_path(data["type"], allowed_modules)
-    if not (isinstance(cls, type) and issubclass(cls, Tool)):
-        raise ConfigurationError(f"{data['type']!r} is not a Tool class.")
-    return cast(Tool, rebuild(cls, data, allowed_modules))
+    return cast(Tool, object_from_dict(data, allowed_modules, TOOL, whole=True))

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import Slot, object_from_dict, object_path
 from agentfsm.tools.tool import Tool, tool_from_dict
 
 
@@ -100,20 +100,19 @@ def flatten_tools(tools: Iterable[Tool | Toolset] | Toolset | None) -> list[Tool
     return flat
 
 
+#: Where a document names a toolset, and where it names a tool or a toolset (an agent's tools).
+TOOLSET = Slot("a Toolset class", base=Toolset)
+TOOL_OR_TOOLSET = Slot("a Tool or Toolset class", base=(Tool, Toolset))
+
+
 def toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Toolset:
     """Deserialize any Toolset subclass."""
-    cls = import_path(data["type"], allowed_modules)
-    if not (isinstance(cls, type) and issubclass(cls, Toolset)):
-        raise ConfigurationError(f"{data['type']!r} is not a Toolset class.")
-    return cast(Toolset, rebuild(cls, data, allowed_modules))
+    return cast(Toolset, object_from_dict(data, allowed_modules, TOOLSET, whole=True))
 
 
 def tool_or_toolset_from_dict(data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> Tool | Toolset:
     """Deserialize a Tool or a Toolset, whichever class ``data`` names."""
-    cls = import_path(data["type"], allowed_modules)
-    if isinstance(cls, type) and issubclass(cls, Toolset):
-        return toolset_from_dict(data, allowed_modules)
-    return tool_from_dict(data, allowed_modules)
+    return cast(Tool | Toolset, object_from_dict(data, allowed_modules, TOOL_OR_TOOLSET, whole=True))
 
 
 def tools_to_dict(tools: Sequence[Tool | Toolset] | Toolset | None) -> dict[str, Any] | list[dict[str, Any]]:

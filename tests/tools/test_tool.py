@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 import pytest
 
-from agentfsm import ConfigurationError, SchemaError, Tool, ToolArgumentsError, create_tool_from_function, tool
-from agentfsm.errors import SchemaGenerationError
+from agentfsm import SchemaError, Tool, ToolArgumentsError, create_tool_from_function, tool
+from agentfsm.errors import DeserializationError, SchemaGenerationError
 from agentfsm.tools.tool import tool_from_dict
 
 ADD_SCHEMA = {
@@ -164,7 +164,7 @@ def test_to_dict_from_dict() -> None:
     assert data["data"]["outputs_to_state"] == {"report": {"handler": "builtins.str.upper"}}
     restored = tool_from_dict(data, allowed_modules=["tests"])
     assert restored == t
-    with pytest.raises(ConfigurationError, match="not a Tool class"):
+    with pytest.raises(DeserializationError, match="not a Tool class"):
         tool_from_dict({**data, "type": "agentfsm.state.State"})
 
 
