@@ -1,5 +1,6 @@
 """agentfsm: tool-using LLM agents as explicit, declared finite-state machines."""
 
+from agentfsm._core.runtime import TransitionRecord
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
 from agentfsm.errors import (
@@ -34,7 +35,6 @@ from agentfsm.messages import (
     ToolCall,
     ToolCallResult,
 )
-from agentfsm.runtime import TransitionRecord
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, merge_lists, replace_values
 from agentfsm.tools import (

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from agentfsm._core.drivers import SavePause, drive_async, drive_sync
+from agentfsm._core.resume import resume_run
+from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
-from agentfsm.drivers import SavePause, drive_async, drive_sync
 from agentfsm.errors import (
     AgentFSMError,
     ConfigurationError,
@@ -33,8 +35,6 @@ from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
-from agentfsm.resume import resume_run
-from agentfsm.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.serialization import (
     Expected,
     deserialize_callable,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentfsm._core.runtime import constant_facts
 from agentfsm.errors import AgentFSMError, ConfigurationError
 from agentfsm.hooks import hook_name
 from agentfsm.machine import (
@@ -44,7 +45,6 @@ from agentfsm.machine import (
     Transition,
     specialise,
 )
-from agentfsm.runtime import constant_facts
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent

@@ -41,10 +41,10 @@ from agentfsm import (
     hook,
     tool,
 )
+from agentfsm._core.runtime import RunDelta
 from agentfsm.builtin_hooks import CompactionHook, MessageCount, SlidingWindowCompactor
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.logs import configure_logging, use_standard_logging
-from agentfsm.runtime import RunDelta
 from agentfsm.snapshot import now_iso
 from agentfsm.stores import SQLiteSnapshotStore
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentfsm import ChatMessage, MachineError, Phase, State, ToolInvoker
+from agentfsm._core.runtime import AgentRun, CallModel, Finish, RunConfig, RunTools
 from agentfsm.machine import PHASE_WORK, Facts, Work
-from agentfsm.runtime import AgentRun, CallModel, Finish, RunConfig, RunTools
 from agentfsm.tools.invoker import CallStatus
 from tests.helpers import add, call, calls, finish
 

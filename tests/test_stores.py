@@ -24,8 +24,8 @@ from agentfsm import (
     StaleSnapshotError,
     ToolCall,
 )
+from agentfsm._core.runtime import RunDelta, TransitionRecord
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.stores import (
     JsonFileStore,
     RunInfo,

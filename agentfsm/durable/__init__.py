@@ -19,6 +19,7 @@ recorded (its worker died) runs again only when its tool is idempotent (``@tool(
 otherwise the run pauses with break point ``outcome_unknown`` until a decision settles the call.
 """
 
+from agentfsm._core.runtime import final_snapshot
 from agentfsm.durable.agent import DurableAgent, DurableRun
 from agentfsm.durable.driver import drive_durable
 from agentfsm.durable.executor import launch
@@ -35,7 +36,6 @@ from agentfsm.durable.records import (
 )
 from agentfsm.durable.steps import RecordedSteps, Steps, WorkflowSteps
 from agentfsm.durable.views import DurableRuns
-from agentfsm.runtime import final_snapshot
 
 __all__ = [
     "DEFAULT_QUEUE",

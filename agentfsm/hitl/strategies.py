@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from agentfsm.decisions import call_fingerprint
+from agentfsm._core.decisions import call_fingerprint
 from agentfsm.errors import HITLBreakpointException
 from agentfsm.hitl.policies import ConfirmationPolicy
 from agentfsm.hitl.types import ToolExecutionDecision

@@ -16,15 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm.errors import BreakpointException, HITLBreakpointException
-from agentfsm.hitl.strategies import optional_keywords
-from agentfsm.hitl.types import ToolExecutionDecision
-from agentfsm.hooks import accepts, hook_name
-from agentfsm.logs import logger
-from agentfsm.machine import Work
-from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
-from agentfsm.runtime import (
+from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
     Confirm,
@@ -36,6 +28,14 @@ from agentfsm.runtime import (
     RunObserver,
     RunTools,
 )
+from agentfsm.errors import BreakpointException, HITLBreakpointException
+from agentfsm.hitl.strategies import optional_keywords
+from agentfsm.hitl.types import ToolExecutionDecision
+from agentfsm.hooks import accepts, hook_name
+from agentfsm.logs import logger
+from agentfsm.machine import Work
+from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall

@@ -10,7 +10,7 @@ persisted comes out as deltas (``take_deltas``) that the drivers write to the ru
 each step, before the I/O that follows: so entering CONFIRM or TOOL_RUN is committed before any
 decision is asked or tool runs.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
-The drivers are in ``agentfsm.drivers``.
+The drivers are in ``agentfsm._core.drivers``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import Any, NamedTuple, Protocol
 
+from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.decisions import call_fingerprint, check_decisions
 from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -577,7 +577,7 @@ class AgentRun:
     def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
         """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
 
-        It is checked first (``agentfsm.decisions.check_decisions``): it must name a pending call
+        It is checked first (``agentfsm._core.decisions.check_decisions``): it must name a pending call
         waiting for a decision, for the same tool, and, when it carries one, the fingerprint of that
         call's tool name and arguments as proposed. Otherwise ``DecisionError``, and nothing changes.
         ``taken_before``: replayed from the snapshot (checked when it was taken).
@@ -911,4 +911,4 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     **dict.fromkeys(HOOK_POINTS, AgentRun._run_hooks),
 }
 if set(_DO) != set(Work):
-    raise MachineError(f"Work items without a method in agentfsm.runtime._DO: {sorted(set(Work) - set(_DO))}.")
+    raise MachineError(f"Work items without a method in agentfsm._core.runtime._DO: {sorted(set(Work) - set(_DO))}.")
