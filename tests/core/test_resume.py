@@ -260,7 +260,7 @@ agent = Agent.from_dict(json.load(open(sys.argv[1])), allowed_modules=["tests"])
 result = agent.run(snapshot=AgentSnapshot.from_file(sys.argv[2]))
 print(json.dumps({"messages": [m.to_dict() for m in result["messages"]], "effects": SIDE_EFFECTS, "notes": result["notes"]}))
 """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", program, str(tmp_path / "agent.json"), str(tmp_path / "snap.json")],
         capture_output=True,
@@ -365,7 +365,7 @@ def test_random_bytes_only_raise_snapshot_error(blob: bytes) -> None:
 
 # -- snapshots written by earlier versions --------------------------------------------------------------
 
-FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "snapshots"
 
 
 @pytest.mark.parametrize(

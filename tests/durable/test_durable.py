@@ -35,12 +35,12 @@ from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
 from agentfsm.machine import Phase
 from agentfsm.testing import HOOK_CALLS, comparable_result, hook_sets, scripted_conversations
-from tests import durable_agents
-from tests.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
+from tests.durable import durable_agents
+from tests.durable.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
 from tests.helpers import RESUME_SCHEMA, add, call, remember
 from tests.postgres import PostgresServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
 
 # -- agents run in this process (registered with DBOS before it launches) -----------------------------
@@ -407,7 +407,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
 ) -> None:
     env = _env(tmp_path)
     (tmp_path / "block").touch()
-    worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)
+    worker = Worker(system_db, "tests.durable.durable_agents:killable", "w1", env)
     client = DBOSClient(system_database_url=system_db)
     try:
         handle = durable_agents.killable.start(user("7"), run_id="k1", client=client)
@@ -420,7 +420,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
         listed = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
         assert [(r["run_id"], r["status"]) for r in listed] == [("k1", "active")]
         (tmp_path / "block").unlink()
-        worker = Worker(system_db, "tests.durable_agents:killable", "w1", env)  # the same worker, restarted
+        worker = Worker(system_db, "tests.durable.durable_agents:killable", "w1", env)  # the same worker, restarted
         result = handle.result(timeout=TIMEOUT)
     finally:
         worker.stop()
@@ -437,13 +437,13 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
 ) -> None:
     env = _env(tmp_path)
     (tmp_path / "block").touch()
-    worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
+    worker = Worker(system_db, "tests.durable.durable_agents:killable_once", "w1", env)
     client = DBOSClient(system_database_url=system_db)
     try:
         handle = durable_agents.killable_once.start(user("8"), run_id="k2", client=client)
         kill_during_the_slow_call(worker, client, tmp_path, "k2", "8-slow")
         (tmp_path / "block").unlink()
-        worker = Worker(system_db, "tests.durable_agents:killable_once", "w1", env)
+        worker = Worker(system_db, "tests.durable.durable_agents:killable_once", "w1", env)
         with pytest.raises(Exception, match="outcome is unknown") as paused:
             handle.result(timeout=TIMEOUT)
         snapshot = paused.value.snapshot  # type: ignore[attr-defined]
@@ -467,7 +467,7 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
 
 def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    worker = Worker(url, "tests.durable_reconfigured:parallel", "w1", _env(tmp_path))
+    worker = Worker(url, "tests.durable.durable_reconfigured:parallel", "w1", _env(tmp_path))
     client = DBOSClient(system_database_url=url)
     try:
         handle = durable_agents.parallel.start(user("9"), run_id="c1", client=client)
@@ -486,7 +486,7 @@ def test_three_workers_share_one_postgresql_and_a_killed_one_loses_no_run_and_re
     env = _env(tmp_path)
     runs = 200
     # Each worker takes at most 4 runs at once from the queue.
-    workers = {name: Worker(url, "tests.durable_agents:parallel", name, env) for name in ("w1", "w2", "w3")}
+    workers = {name: Worker(url, "tests.durable.durable_agents:parallel", name, env) for name in ("w1", "w2", "w3")}
     client = DBOSClient(system_database_url=url)
     try:
         handles = [durable_agents.parallel.start(user(str(i)), run_id=f"p{i}", client=client) for i in range(runs)]
@@ -501,7 +501,7 @@ def test_three_workers_share_one_postgresql_and_a_killed_one_loses_no_run_and_re
         _wait(lambda: finished() >= runs // 3 and under_way("w2"), "a third of the runs")
         workers["w2"].kill()  # mid-way, with runs of its own under way
         killed_at, stranded = finished(), under_way("w2")
-        workers["w2"] = Worker(url, "tests.durable_agents:parallel", "w2", env)  # restarted: it recovers them
+        workers["w2"] = Worker(url, "tests.durable.durable_agents:parallel", "w2", env)  # restarted: it recovers them
         results = [handle.result(timeout=TIMEOUT) for handle in handles]
         executors = Counter(s.executor_id for s in client.list_workflows(load_input=False, load_output=False))
     finally:
@@ -535,11 +535,13 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
     url = postgres.url(f"paused{time.monotonic_ns()}")
     env = _env(tmp_path)
     runs = 10_000
-    idle = Worker(url, "tests.durable_agents:confirmed", "w1", env)
+    idle = Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)
     time.sleep(0.5)
     baseline = _resident(idle.process.pid)
     idle.stop()
-    workers = [Worker(url, "tests.durable_agents:confirmed", name, env, concurrency=32) for name in ("w1", "w2")]
+    workers = [
+        Worker(url, "tests.durable.durable_agents:confirmed", name, env, concurrency=32) for name in ("w1", "w2")
+    ]
     client = DBOSClient(system_database_url=url)
     try:
         with ThreadPoolExecutor(4) as pool:  # a web app's request threads, say
@@ -556,7 +558,7 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
         for worker in workers:
             worker.stop()
         # A worker started now holds nothing for the waiting runs: no workflow to recover, no thread, no memory.
-        workers = [Worker(url, "tests.durable_agents:confirmed", "w1", env)]
+        workers = [Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)]
         time.sleep(0.5)
         rss, threads = _resident(workers[0].process.pid)
         # (DBOS's own threads come and go: a few either way; a thread or coroutine per run would be 10,000.)
@@ -591,7 +593,7 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
     url = postgres.url(f"lost{time.monotonic_ns()}")
     env = _env(tmp_path)
     (tmp_path / "block").touch()
-    worker = Worker(url, "tests.durable_agents:killable", "w1", env)
+    worker = Worker(url, "tests.durable.durable_agents:killable", "w1", env)
     client = DBOSClient(system_database_url=url)
     try:
         handle = durable_agents.killable.start(user("3"), run_id="l1", client=client)
@@ -614,7 +616,7 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
 def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(launched: str) -> None:
     from agentfsm.durable import DurableRuns
     from agentfsm.web import create_app
-    from tests.test_web import ASGIClient, csrf_and_seq
+    from tests.web.test_web import ASGIClient, csrf_and_seq
 
     confirmed = durable_agents.confirmed
     with pytest.raises(HITLBreakpointException):
@@ -653,7 +655,9 @@ def test_the_command_line_draws_and_lists_durable_runs(launched: str, tmp_path: 
     confirmed = durable_agents.confirmed
     with pytest.raises(HITLBreakpointException):
         confirmed.run(user("13"), run_id="drawn")
-    drawn = _cli("diagram", "--system-db", launched, "--run", "drawn", "--agent", "tests.durable_agents:confirmed")
+    drawn = _cli(
+        "diagram", "--system-db", launched, "--run", "drawn", "--agent", "tests.durable.durable_agents:confirmed"
+    )
     assert drawn.returncode == 0, drawn.stderr
     assert "CONFIRM" in drawn.stdout and "classDef current" in drawn.stdout
     listed = _cli("runs", "--system-db", launched)
@@ -666,7 +670,15 @@ def test_the_command_line_draws_and_lists_durable_runs(launched: str, tmp_path: 
     from tests.postgres import free_port
 
     port = free_port()
-    command = ["serve", "--system-db", launched, "--agent", "tests.durable_agents:confirmed", "--port", str(port)]
+    command = [
+        "serve",
+        "--system-db",
+        launched,
+        "--agent",
+        "tests.durable.durable_agents:confirmed",
+        "--port",
+        str(port),
+    ]
     server = subprocess.Popen([sys.executable, "-m", "agentfsm.cli", *command], cwd=ROOT, stderr=subprocess.DEVNULL)
     try:
         page: httpx.Response | None = None
@@ -778,7 +790,7 @@ def test_a_stopped_worker_lets_the_runs_under_way_finish(tmp_path: Path) -> None
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     env = _env(tmp_path)
     (tmp_path / "block").touch()
-    worker = Worker(url, "tests.durable_agents:killable", "w1", env, drain=30)
+    worker = Worker(url, "tests.durable.durable_agents:killable", "w1", env, drain=30)
     client = DBOSClient(system_database_url=url)
     try:
         handle = durable_agents.killable.start(user("4"), run_id="drained", client=client)
@@ -797,7 +809,7 @@ def test_a_stopped_worker_lets_the_runs_under_way_finish(tmp_path: Path) -> None
 
 def test_a_process_that_gives_no_limit_leaves_the_queues_limit(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
-    worker = Worker(url, "tests.durable_agents:parallel", "w1", _env(tmp_path), concurrency=3)
+    worker = Worker(url, "tests.durable.durable_agents:parallel", "w1", _env(tmp_path), concurrency=3)
     launch(url, executor_id="app")  # the agentfsm queue, no limit given
     try:
         queue = DBOS.retrieve_queue("agentfsm")

@@ -44,7 +44,7 @@ from tests.helpers import (
     rerun_in_doubt,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USER = [ChatMessage.from_user("go")]
 SCRIPT = [
     calls(call("add", "a1", a=1, b=2), call("add", "a2", a=3, b=4)),

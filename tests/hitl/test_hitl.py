@@ -37,7 +37,7 @@ from agentfsm.testing import assert_resume_equivalent, scripted_conversations
 from tests.helpers import SIDE_EFFECTS, RuleUI, ScriptedUI, add, call, calls, finish, remember
 
 USER = [ChatMessage.from_user("go")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def blocking(*answers: list[Any], policy: Any = None) -> BlockingConfirmationStrategy:
@@ -334,7 +334,7 @@ def test_cli_resume_approves_and_rejects(tmp_path: Path) -> None:
     assert 'c1: add({"a":1,"b":2}) (waiting for a decision)' in shown.stdout
     done = subprocess.run(
         [
-            sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.test_hitl:resuming_agent",
+            sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.hitl.test_hitl:resuming_agent",
             "--approve", "c1", "--reject", "c2:not now",
         ],
         capture_output=True, text=True, cwd=ROOT, check=False,
@@ -342,7 +342,7 @@ def test_cli_resume_approves_and_rejects(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "done"
     bad = subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.test_hitl:resuming_agent", "--modify", "c1:{nope"],
+        [sys.executable, "-m", "agentfsm.cli", "resume", path, "--agent", "tests.hitl.test_hitl:resuming_agent", "--modify", "c1:{nope"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert bad.returncode == 1 and "--modify c1: the new arguments are not JSON" in bad.stderr

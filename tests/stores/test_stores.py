@@ -234,7 +234,7 @@ agent.run([ChatMessage.from_user("go")])
 
 
 def test_a_killed_process_resumes_from_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     db, log = tmp_path / "runs.db", tmp_path / "log.txt"
     env = {**os.environ, "AGENTFSM_TEST_LOG": str(log), "AGENTFSM_TEST_KILL": "two"}
     done = subprocess.run(
