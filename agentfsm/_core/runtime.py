@@ -19,10 +19,10 @@ import hashlib
 import operator
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import DEBUG
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
@@ -54,6 +54,11 @@ from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
+
+if TYPE_CHECKING:
+    from agentfsm.hitl.strategies import Decider
+    from agentfsm.hitl.types import ToolExecutionDecision
+    from agentfsm.hooks import Hook
 
 #: The hook points after which the pending calls are read again from the conversation.
 _REREAD_CALLS = frozenset({Work.AFTER_LLM, Work.BEFORE_TOOL})
@@ -167,9 +172,9 @@ class RunConfig:
     #: Told what changed (``RunDelta``), by the drivers: the run records deltas only when it has some.
     observers: tuple[RunObserver, ...] = ()
     #: The hooks of each hook point, in the order they run.
-    hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
+    hooks: Mapping[Work, tuple[Hook, ...]] = field(default_factory=dict)
     #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
-    confirmation: Mapping[str, Any] = field(default_factory=dict)
+    confirmation: Mapping[str, Decider] = field(default_factory=dict)
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
@@ -206,7 +211,7 @@ class Confirm:
     """
 
     calls: list[PreparedCall]
-    strategies: list[Any]
+    strategies: list[Decider]
 
 
 @dataclass(slots=True)
@@ -218,10 +223,10 @@ class RunHooks:
     """
 
     point: Work
-    hooks: tuple[Any, ...]
+    hooks: tuple[Hook, ...]
     error: BaseException | None = None
     #: The run's ``hook_context`` (``Agent.run(hook_context=...)``): hooks that take it are given it.
-    context: Any = None
+    context: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -562,7 +567,7 @@ class AgentRun:
         self.stage += 1
         return messages
 
-    def decided(self, decisions: list[Any]) -> None:
+    def decided(self, decisions: Sequence[ToolExecutionDecision | None]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
         if self._awaiting is not Work.DECIDE:
             raise self._unexpected(Work.DECIDE, "decided")
@@ -574,7 +579,7 @@ class AgentRun:
         if self.config.observers:
             self._tell(None)
 
-    def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
+    def apply_decision(self, decision: ToolExecutionDecision | Mapping[str, Any], taken_before: bool = False) -> None:
         """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
 
         It is checked first (``agentfsm._core.decisions.check_decisions``): it must name a pending call
@@ -870,8 +875,8 @@ def constant_facts(
     tools: Iterable[Tool],
     *,
     dynamic: bool,
-    hooks: Mapping[Work, Any],
-    confirmation: Mapping[str, Any],
+    hooks: Mapping[Work, Sequence[Hook]],
+    confirmation: Mapping[str, Decider],
     state: Mapping[str, Any] | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
