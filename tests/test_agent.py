@@ -14,15 +14,13 @@ from agentfsm import (
     ConfigurationError,
     ModelClientError,
     Phase,
-    ScriptExhaustedError,
     StreamingChunk,
-    ToolArgumentsError,
     ToolCall,
     ToolInvocationError,
-    ToolNotFoundError,
     Toolset,
     tool,
 )
+from agentfsm.errors import ScriptExhaustedError, ToolArgumentsError, ToolNotFoundError
 from agentfsm.generators import ScriptedChatGenerator
 from tests.helpers import SIDE_EFFECTS, add, call, calls, fail, finish
 

@@ -19,13 +19,13 @@ from agentfsm import (
     ChatMessage,
     ConfigurationError,
     Phase,
-    SerializationError,
     State,
     ToolInvocationError,
     hook,
     replace_values,
     tool,
 )
+from agentfsm.errors import SerializationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.stores import SQLiteSnapshotStore

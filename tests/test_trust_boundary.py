@@ -27,7 +27,6 @@ from agentfsm import (
     AgentSnapshot,
     BreakpointException,
     ChatMessage,
-    DeserializationError,
     Phase,
     SnapshotError,
     hook,
@@ -37,6 +36,7 @@ from agentfsm import (
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import demo_agent
 from agentfsm.durable import DurableAgent, DurableRun, launch
+from agentfsm.errors import DeserializationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,

@@ -16,11 +16,11 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
-    MachineError,
     Phase,
     ToolInvocationError,
     tool,
 )
+from agentfsm.errors import MachineError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     BlockingConfirmationStrategy,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm import ChatMessage, MachineError, Phase, State, ToolInvoker
+from agentfsm import ChatMessage, Phase, State, ToolInvoker
 from agentfsm._core.runtime import AgentRun, CallModel, Finish, RunConfig, RunTools
+from agentfsm.errors import MachineError
 from agentfsm.machine import PHASE_WORK, Facts, Work
 from agentfsm.tools.invoker import CallStatus
 from tests.helpers import add, call, calls, finish

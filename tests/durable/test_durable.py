@@ -702,8 +702,8 @@ def test_the_snapshot_derived_after_any_step_resumes_to_the_uninterrupted_result
     launched: str, durable: DurableAgent, state: dict[str, Any]
 ) -> None:
     """Cut a finished run's record after each of its steps: the snapshot derived there resumes to the same result."""
-    from agentfsm.durable import RecordedSteps, drive_durable
-    from agentfsm.durable.steps import EndOfRecord
+    from agentfsm.durable.driver import drive_durable
+    from agentfsm.durable.steps import EndOfRecord, RecordedSteps
     from tests.helpers import rerun_in_doubt
 
     result = durable.run(user("5"), run_id="whole", **state)
@@ -729,9 +729,8 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
 ) -> None:
     """Generated conversations and hooks: the same result durable as in-process, each hook once; and the
     snapshot derived from the record cut after any step resumes, in-process, to that result."""
-    from agentfsm.durable import RecordedSteps, drive_durable
-    from agentfsm.durable.driver import snapshot_where
-    from agentfsm.durable.steps import EndOfRecord
+    from agentfsm.durable.driver import drive_durable, snapshot_where
+    from agentfsm.durable.steps import EndOfRecord, RecordedSteps
     from tests.helpers import rerun_in_doubt
 
     def agent(position: int = 0) -> Agent:

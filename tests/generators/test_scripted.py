@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm import ChatMessage, ConfigurationError, ScriptExhaustedError, StreamingChunk, ToolCall
+from agentfsm import ChatMessage, ConfigurationError, StreamingChunk, ToolCall
+from agentfsm.errors import ScriptExhaustedError
 from agentfsm.generators import ChatGenerator, ScriptedChatGenerator
 
 USER = [ChatMessage.from_user("hi")]

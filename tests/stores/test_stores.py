@@ -23,11 +23,12 @@ from agentfsm import (
     SnapshotError,
     StaleSnapshotError,
     ToolCall,
+    TransitionRecord,
 )
-from agentfsm._core.runtime import RunDelta, TransitionRecord
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.stores import (
     JsonFileStore,
+    RunDelta,
     RunInfo,
     SnapshotStore,
     SQLiteSnapshotStore,

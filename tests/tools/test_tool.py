@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 import pytest
 
-from agentfsm import ConfigurationError, SchemaError, Tool, ToolArgumentsError, create_tool_from_function, tool
-from agentfsm.errors import SchemaGenerationError
+from agentfsm import ConfigurationError, Tool, create_tool_from_function, tool
+from agentfsm.errors import SchemaError, SchemaGenerationError, ToolArgumentsError
 from agentfsm.tools.tool import tool_from_dict
 
 ADD_SCHEMA = {
