@@ -162,7 +162,7 @@ async def test_run_async_runs_the_workflow_off_the_event_loop(launched: str) -> 
 
 
 def test_options_that_hold_objects_of_this_process_are_refused(launched: str) -> None:
-    with pytest.raises(ValueError, match=r"\['hook_context', 'streaming_callback'\] are Agent.run options"):
+    with pytest.raises(ValueError, match=r"\['hook_context', 'streaming_callback'\]"):
         plain.run(user("1"), hook_context={"user": 1}, streaming_callback=print)
 
 
@@ -760,13 +760,13 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
 def test_a_queued_run_no_worker_took_stands_before_its_first_step(launched_without_queues: str) -> None:
     handle = plain.start(user("1"), run_id="queued", queued=True)  # this process listens to no queue
     assert find_run(DBOS, "queued").status == "active"
-    with pytest.raises(DurabilityError, match=r"has not ended after 0.2 s \(workflow queued is ENQUEUED"):
+    with pytest.raises(DurabilityError, match=r"0.2 s.*queued is ENQUEUED"):
         handle.result(timeout=0.2)
     snapshot = plain.snapshot("queued")
     assert (snapshot.phase, snapshot.step, len(snapshot.messages)) == (Phase.LLM_CALL, 0, 1)
     # With a before_run hook, its first phase is IDLE's work: no snapshot yet, as in a snapshot store.
     starting.start(user("1"), run_id="queued-hooked", queued=True)
-    with pytest.raises(SnapshotError, match=r"has not started yet.*\(workflow queued-hooked is ENQUEUED\)"):
+    with pytest.raises(SnapshotError, match=r"not started.*queued-hooked is ENQUEUED"):
         starting.snapshot("queued-hooked")
 
 
