@@ -34,6 +34,7 @@ from agentfsm._core.runtime import (
 )
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
+from agentfsm.generators.base import ChatGenerator
 from agentfsm.machine import CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
@@ -42,7 +43,7 @@ from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
 
-def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]:
+def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict[str, Any]:
     """Perform a run's I/O as steps until it finishes or pauses: the workflow's output.
 
     ``{"done": result}`` for a finished run (its result as data), ``{"paused": snapshot}`` for a
@@ -84,7 +85,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
                 raise
 
 
-def _call_model(generator: Any, action: CallModel) -> dict[str, Any]:
+def _call_model(generator: ChatGenerator, action: CallModel) -> dict[str, Any]:
     output = generator.run(**model_arguments(action, None))
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
