@@ -1,29 +1,28 @@
-"""agentfsm: tool-using LLM agents as explicit, declared finite-state machines."""
+"""agentfsm: tool-using LLM agents as explicit, declared finite-state machines.
 
+The names here are the seeds' (Haystack's Agent, State, tools, breakpoints) and what a user needs
+every day; ``tests/test_exported_members.py`` pins them. The rest is one import away:
+``agentfsm.errors`` (every error, drawn as a tree), ``agentfsm.machine`` (the transition tables),
+``agentfsm.hitl``, ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
+``agentfsm.durable``, ``agentfsm.mcp``. The run's machinery lives in ``agentfsm._core``.
+"""
+
+from agentfsm._core.runtime import TransitionRecord
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
     ConfigurationError,
-    ConfigurationTypeError,
-    DeserializationError,
-    MachineError,
     ModelClientError,
-    SchemaError,
-    SchemaGenerationError,
-    ScriptExhaustedError,
-    SerializationError,
     SnapshotError,
     StaleSnapshotError,
-    ToolArgumentsError,
     ToolError,
     ToolInvocationError,
-    ToolNotFoundError,
 )
-from agentfsm.hooks import FunctionHook, Hook, hook
+from agentfsm.hooks import Hook, hook
 from agentfsm.logs import configure_logging, use_standard_logging
-from agentfsm.machine import TRANSITIONS, Phase, Transition
+from agentfsm.machine import Phase
 from agentfsm.messages import (
     ChatMessage,
     ChatRole,
@@ -34,7 +33,6 @@ from agentfsm.messages import (
     ToolCall,
     ToolCallResult,
 )
-from agentfsm.runtime import TransitionRecord
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, merge_lists, replace_values
 from agentfsm.tools import (
@@ -49,7 +47,6 @@ from agentfsm.tools import (
 )
 
 __all__ = [
-    "TRANSITIONS",
     "Agent",
     "AgentBreakpoint",
     "AgentFSMError",
@@ -60,37 +57,26 @@ __all__ = [
     "ChatRole",
     "ComponentTool",
     "ConfigurationError",
-    "ConfigurationTypeError",
-    "DeserializationError",
-    "FunctionHook",
     "Hook",
     "ImageContent",
-    "MachineError",
     "ModelClientError",
     "Phase",
     "PipelineTool",
     "ReasoningContent",
-    "SchemaError",
-    "SchemaGenerationError",
-    "ScriptExhaustedError",
     "SearchableToolset",
-    "SerializationError",
     "SnapshotError",
     "StaleSnapshotError",
     "State",
     "StreamingChunk",
     "TextContent",
     "Tool",
-    "ToolArgumentsError",
     "ToolBreakpoint",
     "ToolCall",
     "ToolCallResult",
     "ToolError",
     "ToolInvocationError",
     "ToolInvoker",
-    "ToolNotFoundError",
     "Toolset",
-    "Transition",
     "TransitionRecord",
     "configure_logging",
     "create_tool_from_function",

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentfsm.errors import AgentFSMError, ConfigurationError
+from agentfsm._core.runtime import constant_facts
+from agentfsm.errors import AgentFSMError, ConfigurationError, MissingRendererError
 from agentfsm.hooks import hook_name
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -44,7 +45,6 @@ from agentfsm.machine import (
     Transition,
     specialise,
 )
-from agentfsm.runtime import constant_facts
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
@@ -55,10 +55,6 @@ ANY_ACTIVE = "ANY_ACTIVE"
 _INTERRUPTS = ("pause", "fail", "resume")
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
 LABEL_WIDTH = 28
-
-
-class MissingRendererError(AgentFSMError, RuntimeError):
-    """SVG/PNG output needs a Graphviz ``dot`` program, and none was found."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,49 @@
-"""The exception hierarchy of agentfsm.
+"""The errors of agentfsm: one tree, every error the library raises.
 
-Every error raised by the library derives from :class:`AgentFSMError`. Where the documented API
-names a built-in exception (``ValueError``, ``TypeError``, ``RuntimeError``), the agentfsm error
-subclasses it too, so ``except ValueError`` keeps working.
+Every error derives from ``AgentFSMError``. Where the documented API names a built-in exception,
+the error subclasses it too (in brackets below), so ``except ValueError`` keeps working.
+Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are defined here.
+``tests/test_errors.py`` keeps this drawing true::
+
+    AgentFSMError
+    ├── ConfigurationError (ValueError)                  an agent, tool or schema got invalid values
+    │   ├── ToolConfigurationError (TypeError)           a tool's state or output mapping is wrongly shaped
+    │   └── SchemaError                                  a tool's parameter schema or a State schema is invalid
+    │       └── SchemaGenerationError                    no JSON schema from a function's signature
+    ├── ConfigurationTypeError (TypeError)               a configuration value has the wrong type
+    ├── UnsupportedOperationError (NotImplementedError)  the object does not support the operation
+    ├── SerializationError (TypeError)                   a value has no JSON-compatible form
+    ├── DeserializationError (ValueError)                data is malformed, or names code the allow-list refuses
+    ├── MissingRendererError (RuntimeError)              SVG/PNG output needs Graphviz's ``dot``
+    ├── SnapshotError (ValueError)                       a snapshot is malformed, unknown or cannot resume here
+    │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
+    ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
+    ├── BreakpointException                              a breakpoint paused the run (signal: carries the snapshot)
+    │   └── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
+    ├── ToolError                                        preparing or running a tool call failed
+    │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
+    │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
+    │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
+    │   └── ToolInvocationError (RuntimeError)           the tool's function raised
+    │       └── MCPToolError                             the MCP tool ran and reported an error
+    ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
+    │   └── MCPConnectionLostError                       the connection dropped while a call was in flight
+    ├── MCPTimeoutError (TimeoutError)                   connecting, listing tools or an MCP call took too long
+    ├── MCPServerError (RuntimeError)                    the MCP server answered with a protocol error
+    ├── ModelClientError (RuntimeError)                  the chat generator produced no reply
+    │   ├── ModelHTTPError                               the model server answered with an error status
+    │   │   ├── AuthenticationError                      401 or 403: the API key was refused
+    │   │   ├── RateLimitError                           429, and the retries ran out
+    │   │   ├── BadRequestError                          another 4xx: the model, a parameter or the messages
+    │   │   └── ServerError                              5xx, and the retries ran out
+    │   ├── ModelTimeoutError                            no answer in time, and the retries ran out
+    │   ├── ModelConnectionError                         the server could not be reached, and the retries ran out
+    │   ├── ModelResponseError                           the answer could not be read
+    │   ├── ScriptExhaustedError                         a scripted model ran out of replies
+    │   └── CassetteMismatchError                        a replayed request differs from the recorded one
+    ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)
+    └── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
 """
 
 from __future__ import annotations
@@ -21,6 +62,10 @@ class ConfigurationError(AgentFSMError, ValueError):
 
 class ConfigurationTypeError(AgentFSMError, TypeError):
     """A configuration value has the wrong type (for example a chat generator without ``tools``)."""
+
+
+class UnsupportedOperationError(AgentFSMError, NotImplementedError):
+    """The operation is not supported by this object."""
 
 
 class ToolConfigurationError(ConfigurationError, TypeError):
@@ -48,6 +93,10 @@ class DeserializationError(AgentFSMError, ValueError):
 
     What a dotted path in data may name, and how to allow your modules: ``agentfsm.serialization``.
     """
+
+
+class MissingRendererError(AgentFSMError, RuntimeError):
+    """SVG/PNG output needs a Graphviz ``dot`` program, and none was found."""
 
 
 def check_int(name: str, value: Any, least: int) -> int:
@@ -138,6 +187,68 @@ class ToolInvocationError(ToolError, RuntimeError):
     """A tool's function raised an exception."""
 
 
+class MCPConnectionError(AgentFSMError, ConnectionError):
+    """The MCP server could not be reached: it did not start, or refused the connection."""
+
+
+class MCPConnectionLostError(MCPConnectionError):
+    """The connection dropped while a call was in flight: the call may or may not have run.
+
+    It is not sent again (a tool that is not idempotent must not run twice); the next call
+    reconnects.
+    """
+
+
+class MCPTimeoutError(AgentFSMError, TimeoutError):
+    """Connecting, listing the tools or a tool call took longer than its timeout."""
+
+    def __init__(self, message: str, *, operation: str) -> None:
+        super().__init__(message)
+        #: ``"connect"``, ``"list"`` or ``"call"``.
+        self.operation = operation
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (type(self), str(self), {"operation": self.operation}))
+
+
+class MCPServerError(AgentFSMError, RuntimeError):
+    """The server answered a request with a JSON-RPC error (for example, invalid parameters)."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        #: The JSON-RPC error code.
+        self.code = code
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (type(self), str(self), {"code": self.code}))
+
+
+class MCPToolNotFoundError(ToolNotFoundError):
+    """The MCP server does not offer a tool of that name (or no longer does)."""
+
+    def __init__(self, message: str, *, tool_name: str, available_tools: list[str]) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.available_tools = available_tools
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild,
+            (type(self), str(self), {"tool_name": self.tool_name, "available_tools": self.available_tools}),
+        )
+
+
+class MCPToolError(ToolInvocationError):
+    """The tool ran and reported an error (an ``isError`` result); ``result`` holds what it returned."""
+
+    def __init__(self, message: str, *, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (type(self), str(self), {"result": self.result}))
+
+
 class ModelClientError(AgentFSMError, RuntimeError):
     """The chat generator failed to produce a reply."""
 
@@ -203,5 +314,18 @@ class ScriptExhaustedError(ModelClientError):
     """A ScriptedChatGenerator was asked for more replies than its script holds."""
 
 
+class CassetteMismatchError(ModelClientError):
+    """A replayed request differs from the recorded one, or asks for more exchanges than were recorded."""
+
+
 class MachineError(AgentFSMError, RuntimeError):
     """The runtime tried to take an edge that the transition table does not declare (a bug)."""
+
+
+class ResumeDivergence(AgentFSMError, AssertionError):
+    """A run resumed from a snapshot ended differently from the uninterrupted run."""
+
+
+def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
+    """Unpickle an error whose fields are keyword-only arguments."""
+    return cls(message, **fields)

@@ -155,14 +155,16 @@ def hook_state_schema(hooks: Mapping[Work, Sequence[Any]]) -> dict[str, Any]:
 
 
 def hooked_strategies(hooks: Mapping[Work, Sequence[Any]]) -> list[tuple[Any, Any]]:
-    """The confirmation strategies given through ``ConfirmationHook``s, as (key, strategy) pairs."""
-    from agentfsm.builtin_hooks.confirmation import ConfirmationHook
+    """The confirmation strategies ``before_tool`` hooks carry, as (key, strategy) pairs.
 
+    A hook carries them in a ``confirmation_strategies`` dict (``builtin_hooks.ConfirmationHook``
+    does); read by attribute, so this module needs no application module.
+    """
     return [
         (key, strategy)
         for h in hooks.get(Work.BEFORE_TOOL, ())
-        if isinstance(h, ConfirmationHook)
-        for key, strategy in h.confirmation_strategies.items()
+        if isinstance(carried := getattr(h, "confirmation_strategies", None), dict)
+        for key, strategy in carried.items()
     ]
 
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentfsm._core.runtime import TransitionRecord
     from agentfsm.messages import ChatMessage
-    from agentfsm.runtime import TransitionRecord
 
 
 class AgentResult(dict[str, Any]):

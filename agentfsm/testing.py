@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import BreakpointException
+from agentfsm.errors import BreakpointException, ResumeDivergence
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.machine import ACTIVE_PHASES
@@ -180,10 +180,6 @@ def hook_sets(points: Sequence[str] = HOOK_POINT_NAMES, max_per_point: int = 2) 
 
 
 # -- the equivalence check ----------------------------------------------------------------------
-
-
-class ResumeDivergence(AssertionError):
-    """A run resumed from a snapshot ended differently from the uninterrupted run."""
 
 
 def comparable_result(result: dict[str, Any]) -> dict[str, Any]:

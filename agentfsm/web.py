@@ -38,12 +38,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentfsm.agent import Agent
-from agentfsm.diagrams import MissingRendererError, machine_diagram
+from agentfsm.diagrams import machine_diagram
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
     ConfigurationError,
     DecisionError,
+    MissingRendererError,
     SnapshotError,
     StaleSnapshotError,
     ToolArgumentsError,

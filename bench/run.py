@@ -44,9 +44,8 @@ from agentfsm import (
 from agentfsm.builtin_hooks import CompactionHook, MessageCount, SlidingWindowCompactor
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.logs import configure_logging, use_standard_logging
-from agentfsm.runtime import RunDelta
 from agentfsm.snapshot import now_iso
-from agentfsm.stores import SQLiteSnapshotStore
+from agentfsm.stores import RunDelta, SQLiteSnapshotStore
 
 HERE = Path(__file__).resolve().parent
 

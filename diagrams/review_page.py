@@ -1,6 +1,6 @@
 """The review page's screenshot in diagrams/: a run waiting for a payment approval, in headless Chromium.
 
-``make diagrams`` runs it (``python diagrams/review_page.py``); ``tests/test_web.py`` drives the
+``make diagrams`` runs it (``python diagrams/review_page.py``); ``tests/web/test_web.py`` drives the
 same page the same way. Needs the ``web`` extra, Playwright and Debian's ``chromium``.
 """
 

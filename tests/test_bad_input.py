@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -454,7 +455,8 @@ def test_tampered_sqlite_rows_are_read_or_refused_typed(changes: list[tuple[int,
         database, _ = stores_copy(Path(directory))
         run_id = STORED_RUN
         try:
-            db = database._db  # the rows as someone with the file could change them
+            # the rows as someone with the file could change them: through a connection of their own
+            db = sqlite3.connect(Path(directory) / "runs.db", isolation_level=None)
             if column == "entries":
                 [(key, blob)] = db.execute("SELECT key, entries FROM snapshot_batches ORDER BY key DESC LIMIT 1")
                 tampered = fine_or_typed(lambda: dump_json(mutate(changes, load_json(blob)))) or b"["
@@ -466,6 +468,7 @@ def test_tampered_sqlite_rows_are_read_or_refused_typed(changes: list[tuple[int,
                 stored = value if isinstance(value, (str, int, float)) and abs(hash(value)) < 2**62 else "x"
                 stored = stored if not isinstance(stored, int) or -(2**63) <= stored < 2**63 else "x"
                 db.execute(f"UPDATE {table} SET {column} = ?", (stored,))
+            db.close()
             read_everything(database, run_id)
         finally:
             database.close()

@@ -11,7 +11,8 @@ import pytest
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, tool
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
-from agentfsm.diagrams import ANY_ACTIVE, MissingRendererError, build_model, machine_diagram
+from agentfsm.diagrams import ANY_ACTIVE, build_model, machine_diagram
+from agentfsm.errors import MissingRendererError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import CALL_TRANSITIONS, TRANSITIONS
 from tests.helpers import add, call, calls, finish

@@ -19,13 +19,13 @@ from agentfsm import (
     ChatMessage,
     ConfigurationError,
     Phase,
-    SerializationError,
     State,
     ToolInvocationError,
     hook,
     replace_values,
     tool,
 )
+from agentfsm.errors import SerializationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.stores import SQLiteSnapshotStore
@@ -251,11 +251,9 @@ def test_a_hook_that_raises_fails_the_run_and_on_error_hooks_see_the_original_er
 
 
 def test_bad_hook_configurations_are_refused_with_the_valid_points() -> None:
-    with pytest.raises(ValueError, match="Unknown hook point 'before_everything'; the hook points are: before_run"):
+    with pytest.raises(ValueError, match=r"'before_everything'.*before_run"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"before_everything": [build_context]})
-    with pytest.raises(
-        ValueError, match=r"holds the class GradeFinalAnswer: give an instance, GradeFinalAnswer\(...\)"
-    ):
+    with pytest.raises(ValueError, match=r"class GradeFinalAnswer.*instance"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"on_exit": [GradeFinalAnswer]})
     with pytest.raises(ValueError, match="which is not a hook"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"before_llm": [42]})  # type: ignore[list-item]
@@ -278,7 +276,7 @@ def test_async_hooks_need_run_async_and_sync_hooks_run_off_the_event_loop() -> N
         seen["sync"] = threading.current_thread().name
 
     agent = Agent(chat_generator=ScriptedChatGenerator(["a", "b"]), hooks={"before_llm": [async_hook, sync_hook]})
-    with pytest.raises(TypeError, match="are async functions: run the agent with run_async"):
+    with pytest.raises(TypeError, match=r"async.*run_async"):
         agent.run(USER)
     asyncio.run(agent.run_async(USER))
     assert seen["async"] == threading.main_thread().name != seen["sync"]
@@ -304,9 +302,9 @@ def test_hooks_serialize_by_import_path(allow_tests_modules: None) -> None:
         hooks={"on_exit": [continue_once], "before_llm": [RecordingHook("b")]},
     )
     rebuilt = Agent.from_dict(agent.to_dict())
-    assert rebuilt._hooks[next(iter(rebuilt._hooks))]  # both points came back
+    assert sorted(rebuilt.hooks or {}) == ["before_llm", "on_exit"]  # both points came back
     assert rebuilt.to_dict() == agent.to_dict() and rebuilt.fingerprint == agent.fingerprint
-    with pytest.raises(SerializationError, match="Hook '<lambda>' of 'before_llm' cannot be serialized"):
+    with pytest.raises(SerializationError, match="'<lambda>' of 'before_llm'"):
         Agent(chat_generator=ScriptedChatGenerator([]), hooks={"before_llm": [lambda state: None]}).to_dict()
 
 

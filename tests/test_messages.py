@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import ChatMessage, ChatRole, DeserializationError, ReasoningContent, ToolCall, ToolCallResult
+from agentfsm import ChatMessage, ChatRole, ReasoningContent, ToolCall, ToolCallResult
+from agentfsm.errors import DeserializationError
 from agentfsm.messages import RAW_ARGUMENTS_KEY, parse_tool_arguments
 
 

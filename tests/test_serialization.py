@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import AgentSnapshot, ChatMessage, DeserializationError, SerializationError, State
+from agentfsm import AgentSnapshot, ChatMessage, State
+from agentfsm.errors import DeserializationError, SerializationError
 from agentfsm.serialization import (
     ENV_ALLOWED_MODULES,
     MAX_VALUE_DEPTH,

@@ -28,7 +28,6 @@ from agentfsm import (
     AgentSnapshot,
     BreakpointException,
     ChatMessage,
-    DeserializationError,
     Phase,
     SnapshotError,
     hook,
@@ -38,6 +37,7 @@ from agentfsm import (
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import demo_agent
 from agentfsm.durable import DurableAgent, DurableRun, launch
+from agentfsm.errors import DeserializationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,
@@ -248,7 +248,7 @@ def test_what_stays_resolvable(allow_tests_modules: None) -> None:
 def test_refusals_say_why() -> None:
     with pytest.raises(DeserializationError, match=r"'agentfsm\.serialization\.os' is a module"):
         import_path("agentfsm.serialization.os.system", expect="callable")
-    with pytest.raises(DeserializationError, match="from module 'posixpath': it is not in the allow-list"):
+    with pytest.raises(DeserializationError, match=r"'posixpath'.*allow-list"):
         import_path("tests.test_trust_boundary.path_join", ALLOWED, expect="callable")
     with pytest.raises(DeserializationError, match="builtins offers only the plain data types"):
         import_path("builtins.eval", expect="callable")
@@ -396,7 +396,7 @@ def test_a_state_value_naming_code_never_runs_on_resume(payload: Any, marker: Pa
 
 def test_an_undeclared_state_key_is_refused_before_its_value_is_read(marker: Path) -> None:
     snapshot = paused_in_tool_run()
-    with pytest.raises(SnapshotError, match=r"\['payload'\] are not in this agent's state_schema"):
+    with pytest.raises(SnapshotError, match=r"\['payload'\].*state_schema"):
         resumable_victim().run(snapshot=tampered(snapshot, state={"payload": run_shell(marker)}))
     with pytest.raises(SnapshotError, match="not in this agent's state_schema"):
         resumable_victim().run(snapshot=tampered(snapshot, state=run_shell(marker)))

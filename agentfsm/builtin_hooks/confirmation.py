@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentfsm.hitl.strategy_table import strategies_from_dict, strategies_to_dict
 from agentfsm.state import State
 
 
@@ -28,13 +29,9 @@ class ConfirmationHook:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize the strategies as ``Agent.to_dict`` does."""
-        from agentfsm.agent import strategies_to_dict
-
         return {"confirmation_strategies": strategies_to_dict(self.confirmation_strategies)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Sequence[str] | None = None) -> ConfirmationHook:
         """Deserialize through the serialization allow-list."""
-        from agentfsm.agent import strategies_from_dict
-
         return cls(strategies_from_dict(data["confirmation_strategies"], allowed_modules))

@@ -20,40 +20,19 @@ otherwise the run pauses with break point ``outcome_unknown`` until a decision s
 """
 
 from agentfsm.durable.agent import DurableAgent, DurableRun
-from agentfsm.durable.driver import drive_durable
 from agentfsm.durable.executor import launch
-from agentfsm.durable.records import (
-    DEFAULT_QUEUE,
-    Continuation,
-    RunRecord,
-    continuation,
-    continue_run,
-    decide,
-    find_run,
-    list_runs,
-    segment_id,
-)
-from agentfsm.durable.steps import RecordedSteps, Steps, WorkflowSteps
+from agentfsm.durable.records import DEFAULT_QUEUE, RunRecord, continue_run, decide, find_run, list_runs
 from agentfsm.durable.views import DurableRuns
-from agentfsm.runtime import final_snapshot
 
 __all__ = [
     "DEFAULT_QUEUE",
-    "Continuation",
     "DurableAgent",
     "DurableRun",
     "DurableRuns",
-    "RecordedSteps",
     "RunRecord",
-    "Steps",
-    "WorkflowSteps",
-    "continuation",
     "continue_run",
     "decide",
-    "drive_durable",
-    "final_snapshot",
     "find_run",
     "launch",
     "list_runs",
-    "segment_id",
 ]

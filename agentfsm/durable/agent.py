@@ -13,9 +13,11 @@ from typing import Any
 from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos import error as dbos_errors
 
+from agentfsm._core.drivers import pause_exception
+from agentfsm._core.resume import check_fingerprint
+from agentfsm._core.runtime import AgentRun, final_snapshot, result_from_record
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
-from agentfsm.drivers import pause_exception
 from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
 from agentfsm.durable.executor import dbos_launched
 from agentfsm.durable.records import (
@@ -29,8 +31,6 @@ from agentfsm.durable.records import (
 from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
 from agentfsm.messages import ChatMessage
-from agentfsm.resume import check_fingerprint
-from agentfsm.runtime import AgentRun, final_snapshot, result_from_record
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import values_from_dict

@@ -3,7 +3,7 @@
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
 model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
 journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
-decision check (``agentfsm.decisions``), the fingerprint check (``agentfsm.resume``) and what a
+decision check (``agentfsm._core.decisions``), the fingerprint check (``agentfsm._core.resume``) and what a
 finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
 are the core's, as for every driver. A
 workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
@@ -17,12 +17,8 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
-from agentfsm.durable.steps import EndOfRecord, Steps
-from agentfsm.errors import SnapshotError
-from agentfsm.machine import CallStatus, Phase
-from agentfsm.messages import ChatMessage
-from agentfsm.runtime import (
+from agentfsm._core.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
+from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
     Confirm,
@@ -36,13 +32,18 @@ from agentfsm.runtime import (
     result_record,
     runs_again_after_crash,
 )
+from agentfsm.durable.steps import EndOfRecord, Steps
+from agentfsm.errors import SnapshotError
+from agentfsm.generators.base import ChatGenerator
+from agentfsm.machine import CallStatus, Phase
+from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
 
-def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]:
+def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict[str, Any]:
     """Perform a run's I/O as steps until it finishes or pauses: the workflow's output.
 
     ``{"done": result}`` for a finished run (its result as data), ``{"paused": snapshot}`` for a
@@ -84,7 +85,7 @@ def drive_durable(run: AgentRun, generator: Any, steps: Steps) -> dict[str, Any]
                 raise
 
 
-def _call_model(generator: Any, action: CallModel) -> dict[str, Any]:
+def _call_model(generator: ChatGenerator, action: CallModel) -> dict[str, Any]:
     output = generator.run(**model_arguments(action, None))
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):

@@ -15,11 +15,11 @@ from typing import Any
 from dbos import DBOSClient
 from dbos import error as dbos_errors
 
-from agentfsm.decisions import check_snapshot_decisions
+from agentfsm._core.decisions import check_snapshot_decisions
+from agentfsm._core.runtime import final_snapshot
 from agentfsm.durable.driver import paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.pauses import RunStatus
-from agentfsm.runtime import final_snapshot
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.

@@ -5,9 +5,10 @@ talks to OpenAI or any OpenAI-compatible server, ``AnthropicChatGenerator`` to A
 ``FallbackChatGenerator`` tries several in order.
 """
 
+from agentfsm.errors import CassetteMismatchError
 from agentfsm.generators.anthropic import AnthropicChatGenerator
 from agentfsm.generators.base import ChatGenerator
-from agentfsm.generators.cassette import CassetteChatGenerator, CassetteMismatchError
+from agentfsm.generators.cassette import CassetteChatGenerator
 from agentfsm.generators.fallback import FallbackChatGenerator
 from agentfsm.generators.openai import OpenAIChatGenerator
 from agentfsm.generators.scripted import ScriptedChatGenerator

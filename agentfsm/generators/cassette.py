@@ -14,17 +14,13 @@ from typing import Any, Literal
 
 import orjson
 
-from agentfsm.errors import ConfigurationError, ModelClientError
+from agentfsm.errors import CassetteMismatchError, ConfigurationError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.serialization import CHAT_GENERATOR, object_from_dict, object_path, object_to_dict
 from agentfsm.tools.tool import Tool
 
 CASSETTE_VERSION = 1
-
-
-class CassetteMismatchError(ModelClientError):
-    """A replayed request differs from the recorded one, or asks for more exchanges than were recorded."""
 
 
 def _request(messages: list[ChatMessage], tools: list[Tool] | None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfsm.decisions import call_fingerprint
+from agentfsm._core.decisions import call_fingerprint
 from agentfsm.hitl.types import ConfirmationUIResult, ToolExecutionDecision
 from agentfsm.serialization import object_path
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from agentfsm.decisions import call_fingerprint
+from agentfsm._core.decisions import call_fingerprint
 from agentfsm.errors import HITLBreakpointException
 from agentfsm.hitl.policies import ConfirmationPolicy
 from agentfsm.hitl.types import ToolExecutionDecision
@@ -28,6 +28,24 @@ def optional_keywords(function: Callable[..., Any], offered: Mapping[str, Any]) 
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         return dict(offered)
     return {name: value for name, value in offered.items() if name in parameters}
+
+
+class Decider(Protocol):
+    """What a run needs of a confirmation strategy: ``run`` deciding one call.
+
+    ``ConfirmationStrategy`` subclasses are deciders, and so is any object with this ``run`` (it may
+    take the optional keywords ``ConfirmationStrategy`` lists, and have ``run_async``).
+    """
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str | None = None,
+    ) -> ToolExecutionDecision:
+        """Decide one call, or raise ``HITLBreakpointException`` to leave it to a later resume."""
+        ...
 
 
 class ConfirmationStrategy:

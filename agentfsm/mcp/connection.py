@@ -47,15 +47,16 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError
-from agentfsm.mcp.connection_states import ConnectionState, next_state
-from agentfsm.mcp.errors import (
+from agentfsm.errors import (
+    ConfigurationError,
+    ConfigurationTypeError,
     MCPConnectionError,
     MCPConnectionLostError,
     MCPServerError,
     MCPTimeoutError,
     MCPToolNotFoundError,
 )
+from agentfsm.mcp.connection_states import ConnectionState, next_state
 from agentfsm.mcp.server_info import MCPServerInfo, Streams, server_info_from_dict
 from agentfsm.serialization import deserialize_callable, serialize_callable
 

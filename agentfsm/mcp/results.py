@@ -14,7 +14,7 @@ from typing import Any
 import mcp.types as mcp_types
 import orjson
 
-from agentfsm.mcp.errors import MCPToolError
+from agentfsm.errors import MCPToolError
 from agentfsm.messages import ImageContent, TextContent
 
 #: How an MCP tool's value reaches the model unless told otherwise: its content parts, images included.

@@ -7,10 +7,9 @@ from typing import Any
 
 import mcp.types as mcp_types
 
-from agentfsm.errors import ConfigurationTypeError
+from agentfsm.errors import ConfigurationTypeError, MCPToolNotFoundError
 from agentfsm.mcp.annotations import check_overrides, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
-from agentfsm.mcp.errors import MCPToolNotFoundError
 from agentfsm.mcp.server_info import MCPServerInfo
 from agentfsm.mcp.tool import MCPTool
 from agentfsm.serialization import object_path

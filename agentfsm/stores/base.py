@@ -9,10 +9,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from agentfsm._core.runtime import RunDelta
 from agentfsm.errors import StaleSnapshotError
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus
-from agentfsm.runtime import RunDelta
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 
 
@@ -150,5 +150,5 @@ class DurableSnapshotStore(SnapshotStore, Protocol):
     """A store that records the run at every transition and every finished tool call (a ``RunObserver``)."""
 
     def observe(self, delta: RunDelta) -> None:
-        """Record what changed in a run; see ``agentfsm.runtime.RunObserver``."""
+        """Record what changed in a run; see ``agentfsm._core.runtime.RunObserver``."""
         ...

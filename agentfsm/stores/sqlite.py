@@ -1,7 +1,7 @@
 """SQLiteSnapshotStore: snapshots in one embedded SQLite database, optionally recording every transition.
 
 It keeps every snapshot saved for a run (``history``), returns the newest (``latest``) and lists
-runs (``runs``). In *durable* mode it observes runs (``agentfsm.runtime.RunObserver``): it records
+runs (``runs``). In *durable* mode it observes runs (``agentfsm._core.runtime.RunObserver``): it records
 a snapshot at every transition and every finished tool call, storing only what changed (new
 messages, new trace entries, the fields that differ from the snapshot before), so the cost per
 transition does not grow with the conversation. After a crash, ``latest(run_id)`` resumes the run
@@ -33,10 +33,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentfsm._core.runtime import RunDelta, TransitionRecord
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.pauses import RunStatus
-from agentfsm.runtime import RunDelta, TransitionRecord
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from agentfsm.errors import AgentFSMError, ConfigurationError
+from agentfsm.errors import ConfigurationError, UnsupportedOperationError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
@@ -28,10 +28,6 @@ DEFAULT_PARAMETER_DESCRIPTIONS = {
     "tool_keywords": "Keywords describing what the tool should do, e.g. 'weather forecast city'.",
     "k": "How many tools to return at most.",
 }
-
-
-class UnsupportedOperationError(AgentFSMError, NotImplementedError):
-    """The operation is not supported by this object."""
 
 
 def _words(text: str) -> str:

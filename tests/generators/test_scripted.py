@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm import ChatMessage, ConfigurationError, ScriptExhaustedError, StreamingChunk, ToolCall
+from agentfsm import ChatMessage, ConfigurationError, StreamingChunk, ToolCall
+from agentfsm.errors import ScriptExhaustedError
 from agentfsm.generators import ChatGenerator, ScriptedChatGenerator
 
 USER = [ChatMessage.from_user("hi")]
@@ -15,7 +16,7 @@ def test_replays_in_order_and_records_calls() -> None:
     assert gen.remaining == 1
     assert gen.run(USER, tools=None)["replies"][0].text == "two"
     assert gen.calls == [{"messages": USER, "tools": []}, {"messages": USER, "tools": []}]
-    with pytest.raises(ScriptExhaustedError, match="the script has 2 and call 3 asked for another"):
+    with pytest.raises(ScriptExhaustedError, match="has 2 and call 3"):
         gen.run(USER)
 
 

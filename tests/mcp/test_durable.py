@@ -7,8 +7,8 @@ from pathlib import Path
 from dbos import DBOSClient
 
 from agentfsm import ChatMessage
+from tests.durable.test_durable import TIMEOUT, Worker, _env, _wait
 from tests.mcp import durable_agents
-from tests.test_durable import TIMEOUT, Worker, _env, _wait
 
 
 def test_a_worker_killed_during_an_mcp_call_is_replaced_and_the_call_runs_again(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from typing import Any, Literal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import ToolArgumentsError, create_tool_from_function
+from agentfsm import create_tool_from_function
+from agentfsm.errors import ToolArgumentsError
 
 
 def _int(v: Any) -> bool:

@@ -5,10 +5,9 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, ChatMessage, SearchableToolset, Tool, Toolset
-from agentfsm.errors import ConfigurationError
+from agentfsm.errors import ConfigurationError, UnsupportedOperationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.testing import assert_resume_equivalent
-from agentfsm.tools.searchable import UnsupportedOperationError
 from tests.helpers import call, calls
 
 CALLED: list[str] = []

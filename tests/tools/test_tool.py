@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 import pytest
 
-from agentfsm import SchemaError, Tool, ToolArgumentsError, create_tool_from_function, tool
-from agentfsm.errors import DeserializationError, SchemaGenerationError
+from agentfsm import Tool, create_tool_from_function, tool
+from agentfsm.errors import DeserializationError, SchemaError, SchemaGenerationError, ToolArgumentsError
 from agentfsm.tools.tool import tool_from_dict
 
 ADD_SCHEMA = {
@@ -148,12 +148,12 @@ def test_functions_the_schema_cannot_describe() -> None:
     with pytest.raises(ValueError, match="parameter 'x' has no type hint"):
         create_tool_from_function(untyped)
 
-    with pytest.raises(SchemaGenerationError, match="Cannot generate a JSON schema for function 'opaque'"):
+    with pytest.raises(SchemaGenerationError, match=r"JSON schema.*'opaque'"):
         create_tool_from_function(opaque)
 
     def unresolvable(x: NotDefinedAnywhere) -> None: ...  # type: ignore[name-defined]  # noqa: F821
 
-    with pytest.raises(SchemaGenerationError, match="Cannot resolve the type hints of 'unresolvable'"):
+    with pytest.raises(SchemaGenerationError, match=r"type hints.*'unresolvable'"):
         create_tool_from_function(unresolvable)
 
 

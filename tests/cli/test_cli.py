@@ -18,7 +18,7 @@ from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -57,7 +57,7 @@ def test_snapshot_show(paused_file: Path) -> None:
 
 
 def test_resume_a_snapshot_file(paused_file: Path) -> None:
-    done = cli("resume", str(paused_file), "--agent", "tests.test_cli:resumable_demo")
+    done = cli("resume", str(paused_file), "--agent", "tests.cli.test_cli:resumable_demo")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "Lisbon is 26.5 °C and Berlin 21.0 °C: Lisbon is 5.5 °C warmer."
     assert "(exit: text, 3 model calls)" in done.stderr
@@ -82,15 +82,15 @@ def test_runs_and_resume_from_the_store(tmp_path: Path) -> None:
     assert run_id in listing.stdout and "paused" in listing.stdout
     rows = json.loads(cli("runs", "--store", str(db), "--json").stdout)
     assert rows[0]["run_id"] == run_id and rows[0]["status"] == "paused"
-    done = cli("resume", run_id, "--store", str(db), "--agent", "tests.test_cli:resumable_demo")
+    done = cli("resume", run_id, "--store", str(db), "--agent", "tests.cli.test_cli:resumable_demo")
     assert done.returncode == 0, done.stderr
     assert "5.5 °C warmer" in done.stdout
     # The run is done: resuming it again is refused, and nothing runs; a fork starts a new run.
-    again = cli("resume", run_id, "--store", str(db), "--agent", "tests.test_cli:resumable_demo")
+    again = cli("resume", run_id, "--store", str(db), "--agent", "tests.cli.test_cli:resumable_demo")
     assert again.returncode == 1 and f"Run {run_id!r} is done; nothing ran" in again.stderr, again.stderr
     paused_at = info.value.snapshot.seq
     fork = ("resume", run_id, "--store", str(db), "--seq", str(paused_at), "--fork")
-    forked = cli(*fork, "--agent", "tests.test_cli:resumable_demo")
+    forked = cli(*fork, "--agent", "tests.cli.test_cli:resumable_demo")
     assert forked.returncode == 0 and "5.5 °C warmer" in forked.stdout, forked.stderr
     assert f"forked from run {run_id} at snapshot {paused_at}" in forked.stderr
     rows = json.loads(cli("runs", "--store", str(db), "--json").stdout)
@@ -181,7 +181,7 @@ def test_decide_a_paused_run_of_a_snapshot_store(tmp_path: Path, kind: str) -> N
     store = SQLiteSnapshotStore(where, durable=True) if kind == "sqlite" else JsonFileStore(where)
     run_id = paused_payments(store)
     getattr(store, "close", lambda: None)()
-    agent = ("--agent", "tests.test_cli:paying_agent")
+    agent = ("--agent", "tests.cli.test_cli:paying_agent")
     undecided = cli("decide", run_id, "--store", str(where), *agent)
     assert undecided.returncode == 1 and "p1, p2" in undecided.stderr and "--approve-all" in undecided.stderr
     no_agent = cli("decide", run_id, "--store", str(where), "--approve-all")
@@ -210,9 +210,9 @@ def test_decide_approve_all_and_the_former_db_option(tmp_path: Path) -> None:
     store = SQLiteSnapshotStore(db, durable=True)
     run_id = paused_payments(store)
     store.close()
-    drawn = cli("diagram", "--db", str(db), "--run", run_id, "--agent", "tests.test_cli:paying_agent")
+    drawn = cli("diagram", "--db", str(db), "--run", run_id, "--agent", "tests.cli.test_cli:paying_agent")
     assert drawn.returncode == 0 and "classDef current" in drawn.stdout, drawn.stderr
-    decided = cli("decide", run_id, "--db", str(db), "--agent", "tests.test_cli:paying_agent", "--approve-all")
+    decided = cli("decide", run_id, "--db", str(db), "--agent", "tests.cli.test_cli:paying_agent", "--approve-all")
     assert decided.returncode == 0, decided.stderr
     final = json.loads(cli("snapshot", "show", run_id, "--db", str(db), "--json").stdout)
     assert "9000 to bob" in json.dumps(final["messages"])
@@ -244,7 +244,7 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
         url = f"postgresql://agent:secret@127.0.0.1:{port}/runs"
         done = cli("runs", "--system-db", url)
         debugged = cli("runs", "--system-db", url, "--debug")
-        worker = cli("worker", "--agent", "tests.durable_agents:confirmed", "--system-db", url)
+        worker = cli("worker", "--agent", "tests.durable.durable_agents:confirmed", "--system-db", url)
         # A password in the query, and one with an unencoded @ that the driver splits into a host.
         in_query = cli("runs", "--system-db", f"postgresql://agent@127.0.0.1:{port}/runs?password=hunter2")
         split = cli("runs", "--system-db", f"postgresql://agent:pa@ssword@127.0.0.1:{port}/runs")

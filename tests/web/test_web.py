@@ -27,7 +27,7 @@ from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointExceptio
 from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.web import MAX_FORM_BYTES, SESSION_COOKIE, create_app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "diagrams"))
 import review_page  # noqa: E402 - the repository's screenshot script: its local server and Chromium settings
 

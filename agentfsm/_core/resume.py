@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentfsm.decisions import check_snapshot_decisions
+from agentfsm._core.decisions import check_snapshot_decisions
+from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord, runs_again_after_crash
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.runtime import AgentRun, RunConfig, TransitionRecord, runs_again_after_crash
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome

@@ -4,7 +4,7 @@ A decision (``ToolExecutionDecision``, or its dict) names the call it was taken 
 (``tool_call_id``), its tool, and may carry the fingerprint of that call's tool name and arguments
 as proposed (``call_fingerprint``). ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
 names no call waiting for a decision, another tool, or a call whose arguments changed since, and
-two decisions for one call. In-process resumes (``agentfsm.resume``), a run's own strategies
+two decisions for one call. In-process resumes (``agentfsm._core.resume``), a run's own strategies
 (``AgentRun.decided``) and durable continuations (``agentfsm.durable``, and so ``agentfsm approve``)
 all call it; the review page resumes in-process.
 """

@@ -102,9 +102,7 @@ def test_divergence_is_reported_with_the_transition_and_a_diff() -> None:
         counter["n"] += 1
         return Agent(chat_generator=ScriptedChatGenerator([f"answer {counter['n']}"]))
 
-    with pytest.raises(
-        ResumeDivergence, match=r"Resuming at transition 0 \(IDLE --start--> LLM_CALL, step 0\)"
-    ) as info:
+    with pytest.raises(ResumeDivergence, match=r"transition 0 \(IDLE --start--> LLM_CALL") as info:
         assert_resume_equivalent(drifting_agent, USER)
     assert "-" in str(info.value) and "answer 1" in str(info.value)
 
@@ -260,7 +258,7 @@ agent = Agent.from_dict(json.load(open(sys.argv[1])), allowed_modules=["tests"])
 result = agent.run(snapshot=AgentSnapshot.from_file(sys.argv[2]))
 print(json.dumps({"messages": [m.to_dict() for m in result["messages"]], "effects": SIDE_EFFECTS, "notes": result["notes"]}))
 """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", program, str(tmp_path / "agent.json"), str(tmp_path / "snap.json")],
         capture_output=True,
@@ -332,7 +330,7 @@ def test_tampered_content_fails_on_resume_not_deep_inside_the_run(snapshot_bytes
         agent().run(snapshot=data)
     data = json.loads(snapshot_bytes)
     data["state"]["unknown_key"] = 1
-    with pytest.raises(SnapshotError, match=r"\['unknown_key'\] are not in this agent's state_schema"):
+    with pytest.raises(SnapshotError, match=r"\['unknown_key'\].*state_schema"):
         agent().run(snapshot=data)
     data = json.loads(snapshot_bytes)
     data["state"]["notes"] = {"__agentfsm__": "object", "type": "os.system", "data": {}}
@@ -365,7 +363,7 @@ def test_random_bytes_only_raise_snapshot_error(blob: bytes) -> None:
 
 # -- snapshots written by earlier versions --------------------------------------------------------------
 
-FIXTURES = Path(__file__).parent / "fixtures" / "snapshots"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "snapshots"
 
 
 @pytest.mark.parametrize(

@@ -16,15 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm.errors import BreakpointException, HITLBreakpointException
-from agentfsm.hitl.strategies import optional_keywords
-from agentfsm.hitl.types import ToolExecutionDecision
-from agentfsm.hooks import accepts, hook_name
-from agentfsm.logs import logger
-from agentfsm.machine import Work
-from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
-from agentfsm.runtime import (
+from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
     Confirm,
@@ -36,6 +28,15 @@ from agentfsm.runtime import (
     RunObserver,
     RunTools,
 )
+from agentfsm.errors import BreakpointException, HITLBreakpointException
+from agentfsm.generators.base import ChatGenerator
+from agentfsm.hitl.strategies import Decider, optional_keywords
+from agentfsm.hitl.types import ToolExecutionDecision
+from agentfsm.hooks import Hook, accepts, hook_name
+from agentfsm.logs import logger
+from agentfsm.machine import Work
+from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -100,7 +101,7 @@ def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
     return [StreamingChunk(tool_call_result=m.tool_call_result, index=i) for i, m in enumerate(messages)]
 
 
-def _hook_kwargs(action: RunHooks, h: Any) -> dict[str, Any]:
+def _hook_kwargs(action: RunHooks, h: Hook) -> dict[str, Any]:
     """What a hook is given beside the State, when it takes it: the error (``on_error``), the run's ``hook_context``."""
     kwargs: dict[str, Any] = {}
     if action.error is not None and accepts(h, "error"):
@@ -110,14 +111,14 @@ def _hook_kwargs(action: RunHooks, h: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _hook_failed(action: RunHooks, h: Any, exc: Exception) -> None:
+def _hook_failed(action: RunHooks, h: Hook, exc: Exception) -> None:
     """An ``on_error`` hook that fails is logged: the error that failed the run is the one to report."""
     if action.point is not Work.ON_ERROR:
         raise exc
     logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
 
 
-def _question(decide: Any, call: PreparedCall, context: Any = None) -> dict[str, Any]:
+def _question(decide: Callable[..., Any], call: PreparedCall, context: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a strategy is asked about one call, and the extras ``decide`` declares of: the tool's schema, the run's context."""
     tool = call.tool
     asked: dict[str, Any] = {
@@ -134,14 +135,14 @@ def _question(decide: Any, call: PreparedCall, context: Any = None) -> dict[str,
     return {**asked, **optional_keywords(decide, extras)}
 
 
-def _for_call(decision: Any, call: PreparedCall) -> Any:
+def _for_call(decision: ToolExecutionDecision, call: PreparedCall) -> ToolExecutionDecision:
     """A strategy's decision, bound to the call it was asked about when it names none (the seeds make the id optional)."""
     if isinstance(decision, ToolExecutionDecision) and decision.tool_call_id is None:
         return dataclasses.replace(decision, tool_call_id=call.key)
     return decision
 
 
-def _ask(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
+def _ask(strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None) -> ToolExecutionDecision | None:
     """The strategy's decision for one call, or ``None`` when it defers (raises ``HITLBreakpointException``)."""
     try:
         return _for_call(strategy.run(**_question(strategy.run, call, context)), call)
@@ -149,7 +150,9 @@ def _ask(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
         return None
 
 
-async def _ask_async(strategy: Any, call: PreparedCall, context: Any = None) -> Any:
+async def _ask_async(
+    strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None
+) -> ToolExecutionDecision | None:
     """Like ``_ask``: ``run_async`` when the strategy has it, else ``run`` in a worker thread (a UI may block)."""
     decide = getattr(strategy, "run_async", None)
     if decide is None:
@@ -233,14 +236,14 @@ def run_hooks(run: AgentRun, action: RunHooks) -> None:
             _hook_failed(action, h, exc)
 
 
-def ask_strategies(run: AgentRun, action: Confirm) -> list[Any]:
+def ask_strategies(run: AgentRun, action: Confirm) -> list[ToolExecutionDecision | None]:
     """Each call's decision from its strategy (``None`` where it defers), asked in this thread."""
     return [_ask(s, c, run.config.hook_context) for c, s in zip(action.calls, action.strategies, strict=True)]
 
 
 def drive_sync(
     run: AgentRun,
-    generator: Any,
+    generator: ChatGenerator,
     streaming_callback: Callable[[StreamingChunk], Any] | None,
     save_pause: SavePause | None = None,
 ) -> dict[str, Any]:
@@ -288,7 +291,7 @@ def drive_sync(
 
 async def drive_async(
     run: AgentRun,
-    generator: Any,
+    generator: ChatGenerator,
     streaming_callback: StreamingCallback | None,
     save_pause: SavePause | None = None,
 ) -> dict[str, Any]:
@@ -305,9 +308,11 @@ async def drive_async(
                 await writer.write()
             match action:
                 case CallModel():
-                    call = run_async if run_async is not None else generator.run
                     kwargs = model_arguments(action, streaming_callback)
-                    output = await (call(**kwargs) if run_async is not None else run_in_worker(call, **kwargs))
+                    if run_async is not None:
+                        output = await run_async(**kwargs)
+                    else:
+                        output = await run_in_worker(generator.run, **kwargs)
                     run.model_replied(output)
                 case RunTools():
                     await _execute_async(run, action, streaming_callback, writer)

@@ -16,11 +16,11 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
-    MachineError,
     Phase,
     ToolInvocationError,
     tool,
 )
+from agentfsm.errors import MachineError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     BlockingConfirmationStrategy,
@@ -152,8 +152,8 @@ def _edges_of(result: dict[str, Any]) -> set[tuple[Phase, str, Phase]]:
 
 
 def _failed_edges(agent: Agent) -> set[tuple[Phase, str, Phase]]:
+    from agentfsm._core.drivers import drive_sync
     from agentfsm.agent import RunRequest
-    from agentfsm.drivers import drive_sync
 
     run = agent.new_run(RunRequest(messages=[ChatMessage.from_user("go")]))
     with pytest.raises(Exception):  # each scenario raises its own error
@@ -317,8 +317,8 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture) -> 
 
 
 def test_a_call_moves_only_along_declared_edges() -> None:
+    from agentfsm._core.runtime import RunTools
     from agentfsm.agent import RunRequest
-    from agentfsm.runtime import RunTools
 
     agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", "c1", a=1, b=2)), "done"]), tools=[add])
     run = agent.new_run(RunRequest(messages=USER))

@@ -10,7 +10,7 @@ persisted comes out as deltas (``take_deltas``) that the drivers write to the ru
 each step, before the I/O that follows: so entering CONFIRM or TOOL_RUN is committed before any
 decision is asked or tool runs.
 Guards read ``Facts`` computed from the run's data (its State included) at each boundary.
-The drivers are in ``agentfsm.drivers``.
+The drivers are in ``agentfsm._core.drivers``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import hashlib
 import operator
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import DEBUG
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.decisions import call_fingerprint, check_decisions
 from agentfsm.errors import MachineError, ModelClientError
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -54,6 +54,11 @@ from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
+
+if TYPE_CHECKING:
+    from agentfsm.hitl.strategies import Decider
+    from agentfsm.hitl.types import ToolExecutionDecision
+    from agentfsm.hooks import Hook
 
 #: The hook points after which the pending calls are read again from the conversation.
 _REREAD_CALLS = frozenset({Work.AFTER_LLM, Work.BEFORE_TOOL})
@@ -167,9 +172,9 @@ class RunConfig:
     #: Told what changed (``RunDelta``), by the drivers: the run records deltas only when it has some.
     observers: tuple[RunObserver, ...] = ()
     #: The hooks of each hook point, in the order they run.
-    hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
+    hooks: Mapping[Work, tuple[Hook, ...]] = field(default_factory=dict)
     #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
-    confirmation: Mapping[str, Any] = field(default_factory=dict)
+    confirmation: Mapping[str, Decider] = field(default_factory=dict)
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
@@ -206,7 +211,7 @@ class Confirm:
     """
 
     calls: list[PreparedCall]
-    strategies: list[Any]
+    strategies: list[Decider]
 
 
 @dataclass(slots=True)
@@ -218,10 +223,10 @@ class RunHooks:
     """
 
     point: Work
-    hooks: tuple[Any, ...]
+    hooks: tuple[Hook, ...]
     error: BaseException | None = None
     #: The run's ``hook_context`` (``Agent.run(hook_context=...)``): hooks that take it are given it.
-    context: Any = None
+    context: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -568,7 +573,7 @@ class AgentRun:
         self.stage += 1
         return messages
 
-    def decided(self, decisions: list[Any]) -> None:
+    def decided(self, decisions: Sequence[ToolExecutionDecision | None]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
         if self._awaiting is not Work.DECIDE:
             raise self._unexpected(Work.DECIDE, "decided")
@@ -580,10 +585,10 @@ class AgentRun:
         if self.config.observers:
             self._tell(None)
 
-    def apply_decision(self, decision: Any, taken_before: bool = False) -> None:
+    def apply_decision(self, decision: ToolExecutionDecision | Mapping[str, Any], taken_before: bool = False) -> None:
         """Apply one ``ToolExecutionDecision`` (or its dict) to the pending call it was taken for.
 
-        It is checked first (``agentfsm.decisions.check_decisions``): it must name a pending call
+        It is checked first (``agentfsm._core.decisions.check_decisions``): it must name a pending call
         waiting for a decision, for the same tool, and, when it carries one, the fingerprint of that
         call's tool name and arguments as proposed. Otherwise ``DecisionError``, and nothing changes.
         ``taken_before``: replayed from the snapshot (checked when it was taken).
@@ -876,8 +881,8 @@ def constant_facts(
     tools: Iterable[Tool],
     *,
     dynamic: bool,
-    hooks: Mapping[Work, Any],
-    confirmation: Mapping[str, Any],
+    hooks: Mapping[Work, Sequence[Hook]],
+    confirmation: Mapping[str, Decider],
     max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
 ) -> ConstantFacts:
@@ -919,4 +924,4 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     **dict.fromkeys(HOOK_POINTS, AgentRun._run_hooks),
 }
 if set(_DO) != set(Work):
-    raise MachineError(f"Work items without a method in agentfsm.runtime._DO: {sorted(set(Work) - set(_DO))}.")
+    raise MachineError(f"Work items without a method in agentfsm._core.runtime._DO: {sorted(set(Work) - set(_DO))}.")

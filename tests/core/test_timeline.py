@@ -44,7 +44,7 @@ from tests.helpers import (
     rerun_in_doubt,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USER = [ChatMessage.from_user("go")]
 SCRIPT = [
     calls(call("add", "a1", a=1, b=2), call("add", "a2", a=3, b=4)),
@@ -244,7 +244,7 @@ def test_a_killed_worker_is_taken_over_once_its_lease_expires(tmp_path: Path, mo
     )
     time.sleep(1.1)  # the claim expires: no take_over needed
     # "two" was under way when the worker died: whether it ran is unknown, and it runs again only when asked.
-    with pytest.raises(BreakpointException, match=r"tool calls \['s2'\] \(logged_step\) .* outcome is unknown"):
+    with pytest.raises(BreakpointException, match=r"\['s2'\] \(logged_step\).*unknown"):
         resumed.run(snapshot=snapshot)
     assert log.read_text() == "one\n"
     [run] = store.runs()
@@ -296,7 +296,7 @@ def test_take_over_before_the_lease_expires(tmp_path: Path) -> None:
     with pytest.raises(StaleSnapshotError, match="is being run by"):
         agent(second, position=1).run(snapshot=snapshot)
     assert agent(second, position=1).run(snapshot=snapshot, take_over=True)["last_message"].text == "done"
-    with pytest.raises(ConfigurationError, match="take_over=True takes a run over in a snapshot store"):
+    with pytest.raises(ConfigurationError, match=r"take_over=True.*snapshot store"):
         agent(None).run(snapshot=snapshot, take_over=True)
 
 

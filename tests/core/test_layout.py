@@ -1,0 +1,117 @@
+"""The package's layout: the core imports no application, and no two modules import each other in a ring.
+
+Imports are read from the source (``ast``), at module level and inside functions alike: a lazy import
+is still a dependency. Imports under ``if TYPE_CHECKING:`` are left out of the cycle check (they
+never run) but count for the core's rule. Importing ``a.b.c`` runs ``a/b/__init__.py`` first; those
+implicit edges are left out, as every module would otherwise depend on the whole package.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "agentfsm"
+
+#: The run core: the transition tables and the run, its drivers, its resume and its decision check.
+CORE = ("agentfsm._core", "agentfsm.machine")
+#: What sits on top of the core: users' entry points and the capabilities built from it.
+APPLICATIONS = (
+    "agentfsm.builtin_hooks",
+    "agentfsm.cli",
+    "agentfsm.demo",
+    "agentfsm.diagrams",
+    "agentfsm.durable",
+    "agentfsm.mcp",
+    "agentfsm.testing",
+    "agentfsm.web",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(name: str, *, typing_only: bool) -> set[str]:
+    """The agentfsm modules ``name`` imports (with those under ``if TYPE_CHECKING:`` when ``typing_only``)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not typing_only:
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in MODULES and m != name}
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import ring of ``graph`` (its modules in order, the first repeated at the end), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def walk(module: str) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        path.append(module)
+        for target in sorted(graph[module]):
+            if ring := walk(target):
+                return ring
+        path.pop()
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if ring := walk(module):
+            return ring
+    return None
+
+
+def within(module: str, parts: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in parts)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    ring = cycle_in({m: imports(m, typing_only=False) for m in MODULES})
+    assert ring is None, "import cycle: " + " -> ".join(ring or [])
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, CORE)))
+def test_the_core_imports_no_application(module: str) -> None:
+    assert not {m for m in imports(module, typing_only=True) if within(m, APPLICATIONS)}
+
+
+def test_the_checks_see_a_cycle_and_an_application_import() -> None:
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": set()}) is None
+    assert "agentfsm.machine" in imports("agentfsm._core.runtime", typing_only=False)
+    assert within("agentfsm.durable.driver", APPLICATIONS) and not within("agentfsm.durability", APPLICATIONS)
