@@ -136,6 +136,7 @@ class MCPConnection:
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._relist_again = False
         self._use_lock: asyncio.Lock | None = None
         self._calls: set[asyncio.Task[Any]] = set()
         #: Bumped for every session: a transport that ends reports its own session, so a late
@@ -240,19 +241,30 @@ class MCPConnection:
         return await self._await(self._call(name, arguments))
 
     def close(self) -> None:
-        """End the session (and the server process) and stop the connection's thread; idempotent."""
+        """End the session (and the server process) and stop the connection's thread; idempotent.
+
+        Not from the connection's own thread (a progress callback, a tools-changed listener): that
+        thread cannot wait for itself to stop, so ``MCPConnectionError`` says so.
+        """
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise MCPConnectionError(
+                f"The connection to MCP server {self.server_info.describe()} cannot be closed from its own thread "
+                "(a progress callback or a tools-changed listener): close it from the code that runs the agent."
+            )
+        # The lock is held until the thread has stopped: a call from another thread meanwhile waits,
+        # then finds the connection closed and starts afresh, instead of using the ending loop.
         with self._start_lock:
             loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._shut(), loop).result()
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join()
-            loop.close()
-            _open_connections.discard(self)
+            if loop is None or thread is None:
+                return
+            try:
+                asyncio.run_coroutine_threadsafe(self._shut(), loop).result()
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join()
+                loop.close()
+                self._loop = self._thread = None
+                _open_connections.discard(self)
 
     async def close_async(self) -> None:
         """Like ``close``, without blocking the caller's event loop."""
@@ -287,7 +299,7 @@ class MCPConnection:
                     continue
                 self._move("connected")
                 return client
-        except asyncio.CancelledError:
+        except BaseException:  # any other failure (a listener refusing the list, a cancel): not retried
             self._move("connect_failed")
             raise
         self._move("connect_failed")
@@ -374,13 +386,19 @@ class MCPConnection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self._client is not None:
-            self._refresh = asyncio.create_task(self._relist(self._client))
+            # One relist at a time, so that lists arrive in order: a notice during a relist asks the
+            # running one to list once more when it is done.
+            self._relist_again = True
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.create_task(self._relist(self._client))
 
     async def _relist(self, client: Client) -> None:
-        try:
-            await self._list(client)
-        except Exception as exc:  # the old list stays; a call to a tool that went away says so
-            logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
+        while self._relist_again:
+            self._relist_again = False
+            try:
+                await self._list(client)
+            except Exception as exc:  # the old list stays; a call to a tool that went away says so
+                logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
 
     async def _list(self, client: Client) -> None:
         tools: list[mcp_types.Tool] = []
