@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentfsm.errors import ConfigurationTypeError
 from agentfsm.hitl.policies import ConfirmationPolicy
-from agentfsm.mcp.connection_states import ConnectionState
 
 if TYPE_CHECKING:
     import mcp.types as mcp_types
@@ -66,9 +65,6 @@ def tool_hints(
     )
 
 
-#: The states of a connection whose tools the policy below considers.
-_OPEN = frozenset({ConnectionState.READY, ConnectionState.RECONNECTING})
-
 # The MCP tools alive in this process, by name: the policy below is configured by the tools
 # themselves, so that it serializes as nothing and works again after a resume in another process.
 _live: dict[str, weakref.WeakValueDictionary[int, MCPTool]] = {}
@@ -84,15 +80,17 @@ def register_tool(tool: MCPTool) -> None:
 class AskDestructiveMCPToolsPolicy(ConfirmationPolicy):
     """Ask before a call to a destructive MCP tool runs; other calls run as proposed.
 
-    The policy looks the name up among the MCP tools whose session is open in this process (so it
-    needs no configuration, serializes as nothing and works again in the process a run resumes
-    in); a name offered by several of them is asked about if any of them is destructive.
+    The policy looks the name up among the MCP tools alive in this process, whatever the state of
+    their sessions (so it needs no configuration, serializes as nothing and works again in the
+    process a run resumes in). The match is by name, process-wide: a name offered by several
+    tools (of any agent) is asked about if any of them is destructive, and a tool whose
+    description was not fetched yet counts as destructive.
     Use it with any strategy, for all tools: ``{"*": BlockingConfirmationStrategy(
     AskDestructiveMCPToolsPolicy(), ui)}``.
     """
 
     def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
-        """True when a live MCP tool of that name is destructive."""
+        """True when an MCP tool of that name alive in this process is destructive."""
         with _live_lock:
             tools = list(_live[tool_name].values()) if tool_name in _live else []
-        return any(t.destructive and t.connection.state in _OPEN for t in tools)
+        return any(t.destructive for t in tools)

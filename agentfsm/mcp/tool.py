@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,18 @@ from agentfsm.tools.tool import Tool
 
 #: The parameters of a tool whose description has not been fetched yet (it accepts any object).
 _UNKNOWN_PARAMETERS: dict[str, Any] = {"type": "object"}
+
+
+def raise_not_offered(connection: MCPConnection, missing: list[str], reasons: str) -> None:
+    """Close ``connection`` (nothing unusable keeps a server running), then raise ``MCPToolNotFoundError``."""
+    offered = sorted(t.name for t in connection.tools)
+    connection.close()
+    raise MCPToolNotFoundError(
+        f"MCP server {connection.server_info.describe()} has no usable tool{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(map(repr, missing))}{reasons}; it offers {offered}.",
+        tool_name=missing[0],
+        available_tools=offered,
+    )
 
 
 class MCPTool(Tool):
@@ -84,7 +97,7 @@ class MCPTool(Tool):
         tool = cls.__new__(cls)
         tool._setup(spec.name, connection, None, trust_annotations, None, None, owns_connection=False)
         tool.eager_connect = False
-        tool.describe(spec, hints)
+        tool.apply_spec(spec, hints)
         return tool
 
     def _setup(
@@ -116,25 +129,35 @@ class MCPTool(Tool):
         self._idempotent_override = idempotent
         self._destructive_override = destructive
         self._owns_connection = owns_connection
-        #: Whether to ask before a call (from ``destructiveHint`` unless overridden); known once described.
-        self.destructive = True
+        #: Whether to ask before a call (``destructiveHint`` unless overridden): asked until described.
+        self.destructive = True if destructive is None else destructive
+        if idempotent is not None:
+            self.idempotent = idempotent
         #: The tool as the server last described it.
         self.spec: mcp_types.Tool | None = None
+        register_tool(self)  # asked about (as destructive) even before it is described
 
-    def describe(self, spec: mcp_types.Tool, hints: ToolHints) -> None:
-        """Take the server's description of the tool: its schema, description and hints."""
-        self.spec = spec
-        self.description = self._description_override or spec.description or spec.title or ""
-        self.parameters = dict(spec.input_schema)
-        self.idempotent = hints.idempotent
-        self.destructive = hints.destructive
-        Tool.__post_init__(self)  # checks the server's schema and compiles its validator
+    def apply_spec(self, spec: mcp_types.Tool, hints: ToolHints) -> None:
+        """Take the server's description of the tool: its schema, description and hints.
+
+        ``SchemaError`` if the server's input schema is not a valid JSON schema (the tool is unchanged).
+        """
+        # Described on a copy, then taken in one dict update: a run validating arguments on another
+        # thread meanwhile sees the old description or the new one, never half of each.
+        described = copy.copy(self)
+        described.spec = spec
+        described.description = self._description_override or spec.description or spec.title or ""
+        described.parameters = dict(spec.input_schema)
+        described.idempotent = hints.idempotent
+        described.destructive = hints.destructive
+        Tool.__post_init__(described)  # checks the server's schema and compiles its validator
+        vars(self).update(vars(described))
         register_tool(self)
 
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
         spec = next((s for s in specs if s.name == self.name), None)
-        if spec is not None:
-            self.describe(spec, self._hints(spec))
+        if spec is not None and spec != self.spec:
+            self.apply_spec(spec, self._hints(spec))
 
     def _hints(self, spec: mcp_types.Tool) -> ToolHints:
         overrides = {
@@ -159,13 +182,7 @@ class MCPTool(Tool):
 
     def _check_offered(self) -> None:
         if self.spec is None:
-            available = sorted(t.name for t in self.connection.tools)
-            self.connection.close()  # a tool that cannot be used keeps no server running
-            raise MCPToolNotFoundError(
-                f"MCP server {self.server_info.describe()} has no tool {self.name!r}; it offers {available}.",
-                tool_name=self.name,
-                available_tools=available,
-            )
+            raise_not_offered(self.connection, [self.name], "")
 
     def _call(self, **arguments: Any) -> dict[str, Any]:
         return result_value(self.name, self.connection.call(self.name, arguments))

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import mcp.types as mcp_types
 
-from agentfsm.errors import ConfigurationTypeError
+from agentfsm.errors import ConfigurationTypeError, SchemaError
 from agentfsm.mcp.annotations import check_overrides, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
-from agentfsm.mcp.errors import MCPToolNotFoundError
 from agentfsm.mcp.server_info import MCPServerInfo
-from agentfsm.mcp.tool import MCPTool
+from agentfsm.mcp.tool import MCPTool, raise_not_offered
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
+
+logger = logging.getLogger(__name__)
 
 
 class MCPToolset(Toolset):
@@ -80,29 +82,41 @@ class MCPToolset(Toolset):
             reconnect_backoff=reconnect_backoff,
             progress_callback=progress_callback,
         )
+        #: Tools the server offers that cannot be used, by name: why (an invalid input schema).
+        self._unusable: dict[str, str] = {}
         self.connection.on_tools_changed(self._listed)
         if eager_connect:
             self.warm_up()
 
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
-        """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept."""
+        """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept.
+
+        A tool whose description changed is a new ``MCPTool``, so that a run holding the old one
+        keeps a consistent description. A tool whose input schema is not a valid JSON schema is left
+        out (and logged): the server's other tools stay usable.
+        """
         current = {t.name: t for t in self.tools if isinstance(t, MCPTool)}
         tools: list[Tool] = []
+        unusable: dict[str, str] = {}
         for spec in specs:
             if self.tool_names is not None and spec.name not in self.tool_names:
                 continue
-            hints = tool_hints(
-                spec,
-                trust_annotations=self.trust_annotations,
-                idempotent=self.idempotent,
-                destructive=self.destructive,
-            )
             tool = current.get(spec.name)
-            if tool is None:
-                tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
-            elif tool.spec != spec:
-                tool.describe(spec, hints)
+            if tool is None or tool.spec != spec:
+                hints = tool_hints(
+                    spec,
+                    trust_annotations=self.trust_annotations,
+                    idempotent=self.idempotent,
+                    destructive=self.destructive,
+                )
+                try:
+                    tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
+                except SchemaError as exc:
+                    logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
+                    unusable[spec.name] = str(exc)
+                    continue
             tools.append(tool)
+        self._unusable = unusable
         self.tools = tools  # one assignment: a run reading the list sees the old one or the new one
 
     def add(self, tool: Tool | Toolset) -> None:
@@ -123,16 +137,11 @@ class MCPToolset(Toolset):
         self._check_names()
 
     def _check_names(self) -> None:
-        offered = sorted(t.name for t in self.connection.tools)
-        missing = [n for n in self.tool_names or [] if n not in offered]
+        usable = {t.name for t in self.tools}
+        missing = [n for n in self.tool_names or [] if n not in usable]
         if missing:
-            self.connection.close()  # a toolset that cannot be used keeps no server running
-            raise MCPToolNotFoundError(
-                f"MCP server {self.server_info.describe()} has no tools {missing} (from tool_names); it offers "
-                f"{offered}.",
-                tool_name=missing[0],
-                available_tools=offered,
-            )
+            reasons = "".join(f" ({n}: {self._unusable[n]})" for n in missing if n in self._unusable)
+            raise_not_offered(self.connection, missing, " (from tool_names)" + reasons)
 
     def close(self) -> None:
         """End the session; the server process (stdio) ends with it. Using the tools again reconnects."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BlockingConfirmationStrategy, ConfirmationUIResult
-from agentfsm.mcp import AskDestructiveMCPToolsPolicy, MCPTool, MCPToolset
+from agentfsm.mcp import AskDestructiveMCPToolsPolicy, ConnectionState, MCPTool, MCPToolset
 from agentfsm.stores import SQLiteSnapshotStore
 from tests.mcp.conftest import stdio_info
 
@@ -73,6 +74,9 @@ class Approve:
 
 @pytest.mark.parametrize("eager_connect", [True, False], ids=["connected-when-built", "tools-seen-at-warm-up"])
 def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path, eager_connect: bool) -> None:
+    # The policy matches names process-wide: an earlier test's untrusted (so destructive) "add",
+    # dropped but held in a reference cycle, would count until collected.
+    gc.collect()
     doomed = tmp_path / "doomed.txt"
     doomed.write_text("bye")
     reply = ChatMessage.from_assistant(
@@ -90,6 +94,48 @@ def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path, eager_con
         agent.run([ChatMessage.from_user("clean up")])
     assert ui.asked == ["delete_file"]
     assert not doomed.exists()
+
+
+def test_the_policy_asks_whatever_the_state_of_the_session(tmp_path: Path) -> None:
+    doomed = tmp_path / "doomed.txt"
+    doomed.write_text("keep me")
+    toolset = MCPToolset(stdio_info(), tool_names=["delete_file"])
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": str(doomed)}, id="d")])
+    ui = Reject()
+    asking = Agent(
+        chat_generator=ScriptedChatGenerator([reply, "done"]),
+        tools=toolset,
+        confirmation_strategies={"*": BlockingConfirmationStrategy(AskDestructiveMCPToolsPolicy(), ui)},
+    )
+    other = Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=toolset)
+    try:
+        asking.warm_up()
+        other.warm_up()
+        other.close()  # closes the session the two agents share: the next call reconnects
+        assert toolset.connection.state is ConnectionState.CLOSED
+        asking.run([ChatMessage.from_user("delete it")])
+    finally:
+        asking.close()
+    assert ui.asked == ["delete_file"]
+    assert doomed.read_text() == "keep me"
+
+
+def test_an_explicit_override_holds_before_the_tool_is_described() -> None:
+    tool = MCPTool("delete_file", stdio_info(), destructive=False, idempotent=True)
+    assert (tool.destructive, tool.idempotent) == (False, True)
+    assert AskDestructiveMCPToolsPolicy().should_ask("never-described-tool", "", {}) is False
+    undescribed = MCPTool("not-yet-described", stdio_info())
+    assert AskDestructiveMCPToolsPolicy().should_ask(undescribed.name, "", {})
+
+
+class Reject(Approve):
+    """A confirmation UI that rejects and records what it was asked about."""
+
+    def get_user_confirmation(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
+    ) -> ConfirmationUIResult:
+        self.asked.append(tool_name)
+        return ConfirmationUIResult(action="reject")
 
 
 KILLED_DURING_A_CALL = """
