@@ -187,8 +187,13 @@ class MCPTool(Tool):
     def _call(self, **arguments: Any) -> dict[str, Any]:
         return result_value(self.name, self.connection.call(self.name, arguments))
 
-    async def invoke_async(self, **kwargs: Any) -> dict[str, Any]:
-        """Call the tool from an event loop: cancelling the caller cancels the call on the server."""
+    async def invoke_async(self, **kwargs: Any) -> Any:
+        """Call the tool from an event loop: cancelling the caller cancels the call on the server.
+
+        A subclass that overrides ``invoke`` (and not this) has its ``invoke`` run, in a worker thread.
+        """
+        if type(self).invoke is not Tool.invoke:
+            return await super().invoke_async(**kwargs)
         return result_value(self.name, await self.connection.call_async(self.name, kwargs))
 
     def close(self) -> None:

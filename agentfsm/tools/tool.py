@@ -27,6 +27,7 @@ from agentfsm.serialization import (
     rebuild,
     serialize_callable,
 )
+from agentfsm.workers import run_in_worker
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
 
@@ -269,6 +270,18 @@ class Tool:
     def invoke(self, **kwargs: Any) -> Any:
         """Call the tool's function with ``kwargs``."""
         return self.function(**kwargs)
+
+    async def invoke_async(self, **kwargs: Any) -> Any:
+        """Call the tool from an event loop (``run_async``): by default, ``invoke`` in a worker thread.
+
+        Override it for a tool that can be awaited (an MCP tool): then cancelling the run cancels the call.
+        """
+        return await run_in_worker(self.invoke, **kwargs)
+
+    @property
+    def awaitable(self) -> bool:
+        """The tool has an ``invoke_async`` of its own (not ``invoke`` in a worker thread)."""
+        return type(self).invoke_async is not Tool.invoke_async
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize; the function is stored as its import path."""
