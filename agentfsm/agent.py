@@ -212,9 +212,11 @@ class Agent:
                 seen.setdefault(id(h), h)
         return list(seen.values())
 
-    def _warm_tools(self) -> None:
+    def _warm_tools(self, warmed: frozenset[int] = frozenset()) -> None:
+        """Warm the tools and toolsets up, but those (by ``id``) ``warm_up_async`` warmed already."""
         for item in [*self._static_items, *self._dynamic]:
-            item.warm_up()
+            if id(item) not in warmed:
+                item.warm_up()
         # Toolsets may build their tools in warm_up.
         self._tools = flatten_tools(self._static_items)
         check_unique_names(self.known_tools())
@@ -241,11 +243,13 @@ class Agent:
                 await warm_async()
             elif callable(warm):
                 warm()
+        warmed = set()
         for part in self._tool_parts():  # tools that connect somewhere (MCP) do it without blocking the loop
             tool_warm_async = getattr(part, "warm_up_async", None)
             if callable(tool_warm_async):
                 await tool_warm_async()
-        self._warm_tools()
+                warmed.add(id(part))
+        self._warm_tools(frozenset(warmed))
 
     def _tool_parts(self) -> list[Any]:
         """The tools and toolsets given to the agent, and the tools inside its toolsets, each once."""

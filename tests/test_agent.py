@@ -16,6 +16,7 @@ from agentfsm import (
     Phase,
     ScriptExhaustedError,
     StreamingChunk,
+    Tool,
     ToolArgumentsError,
     ToolCall,
     ToolInvocationError,
@@ -461,3 +462,23 @@ def test_configure_logging_writes_key_value_or_json_lines_straight_to_a_stream(
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         make_agent(["hi"]).run(USER)
     assert [r.msg["event"] for r in caplog.records] == ["transition"] * 3, "back on the standard logger"
+
+
+class WarmedOnce(Tool):
+    """A tool that warms up asynchronously when it can, and records how it was warmed."""
+
+    warmed: list[str]
+
+    def warm_up(self) -> None:
+        self.warmed.append("sync")
+
+    async def warm_up_async(self) -> None:
+        self.warmed.append("async")
+
+
+async def test_async_warm_up_does_not_warm_the_same_tool_again_synchronously() -> None:
+    part = WarmedOnce("noop", "Do nothing.", {"type": "object"}, lambda: None)
+    part.warmed = []
+    async with Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[part]):
+        pass
+    assert part.warmed == ["async"]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
+from agentfsm import Agent, BreakpointException, ChatMessage, ComponentTool, Phase, ToolCall
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.mcp import ConnectionState, MCPTool, MCPToolset
@@ -187,3 +187,32 @@ async def test_an_overridden_invoke_runs_in_async_runs_as_in_sync_ones() -> None
         agent.run(QUESTION)
         await agent.run_async(QUESTION)
     assert AuditedMCPTool.calls == [{"a": 2, "b": 3}, {"a": 2, "b": 3}]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_closing_an_agent_closes_the_mcp_sessions_of_the_agents_it_calls(driver: str) -> None:
+    before = children()
+    toolset = MCPToolset(stdio_info(), tool_names=["add"])
+    inner = Agent(chat_generator=Arithmetician(), tools=toolset)
+    ask_inner = ChatMessage.from_assistant(tool_calls=[ToolCall("helper", {"messages": []}, id="h")])
+    outer = Agent(
+        chat_generator=ScriptedChatGenerator([ask_inner, "done", ask_inner, "done again"]),
+        tools=[ComponentTool(component=inner, name="helper", description="Ask the helper.")],
+    )
+
+    async def twice_async() -> None:
+        for _ in range(2):
+            async with outer:
+                await outer.run_async(QUESTION)
+                assert toolset.connection.state is ConnectionState.READY
+            assert toolset.connection.state is ConnectionState.CLOSED
+
+    if driver == "async":
+        asyncio.run(twice_async())
+    else:
+        for _ in range(2):  # closed, then warmed up again at the next use
+            with outer:
+                outer.run(QUESTION)
+                assert toolset.connection.state is ConnectionState.READY
+            assert toolset.connection.state is ConnectionState.CLOSED
+    assert wait_for_no_children(before) == []
