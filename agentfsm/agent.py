@@ -18,6 +18,7 @@ from agentfsm.errors import (
     check_int,
 )
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.hooks import (
     Hook,
     check_hooks,
@@ -176,7 +177,7 @@ class Agent:
                     "ConfirmationHook. Give it once."
                 )
             strategies[key] = strategy
-        self._confirmation = _resolve_strategies(strategies, [t.name for t in known])
+        self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         self._is_warmed_up = False
 
@@ -348,7 +349,7 @@ class Agent:
             "max_agent_steps": self.max_agent_steps,
             "system_prompt": self.system_prompt,
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
-            "confirmation": {name: type(s).__qualname__ for name, s in sorted(self._confirmation.items())},
+            "confirmation": {name: type(s).__qualname__ for name, s in self._confirmation.entries()},
         }
         return fingerprint(shape)
 
@@ -719,64 +720,6 @@ def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, An
             "hook_context and confirmation_strategy_context are two names for the run's context: give one."
         )
     return hook_context if hook_context is not None else strategy_context
-
-
-class StrategyTable(dict[str, Any]):
-    """The confirmation strategy of each tool, by name; ``"*"``'s covers tools first seen during a run.
-
-    A dynamic toolset (MCP servers, a searchable catalog) can bring tools the agent did not know
-    when it was built: a ``"*"`` strategy covers them too, so no call escapes a strategy the user
-    gave for every tool.
-    """
-
-    def __init__(self, default: Any = None) -> None:
-        super().__init__()
-        self.default = default
-
-    def __bool__(self) -> bool:
-        return self.default is not None or len(self) > 0
-
-    def __contains__(self, name: object) -> bool:
-        return self.default is not None or super().__contains__(name)
-
-    def __missing__(self, name: str) -> Any:
-        if self.default is None:
-            raise KeyError(name)
-        return self.default
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """The strategy covering ``name``, or ``default`` when none does."""
-        if name in self:  # __contains__ above: ``"*"`` counts
-            return self[name]
-        return default
-
-
-def _resolve_strategies(strategies: dict[str | tuple[str, ...], Any], tools: list[str]) -> StrategyTable:
-    """The strategy of each tool a key covers: its own name, then a tuple naming it, then ``"*"``."""
-    for key, strategy in strategies.items():
-        names = [key] if isinstance(key, str) else list(key) if isinstance(key, tuple) else None
-        if names is None or not all(isinstance(n, str) for n in names):
-            raise ConfigurationTypeError(
-                f"confirmation_strategies keys are tool names, tuples of tool names or '*', got {key!r}."
-            )
-        unknown = [n for n in names if n != "*" and n not in tools]
-        if unknown:
-            raise ConfigurationError(
-                f"confirmation_strategies names unknown tools {unknown}; the agent's tools are {sorted(tools)}."
-            )
-        if not callable(getattr(strategy, "run", None)):
-            raise ConfigurationTypeError(f"The confirmation strategy for {key!r} has no run() method: {strategy!r}.")
-    resolved = StrategyTable(default=strategies.get("*"))
-    for name in tools:
-        if name in strategies:
-            resolved[name] = strategies[name]
-        elif (
-            grouped := next((s for k, s in strategies.items() if isinstance(k, tuple) and name in k), None)
-        ) is not None:
-            resolved[name] = grouped
-        elif "*" in strategies:
-            resolved[name] = strategies["*"]
-    return resolved
 
 
 def strategies_to_dict(strategies: dict[str | tuple[str, ...], Any]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Protocol
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.decisions import call_fingerprint, check_decisions
 from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -169,7 +170,7 @@ class RunConfig:
     #: The hooks of each hook point, in the order they run.
     hooks: Mapping[Work, tuple[Any, ...]] = field(default_factory=dict)
     #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
-    confirmation: Mapping[str, Any] = field(default_factory=dict)
+    confirmation: StrategyTable = field(default_factory=StrategyTable)
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
@@ -432,7 +433,7 @@ class AgentRun:
         if not undecided:
             self.stage += 1
             return None
-        return Confirm(undecided, [self.config.confirmation[c.call.tool_name] for c in undecided])
+        return Confirm(undecided, [self.config.confirmation.strategy_for(c.call.tool_name) for c in undecided])
 
     def _clear_continue(self, item: Work) -> None:
         self.state.set("continue_run", False)
@@ -473,7 +474,7 @@ class AgentRun:
                 if completed and c.key in completed:
                     c.outcome = completed[c.key]
                     self.move_call(c, "restore")
-                elif c.status is CallStatus.READY and c.call.tool_name in covered:
+                elif c.status is CallStatus.READY and covered.strategy_for(c.call.tool_name) is not None:
                     self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
@@ -763,7 +764,7 @@ class AgentRun:
             return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
         waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
         first = waiting[0]
-        strategy = self.config.confirmation.get(first.call.tool_name)
+        strategy = self.config.confirmation.strategy_for(first.call.tool_name)
         return AwaitingDecision(
             first.call.tool_name,
             first.key,
@@ -871,7 +872,7 @@ def constant_facts(
     *,
     dynamic: bool,
     hooks: Mapping[Work, Any],
-    confirmation: Mapping[str, Any],
+    confirmation: StrategyTable,
     state: Mapping[str, Any] | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from agentfsm import Agent, ChatMessage, Phase
+from agentfsm import Agent, ChatMessage, Phase, Toolset
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,
@@ -104,7 +104,9 @@ def test_the_most_specific_key_wins_and_unknown_tools_are_refused() -> None:
         confirmation_strategies={"add": named, ("add", "finish"): grouped, "*": everything},
         state_schema={"notes": {"type": list[str]}, "prefix": {"type": str}},
     )
-    assert agent._confirmation == {"add": named, "finish": grouped, "remember": everything}
+    table = agent._confirmation
+    covered = {name: table.strategy_for(name) for name in ("add", "finish", "remember", "shown-later")}
+    assert covered == {"add": named, "finish": grouped, "remember": everything, "shown-later": everything}
     with pytest.raises(ValueError, match=r"confirmation_strategies names unknown tools \['nope'\]"):
         Agent(chat_generator=ScriptedChatGenerator([]), tools=[add], confirmation_strategies={"nope": named})
 
@@ -244,7 +246,40 @@ def test_ask_once_remembers_across_a_pause_in_another_agent(allow_tests_modules:
         first.run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
     fresh = Agent.from_dict(agent(position=1).to_dict())
     fresh.run(snapshot=paused.value.snapshot)
-    assert fresh._confirmation["add"].confirmation_ui.asked == [], "confirmed before the pause: not asked again"
+    assert fresh._confirmation.strategy_for("add").confirmation_ui.asked == [], (
+        "confirmed before the pause: not asked again"
+    )
+
+
+class ShownAtWarmUp(Toolset):
+    """A dynamic toolset (as an MCP server's is) whose tools are known only once it is warmed up."""
+
+    dynamic = True
+
+    def warm_up(self) -> None:
+        self.tools = [add]
+
+
+def test_an_every_tool_ask_once_strategy_remembers_across_a_pause() -> None:
+    from agentfsm import Breakpoint, BreakpointException
+
+    script = [calls(call("add", "c1", a=1, b=1)), calls(call("add", "c2", a=1, b=1)), "done"]
+
+    def agent(position: int = 0) -> Agent:
+        strategy = blocking(["confirm", None, None], policy=AskOncePolicy())
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position),
+            tools=ShownAtWarmUp(),
+            confirmation_strategies={"*": strategy},
+        )
+
+    with pytest.raises(BreakpointException) as paused:
+        agent().run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
+    fresh = agent(position=1)
+    fresh.run(snapshot=paused.value.snapshot)
+    assert fresh._confirmation.strategy_for("add").confirmation_ui.asked == [], (
+        "confirmed before the pause: not asked again"
+    )
 
 
 def test_hitl_exceptions_pickle_with_their_snapshot(tmp_path: Path) -> None:
@@ -417,3 +452,12 @@ def test_a_waiting_call_never_runs_without_a_decision(tmp_path: Path) -> None:
     with pytest.raises(DecisionError, match=r"Tool calls \['c2'\] of run .* wait for a decision"):
         no_strategy.run(snapshot=paused.value.snapshot, decisions=[ToolExecutionDecision("add", True, "c1")])
     assert SIDE_EFFECTS == []
+
+
+def test_an_every_tool_strategy_is_part_of_the_fingerprint() -> None:
+    def agent(strategies: dict[Any, Any]) -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator(["x"]), tools=ShownAtWarmUp(), confirmation_strategies=strategies
+        )
+
+    assert agent({"*": blocking()}).fingerprint != agent({}).fingerprint
