@@ -71,6 +71,16 @@ _HAYSTACK_INVOKER_NAMES = {
     "enable_streaming_callback_passthrough": "tool_streaming_callback_passthrough",
 }
 
+#: What ``tool_invoker_kwargs`` may hold: the tool runner's options (under either name) the agent does not set itself.
+_INVOKER_OPTIONS = frozenset(
+    {
+        *_HAYSTACK_INVOKER_NAMES,
+        *_HAYSTACK_INVOKER_NAMES.values(),
+        "sync_tools_in_threads",
+        "convert_result_to_json_string",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:
@@ -117,8 +127,8 @@ class Agent:
         streaming_callback: StreamingCallback | None = None,
         raise_on_tool_invocation_failure: bool = False,
         tool_invoker_kwargs: dict[str, Any] | None = None,
-        tool_concurrency: int = 4,
-        tool_streaming_callback_passthrough: bool = False,
+        tool_concurrency: int | None = None,
+        tool_streaming_callback_passthrough: bool | None = None,
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
@@ -144,16 +154,12 @@ class Agent:
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
-        invoker_kwargs = {
-            "tool_concurrency": tool_concurrency,
-            "tool_streaming_callback_passthrough": tool_streaming_callback_passthrough,
-            **{_HAYSTACK_INVOKER_NAMES.get(k, k): v for k, v in self.tool_invoker_kwargs.items()},
-            "raise_on_failure": raise_on_tool_invocation_failure,
-        }
-        try:
-            self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
-        except TypeError as exc:
-            raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
+        invoker_kwargs = _invoker_options(
+            self.tool_invoker_kwargs,
+            tool_concurrency=tool_concurrency,
+            tool_streaming_callback_passthrough=tool_streaming_callback_passthrough,
+        )
+        self._invoker = ToolInvoker(self._tools, raise_on_failure=raise_on_tool_invocation_failure, **invoker_kwargs)
         # What the tools run with, whichever way it was given.
         self.tool_concurrency = self._invoker.tool_concurrency
         self.tool_streaming_callback_passthrough = self._invoker.tool_streaming_callback_passthrough
@@ -711,6 +717,37 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
     for path, (expect, what, fits) in named:
         if not fits(import_path(path, allowed_modules, expect=expect)):
             raise DeserializationError(f"{path!r} is not {what}.")
+
+
+def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The tool runner's options from ``tool_invoker_kwargs`` and the agent's own parameters (``None``: not given).
+
+    Each option may be given under one name or several, with one value: different values for the
+    same option, and names the tool runner has no option for, raise ``ConfigurationError``.
+    """
+    unknown = sorted(set(kwargs) - _INVOKER_OPTIONS, key=str)
+    if unknown:
+        hint = (
+            " The agent sets raise_on_failure itself: pass raise_on_tool_invocation_failure= instead."
+            if "raise_on_failure" in unknown
+            else ""
+        )
+        raise ConfigurationError(
+            f"tool_invoker_kwargs has names the tool runner does not take: {unknown}; it takes "
+            f"{sorted(_INVOKER_OPTIONS)}.{hint}"
+        )
+    options: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    given_names = [(name, f"{name}=", value) for name, value in given.items() if value is not None]
+    kwarg_names = [(_HAYSTACK_INVOKER_NAMES.get(k, k), f"tool_invoker_kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for option, where, value in [*given_names, *kwarg_names]:
+        if option in options and options[option] != value:
+            raise ConfigurationError(
+                f"{named[option]} {options[option]!r} and {where} {value!r} set the same option to different "
+                "values: give it once."
+            )
+        options[option], named[option] = value, where
+    return options
 
 
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:
