@@ -121,10 +121,15 @@ def test_a_list_change_adds_and_withdraws_tools() -> None:
 
 
 def check_list_change(toolset: MCPToolset) -> None:
-    fail = by_name(toolset, "fail")
+    fail, count, add = by_name(toolset, "fail"), by_name(toolset, "count"), by_name(toolset, "add")
+    described = (count.description, count.parameters, count.idempotent)
     assert by_name(toolset, "grow").invoke()["text"] == "grown"
     names = {t.name for t in toolset}
     assert "shrink" in names and "fail" not in names
+    # A tool described anew is a new tool: one a run holds keeps the description it was checked with.
+    assert (count.description, count.parameters, count.idempotent) == described
+    assert by_name(toolset, "count").description == "Count the calls (described anew)."
+    assert by_name(toolset, "add") is add, "an unchanged tool is kept"
     assert by_name(toolset, "shrink").invoke()["text"] == "shrunk"
     with pytest.raises(MCPToolNotFoundError, match="any more"):
         fail.invoke(reason="stale")
