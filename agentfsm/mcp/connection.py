@@ -15,9 +15,9 @@ A cancelled or timed-out call is cancelled inside the SDK, which sends ``notific
 to the server. Because only the loop thread touches the session and the state, they need no lock.
 
 The connection's state changes only through ``agentfsm.mcp.connection_states``: connecting at
-``open`` (or at first use), ready, reconnecting after the transport ended (the server process
-died), closed. A call made while reconnecting first reconnects, with ``max_reconnects`` retries
-and exponential backoff. A call in flight when the connection dropped is never sent again: it
+``open`` (or at first use), ready, lost after the transport ended (the server process died),
+closed. A call made while lost (or disconnected, or closed) first connects again, with
+``max_reconnects`` retries and exponential backoff. A call in flight when the connection dropped is never sent again: it
 raises ``MCPConnectionLostError``, and the run's journal decides what happens to it.
 
 The tool list is fetched when the connection opens and again whenever the server says it changed
@@ -86,7 +86,8 @@ class MCPConnection:
         invocation_timeout: Seconds one tool call may take; past it the call is cancelled on the server.
         max_reconnects: Further attempts after a failed connection (each after a longer pause).
         reconnect_backoff: Seconds before the first retry; it doubles with each retry.
-        progress_callback: Told about the progress notifications of calls.
+        progress_callback: Told about the progress notifications of calls, on the connection's
+            thread: a slow callback holds up that server's messages, and it must not close the connection.
     """
 
     def __init__(
@@ -102,7 +103,7 @@ class MCPConnection:
     ) -> None:
         if not isinstance(server_info, MCPServerInfo):
             raise ConfigurationTypeError(
-                "server_info must be a StdioServerInfo or a StreamableHttpServerInfo, got "
+                "server_info must be a StdioServerInfo, a StreamableHttpServerInfo or an SSEServerInfo, got "
                 f"{type(server_info).__name__}."
             )
         for name, value in (
@@ -279,10 +280,9 @@ class MCPConnection:
         async with self._use_lock:
             if self._state is ConnectionState.READY and self._client is not None:
                 return self._client
-            if self._state is ConnectionState.RECONNECTING:
-                await self._end_session()
-            else:
-                self._move("connect")
+            if self._state is ConnectionState.LOST:
+                await self._end_session()  # what is left of the dropped session
+            self._move("connect")
             return await self._connect_with_retries()
 
     async def _connect_with_retries(self) -> Client:

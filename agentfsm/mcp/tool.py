@@ -43,7 +43,7 @@ class MCPTool(Tool):
 
     Args:
         name: The tool's name on the server.
-        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        server_info: Where the server is (``StdioServerInfo``, ``StreamableHttpServerInfo`` or ``SSEServerInfo``).
         description: Shown to the model instead of the server's description.
         connection_timeout: Seconds to reach the server and open the session.
         invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
@@ -51,7 +51,8 @@ class MCPTool(Tool):
         list_timeout: Seconds to fetch the tool list.
         max_reconnects: Further attempts when connecting fails.
         reconnect_backoff: Seconds before the first retry; doubled for each further one.
-        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
+            the connection's thread: a slow callback holds up that server's messages.
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
         idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
         destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.

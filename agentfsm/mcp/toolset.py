@@ -29,7 +29,7 @@ class MCPToolset(Toolset):
     closes with ``close()`` (``Agent.close``, ``with agent:``, or when the interpreter exits).
 
     Args:
-        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        server_info: Where the server is (``StdioServerInfo``, ``StreamableHttpServerInfo`` or ``SSEServerInfo``).
         tool_names: Only these tools (all must exist at warm-up); ``None`` for all.
         connection_timeout: Seconds to reach the server and open the session.
         invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
@@ -38,7 +38,8 @@ class MCPToolset(Toolset):
         list_timeout: Seconds to fetch the tool list.
         max_reconnects: Further attempts when connecting fails.
         reconnect_backoff: Seconds before the first retry; doubled for each further one.
-        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
+            the connection's thread: a slow callback holds up that server's messages.
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
         idempotent: Per tool name, whether a call may run again after a crash (overrides the annotations).
         destructive: Per tool name, whether to ask before a call (overrides the annotations).

@@ -101,7 +101,7 @@ class KillServerBetweenCalls(ScriptedChatGenerator):
             for pid in children():
                 if pid not in self.before:
                     os.kill(pid, signal.SIGKILL)
-            assert wait_for_state(self.toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+            assert wait_for_state(self.toolset.connection, ConnectionState.LOST) is ConnectionState.LOST
         return super().run(messages, tools, **kwargs)
 
 

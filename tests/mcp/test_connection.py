@@ -82,7 +82,7 @@ def test_a_killed_stdio_server_is_restarted_for_the_next_call() -> None:
         assert count.invoke()["text"] == "1"
         [server] = [pid for pid in children() if pid not in before]
         os.kill(server, signal.SIGKILL)
-        assert wait_for_state(toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+        assert wait_for_state(toolset.connection, ConnectionState.LOST) is ConnectionState.LOST
         assert count.invoke()["text"] == "1"  # a new server process: its count starts again
         assert toolset.connection.state is ConnectionState.READY
     finally:
