@@ -5,7 +5,8 @@ MCP tools describe themselves with hints (``readOnlyHint``, ``destructiveHint``,
 interrupted by a crash runs again on resume instead of waiting for a decision. A destructive tool
 (the MCP default for a tool that is not read-only) is one ``AskDestructiveMCPToolsPolicy`` asks a
 person about. Hints come from the server: pass ``trust_annotations=False`` to ignore them, and
-``idempotent={...}`` / ``destructive={...}`` to say per tool what holds.
+``idempotent_overrides={...}`` / ``destructive_overrides={...}`` (an ``MCPTool``: ``idempotent=`` /
+``destructive=``) to say per tool what holds.
 """
 
 from __future__ import annotations

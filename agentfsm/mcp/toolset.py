@@ -41,8 +41,9 @@ class MCPToolset(Toolset):
         progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
             the connection's thread: a slow callback holds up that server's messages.
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
-        idempotent: Per tool name, whether a call may run again after a crash (overrides the annotations).
-        destructive: Per tool name, whether to ask before a call (overrides the annotations).
+        idempotent_overrides: Per tool name, whether a call may run again after a crash (instead of
+            the annotations).
+        destructive_overrides: Per tool name, whether to ask before a call (instead of the annotations).
     """
 
     dynamic = True
@@ -60,8 +61,8 @@ class MCPToolset(Toolset):
         reconnect_backoff: float = 0.25,
         progress_callback: ProgressCallback | None = None,
         trust_annotations: bool = True,
-        idempotent: Mapping[str, bool] | None = None,
-        destructive: Mapping[str, bool] | None = None,
+        idempotent_overrides: Mapping[str, bool] | None = None,
+        destructive_overrides: Mapping[str, bool] | None = None,
     ) -> None:
         if tool_names is not None and (
             not isinstance(tool_names, list) or not all(isinstance(n, str) for n in tool_names)
@@ -72,8 +73,8 @@ class MCPToolset(Toolset):
         self.tool_names = None if tool_names is None else list(tool_names)
         self.eager_connect = eager_connect
         self.trust_annotations = trust_annotations
-        self.idempotent = check_overrides("idempotent", idempotent)
-        self.destructive = check_overrides("destructive", destructive)
+        self.idempotent_overrides = check_overrides("idempotent_overrides", idempotent_overrides)
+        self.destructive_overrides = check_overrides("destructive_overrides", destructive_overrides)
         self.connection = MCPConnection(
             server_info,
             connection_timeout=connection_timeout,
@@ -107,8 +108,8 @@ class MCPToolset(Toolset):
                 hints = tool_hints(
                     spec,
                     trust_annotations=self.trust_annotations,
-                    idempotent=self.idempotent,
-                    destructive=self.destructive,
+                    idempotent=self.idempotent_overrides,
+                    destructive=self.destructive_overrides,
                 )
                 try:
                     tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
@@ -160,8 +161,8 @@ class MCPToolset(Toolset):
                 "tool_names": self.tool_names,
                 "eager_connect": self.eager_connect,
                 "trust_annotations": self.trust_annotations,
-                "idempotent": self.idempotent or None,
-                "destructive": self.destructive or None,
+                "idempotent_overrides": self.idempotent_overrides or None,
+                "destructive_overrides": self.destructive_overrides or None,
                 **self.connection.to_dict(),
             },
         }
@@ -182,8 +183,8 @@ class MCPToolset(Toolset):
             reconnect_backoff=connection.reconnect_backoff,
             progress_callback=connection.progress_callback,
             trust_annotations=fields.get("trust_annotations", True),
-            idempotent=fields.get("idempotent"),
-            destructive=fields.get("destructive"),
+            idempotent_overrides=fields.get("idempotent_overrides"),
+            destructive_overrides=fields.get("destructive_overrides"),
         )
 
     def __repr__(self) -> str:

@@ -39,8 +39,8 @@ def test_annotations_map_onto_idempotent_and_destructive(hints: dict[str, tuple[
 def test_the_user_overrides_the_annotations_or_ignores_them() -> None:
     toolset = MCPToolset(
         stdio_info(),
-        idempotent={"slow": True},
-        destructive={"delete_file": False},
+        idempotent_overrides={"slow": True},
+        destructive_overrides={"delete_file": False},
         tool_names=["slow", "delete_file", "add"],
     )
     untrusting = MCPTool("add", stdio_info(), trust_annotations=False)
@@ -151,7 +151,7 @@ def die(*progress):  # the call is under way on the server: the agent's process 
 
 reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 0.1, "marker": sys.argv[2]}, id="s")])
 idempotent = {"slow": True} if sys.argv[3] == "idempotent" else None
-toolset = MCPToolset(stdio_info(), tool_names=["slow"], progress_callback=die, idempotent=idempotent)
+toolset = MCPToolset(stdio_info(), tool_names=["slow"], progress_callback=die, idempotent_overrides=idempotent)
 store = SQLiteSnapshotStore(sys.argv[1], durable=True)
 Agent(chat_generator=ScriptedChatGenerator([reply, "done"]), tools=toolset, snapshot_store=store).run(
     [ChatMessage.from_user("go")]
@@ -176,7 +176,9 @@ def test_a_call_in_doubt_after_a_crash_reruns_only_if_idempotent(tmp_path: Path,
     snapshot = store.latest(store.runs()[0].run_id)
     assert snapshot.phase is Phase.TOOL_RUN and snapshot.outcome_unknown_calls() == {"s": "slow"}
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 0.1, "marker": str(marker)}, id="s")])
-    toolset = MCPToolset(stdio_info(), tool_names=["slow"], idempotent={"slow": True} if kind == "idempotent" else None)
+    toolset = MCPToolset(
+        stdio_info(), tool_names=["slow"], idempotent_overrides={"slow": True} if kind == "idempotent" else None
+    )
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"], position=snapshot.step),
         tools=toolset,
