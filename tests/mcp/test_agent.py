@@ -24,7 +24,7 @@ QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
 
 
 class Arithmetician:
-    """A chat generator (the seeds' protocol) that asks ``add`` and then answers with what it returned."""
+    """A chat generator (Haystack's documented protocol) that asks ``add`` and then answers with what it returned."""
 
     def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
         last = messages[-1]

@@ -60,7 +60,7 @@ def test_the_user_overrides_the_annotations_or_ignores_them() -> None:
 
 
 class Approve:
-    """A confirmation UI (the seeds' protocol) that approves and records what it was asked about."""
+    """A confirmation UI (Haystack's documented protocol) that approves and records what it was asked about."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
