@@ -51,18 +51,18 @@ def tool_hints(
     tool: mcp_types.Tool,
     *,
     trust_annotations: bool,
-    idempotent: Mapping[str, bool],
-    destructive: Mapping[str, bool],
+    idempotent: bool | None,
+    destructive: bool | None,
 ) -> ToolHints:
-    """The hints of ``tool``: the user's override for its name, else its annotations (MCP's defaults), else safe values."""
+    """The hints of ``tool``: the user's override (``None``: none), else its annotations (MCP's defaults), else safe values."""
     notes = tool.annotations if trust_annotations else None
     read_only = bool(notes and notes.read_only_hint)
     from_notes_idempotent = read_only or bool(notes and notes.idempotent_hint)
     # MCP: destructiveHint defaults to true, and means nothing for a read-only tool.
     from_notes_destructive = not read_only and (notes is None or notes.destructive_hint is not False)
     return ToolHints(
-        idempotent=idempotent.get(tool.name, from_notes_idempotent),
-        destructive=destructive.get(tool.name, from_notes_destructive),
+        idempotent=from_notes_idempotent if idempotent is None else idempotent,
+        destructive=from_notes_destructive if destructive is None else destructive,
     )
 
 

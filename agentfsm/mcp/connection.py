@@ -144,15 +144,22 @@ class MCPConnection:
         #: report of an old session never marks a newer one lost.
         self._session_id = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration: the server (secrets as their variables' names), timeouts and retries."""
+    def settings(self) -> dict[str, Any]:
+        """The options besides the server, as keywords of ``MCPConnection``, ``MCPTool`` and ``MCPToolset``."""
         return {
-            "server_info": self.server_info.to_dict(),
             "connection_timeout": self.connection_timeout,
             "list_timeout": self.list_timeout,
             "invocation_timeout": self.invocation_timeout,
             "max_reconnects": self.max_reconnects,
             "reconnect_backoff": self.reconnect_backoff,
+            "progress_callback": self.progress_callback,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration: the server (secrets as their variables' names), timeouts and retries."""
+        return {
+            "server_info": self.server_info.to_dict(),
+            **self.settings(),
             "progress_callback": None if self.progress_callback is None else serialize_callable(self.progress_callback),
         }
 

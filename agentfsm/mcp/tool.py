@@ -9,7 +9,7 @@ from typing import Any
 import mcp.types as mcp_types
 
 from agentfsm.errors import ConfigurationTypeError
-from agentfsm.mcp.annotations import ToolHints, register_tool, tool_hints
+from agentfsm.mcp.annotations import register_tool, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.errors import MCPToolNotFoundError
 from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
@@ -92,13 +92,22 @@ class MCPTool(Tool):
 
     @classmethod
     def from_listing(
-        cls, connection: MCPConnection, spec: mcp_types.Tool, hints: ToolHints, *, trust_annotations: bool
+        cls,
+        connection: MCPConnection,
+        spec: mcp_types.Tool,
+        *,
+        trust_annotations: bool,
+        idempotent: bool | None,
+        destructive: bool | None,
     ) -> MCPTool:
-        """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes."""
+        """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes.
+
+        ``SchemaError`` if the server's input schema for it is not a valid JSON schema.
+        """
         tool = cls.__new__(cls)
-        tool._setup(spec.name, connection, None, trust_annotations, None, None, owns_connection=False)
+        tool._setup(spec.name, connection, None, trust_annotations, idempotent, destructive, owns_connection=False)
         tool.eager_connect = False
-        tool.apply_spec(spec, hints)
+        tool.apply_spec(spec)
         return tool
 
     def _setup(
@@ -138,13 +147,19 @@ class MCPTool(Tool):
         self.spec: mcp_types.Tool | None = None
         register_tool(self)  # asked about (as destructive) even before it is described
 
-    def apply_spec(self, spec: mcp_types.Tool, hints: ToolHints) -> None:
-        """Take the server's description of the tool: its schema, description and hints.
+    def apply_spec(self, spec: mcp_types.Tool) -> None:
+        """Take the server's description of the tool: its schema, description and hints (after the overrides).
 
         ``SchemaError`` if the server's input schema is not a valid JSON schema (the tool is unchanged).
         """
         # Described on a copy, then taken in one dict update: a run validating arguments on another
         # thread meanwhile sees the old description or the new one, never half of each.
+        hints = tool_hints(
+            spec,
+            trust_annotations=self.trust_annotations,
+            idempotent=self._idempotent_override,
+            destructive=self._destructive_override,
+        )
         described = copy.copy(self)
         described.spec = spec
         described.description = self._description_override or spec.description or spec.title or ""
@@ -158,14 +173,7 @@ class MCPTool(Tool):
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
         spec = next((s for s in specs if s.name == self.name), None)
         if spec is not None and spec != self.spec:
-            self.apply_spec(spec, self._hints(spec))
-
-    def _hints(self, spec: mcp_types.Tool) -> ToolHints:
-        overrides = {
-            "idempotent": {} if self._idempotent_override is None else {self.name: self._idempotent_override},
-            "destructive": {} if self._destructive_override is None else {self.name: self._destructive_override},
-        }
-        return tool_hints(spec, trust_annotations=self.trust_annotations, **overrides)
+            self.apply_spec(spec)
 
     def warm_up(self) -> None:
         """Connect (once) and take the tool's description; ``MCPToolNotFoundError`` if the server has no such tool."""
@@ -231,13 +239,8 @@ class MCPTool(Tool):
             fields["name"],
             connection.server_info,
             fields.get("description"),
-            connection.connection_timeout,
-            connection.invocation_timeout,
-            fields.get("eager_connect", False),
-            list_timeout=connection.list_timeout,
-            max_reconnects=connection.max_reconnects,
-            reconnect_backoff=connection.reconnect_backoff,
-            progress_callback=connection.progress_callback,
+            eager_connect=fields.get("eager_connect", False),
+            **connection.settings(),
             trust_annotations=fields.get("trust_annotations", True),
             idempotent=fields.get("idempotent"),
             destructive=fields.get("destructive"),

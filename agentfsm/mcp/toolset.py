@@ -9,7 +9,7 @@ from typing import Any
 import mcp.types as mcp_types
 
 from agentfsm.errors import ConfigurationTypeError, SchemaError
-from agentfsm.mcp.annotations import check_overrides, tool_hints
+from agentfsm.mcp.annotations import check_overrides
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.server_info import MCPServerInfo
 from agentfsm.mcp.tool import MCPTool, raise_not_offered
@@ -105,14 +105,14 @@ class MCPToolset(Toolset):
                 continue
             tool = current.get(spec.name)
             if tool is None or tool.spec != spec:
-                hints = tool_hints(
-                    spec,
-                    trust_annotations=self.trust_annotations,
-                    idempotent=self.idempotent_overrides,
-                    destructive=self.destructive_overrides,
-                )
                 try:
-                    tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
+                    tool = MCPTool.from_listing(
+                        self.connection,
+                        spec,
+                        trust_annotations=self.trust_annotations,
+                        idempotent=self.idempotent_overrides.get(spec.name),
+                        destructive=self.destructive_overrides.get(spec.name),
+                    )
                 except SchemaError as exc:
                     logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
                     unusable[spec.name] = str(exc)
@@ -175,13 +175,8 @@ class MCPToolset(Toolset):
         return cls(
             connection.server_info,
             fields.get("tool_names"),
-            connection.connection_timeout,
-            connection.invocation_timeout,
-            fields.get("eager_connect", False),
-            list_timeout=connection.list_timeout,
-            max_reconnects=connection.max_reconnects,
-            reconnect_backoff=connection.reconnect_backoff,
-            progress_callback=connection.progress_callback,
+            eager_connect=fields.get("eager_connect", False),
+            **connection.settings(),
             trust_annotations=fields.get("trust_annotations", True),
             idempotent_overrides=fields.get("idempotent_overrides"),
             destructive_overrides=fields.get("destructive_overrides"),
