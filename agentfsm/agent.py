@@ -44,6 +44,7 @@ from agentfsm.serialization import (
     rebuild,
     serialize_callable,
 )
+from agentfsm.signatures import accepted_keywords
 from agentfsm.snapshot import AgentSnapshot, fingerprint
 from agentfsm.state import (
     AGENT_STATE_KEYS,
@@ -819,8 +820,8 @@ def _check_generator(generator: Any) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _accepts_tools(function: Callable[..., Any]) -> bool:
-    parameters = inspect.signature(function).parameters
-    return "tools" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    keywords = accepted_keywords(function)
+    return keywords is None or "tools" in keywords
 
 
 def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> None:

@@ -9,7 +9,6 @@ parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outp
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from agentfsm.messages import (
     ToolResultContent,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.signatures import names_keyword
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
@@ -105,13 +105,6 @@ OnComplete = Callable[[PreparedCall], None]
 def finish_call(call: PreparedCall) -> None:
     """The default ``on_complete``: the call, its outcome set, takes its declared ``finish`` edge to DONE."""
     call.status = CALL_DISPATCH.next(call.status, "finish")
-
-
-def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
-    try:
-        return "streaming_callback" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class ToolInvoker:
@@ -197,7 +190,7 @@ class ToolInvoker:
         if (
             streaming_callback is not None
             and self.tool_streaming_callback_passthrough
-            and _accepts_streaming_callback(tool.function)
+            and names_keyword(tool.function, "streaming_callback")
         ):
             return {**prepared.arguments, "streaming_callback": streaming_callback}
         return prepared.arguments

@@ -27,6 +27,7 @@ from agentfsm.serialization import (
     rebuild,
     serialize_callable,
 )
+from agentfsm.signatures import accepted_keywords, names_keyword
 from agentfsm.workers import run_in_worker
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
@@ -130,13 +131,8 @@ def validate_tool_config(
 
 def function_inputs(function: Callable[..., Any], parameters: dict[str, Any]) -> set[str] | None:
     """The parameters ``function`` takes (``None``: any, it takes ``**kwargs``; the schema's when it has no signature)."""
-    try:
-        signature = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return set(parameters.get("properties", {}))
-    if any(p.kind is p.VAR_KEYWORD for p in signature.values()):
-        return None
-    return set(signature)
+    keywords = accepted_keywords(function, without_signature=frozenset(parameters.get("properties", {})))
+    return None if keywords is None else set(keywords)
 
 
 def _serialize_specs(specs: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -221,10 +217,7 @@ class Tool:
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
         self._check = compile_validator(self.parameters, self._validator)
-        try:
-            self.takes_idempotency_key = IDEMPOTENCY_KEY in inspect.signature(self.function).parameters
-        except (TypeError, ValueError):  # a callable without a signature
-            self.takes_idempotency_key = False
+        self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
 
     def _valid_inputs(self) -> set[str] | None:
         """The parameters ``inputs_from_state`` may name (``None``: any).
