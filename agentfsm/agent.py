@@ -21,7 +21,7 @@ from agentfsm.errors import (
 )
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import CONFIRMATION_STRATEGY
-from agentfsm.hitl.strategy_table import resolve_strategies, strategies_from_dict, strategies_to_dict
+from agentfsm.hitl.strategy_table import StrategyTable, strategies_from_dict, strategies_to_dict
 from agentfsm.hooks import (
     HOOK,
     Hook,
@@ -48,6 +48,7 @@ from agentfsm.serialization import (
     resolve_class,
     serialize_callable,
 )
+from agentfsm.signatures import accepted_keywords
 from agentfsm.snapshot import AgentSnapshot, fingerprint
 from agentfsm.state import (
     AGENT_STATE_KEYS,
@@ -75,6 +76,16 @@ _HAYSTACK_INVOKER_NAMES = {
     "max_workers": "tool_concurrency",
     "enable_streaming_callback_passthrough": "tool_streaming_callback_passthrough",
 }
+
+#: What ``tool_invoker_kwargs`` may hold: the tool runner's options (under either name) the agent does not set itself.
+_INVOKER_OPTIONS = frozenset(
+    {
+        *_HAYSTACK_INVOKER_NAMES,
+        *_HAYSTACK_INVOKER_NAMES.values(),
+        "sync_tools_in_threads",
+        "convert_result_to_json_string",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,8 +133,8 @@ class Agent:
         streaming_callback: StreamingCallback | None = None,
         raise_on_tool_invocation_failure: bool = False,
         tool_invoker_kwargs: dict[str, Any] | None = None,
-        tool_concurrency: int = 4,
-        tool_streaming_callback_passthrough: bool = False,
+        tool_concurrency: int | None = None,
+        tool_streaming_callback_passthrough: bool | None = None,
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
@@ -149,16 +160,12 @@ class Agent:
         self.streaming_callback = streaming_callback
         self.raise_on_tool_invocation_failure = raise_on_tool_invocation_failure
         self.tool_invoker_kwargs = dict(tool_invoker_kwargs or {})
-        invoker_kwargs = {
-            "tool_concurrency": tool_concurrency,
-            "tool_streaming_callback_passthrough": tool_streaming_callback_passthrough,
-            **{_HAYSTACK_INVOKER_NAMES.get(k, k): v for k, v in self.tool_invoker_kwargs.items()},
-            "raise_on_failure": raise_on_tool_invocation_failure,
-        }
-        try:
-            self._invoker = ToolInvoker(self._tools, **invoker_kwargs)
-        except TypeError as exc:
-            raise ConfigurationError(f"Invalid tool_invoker_kwargs {self.tool_invoker_kwargs}: {exc}") from exc
+        invoker_kwargs = _invoker_options(
+            self.tool_invoker_kwargs,
+            tool_concurrency=tool_concurrency,
+            tool_streaming_callback_passthrough=tool_streaming_callback_passthrough,
+        )
+        self._invoker = ToolInvoker(self._tools, raise_on_failure=raise_on_tool_invocation_failure, **invoker_kwargs)
         # What the tools run with, whichever way it was given.
         self.tool_concurrency = self._invoker.tool_concurrency
         self.tool_streaming_callback_passthrough = self._invoker.tool_streaming_callback_passthrough
@@ -182,7 +189,7 @@ class Agent:
                     "ConfirmationHook. Give it once."
                 )
             strategies[key] = strategy
-        self._confirmation = resolve_strategies(strategies, [t.name for t in known])
+        self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         self._is_warmed_up = False
 
@@ -218,9 +225,11 @@ class Agent:
                 seen.setdefault(id(h), h)
         return list(seen.values())
 
-    def _warm_tools(self) -> None:
+    def _warm_tools(self, warmed: frozenset[int] = frozenset()) -> None:
+        """Warm the tools and toolsets up, but those (by ``id``) ``warm_up_async`` warmed already."""
         for item in [*self._static_items, *self._dynamic]:
-            item.warm_up()
+            if id(item) not in warmed:
+                item.warm_up()
         # Toolsets may build their tools in warm_up.
         self._tools = flatten_tools(self._static_items)
         check_unique_names(self.known_tools())
@@ -247,11 +256,13 @@ class Agent:
                 await warm_async()
             elif callable(warm):
                 warm()
+        warmed = set()
         for part in self._tool_parts():  # tools that connect somewhere (MCP) do it without blocking the loop
             tool_warm_async = getattr(part, "warm_up_async", None)
             if callable(tool_warm_async):
                 await tool_warm_async()
-        self._warm_tools()
+                warmed.add(id(part))
+        self._warm_tools(frozenset(warmed))
 
     def _tool_parts(self) -> list[Any]:
         """The tools and toolsets given to the agent, and the tools inside its toolsets, each once."""
@@ -350,7 +361,7 @@ class Agent:
             "max_agent_steps": self.max_agent_steps,
             "system_prompt": self.system_prompt,
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
-            "confirmation": {name: type(s).__qualname__ for name, s in sorted(self._confirmation.items())},
+            "confirmation": {name: type(s).__qualname__ for name, s in self._confirmation.entries()},
         }
         return fingerprint(shape)
 
@@ -688,6 +699,37 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
         import_path(path, allowed_modules, expect="callable")
 
 
+def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The tool runner's options from ``tool_invoker_kwargs`` and the agent's own parameters (``None``: not given).
+
+    Each option may be given under one name or several, with one value: different values for the
+    same option, and names the tool runner has no option for, raise ``ConfigurationError``.
+    """
+    unknown = sorted(set(kwargs) - _INVOKER_OPTIONS, key=str)
+    if unknown:
+        hint = (
+            " The agent sets raise_on_failure itself: pass raise_on_tool_invocation_failure= instead."
+            if "raise_on_failure" in unknown
+            else ""
+        )
+        raise ConfigurationError(
+            f"tool_invoker_kwargs has names the tool runner does not take: {unknown}; it takes "
+            f"{sorted(_INVOKER_OPTIONS)}.{hint}"
+        )
+    options: dict[str, Any] = {}
+    named: dict[str, str] = {}
+    given_names = [(name, f"{name}=", value) for name, value in given.items() if value is not None]
+    kwarg_names = [(_HAYSTACK_INVOKER_NAMES.get(k, k), f"tool_invoker_kwargs[{k!r}]", v) for k, v in kwargs.items()]
+    for option, where, value in [*given_names, *kwarg_names]:
+        if option in options and options[option] != value:
+            raise ConfigurationError(
+                f"{named[option]} {options[option]!r} and {where} {value!r} set the same option to different "
+                "values: give it once."
+            )
+        options[option], named[option] = value, where
+    return options
+
+
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:
     """The run's request-scoped objects, given under agentfsm's name or Haystack's (not both)."""
     if hook_context is not None and strategy_context is not None:
@@ -734,8 +776,8 @@ def _check_generator(generator: Any) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _accepts_tools(function: Callable[..., Any]) -> bool:
-    parameters = inspect.signature(function).parameters
-    return "tools" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    keywords = accepted_keywords(function)
+    return keywords is None or "tools" in keywords
 
 
 def _check_exit_conditions(exit_conditions: list[str], tools: list[Tool]) -> None:

@@ -170,7 +170,7 @@ def build_model(
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
         if agent._confirmation:
-            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in agent._confirmation.items())
+            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in agent._confirmation.entries())
             notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
         for phase, work in PHASE_WORK.items():
             hooks = [

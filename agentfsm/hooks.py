@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
 from agentfsm.machine import HOOK_POINTS, Work
 from agentfsm.serialization import Slot, import_path, object_path, rebuild, resolve_class
+from agentfsm.signatures import accepted_keywords
 
 if TYPE_CHECKING:
     from agentfsm.state import State
@@ -95,12 +96,8 @@ def hook_name(h: Any) -> str:
 
 def accepts(h: Any, keyword: str) -> bool:
     """Whether ``h.run`` takes ``keyword``: ``error`` (given to ``on_error`` hooks), ``hook_context``."""
-    function = h.function if isinstance(h, FunctionHook) else h.run
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-    return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    keywords = accepted_keywords(h.function if isinstance(h, FunctionHook) else h.run)
+    return keywords is None or keyword in keywords
 
 
 def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[Any, ...]]:

@@ -1,4 +1,4 @@
-"""AgentResult: what ``Agent.run`` returns, a dict as the seeds document it, with the run's own facts beside it."""
+"""AgentResult: what ``Agent.run`` returns, a dict as Haystack documents it, with the run's own facts beside it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class AgentResult(dict[str, Any]):
     agentfsm adds ``exit_reason`` (``"text"``, ``"tool:<name>"``, ``"max_agent_steps"``, a hook's
     ``stop_run``) and ``trace`` (a ``TransitionRecord`` per edge) under those keys, unless the
     agent's ``state_schema`` declares a key of the same name: the key then holds the user's State
-    value, as the seeds say ("any additional keys defined in the state_schema"). Whatever the
+    value, as Haystack's Agent documents ("any additional keys defined in the state_schema"). Whatever the
     schema, the attributes ``exit_reason``, ``trace`` and ``last_message`` are always agentfsm's.
 
     >>> from agentfsm import Agent, ChatMessage

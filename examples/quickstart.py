@@ -46,4 +46,4 @@ if __name__ == "__main__":
     result = agent.run([ChatMessage.from_user("Paris or Rome this afternoon?")])
     print(result["last_message"].text)
     print("visited:", result["visited"])
-    print("path:", " -> ".join(["IDLE", *(r.dest.value for r in result["trace"])]))
+    print("path:", " -> ".join(["IDLE", *(r.dest.value for r in result.trace)]))

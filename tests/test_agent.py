@@ -15,6 +15,7 @@ from agentfsm import (
     ModelClientError,
     Phase,
     StreamingChunk,
+    Tool,
     ToolCall,
     ToolInvocationError,
     Toolset,
@@ -481,3 +482,54 @@ def test_configure_logging_writes_key_value_or_json_lines_straight_to_a_stream(
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         make_agent(["hi"]).run(USER)
     assert [r.msg["event"] for r in caplog.records] == ["transition"] * 3, "back on the standard logger"
+
+
+class WarmedOnce(Tool):
+    """A tool that warms up asynchronously when it can, and records how it was warmed."""
+
+    warmed: list[str]
+
+    def warm_up(self) -> None:
+        self.warmed.append("sync")
+
+    async def warm_up_async(self) -> None:
+        self.warmed.append("async")
+
+
+async def test_async_warm_up_does_not_warm_the_same_tool_again_synchronously() -> None:
+    part = WarmedOnce("noop", "Do nothing.", {"type": "object"}, lambda: None)
+    part.warmed = []
+    async with Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[part]):
+        pass
+    assert part.warmed == ["async"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"tool_concurrency": 8, "tool_invoker_kwargs": {"max_workers": 2}}, "max_workers"),
+        ({"tool_invoker_kwargs": {"max_workers": 2, "tool_concurrency": 3}}, "tool_concurrency"),
+        (
+            {"tool_streaming_callback_passthrough": True,
+             "tool_invoker_kwargs": {"enable_streaming_callback_passthrough": False}},
+            "enable_streaming_callback_passthrough",
+        ),
+        ({"tool_invoker_kwargs": {"raise_on_failure": True}}, "raise_on_tool_invocation_failure"),
+        ({"tool_invoker_kwargs": {"max_worker": 2}}, "max_worker"),
+    ],
+)  # fmt: skip
+def test_tool_runner_settings_that_conflict_or_do_not_exist_are_refused(kwargs: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[add], **kwargs)
+
+
+def test_tool_runner_settings_given_twice_alike_are_kept_and_round_trip() -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["hi"]),
+        tools=[add],
+        tool_concurrency=2,
+        tool_invoker_kwargs={"max_workers": 2},
+    )
+    assert agent.tool_concurrency == 2
+    assert Agent.from_dict(agent.to_dict(), allowed_modules=["tests"]).tool_concurrency == 2
+    assert Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[add]).tool_concurrency == 4

@@ -1,8 +1,8 @@
-"""A Haystack user's agent code, written to the seeds' exact signatures, runs unchanged.
+"""A Haystack user's agent code, written to Haystack's documented signatures, runs unchanged.
 
-Every class and callable here is user code as a Haystack user writes it: the seed protocols'
-signatures and nothing of agentfsm's own extensions (no ``tool_schema``, no ``hook_context``,
-no ``**kwargs`` where the seed has none). Only the imports differ from Haystack's.
+Every class and callable here is user code as a Haystack user writes it: the signatures of
+Haystack's documented protocols and nothing of agentfsm's own extensions (no ``tool_schema``, no ``hook_context``,
+no ``**kwargs`` where Haystack's has none). Only the imports differ from Haystack's.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def tool_results(result: dict[str, Any]) -> list[str]:
 
 
 class RecordingUI(ConfirmationUI):
-    """A seed-shaped UI: doubles ``a`` the first time, confirms afterwards."""
+    """A Haystack-shaped UI: doubles ``a`` the first time, confirms afterwards."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, dict[str, Any]]] = []
@@ -92,7 +92,7 @@ class RecordingUI(ConfirmationUI):
 
 
 class AskForBigNumbers(ConfirmationPolicy):
-    """A seed-shaped policy: ask when a number is 10 or more; learns what was confirmed."""
+    """A Haystack-shaped policy: ask when a number is 10 or more; learns what was confirmed."""
 
     def __init__(self) -> None:
         self.learned: list[str] = []
@@ -118,7 +118,7 @@ class DuckTypedPolicy:
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_seed_shaped_ui_and_policy_decide_the_calls(use_async: bool) -> None:
+def test_a_haystack_shaped_ui_and_policy_decide_the_calls(use_async: bool) -> None:
     ui, policy = RecordingUI(), AskForBigNumbers()
     script = [reply_calling("add", a=10, b=1), reply_calling("add", a=1, b=2), reply_calling("add", a=30, b=1), "ok"]
     agent = Agent(
@@ -144,7 +144,7 @@ def test_a_policy_without_update_after_confirmation_works() -> None:
 
 
 class OnlyEvenStrategy(ConfirmationStrategy):
-    """A seed-shaped strategy: runs calls whose ``a`` is even, rejects the others."""
+    """A Haystack-shaped strategy: runs calls whose ``a`` is even, rejects the others."""
 
     def __init__(self) -> None:
         self.ids: list[str | None] = []
@@ -180,7 +180,7 @@ class AsyncOnlyEvenStrategy(OnlyEvenStrategy):
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_seed_shaped_strategy_decides_with_run_or_run_async(use_async: bool) -> None:
+def test_a_haystack_shaped_strategy_decides_with_run_or_run_async(use_async: bool) -> None:
     strategy = AsyncOnlyEvenStrategy()
     script = [ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 2, "b": 1}, id="c1")]), "done"]
     script.insert(1, ChatMessage.from_assistant(tool_calls=[ToolCall("add", {"a": 3, "b": 1}, id="c2")]))
@@ -227,7 +227,7 @@ def test_the_confirmation_strategy_context_reaches_the_strategies_that_take_it()
 
 
 class AskLaterStrategy(ConfirmationStrategy):
-    """A seed-shaped strategy that cannot decide now: it raises HITLBreakpointException."""
+    """A Haystack-shaped strategy that cannot decide now: it raises HITLBreakpointException."""
 
     def run(
         self,
@@ -260,7 +260,7 @@ def test_a_strategy_raising_hitl_breakpoint_exception_pauses_the_run_until_decid
 
 
 class MinimalGenerator:
-    """A generator with the seed's minimum: ``run(messages, tools=None)``, no streaming callback.
+    """A generator with Haystack's documented minimum: ``run(messages, tools=None)``, no streaming callback.
 
     It keeps what it was given, as a recorder or a cache does.
     """
@@ -322,7 +322,7 @@ def record_llm(state: State) -> None:
     state.set("trace", [f"llm@{state.get('step_count')}"])
 
 
-def test_state_keys_the_seeds_leave_to_the_user_are_the_users() -> None:
+def test_state_keys_haystack_leaves_to_the_user_are_the_users() -> None:
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2), "three"]),
         tools=[ADD],
@@ -363,7 +363,7 @@ def test_flow_control_keys_stay_reserved(key: str) -> None:
 
 
 def keep_longest(current: Any, new: Any) -> Any:
-    """A seed-shaped State handler: (current, new) -> merged."""
+    """A Haystack-shaped State handler: (current, new) -> merged."""
     return new if current is None or len(new) > len(current) else current
 
 
@@ -551,7 +551,7 @@ def test_a_pipeline_tool_describes_its_inputs_from_the_components_docstrings() -
 
 
 class CalculatorToolset(Toolset):
-    """The seed's dynamic-loading toolset: tools built in ``__init__``, a shared resource warmed once."""
+    """Haystack's documented dynamic-loading toolset: tools built in ``__init__``, a shared resource warmed once."""
 
     def __init__(self) -> None:
         tools = self._create_tools()
@@ -576,7 +576,7 @@ class CalculatorToolset(Toolset):
         return cls()
 
 
-def test_a_toolset_subclass_from_the_seed_runs() -> None:
+def test_a_toolset_subclass_from_haystacks_docs_runs() -> None:
     toolset = CalculatorToolset()
     agent = Agent(chat_generator=ScriptedChatGenerator([reply_calling("multiply", a=6, b=7), "42"]), tools=toolset)
     assert tool_results(agent.run([ChatMessage.from_user("6*7")])) == ["42"]
@@ -681,7 +681,7 @@ def test_convert_result_to_json_string_chooses_the_tool_result_string(convert: b
 
 
 class AuditHook:
-    """A seed-shaped class hook: ``warm_up``, ``run(state)``, ``run_async(state)``, ``close``."""
+    """A Haystack-shaped class hook: ``warm_up``, ``run(state)``, ``run_async(state)``, ``close``."""
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -714,7 +714,7 @@ def require_add(state: State) -> None:
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_seed_shaped_hooks_run_at_their_points(use_async: bool) -> None:
+def test_haystack_shaped_hooks_run_at_their_points(use_async: bool) -> None:
     audit = AuditHook()
     agent = Agent(
         chat_generator=ScriptedChatGenerator(["I think 3", reply_calling("add", a=1, b=2), "3"]),

@@ -136,7 +136,7 @@ def _question(decide: Callable[..., Any], call: PreparedCall, context: dict[str,
 
 
 def _for_call(decision: ToolExecutionDecision, call: PreparedCall) -> ToolExecutionDecision:
-    """A strategy's decision, bound to the call it was asked about when it names none (the seeds make the id optional)."""
+    """A strategy's decision, bound to the call it was asked about when it names none (Haystack makes the id optional)."""
     if isinstance(decision, ToolExecutionDecision) and decision.tool_call_id is None:
         return dataclasses.replace(decision, tool_call_id=call.key)
     return decision

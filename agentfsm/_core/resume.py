@@ -75,7 +75,9 @@ def resume_run(
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
     unasked = [
-        c for c in run.pending if c.status is CallStatus.UNDECIDED and c.call.tool_name not in config.confirmation
+        c
+        for c in run.pending
+        if c.status is CallStatus.UNDECIDED and config.confirmation.strategy_for(c.call.tool_name) is None
     ]
     if unasked:
         raise DecisionError(
@@ -125,7 +127,7 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
         from agentfsm.hitl.types import ToolExecutionDecision
 
         taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions if not d.get("outcome_unknown")]
-        for strategy in {id(s): s for s in config.confirmation.values()}.values():
+        for strategy in config.confirmation.strategies():
             restore = getattr(strategy, "restore", None)
             if callable(restore):
                 restore(taken)

@@ -22,11 +22,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -174,7 +175,7 @@ class RunConfig:
     #: The hooks of each hook point, in the order they run.
     hooks: Mapping[Work, tuple[Hook, ...]] = field(default_factory=dict)
     #: The confirmation strategy of each tool a strategy covers (``agentfsm.hitl``).
-    confirmation: Mapping[str, Decider] = field(default_factory=dict)
+    confirmation: StrategyTable = field(default_factory=StrategyTable)
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
@@ -443,7 +444,9 @@ class AgentRun:
         if not undecided:
             self.stage += 1
             return None
-        return Confirm(undecided, [self.config.confirmation[c.call.tool_name] for c in undecided])
+        # A call is undecided only when a strategy covers it (prepare_calls), so each has one.
+        table = self.config.confirmation
+        return Confirm(undecided, [cast("Decider", table.strategy_for(c.call.tool_name)) for c in undecided])
 
     def _clear_continue(self, item: Work) -> None:
         self.state.set("continue_run", False)
@@ -484,7 +487,7 @@ class AgentRun:
                 if completed and c.key in completed:
                     c.outcome = completed[c.key]
                     self.move_call(c, "restore")
-                elif c.status is CallStatus.READY and c.call.tool_name in covered:
+                elif c.status is CallStatus.READY and covered.strategy_for(c.call.tool_name) is not None:
                     self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
@@ -774,7 +777,7 @@ class AgentRun:
             return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
         waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
         first = waiting[0]
-        strategy = self.config.confirmation.get(first.call.tool_name)
+        strategy = self.config.confirmation.strategy_for(first.call.tool_name)
         return AwaitingDecision(
             first.call.tool_name,
             first.key,
@@ -882,7 +885,7 @@ def constant_facts(
     *,
     dynamic: bool,
     hooks: Mapping[Work, Sequence[Hook]],
-    confirmation: Mapping[str, Decider],
+    confirmation: StrategyTable,
     max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
 ) -> ConstantFacts:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -12,6 +11,7 @@ from agentfsm.hitl.policies import ConfirmationPolicy
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hitl.user_interfaces import ConfirmationUI
 from agentfsm.serialization import Slot, object_from_dict, object_path
+from agentfsm.signatures import accepted_keywords
 
 
 def optional_keywords(function: Callable[..., Any], offered: Mapping[str, Any]) -> dict[str, Any]:
@@ -21,13 +21,10 @@ def optional_keywords(function: Callable[..., Any], offered: Mapping[str, Any]) 
     capability a user's callable opts into by naming it; one written to the plain signature is
     called with that signature.
     """
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):  # a callable without a signature takes only its protocol's arguments
-        return {}
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+    keywords = accepted_keywords(function)  # a callable without a signature takes only its protocol's arguments
+    if keywords is None:
         return dict(offered)
-    return {name: value for name, value in offered.items() if name in parameters}
+    return {name: value for name, value in offered.items() if name in keywords}
 
 
 class Decider(Protocol):

@@ -5,7 +5,8 @@ MCP tools describe themselves with hints (``readOnlyHint``, ``destructiveHint``,
 interrupted by a crash runs again on resume instead of waiting for a decision. A destructive tool
 (the MCP default for a tool that is not read-only) is one ``AskDestructiveMCPToolsPolicy`` asks a
 person about. Hints come from the server: pass ``trust_annotations=False`` to ignore them, and
-``idempotent={...}`` / ``destructive={...}`` to say per tool what holds.
+``idempotent_overrides={...}`` / ``destructive_overrides={...}`` (an ``MCPTool``: ``idempotent=`` /
+``destructive=``) to say per tool what holds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentfsm.errors import ConfigurationTypeError
 from agentfsm.hitl.policies import ConfirmationPolicy
-from agentfsm.mcp.connection_states import ConnectionState
 
 if TYPE_CHECKING:
     import mcp.types as mcp_types
@@ -51,23 +51,20 @@ def tool_hints(
     tool: mcp_types.Tool,
     *,
     trust_annotations: bool,
-    idempotent: Mapping[str, bool],
-    destructive: Mapping[str, bool],
+    idempotent: bool | None,
+    destructive: bool | None,
 ) -> ToolHints:
-    """The hints of ``tool``: the user's override for its name, else its annotations (MCP's defaults), else safe values."""
+    """The hints of ``tool``: the user's override (``None``: none), else its annotations (MCP's defaults), else safe values."""
     notes = tool.annotations if trust_annotations else None
     read_only = bool(notes and notes.read_only_hint)
     from_notes_idempotent = read_only or bool(notes and notes.idempotent_hint)
     # MCP: destructiveHint defaults to true, and means nothing for a read-only tool.
     from_notes_destructive = not read_only and (notes is None or notes.destructive_hint is not False)
     return ToolHints(
-        idempotent=idempotent.get(tool.name, from_notes_idempotent),
-        destructive=destructive.get(tool.name, from_notes_destructive),
+        idempotent=from_notes_idempotent if idempotent is None else idempotent,
+        destructive=from_notes_destructive if destructive is None else destructive,
     )
 
-
-#: The states of a connection whose tools the policy below considers.
-_OPEN = frozenset({ConnectionState.READY, ConnectionState.RECONNECTING})
 
 # The MCP tools alive in this process, by name: the policy below is configured by the tools
 # themselves, so that it serializes as nothing and works again after a resume in another process.
@@ -84,15 +81,17 @@ def register_tool(tool: MCPTool) -> None:
 class AskDestructiveMCPToolsPolicy(ConfirmationPolicy):
     """Ask before a call to a destructive MCP tool runs; other calls run as proposed.
 
-    The policy looks the name up among the MCP tools whose session is open in this process (so it
-    needs no configuration, serializes as nothing and works again in the process a run resumes
-    in); a name offered by several of them is asked about if any of them is destructive.
+    The policy looks the name up among the MCP tools alive in this process, whatever the state of
+    their sessions (so it needs no configuration, serializes as nothing and works again in the
+    process a run resumes in). The match is by name, process-wide: a name offered by several
+    tools (of any agent) is asked about if any of them is destructive, and a tool whose
+    description was not fetched yet counts as destructive.
     Use it with any strategy, for all tools: ``{"*": BlockingConfirmationStrategy(
     AskDestructiveMCPToolsPolicy(), ui)}``.
     """
 
     def should_ask(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> bool:
-        """True when a live MCP tool of that name is destructive."""
+        """True when an MCP tool of that name alive in this process is destructive."""
         with _live_lock:
             tools = list(_live[tool_name].values()) if tool_name in _live else []
-        return any(t.destructive and t.connection.state in _OPEN for t in tools)
+        return any(t.destructive for t in tools)

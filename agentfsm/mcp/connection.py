@@ -15,9 +15,9 @@ A cancelled or timed-out call is cancelled inside the SDK, which sends ``notific
 to the server. Because only the loop thread touches the session and the state, they need no lock.
 
 The connection's state changes only through ``agentfsm.mcp.connection_states``: connecting at
-``open`` (or at first use), ready, reconnecting after the transport ended (the server process
-died), closed. A call made while reconnecting first reconnects, with ``max_reconnects`` retries
-and exponential backoff. A call in flight when the connection dropped is never sent again: it
+``open`` (or at first use), ready, lost after the transport ended (the server process died),
+closed. A call made while lost (or disconnected, or closed) first connects again, with
+``max_reconnects`` retries and exponential backoff. A call in flight when the connection dropped is never sent again: it
 raises ``MCPConnectionLostError``, and the run's journal decides what happens to it.
 
 The tool list is fetched when the connection opens and again whenever the server says it changed
@@ -87,7 +87,8 @@ class MCPConnection:
         invocation_timeout: Seconds one tool call may take; past it the call is cancelled on the server.
         max_reconnects: Further attempts after a failed connection (each after a longer pause).
         reconnect_backoff: Seconds before the first retry; it doubles with each retry.
-        progress_callback: Told about the progress notifications of calls.
+        progress_callback: Told about the progress notifications of calls, on the connection's
+            thread: a slow callback holds up that server's messages, and it must not close the connection.
     """
 
     def __init__(
@@ -103,7 +104,7 @@ class MCPConnection:
     ) -> None:
         if not isinstance(server_info, MCPServerInfo):
             raise ConfigurationTypeError(
-                "server_info must be a StdioServerInfo or a StreamableHttpServerInfo, got "
+                "server_info must be a StdioServerInfo, a StreamableHttpServerInfo or an SSEServerInfo, got "
                 f"{type(server_info).__name__}."
             )
         for name, value in (
@@ -137,21 +138,29 @@ class MCPConnection:
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
+        self._relist_again = False
         self._use_lock: asyncio.Lock | None = None
         self._calls: set[asyncio.Task[Any]] = set()
         #: Bumped for every session: a transport that ends reports its own session, so a late
         #: report of an old session never marks a newer one lost.
         self._session_id = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration: the server (secrets as their variables' names), timeouts and retries."""
+    def settings(self) -> dict[str, Any]:
+        """The options besides the server, as keywords of ``MCPConnection``, ``MCPTool`` and ``MCPToolset``."""
         return {
-            "server_info": self.server_info.to_dict(),
             "connection_timeout": self.connection_timeout,
             "list_timeout": self.list_timeout,
             "invocation_timeout": self.invocation_timeout,
             "max_reconnects": self.max_reconnects,
             "reconnect_backoff": self.reconnect_backoff,
+            "progress_callback": self.progress_callback,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration: the server (secrets as their variables' names), timeouts and retries."""
+        return {
+            "server_info": self.server_info.to_dict(),
+            **self.settings(),
             "progress_callback": None if self.progress_callback is None else serialize_callable(self.progress_callback),
         }
 
@@ -241,19 +250,30 @@ class MCPConnection:
         return await self._await(self._call(name, arguments))
 
     def close(self) -> None:
-        """End the session (and the server process) and stop the connection's thread; idempotent."""
+        """End the session (and the server process) and stop the connection's thread; idempotent.
+
+        Not from the connection's own thread (a progress callback, a tools-changed listener): that
+        thread cannot wait for itself to stop, so ``MCPConnectionError`` says so.
+        """
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise MCPConnectionError(
+                f"The connection to MCP server {self.server_info.describe()} cannot be closed from its own thread "
+                "(a progress callback or a tools-changed listener): close it from the code that runs the agent."
+            )
+        # The lock is held until the thread has stopped: a call from another thread meanwhile waits,
+        # then finds the connection closed and starts afresh, instead of using the ending loop.
         with self._start_lock:
             loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._shut(), loop).result()
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join()
-            loop.close()
-            _open_connections.discard(self)
+            if loop is None or thread is None:
+                return
+            try:
+                asyncio.run_coroutine_threadsafe(self._shut(), loop).result()
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join()
+                loop.close()
+                self._loop = self._thread = None
+                _open_connections.discard(self)
 
     async def close_async(self) -> None:
         """Like ``close``, without blocking the caller's event loop."""
@@ -268,10 +288,9 @@ class MCPConnection:
         async with self._use_lock:
             if self._state is ConnectionState.READY and self._client is not None:
                 return self._client
-            if self._state is ConnectionState.RECONNECTING:
-                await self._end_session()
-            else:
-                self._move("connect")
+            if self._state is ConnectionState.LOST:
+                await self._end_session()  # what is left of the dropped session
+            self._move("connect")
             return await self._connect_with_retries()
 
     async def _connect_with_retries(self) -> Client:
@@ -288,7 +307,7 @@ class MCPConnection:
                     continue
                 self._move("connected")
                 return client
-        except asyncio.CancelledError:
+        except BaseException:  # any other failure (a listener refusing the list, a cancel): not retried
             self._move("connect_failed")
             raise
         self._move("connect_failed")
@@ -375,13 +394,19 @@ class MCPConnection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification) and self._client is not None:
-            self._refresh = asyncio.create_task(self._relist(self._client))
+            # One relist at a time, so that lists arrive in order: a notice during a relist asks the
+            # running one to list once more when it is done.
+            self._relist_again = True
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.create_task(self._relist(self._client))
 
     async def _relist(self, client: Client) -> None:
-        try:
-            await self._list(client)
-        except Exception as exc:  # the old list stays; a call to a tool that went away says so
-            logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
+        while self._relist_again:
+            self._relist_again = False
+            try:
+                await self._list(client)
+            except Exception as exc:  # the old list stays; a call to a tool that went away says so
+                logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
 
     async def _list(self, client: Client) -> None:
         tools: list[mcp_types.Tool] = []

@@ -15,15 +15,16 @@ from agentfsm.errors import MachineError
 class ConnectionState(StrEnum):
     """Where one MCP connection stands."""
 
-    #: Not connected yet, or the last attempt failed: the next use connects.
+    #: No session: never connected yet, or the last attempt to connect failed. The next use connects.
     DISCONNECTED = "disconnected"
     #: Starting the server process or reaching the URL, then listing the tools.
     CONNECTING = "connecting"
     #: A session is open: calls go to the server.
     READY = "ready"
-    #: The session dropped (the server process died, the stream ended): the next call reconnects first.
-    RECONNECTING = "reconnecting"
-    #: Closed by its owner; using it again reconnects.
+    #: The session dropped on its own (the server process died, the stream ended); nothing is
+    #: under way: the next use connects again.
+    LOST = "lost"
+    #: Closed by its owner; using it again connects again.
     CLOSED = "closed"
 
 
@@ -40,12 +41,11 @@ _S = ConnectionState
 #: Every move a connection can make. ``close`` is declared from each state but CLOSED.
 TRANSITIONS: tuple[ConnectionTransition, ...] = (
     ConnectionTransition("connect", _S.DISCONNECTED, _S.CONNECTING),
+    ConnectionTransition("connect", _S.LOST, _S.CONNECTING),
     ConnectionTransition("connect", _S.CLOSED, _S.CONNECTING),
     ConnectionTransition("connected", _S.CONNECTING, _S.READY),
     ConnectionTransition("connect_failed", _S.CONNECTING, _S.DISCONNECTED),
-    ConnectionTransition("lost", _S.READY, _S.RECONNECTING),
-    ConnectionTransition("connected", _S.RECONNECTING, _S.READY),
-    ConnectionTransition("connect_failed", _S.RECONNECTING, _S.DISCONNECTED),
+    ConnectionTransition("lost", _S.READY, _S.LOST),
     *(ConnectionTransition("close", state, _S.CLOSED) for state in _S if state is not _S.CLOSED),
 )
 

@@ -186,8 +186,9 @@ class StreamableHttpServerInfo(_HttpServerInfo):
     """A server reached over MCP's streamable HTTP transport at ``url``.
 
     ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request
-    (values may be ``Secret``). ``timeout`` bounds each HTTP request's connect and write; a
-    response stream may stay open as long as the call it answers (the call has its own timeout).
+    (values may be ``Secret``). ``timeout`` (Haystack's name) bounds each HTTP request's connect
+    and write; a response stream may stay open as long as the call it answers (the call has its
+    own timeout). The toolset's ``connection_timeout`` bounds opening the whole session.
     """
 
     @asynccontextmanager

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
 import mcp.types as mcp_types
 
 from agentfsm.errors import ConfigurationTypeError, MCPToolNotFoundError
-from agentfsm.mcp.annotations import ToolHints, register_tool, tool_hints
+from agentfsm.mcp.annotations import register_tool, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
 from agentfsm.mcp.server_info import MCPServerInfo
@@ -17,6 +18,18 @@ from agentfsm.tools.tool import Tool
 
 #: The parameters of a tool whose description has not been fetched yet (it accepts any object).
 _UNKNOWN_PARAMETERS: dict[str, Any] = {"type": "object"}
+
+
+def raise_not_offered(connection: MCPConnection, missing: list[str], reasons: str) -> None:
+    """Close ``connection`` (nothing unusable keeps a server running), then raise ``MCPToolNotFoundError``."""
+    offered = sorted(t.name for t in connection.tools)
+    connection.close()
+    raise MCPToolNotFoundError(
+        f"MCP server {connection.server_info.describe()} has no usable tool{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(map(repr, missing))}{reasons}; it offers {offered}.",
+        tool_name=missing[0],
+        available_tools=offered,
+    )
 
 
 class MCPTool(Tool):
@@ -29,7 +42,7 @@ class MCPTool(Tool):
 
     Args:
         name: The tool's name on the server.
-        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        server_info: Where the server is (``StdioServerInfo``, ``StreamableHttpServerInfo`` or ``SSEServerInfo``).
         description: Shown to the model instead of the server's description.
         connection_timeout: Seconds to reach the server and open the session.
         invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
@@ -37,7 +50,8 @@ class MCPTool(Tool):
         list_timeout: Seconds to fetch the tool list.
         max_reconnects: Further attempts when connecting fails.
         reconnect_backoff: Seconds before the first retry; doubled for each further one.
-        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
+            the connection's thread: a slow callback holds up that server's messages.
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
         idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
         destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.
@@ -77,13 +91,22 @@ class MCPTool(Tool):
 
     @classmethod
     def from_listing(
-        cls, connection: MCPConnection, spec: mcp_types.Tool, hints: ToolHints, *, trust_annotations: bool
+        cls,
+        connection: MCPConnection,
+        spec: mcp_types.Tool,
+        *,
+        trust_annotations: bool,
+        idempotent: bool | None,
+        destructive: bool | None,
     ) -> MCPTool:
-        """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes."""
+        """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes.
+
+        ``SchemaError`` if the server's input schema for it is not a valid JSON schema.
+        """
         tool = cls.__new__(cls)
-        tool._setup(spec.name, connection, None, trust_annotations, None, None, owns_connection=False)
+        tool._setup(spec.name, connection, None, trust_annotations, idempotent, destructive, owns_connection=False)
         tool.eager_connect = False
-        tool.describe(spec, hints)
+        tool.apply_spec(spec)
         return tool
 
     def _setup(
@@ -115,32 +138,41 @@ class MCPTool(Tool):
         self._idempotent_override = idempotent
         self._destructive_override = destructive
         self._owns_connection = owns_connection
-        #: Whether to ask before a call (from ``destructiveHint`` unless overridden); known once described.
-        self.destructive = True
+        #: Whether to ask before a call (``destructiveHint`` unless overridden): asked until described.
+        self.destructive = True if destructive is None else destructive
+        if idempotent is not None:
+            self.idempotent = idempotent
         #: The tool as the server last described it.
         self.spec: mcp_types.Tool | None = None
+        register_tool(self)  # asked about (as destructive) even before it is described
 
-    def describe(self, spec: mcp_types.Tool, hints: ToolHints) -> None:
-        """Take the server's description of the tool: its schema, description and hints."""
-        self.spec = spec
-        self.description = self._description_override or spec.description or spec.title or ""
-        self.parameters = dict(spec.input_schema)
-        self.idempotent = hints.idempotent
-        self.destructive = hints.destructive
-        Tool.__post_init__(self)  # checks the server's schema and compiles its validator
+    def apply_spec(self, spec: mcp_types.Tool) -> None:
+        """Take the server's description of the tool: its schema, description and hints (after the overrides).
+
+        ``SchemaError`` if the server's input schema is not a valid JSON schema (the tool is unchanged).
+        """
+        # Described on a copy, then taken in one dict update: a run validating arguments on another
+        # thread meanwhile sees the old description or the new one, never half of each.
+        hints = tool_hints(
+            spec,
+            trust_annotations=self.trust_annotations,
+            idempotent=self._idempotent_override,
+            destructive=self._destructive_override,
+        )
+        described = copy.copy(self)
+        described.spec = spec
+        described.description = self._description_override or spec.description or spec.title or ""
+        described.parameters = dict(spec.input_schema)
+        described.idempotent = hints.idempotent
+        described.destructive = hints.destructive
+        Tool.__post_init__(described)  # checks the server's schema and compiles its validator
+        vars(self).update(vars(described))
         register_tool(self)
 
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
         spec = next((s for s in specs if s.name == self.name), None)
-        if spec is not None:
-            self.describe(spec, self._hints(spec))
-
-    def _hints(self, spec: mcp_types.Tool) -> ToolHints:
-        overrides = {
-            "idempotent": {} if self._idempotent_override is None else {self.name: self._idempotent_override},
-            "destructive": {} if self._destructive_override is None else {self.name: self._destructive_override},
-        }
-        return tool_hints(spec, trust_annotations=self.trust_annotations, **overrides)
+        if spec is not None and spec != self.spec:
+            self.apply_spec(spec)
 
     def warm_up(self) -> None:
         """Connect (once) and take the tool's description; ``MCPToolNotFoundError`` if the server has no such tool."""
@@ -158,19 +190,18 @@ class MCPTool(Tool):
 
     def _check_offered(self) -> None:
         if self.spec is None:
-            available = sorted(t.name for t in self.connection.tools)
-            self.connection.close()  # a tool that cannot be used keeps no server running
-            raise MCPToolNotFoundError(
-                f"MCP server {self.server_info.describe()} has no tool {self.name!r}; it offers {available}.",
-                tool_name=self.name,
-                available_tools=available,
-            )
+            raise_not_offered(self.connection, [self.name], "")
 
     def _call(self, **arguments: Any) -> dict[str, Any]:
         return result_value(self.name, self.connection.call(self.name, arguments))
 
-    async def invoke_async(self, **kwargs: Any) -> dict[str, Any]:
-        """Call the tool from an event loop: cancelling the caller cancels the call on the server."""
+    async def invoke_async(self, **kwargs: Any) -> Any:
+        """Call the tool from an event loop: cancelling the caller cancels the call on the server.
+
+        A subclass that overrides ``invoke`` (and not this) has its ``invoke`` run, in a worker thread.
+        """
+        if type(self).invoke is not Tool.invoke:
+            return await super().invoke_async(**kwargs)
         return result_value(self.name, await self.connection.call_async(self.name, kwargs))
 
     def close(self) -> None:
@@ -207,13 +238,8 @@ class MCPTool(Tool):
             fields["name"],
             connection.server_info,
             fields.get("description"),
-            connection.connection_timeout,
-            connection.invocation_timeout,
-            fields.get("eager_connect", False),
-            list_timeout=connection.list_timeout,
-            max_reconnects=connection.max_reconnects,
-            reconnect_backoff=connection.reconnect_backoff,
-            progress_callback=connection.progress_callback,
+            eager_connect=fields.get("eager_connect", False),
+            **connection.settings(),
             trust_annotations=fields.get("trust_annotations", True),
             idempotent=fields.get("idempotent"),
             destructive=fields.get("destructive"),

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import mcp.types as mcp_types
 
-from agentfsm.errors import ConfigurationTypeError, MCPToolNotFoundError
-from agentfsm.mcp.annotations import check_overrides, tool_hints
+from agentfsm.errors import ConfigurationTypeError, SchemaError
+from agentfsm.mcp.annotations import check_overrides
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.server_info import MCPServerInfo
-from agentfsm.mcp.tool import MCPTool
+from agentfsm.mcp.tool import MCPTool, raise_not_offered
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
+
+logger = logging.getLogger(__name__)
 
 
 class MCPToolset(Toolset):
@@ -26,7 +29,7 @@ class MCPToolset(Toolset):
     closes with ``close()`` (``Agent.close``, ``with agent:``, or when the interpreter exits).
 
     Args:
-        server_info: Where the server is (``StdioServerInfo`` or ``StreamableHttpServerInfo``).
+        server_info: Where the server is (``StdioServerInfo``, ``StreamableHttpServerInfo`` or ``SSEServerInfo``).
         tool_names: Only these tools (all must exist at warm-up); ``None`` for all.
         connection_timeout: Seconds to reach the server and open the session.
         invocation_timeout: Seconds a call may take; past it, it is cancelled on the server.
@@ -35,10 +38,12 @@ class MCPToolset(Toolset):
         list_timeout: Seconds to fetch the tool list.
         max_reconnects: Further attempts when connecting fails.
         reconnect_backoff: Seconds before the first retry; doubled for each further one.
-        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice.
+        progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
+            the connection's thread: a slow callback holds up that server's messages.
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
-        idempotent: Per tool name, whether a call may run again after a crash (overrides the annotations).
-        destructive: Per tool name, whether to ask before a call (overrides the annotations).
+        idempotent_overrides: Per tool name, whether a call may run again after a crash (instead of
+            the annotations).
+        destructive_overrides: Per tool name, whether to ask before a call (instead of the annotations).
     """
 
     dynamic = True
@@ -56,8 +61,8 @@ class MCPToolset(Toolset):
         reconnect_backoff: float = 0.25,
         progress_callback: ProgressCallback | None = None,
         trust_annotations: bool = True,
-        idempotent: Mapping[str, bool] | None = None,
-        destructive: Mapping[str, bool] | None = None,
+        idempotent_overrides: Mapping[str, bool] | None = None,
+        destructive_overrides: Mapping[str, bool] | None = None,
     ) -> None:
         if tool_names is not None and (
             not isinstance(tool_names, list) or not all(isinstance(n, str) for n in tool_names)
@@ -68,8 +73,8 @@ class MCPToolset(Toolset):
         self.tool_names = None if tool_names is None else list(tool_names)
         self.eager_connect = eager_connect
         self.trust_annotations = trust_annotations
-        self.idempotent = check_overrides("idempotent", idempotent)
-        self.destructive = check_overrides("destructive", destructive)
+        self.idempotent_overrides = check_overrides("idempotent_overrides", idempotent_overrides)
+        self.destructive_overrides = check_overrides("destructive_overrides", destructive_overrides)
         self.connection = MCPConnection(
             server_info,
             connection_timeout=connection_timeout,
@@ -79,29 +84,41 @@ class MCPToolset(Toolset):
             reconnect_backoff=reconnect_backoff,
             progress_callback=progress_callback,
         )
+        #: Tools the server offers that cannot be used, by name: why (an invalid input schema).
+        self._unusable: dict[str, str] = {}
         self.connection.on_tools_changed(self._listed)
         if eager_connect:
             self.warm_up()
 
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
-        """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept."""
+        """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept.
+
+        A tool whose description changed is a new ``MCPTool``, so that a run holding the old one
+        keeps a consistent description. A tool whose input schema is not a valid JSON schema is left
+        out (and logged): the server's other tools stay usable.
+        """
         current = {t.name: t for t in self.tools if isinstance(t, MCPTool)}
         tools: list[Tool] = []
+        unusable: dict[str, str] = {}
         for spec in specs:
             if self.tool_names is not None and spec.name not in self.tool_names:
                 continue
-            hints = tool_hints(
-                spec,
-                trust_annotations=self.trust_annotations,
-                idempotent=self.idempotent,
-                destructive=self.destructive,
-            )
             tool = current.get(spec.name)
-            if tool is None:
-                tool = MCPTool.from_listing(self.connection, spec, hints, trust_annotations=self.trust_annotations)
-            elif tool.spec != spec:
-                tool.describe(spec, hints)
+            if tool is None or tool.spec != spec:
+                try:
+                    tool = MCPTool.from_listing(
+                        self.connection,
+                        spec,
+                        trust_annotations=self.trust_annotations,
+                        idempotent=self.idempotent_overrides.get(spec.name),
+                        destructive=self.destructive_overrides.get(spec.name),
+                    )
+                except SchemaError as exc:
+                    logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
+                    unusable[spec.name] = str(exc)
+                    continue
             tools.append(tool)
+        self._unusable = unusable
         self.tools = tools  # one assignment: a run reading the list sees the old one or the new one
 
     def add(self, tool: Tool | Toolset) -> None:
@@ -122,16 +139,11 @@ class MCPToolset(Toolset):
         self._check_names()
 
     def _check_names(self) -> None:
-        offered = sorted(t.name for t in self.connection.tools)
-        missing = [n for n in self.tool_names or [] if n not in offered]
+        usable = {t.name for t in self.tools}
+        missing = [n for n in self.tool_names or [] if n not in usable]
         if missing:
-            self.connection.close()  # a toolset that cannot be used keeps no server running
-            raise MCPToolNotFoundError(
-                f"MCP server {self.server_info.describe()} has no tools {missing} (from tool_names); it offers "
-                f"{offered}.",
-                tool_name=missing[0],
-                available_tools=offered,
-            )
+            reasons = "".join(f" ({n}: {self._unusable[n]})" for n in missing if n in self._unusable)
+            raise_not_offered(self.connection, missing, " (from tool_names)" + reasons)
 
     def close(self) -> None:
         """End the session; the server process (stdio) ends with it. Using the tools again reconnects."""
@@ -149,8 +161,8 @@ class MCPToolset(Toolset):
                 "tool_names": self.tool_names,
                 "eager_connect": self.eager_connect,
                 "trust_annotations": self.trust_annotations,
-                "idempotent": self.idempotent or None,
-                "destructive": self.destructive or None,
+                "idempotent_overrides": self.idempotent_overrides or None,
+                "destructive_overrides": self.destructive_overrides or None,
                 **self.connection.to_dict(),
             },
         }
@@ -163,16 +175,11 @@ class MCPToolset(Toolset):
         return cls(
             connection.server_info,
             fields.get("tool_names"),
-            connection.connection_timeout,
-            connection.invocation_timeout,
-            fields.get("eager_connect", False),
-            list_timeout=connection.list_timeout,
-            max_reconnects=connection.max_reconnects,
-            reconnect_backoff=connection.reconnect_backoff,
-            progress_callback=connection.progress_callback,
+            eager_connect=fields.get("eager_connect", False),
+            **connection.settings(),
             trust_annotations=fields.get("trust_annotations", True),
-            idempotent=fields.get("idempotent"),
-            destructive=fields.get("destructive"),
+            idempotent_overrides=fields.get("idempotent_overrides"),
+            destructive_overrides=fields.get("destructive_overrides"),
         )
 
     def __repr__(self) -> str:

@@ -226,13 +226,43 @@ class ComponentTool(Tool):
         return self.component.run(**kwargs)
 
     def warm_up(self) -> None:
-        """Warm up the component (if it has ``warm_up``), once: later calls do nothing."""
+        """Warm up the component (if it has ``warm_up``), once: later calls do nothing until ``close``."""
         if self._is_warmed_up:
             return
         warm = getattr(self.component, "warm_up", None)
         if callable(warm):
             warm()
         self._is_warmed_up = True
+
+    async def warm_up_async(self) -> None:
+        """Like ``warm_up``; the component's ``warm_up_async`` is awaited if it has one (an agent does)."""
+        if self._is_warmed_up:
+            return
+        warm_async = getattr(self.component, "warm_up_async", None)
+        if callable(warm_async):
+            await warm_async()
+            self._is_warmed_up = True
+        else:
+            self.warm_up()
+
+    def close(self) -> None:
+        """Close the component (if it has ``close``): an inner agent's MCP sessions end with the outer agent.
+
+        The component warms up again at its next use.
+        """
+        close = getattr(self.component, "close", None)
+        if callable(close):
+            close()
+        self._is_warmed_up = False
+
+    async def close_async(self) -> None:
+        """Like ``close``; the component's ``close_async`` is awaited if it has one."""
+        close_async = getattr(self.component, "close_async", None)
+        if callable(close_async):
+            await close_async()
+            self._is_warmed_up = False
+        else:
+            self.close()
 
     def _config(self) -> dict[str, Any]:
         return {"component": object_to_dict(self.component), **self._tool_config()}

@@ -9,7 +9,6 @@ parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outp
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -37,10 +36,10 @@ from agentfsm.messages import (
     ToolResultContent,
 )
 from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.signatures import names_keyword
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
-from agentfsm.workers import run_in_worker
 
 
 @dataclass(slots=True)
@@ -108,13 +107,6 @@ def finish_call(call: PreparedCall) -> None:
     call.status = CALL_DISPATCH.next(call.status, "finish")
 
 
-def _accepts_streaming_callback(function: Callable[..., Any]) -> bool:
-    try:
-        return "streaming_callback" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class ToolInvoker:
     """Runs tool calls against a set of tools.
 
@@ -122,7 +114,8 @@ class ToolInvoker:
     a typed exception instead of an error result the model can react to. ``sync_tools_in_threads``
     (async runs only): tool functions are synchronous, so by default each call runs in a worker
     thread and a blocking tool never stalls the event loop; ``False`` runs them inline on the loop,
-    one after another, which saves the thread hand-off for tools that return in microseconds.
+    one after another, which saves the thread hand-off for tools that return in microseconds (a
+    tool with an ``invoke_async`` of its own, such as an MCP tool, is awaited either way).
     A result without ``outputs_to_string`` reaches the model as itself when it is a string, else
     as JSON; ``convert_result_to_json_string=False`` makes it ``str(result)``, as Haystack's
     ToolInvoker does by default.
@@ -191,35 +184,41 @@ class ToolInvoker:
 
     # -- execute ----------------------------------------------------------------------------------
 
+    def _arguments(
+        self, tool: Tool, prepared: PreparedCall, streaming_callback: StreamingCallback | None
+    ) -> dict[str, Any]:
+        if (
+            streaming_callback is not None
+            and self.tool_streaming_callback_passthrough
+            and names_keyword(tool.function, "streaming_callback")
+        ):
+            return {**prepared.arguments, "streaming_callback": streaming_callback}
+        return prepared.arguments
+
     def invoke(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None) -> CallOutcome:
         """Run one ready call: what its tool returned, or the exception it raised."""
         tool = prepared.tool
         assert tool is not None
-        arguments = prepared.arguments
-        if (
-            streaming_callback is not None
-            and self.tool_streaming_callback_passthrough
-            and _accepts_streaming_callback(tool.function)
-        ):
-            arguments = {**arguments, "streaming_callback": streaming_callback}
         try:
-            return CallOutcome(tool.invoke(**arguments))
+            return CallOutcome(tool.invoke(**self._arguments(tool, prepared, streaming_callback)))
         except Exception as exc:
             return CallOutcome(None, exc)
 
     async def invoke_async(
-        self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None
+        self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None, *, inline: bool = False
     ) -> CallOutcome:
-        """Like ``invoke``, on the event loop: other tools run in a worker thread.
+        """Like ``invoke``, awaiting the tool's ``invoke_async`` (by default ``invoke`` in a worker thread).
 
-        A tool with an ``invoke_async`` coroutine (an MCP tool) is awaited instead, so that
-        cancelling the run cancels its call.
+        ``inline``: a tool without an ``invoke_async`` of its own runs on the event loop instead; an
+        awaitable one (an MCP tool) is awaited all the same, so it never blocks the loop.
         """
-        invoke_async = getattr(prepared.tool, "invoke_async", None)
-        if invoke_async is None:
-            return await run_in_worker(self.invoke, prepared, streaming_callback)
+        tool = prepared.tool
+        assert tool is not None
+        arguments = self._arguments(tool, prepared, streaming_callback)
         try:
-            return CallOutcome(await invoke_async(**prepared.arguments))
+            if inline and not tool.awaitable:
+                return CallOutcome(tool.invoke(**arguments))
+            return CallOutcome(await tool.invoke_async(**arguments))
         except Exception as exc:
             return CallOutcome(None, exc)
 
@@ -263,7 +262,7 @@ class ToolInvoker:
         ready = [c for c in calls if c.status is CallStatus.READY]
         if not self.sync_tools_in_threads:
             for c in ready:
-                self._done(c, self.invoke(c, streaming_callback), on_complete)
+                self._done(c, await self.invoke_async(c, streaming_callback, inline=True), on_complete)
         elif len(ready) > 1 and self.tool_concurrency > 1:
             semaphore = asyncio.Semaphore(self.tool_concurrency)
 

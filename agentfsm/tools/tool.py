@@ -28,6 +28,8 @@ from agentfsm.serialization import (
     object_path,
     serialize_callable,
 )
+from agentfsm.signatures import accepted_keywords, names_keyword
+from agentfsm.workers import run_in_worker
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
 
@@ -130,13 +132,8 @@ def validate_tool_config(
 
 def function_inputs(function: Callable[..., Any], parameters: dict[str, Any]) -> set[str] | None:
     """The parameters ``function`` takes (``None``: any, it takes ``**kwargs``; the schema's when it has no signature)."""
-    try:
-        signature = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return set(parameters.get("properties", {}))
-    if any(p.kind is p.VAR_KEYWORD for p in signature.values()):
-        return None
-    return set(signature)
+    keywords = accepted_keywords(function, without_signature=frozenset(parameters.get("properties", {})))
+    return None if keywords is None else set(keywords)
 
 
 def _serialize_specs(specs: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -221,10 +218,7 @@ class Tool:
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
         self._check = compile_validator(self.parameters, self._validator)
-        try:
-            self.takes_idempotency_key = IDEMPOTENCY_KEY in inspect.signature(self.function).parameters
-        except (TypeError, ValueError):  # a callable without a signature
-            self.takes_idempotency_key = False
+        self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
 
     def _valid_inputs(self) -> set[str] | None:
         """The parameters ``inputs_from_state`` may name (``None``: any).
@@ -270,6 +264,18 @@ class Tool:
     def invoke(self, **kwargs: Any) -> Any:
         """Call the tool's function with ``kwargs``."""
         return self.function(**kwargs)
+
+    async def invoke_async(self, **kwargs: Any) -> Any:
+        """Call the tool from an event loop (``run_async``): by default, ``invoke`` in a worker thread.
+
+        Override it for a tool that can be awaited (an MCP tool): then cancelling the run cancels the call.
+        """
+        return await run_in_worker(self.invoke, **kwargs)
+
+    @property
+    def awaitable(self) -> bool:
+        """The tool has an ``invoke_async`` of its own (not ``invoke`` in a worker thread)."""
+        return type(self).invoke_async is not Tool.invoke_async
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize; the function is stored as its import path."""

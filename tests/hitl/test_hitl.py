@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from agentfsm import Agent, ChatMessage, Phase
+from agentfsm import Agent, ChatMessage, Phase, Toolset
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,
@@ -252,6 +252,35 @@ def test_ask_once_remembers_across_a_pause_in_another_agent(allow_tests_modules:
     )
 
 
+class ShownAtWarmUp(Toolset):
+    """A dynamic toolset (as an MCP server's is) whose tools are known only once it is warmed up."""
+
+    dynamic = True
+
+    def warm_up(self) -> None:
+        self.tools = [add]
+
+
+def test_an_every_tool_ask_once_strategy_remembers_across_a_pause() -> None:
+    from agentfsm import Breakpoint, BreakpointException
+
+    script = [calls(call("add", "c1", a=1, b=1)), calls(call("add", "c2", a=1, b=1)), "done"]
+
+    def agent(position: int = 0) -> Agent:
+        strategy = blocking(["confirm", None, None], policy=AskOncePolicy())
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position),
+            tools=ShownAtWarmUp(),
+            confirmation_strategies={"*": strategy},
+        )
+
+    with pytest.raises(BreakpointException) as paused:
+        agent().run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
+    fresh = agent(position=1)
+    fresh.run(snapshot=paused.value.snapshot)
+    assert fresh.confirmation_strategies["*"].confirmation_ui.asked == [], "confirmed before the pause: not asked again"
+
+
 def test_hitl_exceptions_pickle_with_their_snapshot(tmp_path: Path) -> None:
     with pytest.raises(HITLBreakpointException) as paused:
         two_adds(strategies={"add": BreakpointConfirmationStrategy(str(tmp_path))}).run(USER)
@@ -422,3 +451,12 @@ def test_a_waiting_call_never_runs_without_a_decision(tmp_path: Path) -> None:
     with pytest.raises(DecisionError, match=r"\['c2'\].*decision"):
         no_strategy.run(snapshot=paused.value.snapshot, decisions=[ToolExecutionDecision("add", True, "c1")])
     assert SIDE_EFFECTS == []
+
+
+def test_an_every_tool_strategy_is_part_of_the_fingerprint() -> None:
+    def agent(strategies: dict[Any, Any]) -> Agent:
+        return Agent(
+            chat_generator=ScriptedChatGenerator(["x"]), tools=ShownAtWarmUp(), confirmation_strategies=strategies
+        )
+
+    assert agent({"*": blocking()}).fingerprint != agent({}).fingerprint

@@ -27,6 +27,9 @@ class SleepModel:
 
 #: ``slow`` has no annotations; it is declared idempotent here, so a call in doubt runs again.
 sleeper = DurableAgent(
-    Agent(chat_generator=SleepModel(), tools=MCPToolset(stdio_info(), tool_names=["slow"], idempotent={"slow": True})),
+    Agent(
+        chat_generator=SleepModel(),
+        tools=MCPToolset(stdio_info(), tool_names=["slow"], idempotent_overrides={"slow": True}),
+    ),
     "mcp_sleeper",
 )

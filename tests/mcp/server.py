@@ -69,7 +69,7 @@ def build_server() -> MCPServer:
 
     @server.tool()
     async def grow(ctx: Context) -> str:
-        """Offer a new tool, 'shrink', and withdraw 'fail'."""
+        """Offer a new tool, 'shrink', withdraw 'fail', and describe 'count' anew."""
 
         def shrink() -> str:
             """Undo grow."""
@@ -77,6 +77,8 @@ def build_server() -> MCPServer:
 
         server.add_tool(shrink, name="shrink")
         server.remove_tool("fail")
+        server.remove_tool("count")
+        server.add_tool(count, name="count", description="Count the calls (described anew).")
         await ctx.notify_tools_changed()
         return "grown"
 

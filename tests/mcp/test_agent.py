@@ -10,21 +10,21 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
+from agentfsm import Agent, BreakpointException, ChatMessage, ComponentTool, Phase, ToolCall
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.mcp import ConnectionState, MCPToolset
+from agentfsm.mcp import ConnectionState, MCPTool, MCPToolset
 from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
 
 QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
 
 
 class Arithmetician:
-    """A chat generator (the seeds' protocol) that asks ``add`` and then answers with what it returned."""
+    """A chat generator (Haystack's documented protocol) that asks ``add`` and then answers with what it returned."""
 
     def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
         last = messages[-1]
@@ -101,7 +101,7 @@ class KillServerBetweenCalls(ScriptedChatGenerator):
             for pid in children():
                 if pid not in self.before:
                     os.kill(pid, signal.SIGKILL)
-            assert wait_for_state(self.toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+            assert wait_for_state(self.toolset.connection, ConnectionState.LOST) is ConnectionState.LOST
         return super().run(messages, tools, **kwargs)
 
 
@@ -145,3 +145,74 @@ def test_a_run_paused_before_its_mcp_call_resumes_in_another_process(tmp_path: P
     )
     done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["42", "done"], done.stderr
+
+
+async def test_inline_tools_never_stall_the_event_loop_during_an_mcp_call(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 1.0, "marker": str(marker)}, id="s")])
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply, "done"]),
+        tools=MCPToolset(stdio_info(), tool_names=["slow"]),
+        tool_invoker_kwargs={"sync_tools_in_threads": False},
+    )
+    seen: list[str] = []
+
+    async def watch() -> None:  # another task on the run's loop: it runs only if the call yields the loop
+        while not marker.exists():
+            await asyncio.sleep(0.01)
+        seen.append(marker.read_text())
+
+    async with agent:
+        watcher = asyncio.create_task(watch())
+        result = await agent.run_async([ChatMessage.from_user("go")])
+        await watcher
+    assert result["last_message"].text == "done"
+    assert seen == ["started"], "the loop was blocked for the whole call"
+
+
+class AuditedMCPTool(MCPTool):
+    """An MCP tool whose subclass overrides ``invoke`` (and not ``invoke_async``): it records each call."""
+
+    calls: ClassVar[list[dict[str, Any]]] = []
+
+    def invoke(self, **kwargs: Any) -> Any:
+        type(self).calls.append(kwargs)
+        return super().invoke(**kwargs)
+
+
+async def test_an_overridden_invoke_runs_in_async_runs_as_in_sync_ones() -> None:
+    AuditedMCPTool.calls = []
+    agent = Agent(chat_generator=Arithmetician(), tools=[AuditedMCPTool("add", stdio_info())])
+    with agent:
+        agent.run(QUESTION)
+        await agent.run_async(QUESTION)
+    assert AuditedMCPTool.calls == [{"a": 2, "b": 3}, {"a": 2, "b": 3}]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_closing_an_agent_closes_the_mcp_sessions_of_the_agents_it_calls(driver: str) -> None:
+    before = children()
+    toolset = MCPToolset(stdio_info(), tool_names=["add"])
+    inner = Agent(chat_generator=Arithmetician(), tools=toolset)
+    ask_inner = ChatMessage.from_assistant(tool_calls=[ToolCall("helper", {"messages": []}, id="h")])
+    outer = Agent(
+        chat_generator=ScriptedChatGenerator([ask_inner, "done", ask_inner, "done again"]),
+        tools=[ComponentTool(component=inner, name="helper", description="Ask the helper.")],
+    )
+
+    async def twice_async() -> None:
+        for _ in range(2):
+            async with outer:
+                await outer.run_async(QUESTION)
+                assert toolset.connection.state is ConnectionState.READY
+            assert toolset.connection.state is ConnectionState.CLOSED
+
+    if driver == "async":
+        asyncio.run(twice_async())
+    else:
+        for _ in range(2):  # closed, then warmed up again at the next use
+            with outer:
+                outer.run(QUESTION)
+                assert toolset.connection.state is ConnectionState.READY
+            assert toolset.connection.state is ConnectionState.CLOSED
+    assert wait_for_no_children(before) == []

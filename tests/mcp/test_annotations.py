@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BlockingConfirmationStrategy, ConfirmationUIResult
-from agentfsm.mcp import AskDestructiveMCPToolsPolicy, MCPTool, MCPToolset
+from agentfsm.mcp import AskDestructiveMCPToolsPolicy, ConnectionState, MCPTool, MCPToolset
 from agentfsm.stores import SQLiteSnapshotStore
 from tests.mcp.conftest import stdio_info
 
@@ -38,8 +39,8 @@ def test_annotations_map_onto_idempotent_and_destructive(hints: dict[str, tuple[
 def test_the_user_overrides_the_annotations_or_ignores_them() -> None:
     toolset = MCPToolset(
         stdio_info(),
-        idempotent={"slow": True},
-        destructive={"delete_file": False},
+        idempotent_overrides={"slow": True},
+        destructive_overrides={"delete_file": False},
         tool_names=["slow", "delete_file", "add"],
     )
     untrusting = MCPTool("add", stdio_info(), trust_annotations=False)
@@ -59,7 +60,7 @@ def test_the_user_overrides_the_annotations_or_ignores_them() -> None:
 
 
 class Approve:
-    """A confirmation UI (the seeds' protocol) that approves and records what it was asked about."""
+    """A confirmation UI (Haystack's documented protocol) that approves and records what it was asked about."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
@@ -73,6 +74,9 @@ class Approve:
 
 @pytest.mark.parametrize("eager_connect", [True, False], ids=["connected-when-built", "tools-seen-at-warm-up"])
 def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path, eager_connect: bool) -> None:
+    # The policy matches names process-wide: an earlier test's untrusted (so destructive) "add",
+    # dropped but held in a reference cycle, would count until collected.
+    gc.collect()
     doomed = tmp_path / "doomed.txt"
     doomed.write_text("bye")
     reply = ChatMessage.from_assistant(
@@ -92,6 +96,48 @@ def test_the_policy_asks_before_destructive_tools_only(tmp_path: Path, eager_con
     assert not doomed.exists()
 
 
+def test_the_policy_asks_whatever_the_state_of_the_session(tmp_path: Path) -> None:
+    doomed = tmp_path / "doomed.txt"
+    doomed.write_text("keep me")
+    toolset = MCPToolset(stdio_info(), tool_names=["delete_file"])
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("delete_file", {"path": str(doomed)}, id="d")])
+    ui = Reject()
+    asking = Agent(
+        chat_generator=ScriptedChatGenerator([reply, "done"]),
+        tools=toolset,
+        confirmation_strategies={"*": BlockingConfirmationStrategy(AskDestructiveMCPToolsPolicy(), ui)},
+    )
+    other = Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=toolset)
+    try:
+        asking.warm_up()
+        other.warm_up()
+        other.close()  # closes the session the two agents share: the next call reconnects
+        assert toolset.connection.state is ConnectionState.CLOSED
+        asking.run([ChatMessage.from_user("delete it")])
+    finally:
+        asking.close()
+    assert ui.asked == ["delete_file"]
+    assert doomed.read_text() == "keep me"
+
+
+def test_an_explicit_override_holds_before_the_tool_is_described() -> None:
+    tool = MCPTool("delete_file", stdio_info(), destructive=False, idempotent=True)
+    assert (tool.destructive, tool.idempotent) == (False, True)
+    assert AskDestructiveMCPToolsPolicy().should_ask("never-described-tool", "", {}) is False
+    undescribed = MCPTool("not-yet-described", stdio_info())
+    assert AskDestructiveMCPToolsPolicy().should_ask(undescribed.name, "", {})
+
+
+class Reject(Approve):
+    """A confirmation UI that rejects and records what it was asked about."""
+
+    def get_user_confirmation(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any]
+    ) -> ConfirmationUIResult:
+        self.asked.append(tool_name)
+        return ConfirmationUIResult(action="reject")
+
+
 KILLED_DURING_A_CALL = """
 import os, sys
 from agentfsm import Agent, ChatMessage, ToolCall
@@ -105,7 +151,7 @@ def die(*progress):  # the call is under way on the server: the agent's process 
 
 reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 0.1, "marker": sys.argv[2]}, id="s")])
 idempotent = {"slow": True} if sys.argv[3] == "idempotent" else None
-toolset = MCPToolset(stdio_info(), tool_names=["slow"], progress_callback=die, idempotent=idempotent)
+toolset = MCPToolset(stdio_info(), tool_names=["slow"], progress_callback=die, idempotent_overrides=idempotent)
 store = SQLiteSnapshotStore(sys.argv[1], durable=True)
 Agent(chat_generator=ScriptedChatGenerator([reply, "done"]), tools=toolset, snapshot_store=store).run(
     [ChatMessage.from_user("go")]
@@ -130,7 +176,9 @@ def test_a_call_in_doubt_after_a_crash_reruns_only_if_idempotent(tmp_path: Path,
     snapshot = store.latest(store.runs()[0].run_id)
     assert snapshot.phase is Phase.TOOL_RUN and snapshot.outcome_unknown_calls() == {"s": "slow"}
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 0.1, "marker": str(marker)}, id="s")])
-    toolset = MCPToolset(stdio_info(), tool_names=["slow"], idempotent={"slow": True} if kind == "idempotent" else None)
+    toolset = MCPToolset(
+        stdio_info(), tool_names=["slow"], idempotent_overrides={"slow": True} if kind == "idempotent" else None
+    )
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"], position=snapshot.step),
         tools=toolset,

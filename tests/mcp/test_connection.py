@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
 from agentfsm.mcp import (
     ConnectionState,
+    MCPConnectionError,
     MCPConnectionLostError,
     MCPTimeoutError,
     MCPTool,
@@ -80,7 +82,7 @@ def test_a_killed_stdio_server_is_restarted_for_the_next_call() -> None:
         assert count.invoke()["text"] == "1"
         [server] = [pid for pid in children() if pid not in before]
         os.kill(server, signal.SIGKILL)
-        assert wait_for_state(toolset.connection, ConnectionState.RECONNECTING) is ConnectionState.RECONNECTING
+        assert wait_for_state(toolset.connection, ConnectionState.LOST) is ConnectionState.LOST
         assert count.invoke()["text"] == "1"  # a new server process: its count starts again
         assert toolset.connection.state is ConnectionState.READY
     finally:
@@ -175,3 +177,31 @@ def test_no_server_process_outlives_close_errors_or_a_keyboard_interrupt(tmp_pat
     )
     done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=60)
     assert "interrupted []" in done.stdout, done.stderr
+
+
+def test_closing_from_a_progress_callback_is_refused_instead_of_hanging(tmp_path: Path) -> None:
+    refused: list[BaseException] = []
+
+    def close_now(*progress: object) -> None:  # runs on the connection's own thread
+        try:
+            toolset.close()
+        except MCPConnectionError as exc:
+            refused.append(exc)
+
+    toolset = MCPToolset(stdio_info(), tool_names=["slow"], progress_callback=close_now)
+    results: list[object] = []
+    # In a thread of its own: were the close to wait for the connection's thread from that thread,
+    # the test would report it instead of hanging.
+    caller = threading.Thread(
+        target=lambda: results.append(tool(toolset, "slow").invoke(seconds=0.01, marker=str(tmp_path / "m")))
+    )
+    try:
+        toolset.warm_up()
+        caller.start()
+        caller.join(60)
+        assert not caller.is_alive(), "close() from the connection's thread deadlocked"
+        assert len(refused) == 1 and "own thread" in str(refused[0])
+        assert results and results[0]["text"] == "slept"  # type: ignore[index]
+    finally:
+        if not caller.is_alive():
+            toolset.close()

@@ -15,8 +15,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
 
 def test_declared_moves() -> None:
     assert next_state(ConnectionState.DISCONNECTED, "connect") is ConnectionState.CONNECTING
-    assert next_state(ConnectionState.READY, "lost") is ConnectionState.RECONNECTING
-    assert next_state(ConnectionState.RECONNECTING, "connected") is ConnectionState.READY
+    assert next_state(ConnectionState.READY, "lost") is ConnectionState.LOST
+    assert next_state(ConnectionState.LOST, "connect") is ConnectionState.CONNECTING
     assert all(
         next_state(s, "close") is ConnectionState.CLOSED for s in ConnectionState if s is not ConnectionState.CLOSED
     )

@@ -26,7 +26,11 @@ def test_a_toolset_round_trips_without_its_secrets(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MCP_TOKEN", "token-value")
     monkeypatch.setenv("MCP_KEY", "key-value")
     toolset = MCPToolset(
-        http_info(), tool_names=["search"], invocation_timeout=600, idempotent={"search": True}, max_reconnects=5
+        http_info(),
+        tool_names=["search"],
+        invocation_timeout=600,
+        idempotent_overrides={"search": True},
+        max_reconnects=5,
     )
     data = toolset.to_dict()
     text = json.dumps(data)
@@ -64,7 +68,7 @@ def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="invocation_timeout"):
         MCPToolset(StdioServerInfo(command="x"), invocation_timeout=-1)
     with pytest.raises(ConfigurationTypeError, match="tool names"):
-        MCPToolset(StdioServerInfo(command="x"), idempotent={"a": "yes"})  # type: ignore[dict-item]
+        MCPToolset(StdioServerInfo(command="x"), idempotent_overrides={"a": "yes"})  # type: ignore[dict-item]
     with pytest.raises(ConfigurationTypeError, match="server_info"):
         MCPToolset("python server.py")  # type: ignore[arg-type]
 

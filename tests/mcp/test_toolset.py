@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from agentfsm.errors import ToolArgumentsError
+from agentfsm.errors import SchemaError, ToolArgumentsError
 from agentfsm.mcp import (
+    ConnectionState,
     MCPConnectionError,
     MCPTool,
     MCPToolError,
@@ -119,10 +121,15 @@ def test_a_list_change_adds_and_withdraws_tools() -> None:
 
 
 def check_list_change(toolset: MCPToolset) -> None:
-    fail = by_name(toolset, "fail")
+    fail, count, add = by_name(toolset, "fail"), by_name(toolset, "count"), by_name(toolset, "add")
+    described = (count.description, count.parameters, count.idempotent)
     assert by_name(toolset, "grow").invoke()["text"] == "grown"
     names = {t.name for t in toolset}
     assert "shrink" in names and "fail" not in names
+    # A tool described anew is a new tool: one a run holds keeps the description it was checked with.
+    assert (count.description, count.parameters, count.idempotent) == described
+    assert by_name(toolset, "count").description == "Count the calls (described anew)."
+    assert by_name(toolset, "add") is add, "an unchanged tool is kept"
     assert by_name(toolset, "shrink").invoke()["text"] == "shrunk"
     with pytest.raises(MCPToolNotFoundError, match="any more"):
         fail.invoke(reason="stale")
@@ -153,3 +160,31 @@ def test_a_command_that_does_not_exist_is_a_connection_error() -> None:
     with pytest.raises(MCPConnectionError, match="nonexistent"):
         toolset.warm_up()
     toolset.close()
+
+
+BAD_SCHEMA = StdioServerInfo(command=sys.executable, args=[str(Path(__file__).with_name("bad_schema_server.py"))])
+
+
+def test_a_tool_with_an_invalid_schema_is_left_out_and_the_others_work() -> None:
+    with closing(MCPToolset(BAD_SCHEMA, max_reconnects=0)) as toolset:
+        toolset.warm_up()
+        assert [t.name for t in toolset] == ["add"]
+        assert by_name(toolset, "add").invoke(a=1, b=2)["text"] == "3"
+
+
+def test_naming_a_tool_with_an_invalid_schema_fails_the_same_way_each_time() -> None:
+    with closing(MCPToolset(BAD_SCHEMA, tool_names=["broken"], max_reconnects=0)) as toolset:
+        for _ in range(2):
+            with pytest.raises(MCPToolNotFoundError, match="broken") as caught:
+                toolset.warm_up()
+            assert caught.value.tool_name == "broken"
+            assert "schema" in str(caught.value)
+            assert toolset.connection.state is ConnectionState.CLOSED
+
+
+def test_a_lone_tool_with_an_invalid_schema_raises_schema_error_and_never_sticks() -> None:
+    with closing(MCPTool("broken", BAD_SCHEMA, max_reconnects=0)) as tool:
+        for _ in range(2):
+            with pytest.raises(SchemaError, match="broken"):
+                tool.warm_up()
+            assert tool.connection.state is ConnectionState.DISCONNECTED

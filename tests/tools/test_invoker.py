@@ -207,6 +207,45 @@ def test_streaming_callback_passthrough() -> None:
         assert seen == expected
 
 
+async def test_streaming_callback_passthrough_reaches_the_tool_on_the_async_path_too() -> None:
+    seen: list[Any] = []
+
+    @tool
+    def streamer(text: str, streaming_callback: Any = None) -> str:
+        """Streams its input."""
+        if streaming_callback is not None:
+            streaming_callback(text)
+        return text
+
+    for inline in (False, True):
+        seen.clear()
+        invoker = ToolInvoker([streamer], tool_streaming_callback_passthrough=True, sync_tools_in_threads=not inline)
+        prepared = invoker.prepare([ToolCall("streamer", {"text": "x"})], State({}))
+        await invoker.execute_async(prepared, seen.append)
+        assert seen == ["x"]
+
+
+class Recorded(Tool):
+    """A tool subclass that overrides ``invoke`` (and not ``invoke_async``): it records each call."""
+
+    calls: list[dict[str, Any]]
+
+    def invoke(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return super().invoke(**kwargs)
+
+
+@pytest.mark.parametrize("in_threads", [True, False])
+async def test_an_overridden_invoke_runs_on_the_async_path(in_threads: bool) -> None:
+    recorded = Recorded("echo", "Echo.", {"type": "object"}, lambda **kw: kw)
+    recorded.calls = []
+    invoker = ToolInvoker([recorded], sync_tools_in_threads=in_threads)
+    prepared = invoker.prepare([ToolCall("echo", {"a": 1})], State({}))
+    await invoker.execute_async(prepared)
+    assert recorded.calls == [{"a": 1}]
+    assert prepared[0].outcome is not None and prepared[0].outcome.value == {"a": 1}
+
+
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
 
 
