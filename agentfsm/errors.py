@@ -38,8 +38,10 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   │   ├── BadRequestError                          another 4xx: the model, a parameter or the messages
     │   │   └── ServerError                              5xx, and the retries ran out
     │   ├── ModelTimeoutError                            no answer in time, and the retries ran out
+    │   │   └── ModelDeadlineError                       the call, retries included, outlived its deadline
     │   ├── ModelConnectionError                         the server could not be reached, and the retries ran out
     │   ├── ModelResponseError                           the answer could not be read
+    │   ├── AllChatGeneratorsFailedError                 every generator of a fallback failed
     │   ├── ScriptExhaustedError                         a scripted model ran out of replies
     │   └── CassetteMismatchError                        a replayed request differs from the recorded one
     ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)

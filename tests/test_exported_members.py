@@ -103,6 +103,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "CassetteChatGenerator",
         "CassetteMismatchError",
         "ChatGenerator",
+        "FallbackChatGenerator",
         "OpenAIChatGenerator",
         "ScriptedChatGenerator",
         "StreamingCallback",

@@ -279,14 +279,14 @@ def test_a_run_that_pauses_again_says_how_to_go_on(tmp_path: Path) -> None:
     store = SQLiteSnapshotStore(where, durable=True)
     run_id = paused_payments(store)
     store.close()
-    agent = ("--agent", "tests.test_cli:paying_agent")
+    agent = ("--agent", "tests.cli.test_cli:paying_agent")
     # New arguments are checked against the tool before the run goes on, as on the review page.
     unfit = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1", "--modify", 'p2:{"to": "bob"}')
     assert unfit.returncode == 1 and "'amount'" in unfit.stderr, unfit.stderr
     half = cli("decide", run_id, "--store", str(where), *agent, "--approve", "p1")
     assert half.returncode == 3, half.stderr  # paused again: no answer yet, and no error
     assert "error" not in half.stderr and "waits for a decision on p2" in half.stderr, half.stderr
-    assert f"agentfsm decide {run_id} --store {where} --agent tests.test_cli:paying_agent" in half.stderr
+    assert f"agentfsm decide {run_id} --store {where} --agent tests.cli.test_cli:paying_agent" in half.stderr
     rest = cli("decide", run_id, "--store", str(where), *agent, "--reject", "p2:over the limit")
     assert rest.returncode == 0 and rest.stdout.strip() == "Paid Ann; the payment to Bob was refused.", rest.stderr
 
@@ -295,7 +295,7 @@ def test_resume_a_file_that_pauses_again_then_approve_all(tmp_path: Path) -> Non
     with pytest.raises(HITLBreakpointException) as info:
         paying_agent(position=0).run([ChatMessage.from_user("Pay Ann 30 and Bob 9000.")])
     paused = info.value.snapshot.to_file(tmp_path / "paused.json")
-    agent = ("--agent", "tests.test_cli:paying_agent")
+    agent = ("--agent", "tests.cli.test_cli:paying_agent")
     half = cli("resume", str(paused), *agent, "--reject", "p2:no")
     assert half.returncode == 3 and "waits for a decision on p1" in half.stderr, half.stderr
     again = half.stderr.split("go on with: agentfsm resume ")[1].split(" --agent")[0]
