@@ -458,6 +458,12 @@ class ChatMessage:
 GIVEN_CALL_IDS_KEY = "given_tool_call_ids"
 
 
+def have_own_ids(ids: Sequence[str | None]) -> bool:
+    """Whether each of the tool-call ``ids`` is a non-empty string that no other call has."""
+    distinct = set(ids)
+    return len(distinct) == len(ids) and all(isinstance(i, str) and i for i in distinct)
+
+
 def with_unique_call_ids(replies: list[ChatMessage], step: int) -> list[ChatMessage]:
     """``replies`` where every tool call has an id of its own, for the model's step ``step``.
 
@@ -469,7 +475,7 @@ def with_unique_call_ids(replies: list[ChatMessage], step: int) -> list[ChatMess
     ``GIVEN_CALL_IDS_KEY``. Replies whose calls all have ids of their own are returned as they are.
     """
     given = [c.id for reply in replies for c in reply.tool_calls]
-    if all(isinstance(i, str) and i for i in given) and len(set(given)) == len(given):
+    if have_own_ids(given):
         return replies
     taken = {i for i in given if isinstance(i, str) and i}
     seen: set[str] = set()

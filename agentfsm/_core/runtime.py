@@ -46,7 +46,7 @@ from agentfsm.machine import (
     dispatch_for,
     work_plan,
 )
-from agentfsm.messages import ChatMessage, ChatRole, ToolCall, with_unique_call_ids
+from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
 from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
@@ -533,16 +533,18 @@ class AgentRun:
             raise self._unexpected(Work.CALL_MODEL, "model_replied")
         self._awaiting = None
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
+        if not isinstance(replies, list) or not replies:
             raise bad_model_output(output)
-        # Each call needs an id of its own to be decided and answered: the model's, or a new one.
-        replies = with_unique_call_ids(replies, self.step + 1)
         calls: list[ToolCall] = []
-        usage: list[dict[str, Any]] = []
         for reply in replies:
+            if not isinstance(reply, ChatMessage):
+                raise bad_model_output(output)
             calls += reply.tool_calls
-            if isinstance(reply.meta.get("usage"), dict):
-                usage.append(reply.meta["usage"])
+        if not have_own_ids([c.id for c in calls]):
+            # Each call needs an id of its own to be decided and answered: the model's, or a new one.
+            replies = with_unique_call_ids(replies, self.step + 1)
+            calls = [c for reply in replies for c in reply.tool_calls]
+        usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
