@@ -443,7 +443,7 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
         )
         return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["pip failed"])[-1]
 
-    failed = pip_install("-e", f"{HERE.parent}[dbos]")
+    failed = pip_install("-e", f"{HERE.parent}[dbos,mcp]")
     if failed is not None:
         return {"error": f"agentfsm could not be installed in {venv}: {failed}"}
     not_installed = {name: why for name, packages in PEER_PACKAGES.items() if (why := pip_install(*packages))}
@@ -457,7 +457,16 @@ def peers(steps: int, runs: int) -> dict[str, Any]:
         if "error" in row and row["framework"] in not_installed:
             row["error"] = f"not installed: {not_installed[row['framework']]}"
     measured["clients"] = model_clients(python, pip_install, runs)
+    measured["mcp"] = mcp_tools(python, pip_install, runs)
     return measured
+
+
+def mcp_tools(python: Path, pip_install: Callable[..., str | None], runs: int) -> dict[str, Any]:
+    """What ``peers/mcp_tools.py`` prints: one MCP tool call through agentfsm and its peers, or ``{"error": why}``."""
+    failed = pip_install(*MCP_PEERS)
+    if failed is not None:
+        return {"error": f"the MCP peers could not be installed: {failed}"}
+    return run_script(python, "mcp_tools.py", "the MCP tools' benchmark", runs)
 
 
 def model_clients(python: Path, pip_install: Callable[..., str | None], runs: int) -> dict[str, Any]:
@@ -511,6 +520,9 @@ def durable_runs(python: Path, steps: int, runs: int, throughput_runs: int) -> d
 
 #: The official model SDKs that the model clients are timed against.
 CLIENT_SDKS = ["openai", "anthropic"]
+
+#: The MCP tools that agentfsm's are timed against.
+MCP_PEERS = ["mcp-haystack", "pydantic-ai-slim[mcp]"]
 
 #: The peers' packages, framework by framework.
 PEER_PACKAGES = {
@@ -769,6 +781,17 @@ def target_table(results: dict[str, Any]) -> list[str]:
                 "yes" if slowest >= 1 else "no",
             )
         )
+    mcp = results["peers"].get("mcp", {}).get("rows")
+    if mcp:
+        added = mcp_added_us(mcp)
+        ours = added.pop("agentfsm MCPTool")
+        rows.append(
+            (
+                "an MCP tool call adds the least over the mcp SDK's own client (agentfsm, mcp-haystack, pydantic-ai)",
+                f"{ours:.0f} µs (others: {', '.join(f'{v:.0f}' for v in added.values())})",
+                "yes" if all(ours <= v for v in added.values()) else "no",
+            )
+        )
     rows.append(
         (
             "a hook firing ≤ 2 µs beyond the hook's own work",
@@ -829,7 +852,40 @@ def peer_tables(peers: dict[str, Any]) -> list[str]:
     for name, row in runs.items():
         if name != row["framework"]:
             lines.append("| " + " | ".join(cells(name, row)) + " |")
-    return lines + client_table(peers.get("clients", {}))
+    return lines + client_table(peers.get("clients", {})) + mcp_table(peers.get("mcp", {}))
+
+
+#: The MCP rows that are libraries around the SDK's client (the others are the floor and the SDK alone).
+MCP_LIBRARIES = ("agentfsm MCPTool", "mcp-haystack MCPTool", "pydantic-ai MCPToolset")
+
+
+def mcp_added_us(rows: dict[str, Any]) -> dict[str, float]:
+    """What each MCP library's call adds to the ``mcp`` SDK's own client's (median µs)."""
+    sdk = rows["the mcp SDK's client alone"]["median_us"]
+    return {name: rows[name]["median_us"] - sdk for name in MCP_LIBRARIES}
+
+
+def mcp_table(mcp: dict[str, Any]) -> list[str]:
+    """One MCP tool call on a local stdio server, library by library."""
+    if "error" in mcp:
+        return ["", f"The MCP tools were not measured: {mcp['error']}"]
+    if not mcp:
+        return []
+    rows, versions = mcp["rows"], mcp["versions"]
+    added = mcp_added_us(rows)
+    lines = [
+        "",
+        f"MCP tools: one call of `add` on a local stdio server (the mcp SDK's, a process per row), "
+        f"{mcp['calls_per_sample']} calls a sample, the rows taking turns; mcp {versions['mcp']}, "
+        f"mcp-haystack {versions['mcp-haystack']}, pydantic-ai {versions['pydantic-ai-slim']}.",
+        "",
+        "| row | median µs/call | min µs/call | added to the SDK's client (median) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        extra = f"{added[name]:.0f}" if name in added else ""
+        lines.append(f"| {name} | {row['median_us']} | {row['min_us']} | {extra} |")
+    return lines
 
 
 #: The model clients' rows and the SDK rows they are compared with.
