@@ -30,6 +30,7 @@ from agentfsm.errors import (
     AuthenticationError,
     BadRequestError,
     ConfigurationError,
+    DeserializationError,
     ModelClientError,
     ModelConnectionError,
     ModelDeadlineError,
@@ -54,6 +55,27 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_JSON_DEPTH = 100
 #: Header, parameter and keyword names that carry credentials (matched as parts of lower-cased names).
 _CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "credential")
+
+#: The fields ``to_dict`` writes (and ``from_dict`` reads).
+_SERIALIZED_FIELDS = frozenset(
+    {
+        "model",
+        "api_key",
+        "api_base_url",
+        "generation_kwargs",
+        "timeout",
+        "max_retries",
+        "http_client_kwargs",
+        "backoff_base",
+        "max_backoff",
+        "connect_timeout",
+        "deadline",
+    }
+)
+#: The ``http_client_kwargs`` that data may set: none of them changes where the key goes (``base_url``,
+#: ``proxy``, ``mounts``, ``transport``, ``follow_redirects``) or how securely (``verify``, ``cert``,
+#: ``trust_env``), and none runs code (``event_hooks``, ``auth``).
+_KWARGS_FROM_DATA = frozenset({"headers", "params", "limits", "http1", "http2", "default_encoding"})
 
 ANSWER_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 """What reading an answer of the wrong shape raises; each becomes a ``ModelResponseError``."""
@@ -721,7 +743,33 @@ class HTTPChatGenerator:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        """Invert ``to_dict``."""
-        body = dict(data["data"])
-        body["api_key"] = Secret.from_dict(body["api_key"])
+        """Invert ``to_dict``; what the data may choose is limited, as the data may not be trusted.
+
+        Raises:
+            DeserializationError: ``data`` is not a serialized client; its key names an environment
+                variable that is neither this client's own nor allowed (``agentfsm.secrets.allow_env_vars``);
+                or its ``http_client_kwargs`` change where or how securely the key is sent.
+        """
+        body = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(body, dict):
+            raise DeserializationError(
+                f"{cls.__name__}.from_dict needs {{'type': ..., 'data': {{...}}}} as to_dict writes, "
+                f"got {type(data).__name__}."
+            )
+        unknown = sorted(set(body) - _SERIALIZED_FIELDS)
+        if unknown:
+            raise DeserializationError(f"{cls.__name__}.from_dict got unknown fields {unknown}.")
+        body = dict(body)
+        if "api_key" in body:
+            body["api_key"] = Secret.from_dict(body["api_key"], also_allowed=[cls.api_key_env_var])
+        kwargs = body.get("http_client_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise DeserializationError(f"http_client_kwargs must be a dict, got {type(kwargs).__name__}.")
+        refused = sorted(set(kwargs) - _KWARGS_FROM_DATA)
+        if refused:
+            raise DeserializationError(
+                f"http_client_kwargs {refused} cannot be read from data: they change where or how securely the "
+                f"API key is sent. Data may set only {sorted(_KWARGS_FROM_DATA)}; give the others in code "
+                f"({cls.__name__}(http_client_kwargs=...))."
+            )
         return cls(**body)

@@ -85,7 +85,10 @@ def test_bad_configurations_are_refused() -> None:
         FallbackChatGenerator.from_dict({"type": "x", "data": {"chat_generators": "nope"}})
 
 
-def test_a_snapshot_taken_mid_run_resumes_with_the_fallback_after_a_round_trip(server: ScriptedServer) -> None:
+def test_a_snapshot_taken_mid_run_resumes_with_the_fallback_after_a_round_trip(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "NO_KEY_NEEDED")
     SIDE_EFFECTS.clear()
     server.reply(
         body=completion({"content": None, "tool_calls": [tool_call("c1", "add", '{"a": 2, "b": 3}')]}, "tool_calls")

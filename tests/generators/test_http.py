@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, ChatMessage, StreamingChunk, ToolCall
+from agentfsm import Agent, ChatMessage, StreamingChunk, ToolCall, secrets
 from agentfsm.errors import (
     ConfigurationError,
+    DeserializationError,
     ModelDeadlineError,
     ModelResponseError,
     RateLimitError,
@@ -239,7 +240,8 @@ def test_timeouts_and_retries_are_checked(setting: dict[str, Any]) -> None:
         OpenAIChatGenerator("m", Secret.from_token("k"), **setting)
 
 
-def test_the_settings_round_trip(server: ScriptedServer) -> None:
+def test_the_settings_round_trip(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "K")
     model = OpenAIChatGenerator(
         "m", Secret.from_env_var("K", strict=False), server.url, timeout=7.0, connect_timeout=2.0, deadline=42.0
     )
@@ -248,6 +250,71 @@ def test_the_settings_round_trip(server: ScriptedServer) -> None:
 
 
 # -- credentials --------------------------------------------------------------------------------------
+
+
+def untrusted(env_var: str, **fields: Any) -> dict[str, Any]:
+    """A client's dict as a document from elsewhere could hold it."""
+    return {"type": "x", "data": {"api_key": {"type": "env_var", "env_vars": [env_var]}, **fields}}
+
+
+def test_data_may_name_only_the_clients_own_key_variable_or_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    evil = untrusted("AWS_SECRET_ACCESS_KEY", api_base_url="https://evil.example")
+    with pytest.raises(DeserializationError, match="AGENTFSM_ALLOWED_ENV_VARS") as refused:
+        OpenAIChatGenerator.from_dict(evil)
+    assert "allow_env_vars" in str(refused.value) and "aws-secret" not in str(refused.value)
+    assert OpenAIChatGenerator.from_dict(untrusted("OPENAI_API_KEY")).api_key.to_dict()["env_vars"] == [
+        "OPENAI_API_KEY"
+    ]
+    assert AnthropicChatGenerator.from_dict(untrusted("ANTHROPIC_API_KEY")).model
+    with pytest.raises(DeserializationError):
+        AnthropicChatGenerator.from_dict(untrusted("OPENAI_API_KEY"))
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "OTHER, AWS_SECRET_ACCESS_KEY")
+    assert OpenAIChatGenerator.from_dict(evil).api_key.resolve_value() == "aws-secret"
+
+
+def test_allow_env_vars_allows_process_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(secrets, "_user_allowed", set())
+    with pytest.raises(DeserializationError):
+        Secret.from_dict({"type": "env_var", "env_vars": ["MY_KEY"]})
+    secrets.allow_env_vars("MY_KEY")
+    assert Secret.from_dict({"type": "env_var", "env_vars": ["MY_KEY"], "strict": False}).resolve_value() is None
+    with pytest.raises(ValueError):
+        secrets.allow_env_vars("")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"verify": False},
+        {"proxy": "http://evil.example:3128"},
+        {"base_url": "https://evil.example"},
+        {"follow_redirects": True},
+        {"trust_env": True},
+        {"mounts": {}},
+    ],
+)
+def test_data_may_not_change_where_or_how_securely_the_key_goes(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(DeserializationError, match=next(iter(kwargs))):
+        OpenAIChatGenerator.from_dict(untrusted("OPENAI_API_KEY", http_client_kwargs=kwargs))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"data": None},
+        {"data": {"nope": 1}},
+        {"data": {"api_key": "K"}},
+        {"data": {"api_key": {"type": "x"}}},
+        {"data": {"api_key": {"type": "env_var", "env_vars": "OPENAI_API_KEY"}}},
+        [],
+        "text",
+    ],
+)
+def test_a_dict_of_the_wrong_shape_is_a_deserialization_error(data: Any) -> None:
+    with pytest.raises(DeserializationError):
+        OpenAIChatGenerator.from_dict(data)
 
 
 @pytest.mark.parametrize(
