@@ -377,6 +377,80 @@ class StreamAssembly:
         return message, [*chunks, self.final_chunk()]
 
 
+def _counted(size: int, piece: bytes) -> int:
+    """``size`` plus the bytes of ``piece``; ``ModelResponseError`` past ``MAX_BODY_BYTES``."""
+    size += len(piece)
+    if size > MAX_BODY_BYTES:
+        raise ModelResponseError(f"The model server's answer is larger than the limit of {MAX_BODY_BYTES >> 20} MiB.")
+    return size
+
+
+class StreamReading:
+    """What one try does with a streamed answer, whatever the I/O: the same for ``run`` and ``run_async``.
+
+    ``feed`` each piece of the body and hand the chunks it yields to the callback (a chunk counts
+    as delivered once the callback returned) until ``over``; then hand on what ``end`` yields.
+    """
+
+    def __init__(self, assembly: StreamAssembly) -> None:
+        self.assembly = assembly
+        self.over = False
+        self._reader = EventReader()
+        self._size = 0
+
+    def feed(self, piece: bytes) -> Iterator[StreamingChunk]:
+        """The chunks the next piece of the body completes."""
+        self._size = _counted(self._size, piece)
+        chunks, self.over = self.assembly.take(self._reader.feed(piece))
+        return self._delivering(chunks)
+
+    def end(self) -> Iterator[StreamingChunk]:
+        """The chunks of an event the body ended in (none once the server said the stream is over)."""
+        return self._delivering([] if self.over else self.assembly.take(self._reader.close())[0])
+
+    def broken(self, exc: httpx.HTTPError, deadline: Deadline) -> ModelClientError:
+        """The error for a stream that broke: the deadline's when it passed (a read cut short by it)."""
+        return deadline.error() if deadline.remaining() <= 0 else self.assembly.broken(exc)
+
+    def _delivering(self, chunks: list[StreamingChunk]) -> Iterator[StreamingChunk]:
+        for chunk in chunks:
+            yield chunk
+            self.assembly.delivered += 1
+
+
+#: What is read after a finished stream, at most, so that its connection can serve the next request;
+#: a server that keeps sending past this (keep-alive comments) is cut off. (httpx reads a body with the
+#: read timeout it started with: a server that sends nothing more and keeps the connection open is cut
+#: off only by that timeout.)
+_DRAIN_BYTES = 64 * 1024
+_DRAIN_SECONDS = 0.5
+
+
+def _drain(pieces: Iterator[bytes]) -> None:
+    """Read the little that follows a finished stream; leaving the response then closes its connection."""
+    end, size = time.monotonic() + _DRAIN_SECONDS, 0
+    try:
+        for piece in pieces:
+            size += len(piece)
+            if size > _DRAIN_BYTES or time.monotonic() > end:
+                return
+    except httpx.HTTPError:
+        return
+
+
+async def _drain_async(pieces: AsyncIterator[bytes]) -> None:
+    """Async twin of ``_drain``."""
+    size = 0
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for piece in pieces:
+                size += len(piece)
+                if size > _DRAIN_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        return
+
+
 # -- the client ---------------------------------------------------------------------------------------
 
 
@@ -515,7 +589,10 @@ class HTTPChatGenerator:
         wait = asked if asked is not None else backoff_delay(attempt, self.backoff_base, self.max_backoff)
         return wait if wait < deadline.remaining() else None
 
-    def _decoded(self, body: bytes) -> dict[str, list[ChatMessage]]:
+    def _answer(self, status: int, body: bytes, retry_after: str | None) -> dict[str, list[ChatMessage]]:
+        """The replies of a whole (non-streamed) answer, or the typed error of a failed one."""
+        if status >= 400:
+            raise http_error(status, body.decode(errors="replace"), retry_after)
         data = decode_json(body, "an answer")
         try:
             replies = self.replies(data)
@@ -528,10 +605,7 @@ class HTTPChatGenerator:
     @staticmethod
     def _collect(parts: list[bytes], piece: bytes, size: int) -> int:
         parts.append(piece)
-        size += len(piece)
-        if size > MAX_BODY_BYTES:
-            raise ModelResponseError("The model server's answer is larger than the limit of 32 MiB.")
-        return size
+        return _counted(size, piece)
 
     def _url(self) -> str:
         return f"{self.api_base_url}{self.path}"
@@ -551,34 +625,26 @@ class HTTPChatGenerator:
     ) -> dict[str, list[ChatMessage]]:
         assert self._client is not None
         timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        assembly = self.assembly()
+        stream = StreamReading(self.assembly())
         try:
             with self._client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if response.status_code >= 400:
-                    body = self._body(response.iter_bytes(), deadline).decode(errors="replace")
-                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
-                if callback is None:
-                    return self._decoded(self._body(response.iter_bytes(), deadline))
-                reader, over = EventReader(), False
+                if callback is None or response.status_code >= 400:
+                    body = self._body(response.iter_bytes(), deadline)
+                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
                 pieces = response.iter_bytes()
                 try:
                     for piece in pieces:
                         deadline.check()
-                        chunks, over = assembly.take(reader.feed(piece))
-                        for chunk in chunks:
+                        for chunk in stream.feed(piece):
                             callback(chunk)
-                            assembly.delivered += 1
-                        if over:
+                        if stream.over:
                             break
                 except httpx.HTTPError as exc:
-                    if deadline.remaining() <= 0:
-                        raise deadline.error() from exc
-                    raise assembly.broken(exc) from exc
-                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    raise stream.broken(exc, deadline) from exc
+                for chunk in stream.end():
                     callback(chunk)
-                    assembly.delivered += 1
-                message, closing = assembly.closing_chunks()
-                self._drain(pieces, deadline)
+                message, closing = stream.assembly.closing_chunks()
+                _drain(pieces)
                 for chunk in closing:
                     callback(chunk)
                 return {"replies": [message]}
@@ -586,16 +652,6 @@ class HTTPChatGenerator:
             if deadline.remaining() <= 0:
                 raise deadline.error() from exc
             raise transport_error(exc) from exc
-
-    @staticmethod
-    def _drain(pieces: Iterator[bytes], deadline: Deadline) -> None:
-        """Read what follows the end of a stream, so that the connection can serve the next request."""
-        try:
-            for _ in pieces:
-                if deadline.remaining() <= 0:
-                    return
-        except httpx.HTTPError:
-            return
 
     def run(
         self,
@@ -634,35 +690,25 @@ class HTTPChatGenerator:
         if self._async_client is None:
             self._async_client = httpx.AsyncClient(**self._client_options())
         timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        assembly = self.assembly()
+        stream = StreamReading(self.assembly())
         try:
             async with self._async_client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if response.status_code >= 400:
-                    body = (await self._body_async(response.aiter_bytes())).decode(errors="replace")
-                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
-                if callback is None:
-                    return self._decoded(await self._body_async(response.aiter_bytes()))
-                reader, over = EventReader(), False
+                if callback is None or response.status_code >= 400:
+                    body = await self._body_async(response.aiter_bytes())
+                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
                 pieces = response.aiter_bytes()
                 try:
                     async for piece in pieces:
-                        chunks, over = assembly.take(reader.feed(piece))
-                        for chunk in chunks:
+                        for chunk in stream.feed(piece):
                             await _called(callback, chunk)
-                            assembly.delivered += 1
-                        if over:
+                        if stream.over:
                             break
                 except httpx.HTTPError as exc:
-                    raise assembly.broken(exc) from exc
-                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    raise stream.broken(exc, deadline) from exc
+                for chunk in stream.end():
                     await _called(callback, chunk)
-                    assembly.delivered += 1
-                message, closing = assembly.closing_chunks()
-                try:
-                    async for _ in pieces:  # the rest of the body, so that the connection serves the next request
-                        pass
-                except httpx.HTTPError:
-                    pass
+                message, closing = stream.assembly.closing_chunks()
+                await _drain_async(pieces)
                 for chunk in closing:
                     await _called(callback, chunk)
                 return {"replies": [message]}

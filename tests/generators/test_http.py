@@ -169,6 +169,27 @@ def test_a_server_that_only_sends_keep_alives_meets_the_deadline(server: Scripte
     assert len(server.requests) == 1, "a deadline that passed is not retried"
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_finished_stream_is_not_held_open_by_keep_alives(server: ScriptedServer, use_async: bool) -> None:
+    """After ``[DONE]`` the server keeps the connection busy: the answer is handed on, the connection cut."""
+    server.reply(pieces=[events(delta("hello"), delta(finish="stop")), *[b": keep-alive\n\n"] * 60], gap=0.05)
+    model = generator(server, timeout=30.0, deadline=60.0, max_retries=0)
+    chunks: list[StreamingChunk] = []
+
+    async def main() -> dict[str, Any]:
+        try:
+            return await model.run_async([ChatMessage.from_user("x")], streaming_callback=chunks.append)
+        finally:
+            await model.close_async()
+
+    if use_async:
+        result = asyncio.run(main())
+    else:
+        result = model.run([ChatMessage.from_user("x")], streaming_callback=chunks.append)
+    assert result["replies"][0].text == "hello" and chunks[0].content == "hello"
+    assert server.hung_up.wait(10), "the client read on to the end of the keep-alives"
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_the_deadline_holds_under_run_async(server: ScriptedServer, streamed: bool) -> None:
     server.reply(**trickle(200))
