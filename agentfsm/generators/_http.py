@@ -53,8 +53,29 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: The deepest nesting accepted in a server's JSON (a reply is a few levels deep; tool arguments a few more).
 #: Deeper values could not be written into a snapshot or sent back to the server.
 MAX_JSON_DEPTH = 100
-#: Header, parameter and keyword names that carry credentials (matched as parts of lower-cased names).
-_CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "credential")
+#: Header and parameter names known to carry a credential, whole (lower-cased).
+_CREDENTIAL_NAMES = frozenset(
+    {"key", "code", "sig", "signature", "x-functions-key", "x-goog-api-key", "x-amz-security-token", "set-cookie"}
+)
+#: Words that make a name a credential's wherever they stand in it (``X-Auth-Token``, ``client_secret``).
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "auth",
+        "authorization",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "cookie",
+        "apikey",
+        "signature",
+    }
+)
+#: Words that make the ``key`` after them a credential (``x-api-key``, ``Ocp-Apim-Subscription-Key``), where
+#: ``Idempotency-Key`` is not one.
+_KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "subscription", "auth", "client", "session"})
 
 #: The fields ``to_dict`` writes (and ``from_dict`` reads).
 _SERIALIZED_FIELDS = frozenset(
@@ -471,10 +492,23 @@ def _names(mapping: Any) -> list[Any]:
     return []
 
 
+def is_credential_name(name: str | bytes) -> bool:
+    """Whether a header, parameter or keyword named ``name`` carries a credential."""
+    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()  # apiKey reads as api_key
+    if lowered in _CREDENTIAL_NAMES:
+        return True
+    parts = [part for part in re.split(r"[^a-z0-9]+", lowered) if part]
+    return any(
+        part in _CREDENTIAL_WORDS or (part == "key" and index and parts[index - 1] in _KEY_QUALIFIERS)
+        for index, part in enumerate(parts)
+    )
+
+
 def credential_in(where: str, names: list[Any]) -> str | None:
-    """The first of ``names`` (header or parameter names) that looks like it carries a credential."""
+    """The first of ``names`` (header, parameter or keyword names) that carries a credential."""
     for name in names:
-        if isinstance(name, str) and any(word in name.lower() for word in _CREDENTIAL_WORDS):
+        if isinstance(name, (str, bytes)) and is_credential_name(name):
             return f"{where}[{name!r}]"
     return None
 
@@ -555,10 +589,13 @@ class HTTPChatGenerator:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def _client_options(self) -> dict[str, Any]:
+        # The user's headers go along with the API's; the API's (the key among them) win a clash.
+        headers = httpx.Headers(self.http_client_kwargs.get("headers"))
+        headers.update(self.headers(self.api_key.resolve_value()))
         return {
             "timeout": httpx.Timeout(self.timeout, connect=self.connect_timeout),
-            "headers": self.headers(self.api_key.resolve_value()),
             **self.http_client_kwargs,
+            "headers": headers,
         }
 
     def warm_up(self) -> None:
@@ -746,15 +783,23 @@ class HTTPChatGenerator:
     def _refuse_credentials(self) -> None:
         """Refuse to write a credential given anywhere but ``api_key`` (``to_dict`` would store it in clear)."""
         kwargs = self.http_client_kwargs
+        urls = {
+            "api_base_url": self.api_base_url,
+            "http_client_kwargs['base_url']": kwargs.get("base_url"),
+            "http_client_kwargs['proxy']": kwargs.get("proxy"),
+        }
         found = (
             credential_in("http_client_kwargs['headers']", _names(kwargs.get("headers")))
             or credential_in("http_client_kwargs['params']", _names(kwargs.get("params")))
+            or credential_in("generation_kwargs", list(self.generation_kwargs))
             or next((f"http_client_kwargs[{name!r}]" for name in ("auth", "cookies") if kwargs.get(name)), None)
-            or credential_in("the query of api_base_url", _query_names(self.api_base_url))
         )
-        for where, url in (("api_base_url", self.api_base_url), ("http_client_kwargs['proxy']", kwargs.get("proxy"))):
-            if found is None and isinstance(url, str) and (urlsplit(url).username or urlsplit(url).password):
-                found = f"{where} (a user name or password in the URL)"
+        for where, url in urls.items():
+            if found is None and isinstance(url, str):
+                if urlsplit(url).username or urlsplit(url).password:
+                    found = f"{where} (a user name or password in the URL)"
+                else:
+                    found = credential_in(f"the query of {where}", _query_names(url))
         if found is not None:
             raise SerializationError(
                 f"{found} holds a credential, which to_dict would write in clear. Give the key as "

@@ -126,6 +126,14 @@ def test_a_streamed_reply_equals_the_whole_one(server: ScriptedServer) -> None:
     assert reply == whole and reply.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "t1")]
 
 
+def test_headers_of_the_users_own_go_along_with_the_key(server: ScriptedServer) -> None:
+    server.reply(body=message({"type": "text", "text": "ok"}))
+    model = generator(server, http_client_kwargs={"headers": {"x-trace": "1", "x-api-key": "not this one"}})
+    assert model.run([ChatMessage.from_user("hi")])["replies"][0].text == "ok"
+    sent = {name.lower(): value for name, value in server.requests[0]["headers"].items()}
+    assert sent["x-trace"] == "1" and sent["x-api-key"] == KEY and sent["anthropic-version"]
+
+
 def test_streamed_replies_share_one_connection(server: ScriptedServer) -> None:
     """The stream is read to its end after ``message_stop``, so the connection goes back to the pool."""
     server.reply(pieces=[streamed()], keep_alive=True)

@@ -349,11 +349,24 @@ def test_a_dict_of_the_wrong_shape_is_a_deserialization_error(data: Any) -> None
         {"cookies": {"session": "abc"}},
         {"auth": ("user", "pass")},
         {"params": {"key": "sk-1"}},
+        {"params": {"code": "sk-1"}},
+        {"params": [("sig", "sk-1")]},
+        {"params": {"accessToken": "sk-1"}},
+        {"headers": [(b"Authorization", b"Bearer sk-1")]},
+        {"headers": {b"x-api-key": b"sk-1"}},
+        {"headers": {"X-Auth-Token": "sk-1"}},
+        {"headers": {"Ocp-Apim-Subscription-Key": "sk-1"}},
         {"proxy": "http://user:pass@proxy.local:3128"},
+        {"base_url": "https://user:sk-1@api.example"},
+        {"base_url": "https://api.example/v1?signature=sk-1"},
+        {"generation_kwargs": {"api_key": "sk-1"}},
     ],
 )
 def test_to_dict_refuses_credentials_outside_the_secret(kwargs: dict[str, Any]) -> None:
-    model = OpenAIChatGenerator("m", Secret.from_env_var("K", strict=False), http_client_kwargs=kwargs)
+    generation = kwargs.pop("generation_kwargs", None)
+    model = OpenAIChatGenerator(
+        "m", Secret.from_env_var("K", strict=False), generation_kwargs=generation, http_client_kwargs=kwargs
+    )
     with pytest.raises(SerializationError, match=r"Secret\.from_env_var") as raised:
         model.to_dict()
     assert "sk-1" not in str(raised.value) and "user:pass" not in str(raised.value)
@@ -367,11 +380,15 @@ def test_to_dict_refuses_a_key_in_the_base_url() -> None:
             AnthropicChatGenerator("m", Secret.from_env_var("K", strict=False), url).to_dict()
 
 
-def test_harmless_headers_still_serialize() -> None:
+@pytest.mark.parametrize(
+    "name", ["OpenAI-Organization", "Idempotency-Key", "X-Request-Id", "anthropic-beta", "Accept-Encoding"]
+)
+def test_harmless_headers_still_serialize(name: str) -> None:
+    kwargs = {"headers": {name: "v-1"}, "params": {"api-version": "2024-06-01"}}
     model = OpenAIChatGenerator(
-        "m", Secret.from_env_var("K", strict=False), http_client_kwargs={"headers": {"OpenAI-Organization": "org-1"}}
+        "m", Secret.from_env_var("K", strict=False), generation_kwargs={"max_tokens": 9}, http_client_kwargs=kwargs
     )
-    assert model.to_dict()["data"]["http_client_kwargs"] == {"headers": {"OpenAI-Organization": "org-1"}}
+    assert model.to_dict()["data"]["http_client_kwargs"] == kwargs
 
 
 # -- a full loop over the scripted server, streamed ----------------------------------------------------
