@@ -21,7 +21,7 @@ from agentfsm.errors import (
     SerializationError,
     ServerError,
 )
-from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator
+from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator, _http
 from agentfsm.generators._http import EventReader, backoff_delay, retry_after_seconds
 from agentfsm.secrets import Secret
 from tests.generators.conftest import ScriptedServer
@@ -167,6 +167,28 @@ def test_a_server_that_only_sends_keep_alives_meets_the_deadline(server: Scripte
     with pytest.raises(ModelDeadlineError, match=r"deadline of 0\.5 s"):
         model.run([ChatMessage.from_user("x")], streaming_callback=callback)
     assert len(server.requests) == 1, "a deadline that passed is not retried"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_streamed_answer_larger_than_the_limit_is_refused(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """Many small events add up: the limit counts every byte of the stream, not one event or line."""
+    monkeypatch.setattr(_http, "MAX_BODY_BYTES", 64 * 1024)
+    server.reply(body=events(*[delta("x" * 1000)] * 100, delta(finish="stop")))
+    model = generator(server, max_retries=0)
+
+    async def main() -> Any:
+        try:
+            return await model.run_async([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+        finally:
+            await model.close_async()
+
+    with pytest.raises(ModelResponseError, match="larger than the limit"):
+        if use_async:
+            asyncio.run(main())
+        else:
+            model.run([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
 
 
 @pytest.mark.parametrize("use_async", [False, True])
