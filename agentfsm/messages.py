@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 
 from agentfsm.errors import DeserializationError
+from agentfsm.serialization import brief
 
 
 class ChatRole(StrEnum):
@@ -101,7 +102,7 @@ def _result_from_dict(data: Any) -> ToolResultContent:
     if isinstance(data, str):
         return data
     if not isinstance(data, list) or not all(isinstance(p, dict) for p in data):
-        raise DeserializationError(f"A tool result is a string or a list of parts, got {_brief(data)}.")
+        raise DeserializationError(f"A tool result is a string or a list of parts, got {brief(data)}.")
     return [TextContent.from_dict(p) if "text" in p else ImageContent.from_dict(_field(p, "image", dict)) for p in data]
 
 
@@ -191,7 +192,7 @@ def _content_to_dict(part: ChatMessageContent) -> dict[str, Any]:
 
 def _content_from_dict(part: dict[str, Any]) -> ChatMessageContent:
     if not isinstance(part, dict):
-        raise DeserializationError(f"A message content part is an object, got {_brief(part)}.")
+        raise DeserializationError(f"A message content part is an object, got {brief(part)}.")
     for kind in part:
         cls = _CONTENT_KINDS.get(kind)
         if cls is not None:
@@ -207,21 +208,15 @@ def _content_from_dict(part: dict[str, Any]) -> ChatMessageContent:
 def _field(data: Mapping[str, Any], key: str, kind: type, *, optional: bool = False) -> Any:
     """``data[key]`` when it is a ``kind`` (or missing or None, when ``optional``); else ``DeserializationError``."""
     if not isinstance(data, Mapping):
-        raise DeserializationError(f"Expected an object with {key!r}, got {_brief(data)}.")
+        raise DeserializationError(f"Expected an object with {key!r}, got {brief(data)}.")
     value = data.get(key)
     if value is None and optional:
         return None
     if key not in data:
-        raise DeserializationError(f"{key!r} is missing in {_brief(data)}.")
+        raise DeserializationError(f"{key!r} is missing in {brief(data)}.")
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise DeserializationError(f"{key!r} must be a {kind.__name__}, got {_brief(value)}.")
+        raise DeserializationError(f"{key!r} must be a {kind.__name__}, got {brief(value)}.")
     return value
-
-
-def _brief(data: Any) -> str:
-    """``repr(data)``, cut short: an error names the value without repeating a huge one."""
-    text = repr(data)
-    return text if len(text) <= 200 else text[:200] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +383,7 @@ class ChatMessage:
         except DeserializationError as exc:
             raise DeserializationError(f"Malformed chat message: {exc}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise DeserializationError(f"Malformed chat message {_brief(data)}: {exc!r}") from None
+            raise DeserializationError(f"Malformed chat message {brief(data)}: {exc!r}") from None
 
     def to_openai_dict_format(self) -> dict[str, Any]:
         """Convert to the OpenAI chat-completions message format."""

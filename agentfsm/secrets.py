@@ -3,15 +3,40 @@
 ``Secret.from_env_var("OPENAI_API_KEY")`` serializes as the variable's name and reads the value
 when it is needed; ``Secret.from_token("sk-...")`` holds the value in memory and refuses to be
 serialized (there is nothing safe to write).
+
+A secret read back from data (``Secret.from_dict``) may name only environment variables the user
+allowed, so that an untrusted document cannot send any variable of the process to a server of its
+choosing. The variables a model client reads by default (``OPENAI_API_KEY``...) are allowed where
+that client is rebuilt; users allow others like modules:
+
+- process-wide: ``agentfsm.secrets.allow_env_vars("MY_KEY")``
+- by environment: ``AGENTFSM_ALLOWED_ENV_VARS=MY_KEY,OTHER_KEY``
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agentfsm.errors import ConfigurationError, SerializationError
+from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
+
+ENV_ALLOWED_ENV_VARS = "AGENTFSM_ALLOWED_ENV_VARS"
+_user_allowed: set[str] = set()
+
+
+def allow_env_vars(*names: str) -> None:
+    """Allow secrets read back from data (``Secret.from_dict``) to name the environment variables ``names``."""
+    for name in names:
+        if not isinstance(name, str) or not name or "," in name:
+            raise ValueError(f"{name!r} is not an environment variable name; pass names such as 'MY_API_KEY'.")
+        _user_allowed.add(name)
+
+
+def allowed_env_vars(extra: Iterable[str] = ()) -> frozenset[str]:
+    """All variable names secrets read from data may name (process-wide, environment and ``extra``)."""
+    env = [n.strip() for n in os.environ.get(ENV_ALLOWED_ENV_VARS, "").split(",") if n.strip()]
+    return frozenset((*_user_allowed, *env, *extra))
 
 
 class Secret:
@@ -67,11 +92,31 @@ class Secret:
         return {"type": "env_var", "env_vars": list(self._env_vars), "strict": self._strict}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Secret:
-        """Invert ``to_dict``."""
-        if data.get("type") != "env_var":
-            raise ConfigurationError(f"Only environment-variable secrets can be deserialized, got {data!r}.")
-        return cls.from_env_var(data["env_vars"], strict=data.get("strict", True))
+    def from_dict(cls, data: dict[str, Any], *, also_allowed: Iterable[str] = ()) -> Secret:
+        """Invert ``to_dict``; the variables must be allowed (``allow_env_vars``) or in ``also_allowed``.
+
+        Raises:
+            DeserializationError: ``data`` is not a serialized secret, or names a variable not allowed.
+        """
+        if not isinstance(data, dict) or data.get("type") != "env_var":
+            raise DeserializationError(
+                f"Only environment-variable secrets can be deserialized ({{'type': 'env_var', 'env_vars': [...]}}), "
+                f"got {type(data).__name__}."
+            )
+        names, strict = data.get("env_vars"), data.get("strict", True)
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise DeserializationError("A serialized secret's 'env_vars' must be a non-empty list of names.")
+        if not isinstance(strict, bool):
+            raise DeserializationError(f"A serialized secret's 'strict' must be a bool, got {type(strict).__name__}.")
+        allowed = allowed_env_vars(also_allowed)
+        refused = [n for n in names if n not in allowed]
+        if refused:
+            raise DeserializationError(
+                f"The data names the environment variable(s) {refused}, which are not allowed to be read into a "
+                f"secret (an untrusted document could send any variable to a server it chooses). Allow them with "
+                f"agentfsm.secrets.allow_env_vars({refused[0]!r}) or {ENV_ALLOWED_ENV_VARS}={','.join(refused)}."
+            )
+        return cls.from_env_var(names, strict=strict)
 
     def __repr__(self) -> str:
         return "Secret(token=***)" if self._token is not None else f"Secret(env_vars={list(self._env_vars)})"

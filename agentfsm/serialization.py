@@ -39,6 +39,7 @@ import inspect
 import json
 import math
 import os
+import reprlib
 import sys
 import types
 import typing
@@ -366,7 +367,7 @@ def object_from_dict(
     """
     if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not (whole or "data" in data):
         shape = "{'type': <class path>, ...}" if whole else "{'type': <class path>, 'data': ...}"
-        raise DeserializationError(f"{slot.what[0].upper()}{slot.what[1:]} is given as {shape}, got {_brief(data)}.")
+        raise DeserializationError(f"{slot.what[0].upper()}{slot.what[1:]} is given as {shape}, got {brief(data)}.")
     cls = resolve_class(data["type"], allowed_modules, slot)
     return rebuild(cls, data if whole else data["data"], allowed_modules)
 
@@ -561,7 +562,7 @@ def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -
         return {k: _deserialize(v, allowed_modules, depth) for k, v in data.items()}
     if not isinstance(kind, str) or kind not in _VALUE_TAGS:
         raise DeserializationError(
-            f"Unknown value tag {kind!r} in {_brief(data)}; expected one of {sorted(_VALUE_TAGS)}."
+            f"Unknown value tag {kind!r} in {brief(data)}; expected one of {sorted(_VALUE_TAGS)}."
         )
     try:
         if kind == "int":
@@ -589,7 +590,7 @@ def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -
     except DeserializationError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise DeserializationError(f"Malformed tagged value {_brief(data)}: {exc!r}") from exc
+        raise DeserializationError(f"Malformed tagged value {brief(data)}: {exc!r}") from exc
 
 
 def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) -> Any:
@@ -633,10 +634,23 @@ def _tagged_number(text: Any, kind: type[int] | type[float]) -> Any:
     return kind(text)
 
 
-def _brief(data: Any) -> str:
-    """``repr(data)``, cut short: an error message names the value without repeating a huge one."""
-    text = repr(data)
-    return text if len(text) <= 200 else text[:200] + "..."
+_BRIEF = reprlib.Repr()  # a few items of a few levels (attributes: Repr takes no arguments before 3.12)
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 3, 200, 200
+
+
+def brief(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut short, for error messages: a few items of a few levels, never more than ``limit``.
+
+    Safe on any value, however large or deeply nested (a ``repr`` of it could exhaust the stack),
+    and on one whose ``__repr__`` fails.
+    """
+    try:
+        text = _BRIEF.repr(value)
+    except RecursionError:
+        text = f"<{type(value).__name__} nested too deeply to show>"
+    except Exception:  # a __repr__ of the user's own that fails
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- JSON text ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm.cli import main as cli_main
-from agentfsm.errors import AgentFSMError, DecisionError, SerializationError, SnapshotError
+from agentfsm.errors import AgentFSMError, DecisionError, DeserializationError, SerializationError, SnapshotError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
 from agentfsm.hitl.types import as_decision
@@ -376,6 +376,24 @@ def test_a_decision_given_as_data_is_checked_field_by_field(decision: Any) -> No
     if checked is not None:
         assert isinstance(checked.execute, bool) and isinstance(checked.tool_name, str)
         assert checked == ToolExecutionDecision.from_dict(checked.to_dict())
+
+
+def deep_list(depth: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+def test_values_nested_too_deeply_to_repr_are_named_in_typed_errors() -> None:
+    """Error messages name the value without a repr that would exhaust the stack."""
+    deep = deep_list(100_000)
+    with pytest.raises(DecisionError, match="feedback"):
+        as_decision({"tool_name": "add", "execute": True, "feedback": deep})
+    with pytest.raises(DeserializationError, match="content part"):
+        ChatMessage.from_dict({"role": "user", "content": [deep]})
 
 
 def test_execute_given_as_a_string_is_refused_not_taken_for_true() -> None:

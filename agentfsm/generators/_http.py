@@ -30,6 +30,7 @@ from agentfsm.errors import (
     AuthenticationError,
     BadRequestError,
     ConfigurationError,
+    DeserializationError,
     ModelClientError,
     ModelConnectionError,
     ModelDeadlineError,
@@ -52,8 +53,50 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 #: The deepest nesting accepted in a server's JSON (a reply is a few levels deep; tool arguments a few more).
 #: Deeper values could not be written into a snapshot or sent back to the server.
 MAX_JSON_DEPTH = 100
-#: Header, parameter and keyword names that carry credentials (matched as parts of lower-cased names).
-_CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "credential")
+#: Header and parameter names known to carry a credential, whole (lower-cased).
+_CREDENTIAL_NAMES = frozenset(
+    {"key", "code", "sig", "signature", "x-functions-key", "x-goog-api-key", "x-amz-security-token", "set-cookie"}
+)
+#: Words that make a name a credential's wherever they stand in it (``X-Auth-Token``, ``client_secret``).
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "auth",
+        "authorization",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "credential",
+        "credentials",
+        "cookie",
+        "apikey",
+        "signature",
+    }
+)
+#: Words that make the ``key`` after them a credential (``x-api-key``, ``Ocp-Apim-Subscription-Key``), where
+#: ``Idempotency-Key`` is not one.
+_KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "subscription", "auth", "client", "session"})
+
+#: The fields ``to_dict`` writes (and ``from_dict`` reads).
+_SERIALIZED_FIELDS = frozenset(
+    {
+        "model",
+        "api_key",
+        "api_base_url",
+        "generation_kwargs",
+        "timeout",
+        "max_retries",
+        "http_client_kwargs",
+        "backoff_base",
+        "max_backoff",
+        "connect_timeout",
+        "deadline",
+    }
+)
+#: The ``http_client_kwargs`` that data may set: none of them changes where the key goes (``base_url``,
+#: ``proxy``, ``mounts``, ``transport``, ``follow_redirects``) or how securely (``verify``, ``cert``,
+#: ``trust_env``), and none runs code (``event_hooks``, ``auth``).
+_KWARGS_FROM_DATA = frozenset({"headers", "params", "limits", "http1", "http2", "default_encoding"})
 
 ANSWER_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 """What reading an answer of the wrong shape raises; each becomes a ``ModelResponseError``."""
@@ -355,6 +398,80 @@ class StreamAssembly:
         return message, [*chunks, self.final_chunk()]
 
 
+def _counted(size: int, piece: bytes) -> int:
+    """``size`` plus the bytes of ``piece``; ``ModelResponseError`` past ``MAX_BODY_BYTES``."""
+    size += len(piece)
+    if size > MAX_BODY_BYTES:
+        raise ModelResponseError(f"The model server's answer is larger than the limit of {MAX_BODY_BYTES >> 20} MiB.")
+    return size
+
+
+class StreamReading:
+    """What one try does with a streamed answer, whatever the I/O: the same for ``run`` and ``run_async``.
+
+    ``feed`` each piece of the body and hand the chunks it yields to the callback (a chunk counts
+    as delivered once the callback returned) until ``over``; then hand on what ``end`` yields.
+    """
+
+    def __init__(self, assembly: StreamAssembly) -> None:
+        self.assembly = assembly
+        self.over = False
+        self._reader = EventReader()
+        self._size = 0
+
+    def feed(self, piece: bytes) -> Iterator[StreamingChunk]:
+        """The chunks the next piece of the body completes."""
+        self._size = _counted(self._size, piece)
+        chunks, self.over = self.assembly.take(self._reader.feed(piece))
+        return self._delivering(chunks)
+
+    def end(self) -> Iterator[StreamingChunk]:
+        """The chunks of an event the body ended in (none once the server said the stream is over)."""
+        return self._delivering([] if self.over else self.assembly.take(self._reader.close())[0])
+
+    def broken(self, exc: httpx.HTTPError, deadline: Deadline) -> ModelClientError:
+        """The error for a stream that broke: the deadline's when it passed (a read cut short by it)."""
+        return deadline.error() if deadline.remaining() <= 0 else self.assembly.broken(exc)
+
+    def _delivering(self, chunks: list[StreamingChunk]) -> Iterator[StreamingChunk]:
+        for chunk in chunks:
+            yield chunk
+            self.assembly.delivered += 1
+
+
+#: What is read after a finished stream, at most, so that its connection can serve the next request;
+#: a server that keeps sending past this (keep-alive comments) is cut off. (httpx reads a body with the
+#: read timeout it started with: a server that sends nothing more and keeps the connection open is cut
+#: off only by that timeout.)
+_DRAIN_BYTES = 64 * 1024
+_DRAIN_SECONDS = 0.5
+
+
+def _drain(pieces: Iterator[bytes]) -> None:
+    """Read the little that follows a finished stream; leaving the response then closes its connection."""
+    end, size = time.monotonic() + _DRAIN_SECONDS, 0
+    try:
+        for piece in pieces:
+            size += len(piece)
+            if size > _DRAIN_BYTES or time.monotonic() > end:
+                return
+    except httpx.HTTPError:
+        return
+
+
+async def _drain_async(pieces: AsyncIterator[bytes]) -> None:
+    """Async twin of ``_drain``."""
+    size = 0
+    try:
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for piece in pieces:
+                size += len(piece)
+                if size > _DRAIN_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        return
+
+
 # -- the client ---------------------------------------------------------------------------------------
 
 
@@ -375,10 +492,23 @@ def _names(mapping: Any) -> list[Any]:
     return []
 
 
+def is_credential_name(name: str | bytes) -> bool:
+    """Whether a header, parameter or keyword named ``name`` carries a credential."""
+    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    lowered = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()  # apiKey reads as api_key
+    if lowered in _CREDENTIAL_NAMES:
+        return True
+    parts = [part for part in re.split(r"[^a-z0-9]+", lowered) if part]
+    return any(
+        part in _CREDENTIAL_WORDS or (part == "key" and index and parts[index - 1] in _KEY_QUALIFIERS)
+        for index, part in enumerate(parts)
+    )
+
+
 def credential_in(where: str, names: list[Any]) -> str | None:
-    """The first of ``names`` (header or parameter names) that looks like it carries a credential."""
+    """The first of ``names`` (header, parameter or keyword names) that carries a credential."""
     for name in names:
-        if isinstance(name, str) and any(word in name.lower() for word in _CREDENTIAL_WORDS):
+        if isinstance(name, (str, bytes)) and is_credential_name(name):
             return f"{where}[{name!r}]"
     return None
 
@@ -459,10 +589,13 @@ class HTTPChatGenerator:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def _client_options(self) -> dict[str, Any]:
+        # The user's headers go along with the API's; the API's (the key among them) win a clash.
+        headers = httpx.Headers(self.http_client_kwargs.get("headers"))
+        headers.update(self.headers(self.api_key.resolve_value()))
         return {
             "timeout": httpx.Timeout(self.timeout, connect=self.connect_timeout),
-            "headers": self.headers(self.api_key.resolve_value()),
             **self.http_client_kwargs,
+            "headers": headers,
         }
 
     def warm_up(self) -> None:
@@ -493,7 +626,10 @@ class HTTPChatGenerator:
         wait = asked if asked is not None else backoff_delay(attempt, self.backoff_base, self.max_backoff)
         return wait if wait < deadline.remaining() else None
 
-    def _decoded(self, body: bytes) -> dict[str, list[ChatMessage]]:
+    def _answer(self, status: int, body: bytes, retry_after: str | None) -> dict[str, list[ChatMessage]]:
+        """The replies of a whole (non-streamed) answer, or the typed error of a failed one."""
+        if status >= 400:
+            raise http_error(status, body.decode(errors="replace"), retry_after)
         data = decode_json(body, "an answer")
         try:
             replies = self.replies(data)
@@ -506,10 +642,7 @@ class HTTPChatGenerator:
     @staticmethod
     def _collect(parts: list[bytes], piece: bytes, size: int) -> int:
         parts.append(piece)
-        size += len(piece)
-        if size > MAX_BODY_BYTES:
-            raise ModelResponseError("The model server's answer is larger than the limit of 32 MiB.")
-        return size
+        return _counted(size, piece)
 
     def _url(self) -> str:
         return f"{self.api_base_url}{self.path}"
@@ -529,34 +662,26 @@ class HTTPChatGenerator:
     ) -> dict[str, list[ChatMessage]]:
         assert self._client is not None
         timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        assembly = self.assembly()
+        stream = StreamReading(self.assembly())
         try:
             with self._client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if response.status_code >= 400:
-                    body = self._body(response.iter_bytes(), deadline).decode(errors="replace")
-                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
-                if callback is None:
-                    return self._decoded(self._body(response.iter_bytes(), deadline))
-                reader, over = EventReader(), False
+                if callback is None or response.status_code >= 400:
+                    body = self._body(response.iter_bytes(), deadline)
+                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
                 pieces = response.iter_bytes()
                 try:
                     for piece in pieces:
                         deadline.check()
-                        chunks, over = assembly.take(reader.feed(piece))
-                        for chunk in chunks:
+                        for chunk in stream.feed(piece):
                             callback(chunk)
-                            assembly.delivered += 1
-                        if over:
+                        if stream.over:
                             break
                 except httpx.HTTPError as exc:
-                    if deadline.remaining() <= 0:
-                        raise deadline.error() from exc
-                    raise assembly.broken(exc) from exc
-                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    raise stream.broken(exc, deadline) from exc
+                for chunk in stream.end():
                     callback(chunk)
-                    assembly.delivered += 1
-                message, closing = assembly.closing_chunks()
-                self._drain(pieces, deadline)
+                message, closing = stream.assembly.closing_chunks()
+                _drain(pieces)
                 for chunk in closing:
                     callback(chunk)
                 return {"replies": [message]}
@@ -564,16 +689,6 @@ class HTTPChatGenerator:
             if deadline.remaining() <= 0:
                 raise deadline.error() from exc
             raise transport_error(exc) from exc
-
-    @staticmethod
-    def _drain(pieces: Iterator[bytes], deadline: Deadline) -> None:
-        """Read what follows the end of a stream, so that the connection can serve the next request."""
-        try:
-            for _ in pieces:
-                if deadline.remaining() <= 0:
-                    return
-        except httpx.HTTPError:
-            return
 
     def run(
         self,
@@ -612,35 +727,25 @@ class HTTPChatGenerator:
         if self._async_client is None:
             self._async_client = httpx.AsyncClient(**self._client_options())
         timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        assembly = self.assembly()
+        stream = StreamReading(self.assembly())
         try:
             async with self._async_client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if response.status_code >= 400:
-                    body = (await self._body_async(response.aiter_bytes())).decode(errors="replace")
-                    raise http_error(response.status_code, body, response.headers.get("retry-after"))
-                if callback is None:
-                    return self._decoded(await self._body_async(response.aiter_bytes()))
-                reader, over = EventReader(), False
+                if callback is None or response.status_code >= 400:
+                    body = await self._body_async(response.aiter_bytes())
+                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
                 pieces = response.aiter_bytes()
                 try:
                     async for piece in pieces:
-                        chunks, over = assembly.take(reader.feed(piece))
-                        for chunk in chunks:
+                        for chunk in stream.feed(piece):
                             await _called(callback, chunk)
-                            assembly.delivered += 1
-                        if over:
+                        if stream.over:
                             break
                 except httpx.HTTPError as exc:
-                    raise assembly.broken(exc) from exc
-                for chunk in [] if over else assembly.take(reader.close())[0]:
+                    raise stream.broken(exc, deadline) from exc
+                for chunk in stream.end():
                     await _called(callback, chunk)
-                    assembly.delivered += 1
-                message, closing = assembly.closing_chunks()
-                try:
-                    async for _ in pieces:  # the rest of the body, so that the connection serves the next request
-                        pass
-                except httpx.HTTPError:
-                    pass
+                message, closing = stream.assembly.closing_chunks()
+                await _drain_async(pieces)
                 for chunk in closing:
                     await _called(callback, chunk)
                 return {"replies": [message]}
@@ -678,15 +783,23 @@ class HTTPChatGenerator:
     def _refuse_credentials(self) -> None:
         """Refuse to write a credential given anywhere but ``api_key`` (``to_dict`` would store it in clear)."""
         kwargs = self.http_client_kwargs
+        urls = {
+            "api_base_url": self.api_base_url,
+            "http_client_kwargs['base_url']": kwargs.get("base_url"),
+            "http_client_kwargs['proxy']": kwargs.get("proxy"),
+        }
         found = (
             credential_in("http_client_kwargs['headers']", _names(kwargs.get("headers")))
             or credential_in("http_client_kwargs['params']", _names(kwargs.get("params")))
+            or credential_in("generation_kwargs", list(self.generation_kwargs))
             or next((f"http_client_kwargs[{name!r}]" for name in ("auth", "cookies") if kwargs.get(name)), None)
-            or credential_in("the query of api_base_url", _query_names(self.api_base_url))
         )
-        for where, url in (("api_base_url", self.api_base_url), ("http_client_kwargs['proxy']", kwargs.get("proxy"))):
-            if found is None and isinstance(url, str) and (urlsplit(url).username or urlsplit(url).password):
-                found = f"{where} (a user name or password in the URL)"
+        for where, url in urls.items():
+            if found is None and isinstance(url, str):
+                if urlsplit(url).username or urlsplit(url).password:
+                    found = f"{where} (a user name or password in the URL)"
+                else:
+                    found = credential_in(f"the query of {where}", _query_names(url))
         if found is not None:
             raise SerializationError(
                 f"{found} holds a credential, which to_dict would write in clear. Give the key as "
@@ -721,7 +834,33 @@ class HTTPChatGenerator:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        """Invert ``to_dict``."""
-        body = dict(data["data"])
-        body["api_key"] = Secret.from_dict(body["api_key"])
+        """Invert ``to_dict``; what the data may choose is limited, as the data may not be trusted.
+
+        Raises:
+            DeserializationError: ``data`` is not a serialized client; its key names an environment
+                variable that is neither this client's own nor allowed (``agentfsm.secrets.allow_env_vars``);
+                or its ``http_client_kwargs`` change where or how securely the key is sent.
+        """
+        body = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(body, dict):
+            raise DeserializationError(
+                f"{cls.__name__}.from_dict needs {{'type': ..., 'data': {{...}}}} as to_dict writes, "
+                f"got {type(data).__name__}."
+            )
+        unknown = sorted(set(body) - _SERIALIZED_FIELDS)
+        if unknown:
+            raise DeserializationError(f"{cls.__name__}.from_dict got unknown fields {unknown}.")
+        body = dict(body)
+        if "api_key" in body:
+            body["api_key"] = Secret.from_dict(body["api_key"], also_allowed=[cls.api_key_env_var])
+        kwargs = body.get("http_client_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise DeserializationError(f"http_client_kwargs must be a dict, got {type(kwargs).__name__}.")
+        refused = sorted(set(kwargs) - _KWARGS_FROM_DATA)
+        if refused:
+            raise DeserializationError(
+                f"http_client_kwargs {refused} cannot be read from data: they change where or how securely the "
+                f"API key is sent. Data may set only {sorted(_KWARGS_FROM_DATA)}; give the others in code "
+                f"({cls.__name__}(http_client_kwargs=...))."
+            )
         return cls(**body)

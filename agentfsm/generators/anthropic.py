@@ -111,6 +111,12 @@ def reply_from_blocks(blocks: Any, model: Any, stop_reason: Any, usage: Any) -> 
     )
 
 
+def _index(event: dict[str, Any]) -> int:
+    """An event's content-block index (0 when it gives none, or one that is not an int)."""
+    index = event.get("index", 0)
+    return index if isinstance(index, int) and not isinstance(index, bool) else 0
+
+
 class _MessageStream(StreamAssembly):
     """Puts a streamed Messages API reply together, event by event."""
 
@@ -127,31 +133,36 @@ class _MessageStream(StreamAssembly):
         kind = event.get("type")
         if kind == "message_start":
             message = event.get("message") or {}
-            self.model = message.get("model")
-            self.usage.update(message.get("usage") or {})
+            model = message.get("model")
+            self.model = model if isinstance(model, str) else None
+            self._add_usage(message.get("usage"))
         elif kind == "content_block_start":
             block = dict(event.get("content_block") or {})
             if block.get("type") == "tool_use":
                 block["input"] = ""
-            self.blocks[event.get("index", 0)] = block
+            self.blocks[_index(event)] = block
         elif kind == "content_block_delta":
-            block = self.blocks.setdefault(event.get("index", 0), {"type": "text", "text": ""})
+            index = _index(event)
+            block = self.blocks.setdefault(index, {"type": "text", "text": ""})
             delta = event.get("delta") or {}
             if delta.get("type") == "text_delta":
                 block["text"] = block.get("text", "") + delta.get("text", "")
-                return [StreamingChunk(content=delta.get("text", ""), index=event.get("index", 0))]
+                return [StreamingChunk(content=delta.get("text", ""), index=index)]
             if delta.get("type") == "input_json_delta":
                 block["input"] = block.get("input", "") + delta.get("partial_json", "")
-                return [StreamingChunk(meta={"tool_call_delta": delta}, index=event.get("index", 0))]
+                return [StreamingChunk(meta={"tool_call_delta": delta}, index=index)]
             if delta.get("type") == "thinking_delta":
                 block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-                return [
-                    StreamingChunk(reasoning=ReasoningContent(delta.get("thinking", "")), index=event.get("index", 0))
-                ]
+                return [StreamingChunk(reasoning=ReasoningContent(delta.get("thinking", "")), index=index)]
         elif kind == "message_delta":
-            self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
-            self.usage.update(event.get("usage") or {})
+            stop_reason = (event.get("delta") or {}).get("stop_reason")
+            self.stop_reason = stop_reason if isinstance(stop_reason, str) and stop_reason else self.stop_reason
+            self._add_usage(event.get("usage"))
         return []
+
+    def _add_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self.usage.update(usage)
 
     def finished(self, event: dict[str, Any]) -> bool:
         """``message_stop`` ends the stream."""

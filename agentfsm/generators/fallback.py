@@ -13,11 +13,21 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from agentfsm.errors import AllChatGeneratorsFailedError, ConfigurationError, ConfigurationTypeError, ModelResponseError
+from agentfsm.errors import (
+    AllChatGeneratorsFailedError,
+    ConfigurationError,
+    ConfigurationTypeError,
+    DeserializationError,
+    ModelResponseError,
+)
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage, StreamingCallback
-from agentfsm.serialization import import_path, object_path, rebuild
+from agentfsm.serialization import CHAT_GENERATOR, object_from_dict, object_path
 from agentfsm.tools.tool import Tool
+
+#: Errors that are the caller's (the messages, tools or arguments given, the configuration): every
+#: generator would fail the same way, so they are raised, not passed on to the next generator.
+_CALLERS_ERRORS = (ConfigurationError, ConfigurationTypeError)
 
 
 def _replies(output: Any) -> list[ChatMessage]:
@@ -30,9 +40,10 @@ def _replies(output: Any) -> list[ChatMessage]:
 class FallbackChatGenerator:
     """Tries ``chat_generators`` in order; the first that returns replies answers.
 
-    A generator "fails" when it raises any ``Exception`` (a model client error, a missing API key,
-    a bug) or returns no replies; when all fail, ``AllChatGeneratorsFailedError`` holds each
-    one's error. With streaming, a generator that failed mid-stream may already have handed some
+    A generator "fails" when it raises an ``Exception`` (a model client error, a bug) or returns no
+    replies; when all fail, ``AllChatGeneratorsFailedError`` holds each one's error. A
+    ``ConfigurationError`` or ``ConfigurationTypeError`` (bad messages, tools or arguments, a
+    missing API key) is the caller's to fix and is raised at once. With streaming, a generator that failed mid-stream may already have handed some
     chunks to the callback before the next one starts.
 
     Args:
@@ -117,6 +128,8 @@ class FallbackChatGenerator:
                 replies = _replies(
                     generator.run(messages=messages, tools=tools, streaming_callback=streaming_callback, **kwargs)
                 )
+            except _CALLERS_ERRORS:
+                raise
             except Exception as error:
                 self._failed(index, error, failed, errors)
                 continue
@@ -143,6 +156,8 @@ class FallbackChatGenerator:
                     else await asyncio.to_thread(generator.run, **arguments)
                 )
                 replies = _replies(output)
+            except _CALLERS_ERRORS:
+                raise
             except Exception as error:
                 self._failed(index, error, failed, errors)
                 continue
@@ -165,12 +180,17 @@ class FallbackChatGenerator:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], allowed_modules: Iterable[str] | None = None) -> FallbackChatGenerator:
-        """Invert ``to_dict``; each generator's class is resolved through the allow-list."""
+        """Invert ``to_dict``; each generator's class is resolved through the allow-list and must be a chat generator.
+
+        Raises:
+            DeserializationError: ``data`` is not a serialized fallback, or names a class that is not
+                an allowed chat generator.
+        """
         body = data.get("data") if isinstance(data, dict) else None
         generators = body.get("chat_generators") if isinstance(body, dict) else None
-        if not isinstance(generators, list) or not all(isinstance(g, dict) and "type" in g for g in generators):
-            raise ConfigurationError(
+        if not isinstance(generators, list) or not generators:
+            raise DeserializationError(
                 "A FallbackChatGenerator's data must be {'chat_generators': [{'type': ..., ...}, ...]}, as to_dict writes it."
             )
         allowed = list(allowed_modules or ())
-        return cls([rebuild(import_path(g["type"], allowed), g, allowed) for g in generators])
+        return cls([object_from_dict(g, allowed, CHAT_GENERATOR, whole=True) for g in generators])

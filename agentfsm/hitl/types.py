@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfsm.errors import DecisionError
-from agentfsm.serialization import MAX_VALUE_DEPTH, nests_deeper
+from agentfsm.serialization import MAX_VALUE_DEPTH, brief, nests_deeper
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def as_decision(value: Any) -> ToolExecutionDecision:
         if not isinstance(field, kinds) or (isinstance(field, bool) and bool not in kinds):
             expected = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
             raise DecisionError(
-                f"A decision's {name} must be {expected}, got {type(field).__name__} ({_brief(field)})."
+                f"A decision's {name} must be {expected}, got {type(field).__name__} ({brief(field, 80)})."
             )
     params = value.final_tool_params
     if params is not None and not all(isinstance(k, str) for k in params):
@@ -106,9 +106,3 @@ def as_decision(value: Any) -> ToolExecutionDecision:
     if params is not None and nests_deeper(params, MAX_VALUE_DEPTH):
         raise DecisionError(f"A decision's final_tool_params nest deeper than {MAX_VALUE_DEPTH} levels.")
     return value
-
-
-def _brief(value: Any) -> str:
-    """``repr(value)``, cut short."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "..."

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from agentfsm._core.runtime import RunDelta
-from agentfsm.errors import StaleSnapshotError
+from agentfsm.errors import SnapshotError, StaleSnapshotError
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
@@ -97,6 +97,20 @@ def check_head(run_id: str, seq: int | None, head: int, status: str | None) -> N
             seq,
             head,
         )
+
+
+def of_run(snapshot: AgentSnapshot, run_id: str, where: object) -> AgentSnapshot:
+    """``snapshot``, read from ``where`` among the run's snapshots; ``SnapshotError`` when it is another run's.
+
+    A snapshot that names another run (a file copied into the wrong folder, a tampered row) would
+    resume that run under this one's claim.
+    """
+    if snapshot.run_id != run_id:
+        raise SnapshotError(
+            f"{where} is stored as a snapshot of run {run_id!r} but is one of run {snapshot.run_id[:80]!r}: the "
+            "store is damaged or was tampered with; nothing was resumed."
+        )
+    return snapshot
 
 
 @runtime_checkable

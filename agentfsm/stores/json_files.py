@@ -24,7 +24,7 @@ from agentfsm.files import atomic_write
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
-from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
+from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim, of_run
 
 #: The fields of ``run.json`` and ``claim.json``, and their types.
 _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
@@ -76,6 +76,8 @@ class JsonFileStore:
             data = load_json(path.read_bytes())
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a folder where the file should be, a file that cannot be read
+            raise SnapshotError(f"{path} cannot be read ({type(exc).__name__}: {exc.strerror}).") from None
         except DeserializationError as exc:
             raise SnapshotError(f"{path} is damaged ({exc}).") from None
         if not isinstance(data, dict):
@@ -175,22 +177,22 @@ class JsonFileStore:
             self._set_record(run_id, status=RunStatus.PAUSED.value)
         return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
-    def _load_file(self, path: Path, seq: int) -> AgentSnapshot:
-        return AgentSnapshot.from_file(path).model_copy(update={"seq": seq})
+    def _load_file(self, run_id: str, path: Path, seq: int) -> AgentSnapshot:
+        return of_run(AgentSnapshot.from_file(path), run_id, path).model_copy(update={"seq": seq})
 
     def latest(self, run_id: str) -> AgentSnapshot:
         """The newest snapshot file of the run."""
         files = self._files(run_id)
         if not files:
             raise SnapshotError(f"No snapshot of run {run_id!r} in {self.directory}.")
-        return self._load_file(files[-1], len(files) - 1)
+        return self._load_file(run_id, files[-1], len(files) - 1)
 
     def load(self, run_id: str, seq: int) -> AgentSnapshot:
         """The ``seq``-th snapshot file of the run."""
         files = self._files(run_id)
         if not 0 <= seq < len(files):
             raise SnapshotError(f"Run {run_id!r} has {len(files)} snapshots; there is no number {seq}.")
-        return self._load_file(files[seq], seq)
+        return self._load_file(run_id, files[seq], seq)
 
     def history(self, run_id: str) -> list[SnapshotInfo]:
         """Every snapshot file of the run, read and validated."""

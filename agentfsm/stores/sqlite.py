@@ -40,7 +40,7 @@ from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
-from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim
+from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim, of_run
 
 #: ``PRAGMA user_version`` of the database layout below.
 _LAYOUT_VERSION = 4
@@ -480,9 +480,10 @@ class SQLiteSnapshotStore:
                     created = _created_at(created_at)
                 except (TypeError, ValueError) as exc:
                     raise self._damaged(exc) from None
-                return AgentSnapshot.from_dict(
+                snapshot = AgentSnapshot.from_dict(
                     {**body, "messages": messages, "trace": fields, "created_at": created, "seq": seq}
                 )
+                return of_run(snapshot, run_id, f"Snapshot {seq} of {self.path}")
         raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
 
     def _replay(

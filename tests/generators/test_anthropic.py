@@ -126,6 +126,35 @@ def test_a_streamed_reply_equals_the_whole_one(server: ScriptedServer) -> None:
     assert reply == whole and reply.tool_calls == [ToolCall("add", {"a": 1, "b": 2}, "t1")]
 
 
+def test_a_stream_with_values_of_the_wrong_types_keeps_only_what_fits(server: ScriptedServer) -> None:
+    """As without streaming: a stop reason that is not a string, an index that is not an int are dropped."""
+    server.reply(
+        pieces=[
+            sse(
+                {"type": "message_start", "message": {"model": ["m"], "usage": "lots"}},
+                {"type": "content_block_start", "index": "0", "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": [0], "delta": {"type": "text_delta", "text": "Hi"}},
+                {"type": "message_delta", "delta": {"stop_reason": {"why": "done"}}, "usage": ["x"]},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+                {"type": "message_stop"},
+            )
+        ]
+    )
+    chunks: list[StreamingChunk] = []
+    [reply] = generator(server).run([ChatMessage.from_user("hi")], streaming_callback=chunks.append)["replies"]
+    assert reply.text == "Hi" and reply.meta["finish_reason"] == "end_turn" and reply.meta["model"] is None
+    assert [c.index for c in chunks if c.content] == [0] and chunks[-1].finish_reason == "end_turn"
+    assert json.dumps(reply.to_dict())
+
+
+def test_headers_of_the_users_own_go_along_with_the_key(server: ScriptedServer) -> None:
+    server.reply(body=message({"type": "text", "text": "ok"}))
+    model = generator(server, http_client_kwargs={"headers": {"x-trace": "1", "x-api-key": "not this one"}})
+    assert model.run([ChatMessage.from_user("hi")])["replies"][0].text == "ok"
+    sent = {name.lower(): value for name, value in server.requests[0]["headers"].items()}
+    assert sent["x-trace"] == "1" and sent["x-api-key"] == KEY and sent["anthropic-version"]
+
+
 def test_streamed_replies_share_one_connection(server: ScriptedServer) -> None:
     """The stream is read to its end after ``message_stop``, so the connection goes back to the pool."""
     server.reply(pieces=[streamed()], keep_alive=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, AgentSnapshot, Breakpoint, BreakpointException, ChatMessage
-from agentfsm.errors import AllChatGeneratorsFailedError, ConfigurationError, ModelConnectionError
+from agentfsm.errors import AllChatGeneratorsFailedError, ConfigurationError, DeserializationError, ModelConnectionError
 from agentfsm.generators import FallbackChatGenerator, OpenAIChatGenerator, ScriptedChatGenerator
 from agentfsm.secrets import Secret
 from tests.generators.conftest import ScriptedServer
@@ -76,16 +76,57 @@ def test_async_fallback_with_a_generator_that_has_only_run(server: ScriptedServe
     assert output["replies"][0].text == "scripted" and output["meta"]["successful_chat_generator_index"] == 1
 
 
+CONSTRUCTED: list[str] = []
+
+
+class NotAChatGenerator:
+    """Has from_dict but no run: building it where a chat generator is expected would be the attack."""
+
+    def __init__(self) -> None:
+        CONSTRUCTED.append("NotAChatGenerator")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NotAChatGenerator:
+        return cls()
+
+
+class RefusesTheMessages:
+    """A chat generator of the user's own that finds the messages wrong (as the seeds' protocol runs it)."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        raise ConfigurationError("a message has no text")
+
+
+def test_from_dict_builds_only_chat_generators() -> None:
+    CONSTRUCTED.clear()
+    data = {"type": "x", "data": {"chat_generators": [{"type": f"{__name__}.NotAChatGenerator", "data": {}}]}}
+    with pytest.raises(DeserializationError, match="chat generator"):
+        FallbackChatGenerator.from_dict(data, allowed_modules=["tests"])
+    assert CONSTRUCTED == []
+
+
+def test_an_error_of_the_callers_is_raised_not_passed_to_the_next(server: ScriptedServer) -> None:
+    fallback = FallbackChatGenerator([RefusesTheMessages(), client(server.url)])
+    with pytest.raises(ConfigurationError, match="no text"):
+        fallback.run([ChatMessage.from_user("hi")])
+    with pytest.raises(ConfigurationError, match="no text"):
+        asyncio.run(fallback.run_async([ChatMessage.from_user("hi")]))
+    assert server.requests == [], "the next generator was not asked"
+
+
 def test_bad_configurations_are_refused() -> None:
     with pytest.raises(ConfigurationError):
         FallbackChatGenerator([])
     with pytest.raises(TypeError):
         FallbackChatGenerator(["not a generator"])
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DeserializationError):
         FallbackChatGenerator.from_dict({"type": "x", "data": {"chat_generators": "nope"}})
 
 
-def test_a_snapshot_taken_mid_run_resumes_with_the_fallback_after_a_round_trip(server: ScriptedServer) -> None:
+def test_a_snapshot_taken_mid_run_resumes_with_the_fallback_after_a_round_trip(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "NO_KEY_NEEDED")
     SIDE_EFFECTS.clear()
     server.reply(
         body=completion({"content": None, "tool_calls": [tool_call("c1", "add", '{"a": 2, "b": 3}')]}, "tool_calls")

@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, ChatMessage, StreamingChunk, ToolCall
+from agentfsm import Agent, ChatMessage, StreamingChunk, ToolCall, secrets
 from agentfsm.errors import (
     ConfigurationError,
+    DeserializationError,
     ModelDeadlineError,
     ModelResponseError,
     RateLimitError,
     SerializationError,
     ServerError,
 )
-from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator
+from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator, _http
 from agentfsm.generators._http import EventReader, backoff_delay, retry_after_seconds
 from agentfsm.secrets import Secret
 from tests.generators.conftest import ScriptedServer
@@ -168,6 +169,49 @@ def test_a_server_that_only_sends_keep_alives_meets_the_deadline(server: Scripte
     assert len(server.requests) == 1, "a deadline that passed is not retried"
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_streamed_answer_larger_than_the_limit_is_refused(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, use_async: bool
+) -> None:
+    """Many small events add up: the limit counts every byte of the stream, not one event or line."""
+    monkeypatch.setattr(_http, "MAX_BODY_BYTES", 64 * 1024)
+    server.reply(body=events(*[delta("x" * 1000)] * 100, delta(finish="stop")))
+    model = generator(server, max_retries=0)
+
+    async def main() -> Any:
+        try:
+            return await model.run_async([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+        finally:
+            await model.close_async()
+
+    with pytest.raises(ModelResponseError, match="larger than the limit"):
+        if use_async:
+            asyncio.run(main())
+        else:
+            model.run([ChatMessage.from_user("x")], streaming_callback=lambda c: None)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_finished_stream_is_not_held_open_by_keep_alives(server: ScriptedServer, use_async: bool) -> None:
+    """After ``[DONE]`` the server keeps the connection busy: the answer is handed on, the connection cut."""
+    server.reply(pieces=[events(delta("hello"), delta(finish="stop")), *[b": keep-alive\n\n"] * 60], gap=0.05)
+    model = generator(server, timeout=30.0, deadline=60.0, max_retries=0)
+    chunks: list[StreamingChunk] = []
+
+    async def main() -> dict[str, Any]:
+        try:
+            return await model.run_async([ChatMessage.from_user("x")], streaming_callback=chunks.append)
+        finally:
+            await model.close_async()
+
+    if use_async:
+        result = asyncio.run(main())
+    else:
+        result = model.run([ChatMessage.from_user("x")], streaming_callback=chunks.append)
+    assert result["replies"][0].text == "hello" and chunks[0].content == "hello"
+    assert server.hung_up.wait(10), "the client read on to the end of the keep-alives"
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_the_deadline_holds_under_run_async(server: ScriptedServer, streamed: bool) -> None:
     server.reply(**trickle(200))
@@ -239,7 +283,8 @@ def test_timeouts_and_retries_are_checked(setting: dict[str, Any]) -> None:
         OpenAIChatGenerator("m", Secret.from_token("k"), **setting)
 
 
-def test_the_settings_round_trip(server: ScriptedServer) -> None:
+def test_the_settings_round_trip(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "K")
     model = OpenAIChatGenerator(
         "m", Secret.from_env_var("K", strict=False), server.url, timeout=7.0, connect_timeout=2.0, deadline=42.0
     )
@@ -248,6 +293,71 @@ def test_the_settings_round_trip(server: ScriptedServer) -> None:
 
 
 # -- credentials --------------------------------------------------------------------------------------
+
+
+def untrusted(env_var: str, **fields: Any) -> dict[str, Any]:
+    """A client's dict as a document from elsewhere could hold it."""
+    return {"type": "x", "data": {"api_key": {"type": "env_var", "env_vars": [env_var]}, **fields}}
+
+
+def test_data_may_name_only_the_clients_own_key_variable_or_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    evil = untrusted("AWS_SECRET_ACCESS_KEY", api_base_url="https://evil.example")
+    with pytest.raises(DeserializationError, match="AGENTFSM_ALLOWED_ENV_VARS") as refused:
+        OpenAIChatGenerator.from_dict(evil)
+    assert "allow_env_vars" in str(refused.value) and "aws-secret" not in str(refused.value)
+    assert OpenAIChatGenerator.from_dict(untrusted("OPENAI_API_KEY")).api_key.to_dict()["env_vars"] == [
+        "OPENAI_API_KEY"
+    ]
+    assert AnthropicChatGenerator.from_dict(untrusted("ANTHROPIC_API_KEY")).model
+    with pytest.raises(DeserializationError):
+        AnthropicChatGenerator.from_dict(untrusted("OPENAI_API_KEY"))
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "OTHER, AWS_SECRET_ACCESS_KEY")
+    assert OpenAIChatGenerator.from_dict(evil).api_key.resolve_value() == "aws-secret"
+
+
+def test_allow_env_vars_allows_process_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(secrets, "_user_allowed", set())
+    with pytest.raises(DeserializationError):
+        Secret.from_dict({"type": "env_var", "env_vars": ["MY_KEY"]})
+    secrets.allow_env_vars("MY_KEY")
+    assert Secret.from_dict({"type": "env_var", "env_vars": ["MY_KEY"], "strict": False}).resolve_value() is None
+    with pytest.raises(ValueError):
+        secrets.allow_env_vars("")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"verify": False},
+        {"proxy": "http://evil.example:3128"},
+        {"base_url": "https://evil.example"},
+        {"follow_redirects": True},
+        {"trust_env": True},
+        {"mounts": {}},
+    ],
+)
+def test_data_may_not_change_where_or_how_securely_the_key_goes(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(DeserializationError, match=next(iter(kwargs))):
+        OpenAIChatGenerator.from_dict(untrusted("OPENAI_API_KEY", http_client_kwargs=kwargs))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"data": None},
+        {"data": {"nope": 1}},
+        {"data": {"api_key": "K"}},
+        {"data": {"api_key": {"type": "x"}}},
+        {"data": {"api_key": {"type": "env_var", "env_vars": "OPENAI_API_KEY"}}},
+        [],
+        "text",
+    ],
+)
+def test_a_dict_of_the_wrong_shape_is_a_deserialization_error(data: Any) -> None:
+    with pytest.raises(DeserializationError):
+        OpenAIChatGenerator.from_dict(data)
 
 
 @pytest.mark.parametrize(
@@ -261,11 +371,24 @@ def test_the_settings_round_trip(server: ScriptedServer) -> None:
         {"cookies": {"session": "abc"}},
         {"auth": ("user", "pass")},
         {"params": {"key": "sk-1"}},
+        {"params": {"code": "sk-1"}},
+        {"params": [("sig", "sk-1")]},
+        {"params": {"accessToken": "sk-1"}},
+        {"headers": [(b"Authorization", b"Bearer sk-1")]},
+        {"headers": {b"x-api-key": b"sk-1"}},
+        {"headers": {"X-Auth-Token": "sk-1"}},
+        {"headers": {"Ocp-Apim-Subscription-Key": "sk-1"}},
         {"proxy": "http://user:pass@proxy.local:3128"},
+        {"base_url": "https://user:sk-1@api.example"},
+        {"base_url": "https://api.example/v1?signature=sk-1"},
+        {"generation_kwargs": {"api_key": "sk-1"}},
     ],
 )
 def test_to_dict_refuses_credentials_outside_the_secret(kwargs: dict[str, Any]) -> None:
-    model = OpenAIChatGenerator("m", Secret.from_env_var("K", strict=False), http_client_kwargs=kwargs)
+    generation = kwargs.pop("generation_kwargs", None)
+    model = OpenAIChatGenerator(
+        "m", Secret.from_env_var("K", strict=False), generation_kwargs=generation, http_client_kwargs=kwargs
+    )
     with pytest.raises(SerializationError, match=r"Secret\.from_env_var") as raised:
         model.to_dict()
     assert "sk-1" not in str(raised.value) and "user:pass" not in str(raised.value)
@@ -279,11 +402,15 @@ def test_to_dict_refuses_a_key_in_the_base_url() -> None:
             AnthropicChatGenerator("m", Secret.from_env_var("K", strict=False), url).to_dict()
 
 
-def test_harmless_headers_still_serialize() -> None:
+@pytest.mark.parametrize(
+    "name", ["OpenAI-Organization", "Idempotency-Key", "X-Request-Id", "anthropic-beta", "Accept-Encoding"]
+)
+def test_harmless_headers_still_serialize(name: str) -> None:
+    kwargs = {"headers": {name: "v-1"}, "params": {"api-version": "2024-06-01"}}
     model = OpenAIChatGenerator(
-        "m", Secret.from_env_var("K", strict=False), http_client_kwargs={"headers": {"OpenAI-Organization": "org-1"}}
+        "m", Secret.from_env_var("K", strict=False), generation_kwargs={"max_tokens": 9}, http_client_kwargs=kwargs
     )
-    assert model.to_dict()["data"]["http_client_kwargs"] == {"headers": {"OpenAI-Organization": "org-1"}}
+    assert model.to_dict()["data"]["http_client_kwargs"] == kwargs
 
 
 # -- a full loop over the scripted server, streamed ----------------------------------------------------

@@ -352,6 +352,7 @@ def test_an_agent_runs_async_against_the_server(server: ScriptedServer) -> None:
 
 def test_the_key_never_shows(server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_OPENAI_KEY", KEY)
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "TEST_OPENAI_KEY")
     model = OpenAIChatGenerator("m", Secret.from_env_var("TEST_OPENAI_KEY"), server.url)
     data = model.to_dict()
     assert KEY not in json.dumps(data) and data["data"]["api_key"]["env_vars"] == ["TEST_OPENAI_KEY"]

@@ -210,8 +210,11 @@ def nowhere() -> str:
         return f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
 
 
-def test_a_run_resumed_between_two_model_calls_reads_the_tool_error(target: Target) -> None:
+def test_a_run_resumed_between_two_model_calls_reads_the_tool_error(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Behind a fallback whose first server is down; the snapshot resumes in an agent rebuilt from its dict."""
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "NO_KEY_NEEDED")
     unreachable = OpenAIChatGenerator("m", Secret.from_env_var("NO_KEY_NEEDED", strict=False), nowhere(), max_retries=0)
     model = FallbackChatGenerator([unreachable, target.generator("fail")])
     agent = Agent(chat_generator=model, tools=[fail], max_agent_steps=2)

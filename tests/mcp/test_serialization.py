@@ -25,6 +25,7 @@ def http_info() -> StreamableHttpServerInfo:
 def test_a_toolset_round_trips_without_its_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_TOKEN", "token-value")
     monkeypatch.setenv("MCP_KEY", "key-value")
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "MCP_TOKEN,MCP_KEY")
     toolset = MCPToolset(
         http_info(),
         tool_names=["search"],

@@ -542,3 +542,31 @@ def test_run_async_writes_to_its_store_off_the_event_loop(tmp_path: Path) -> Non
     [run] = store.runs()
     assert run.status == "done" and store.latest(run.run_id).phase is Phase.EXIT_CHECK
     store.close()
+
+
+def test_a_snapshot_stored_under_another_run_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
+    """A file copied into another run's folder, or a row renamed, would resume the other run under this one's id."""
+    first = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
+    second = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
+    if isinstance(store, JsonFileStore):
+        theirs = next((tmp_path / "snapshots" / second.run_id).glob("0*.json"))
+        (tmp_path / "snapshots" / first.run_id / "000001_0001_x.json").write_bytes(theirs.read_bytes())
+        seq = 1
+    else:
+        with closing(sqlite3.connect(tmp_path / "runs.db", isolation_level=None)) as db:
+            db.execute("UPDATE runs SET run_id = 'swap' WHERE run_id = ?", (first.run_id,))
+            db.execute("UPDATE runs SET run_id = ? WHERE run_id = ?", (first.run_id, second.run_id))
+        seq = 0
+    with pytest.raises(SnapshotError, match=second.run_id):
+        store.latest(first.run_id)
+    with pytest.raises(SnapshotError, match="one of run"):
+        store.load(first.run_id, seq)
+
+
+def test_a_damaged_store_folder_is_a_snapshot_error(tmp_path: Path) -> None:
+    store = JsonFileStore(tmp_path)
+    first = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
+    (tmp_path / first.run_id / "run.json").unlink()
+    (tmp_path / first.run_id / "run.json").mkdir()
+    with pytest.raises(SnapshotError, match=r"run\.json"):
+        store.runs()
