@@ -474,10 +474,9 @@ class AgentRun:
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
-        self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
-        if self._logging:
-            for c in self.pending:  # the invoker made them: the edges out of PROPOSED are logged here
-                self._log_call(c, CallStatus.PROPOSED, "check" if c.status is CallStatus.READY else "refuse")
+        self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
+        for c in self.pending:
+            self.move_call(c, "check" if c.error is None else "refuse")
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -616,10 +615,10 @@ class AgentRun:
             if ran:
                 call.call = modified
             else:  # the new arguments are checked again, as the model's were
-                [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
+                [checked] = self.config.invoker.check([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
                 call.error = checked.error
-                self.move_call(call, "modify" if checked.status is CallStatus.READY else "modify_refused")
+                self.move_call(call, "modify" if checked.error is None else "modify_refused")
                 self._give_key(call)
         elif unknown:
             if not d.execute:

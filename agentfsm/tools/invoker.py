@@ -107,7 +107,10 @@ AsyncOnComplete = Callable[[PreparedCall], Awaitable[None] | None]
 
 
 def finish_call(call: PreparedCall) -> None:
-    """The default ``on_complete``: the call, its outcome set, takes its declared ``finish`` edge to DONE."""
+    """The default ``on_complete`` of an invoker used on its own: the call takes its declared ``finish`` edge to DONE.
+
+    A run never uses it: ``AgentRun.tool_completed`` takes the edge through ``AgentRun.move_call``.
+    """
     call.status = CALL_DISPATCH.next(call.status, "finish")
 
 
@@ -151,12 +154,25 @@ class ToolInvoker:
 
     # -- prepare ----------------------------------------------------------------------------------
 
+    def check(
+        self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
+    ) -> list[PreparedCall]:
+        """Resolve and check each call: all are ``PROPOSED``, a refused one with its ``error``.
+
+        ``tools`` overrides the invoker's tools for this run. The caller moves each call on: a run
+        takes its ``check`` or ``refuse`` edge through ``AgentRun.move_call``.
+        """
+        by_name = self._by_name if tools is None else tools
+        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
+
     def prepare(
         self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
     ) -> list[PreparedCall]:
-        """Resolve and check each call; ``tools`` overrides the invoker's tools for this run."""
-        by_name = self._by_name if tools is None else tools
-        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
+        """``check`` the calls, each then ``READY`` or ``FAILED``: for an invoker used on its own, without a run."""
+        checked = self.check(calls, state, tools)
+        for c in checked:
+            c.status = CALL_DISPATCH.next(c.status, "check" if c.error is None else "refuse")
+        return checked
 
     def _prepare_one(self, call: ToolCall, key: str, state: State, by_name: dict[str, Tool]) -> PreparedCall:
         tool = by_name.get(call.tool_name)
@@ -179,12 +195,12 @@ class ToolInvoker:
             for state_key, param in tool.inputs_from_state.items():
                 if param not in arguments and state.has(state_key):
                     arguments[param] = state.get(state_key)
-        return PreparedCall(call, key, tool, arguments, CallStatus.READY)
+        return PreparedCall(call, key, tool, arguments, CallStatus.PROPOSED)
 
     def _failed(self, call: ToolCall, key: str, tool: Tool | None, error: ToolError) -> PreparedCall:
         if self.raise_on_failure:
             raise error
-        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.FAILED, error)
+        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.PROPOSED, error)
 
     # -- execute ----------------------------------------------------------------------------------
 
