@@ -661,6 +661,20 @@ class AgentRun:
         if self._logging:
             self._log_call(call, source, trigger)
 
+    def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
+        """Apply the in-doubt rule to the calls ``started`` (keys) before a crash, their results never recorded.
+
+        Each ready one takes its ``in_doubt`` edge; one of an idempotent tool (``runs_again_after_crash``)
+        then takes its ``rerun`` edge, unless a decision for it is at hand (``decided``, keys): the
+        decision settles it. Every driver that finds calls in doubt calls this.
+        """
+        started, decided = set(started), set(decided)
+        for c in self.pending:
+            if c.key in started and c.status is CallStatus.READY:
+                self.move_call(c, "in_doubt")
+                if c.key not in decided and runs_again_after_crash(c):
+                    self.move_call(c, "rerun")
+
     def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
         logger.debug(
             "call transition",
