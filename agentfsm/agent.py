@@ -56,6 +56,7 @@ from agentfsm.state import (
     complete_schema,
     schema_from_dict,
     schema_to_dict,
+    values_from_dict,
 )
 from agentfsm.stores import DurableSnapshotStore, SnapshotStore
 from agentfsm.tools.invoker import ToolInvoker
@@ -339,6 +340,15 @@ class Agent:
     def async_only_hooks(self) -> list[str]:
         """The names of the hooks only ``run_async`` can run (async functions given to ``@hook``)."""
         return list(self._async_only_hooks)
+
+    def state_values(self, data: Any) -> dict[str, Any]:
+        """State values for this agent's runs from serialized ones (``serialize_value`` of a dict of them).
+
+        Each key is checked against the agent's State schema (its declared keys and the agent's own,
+        such as ``messages``) before any value is deserialized: an unknown key raises
+        ``DeserializationError``.
+        """
+        return values_from_dict(data, self._full_schema)
 
     @property
     def fingerprint(self) -> str:
