@@ -927,6 +927,18 @@ def constant_facts(
     return frozenset(constants)
 
 
+def check_facts_readable(run_class: type) -> None:
+    """Refuse, with ``MachineError``, a fact (``FACT_NAMES``) that ``run_class`` has no attribute for."""
+    missing = [name for name in FACT_NAMES if not hasattr(run_class, name)]
+    if missing:
+        raise MachineError(
+            f"Facts {missing} are declared in agentfsm.machine.Facts but {run_class.__name__} does not work them "
+            "out: add a property for each."
+        )
+
+
+check_facts_readable(AgentRun)
+
 #: Which method does each work item: an action for the driver, or ``None`` once done in the run.
 _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     Work.CALL_MODEL: AgentRun._call_model,

@@ -462,3 +462,22 @@ def test_a_plan_leaves_out_work_a_constant_always_skips() -> None:
     assert Work.CLEAR_CONTINUE not in items(hookless), "nothing can set continue_run: nothing to clear"
     assert all(e is None or e[2] is None for e in hookless[Phase.LLM_CALL]), "nothing can ask to stop"  # type: ignore[index]
     assert Work.CLEAR_CONTINUE in items(work_plan(frozenset({Work.ON_EXIT})))
+
+
+def test_the_tables_are_checked_against_what_the_run_works_out() -> None:
+    from agentfsm._core.runtime import AgentRun, check_facts_readable
+    from agentfsm.machine import SKIP_WORK, Transition, Work, check_exit_reasons, check_skip_work
+
+    check_facts_readable(AgentRun)
+    check_skip_work(SKIP_WORK)
+    check_exit_reasons(TRANSITIONS)
+
+    class Forgetful:
+        has_tool_calls = True
+
+    with pytest.raises(MachineError, match="calls_in_doubt"):
+        check_facts_readable(Forgetful)
+    with pytest.raises(MachineError, match="stop_asked"):
+        check_skip_work({Work.CALL_MODEL: ("stop_asked", True)})
+    with pytest.raises(MachineError, match="why"):
+        check_exit_reasons([Transition("stop", Phase.IDLE, Phase.DONE, exit_reason="{why}")])
