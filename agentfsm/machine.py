@@ -206,7 +206,7 @@ class Facts(NamedTuple):
     steps_left: bool = False
     #: ``max_agent_steps`` is above 0, so a run may call the model at all (a configuration's constant).
     model_calls_allowed: bool = False
-    #: A hook set ``stop_run``, and no tool call waits for its result.
+    #: ``stop_run`` was set (by a hook, or a tool through ``outputs_to_state``), and no tool call waits for its result.
     stop_requested: bool = False
     #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
     continue_requested: bool = False
@@ -225,7 +225,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "exit_reached": {True: "exit condition met", False: "no exit condition met"},
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
     "model_calls_allowed": {True: "max_agent_steps above 0", False: "max_agent_steps is 0"},
-    "stop_requested": {True: "a hook set stop_run", False: "no stop asked"},
+    "stop_requested": {True: "stop_run was set", False: "no stop asked"},
     "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
 }

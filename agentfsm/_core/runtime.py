@@ -124,13 +124,14 @@ class TransitionRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunDelta:
-    """What a run records at each transition and as each tool call finishes, for its observers.
+    """What a run records at each transition and after work within a phase (a finished tool call, hooks, decisions).
 
     The run only records deltas (``AgentRun.take_deltas``); the drivers hand them to the observers.
     """
 
     run_id: str
-    #: The edge just taken; ``None`` when a tool call finished (the run is still in TOOL_RUN).
+    #: The edge just taken; ``None`` for work done within a phase: a tool call finished, hooks ran,
+    #: decisions were taken.
     record: TransitionRecord | None
     #: Messages added to the conversation since the last delta; all of them when ``rewritten``.
     messages: list[ChatMessage]
@@ -369,7 +370,7 @@ class AgentRun:
 
     @property
     def stop_requested(self) -> bool:
-        """Fact: a hook set ``stop_run``, and no tool call waits for its result."""
+        """Fact: ``stop_run`` was set (by a hook, or a tool through ``outputs_to_state``), and no tool call waits for its result."""
         return bool(self._data.get("stop_run")) and not self.calls
 
     @property
