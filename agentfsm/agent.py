@@ -34,7 +34,6 @@ from agentfsm.hooks import (
     is_hook_data,
 )
 from agentfsm.logs import logger
-from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
@@ -550,8 +549,7 @@ class Agent:
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
         if self.snapshot_store is not None:
-            status = {Phase.DONE: RunStatus.DONE, Phase.PAUSED: RunStatus.PAUSED}.get(run.phase, RunStatus.FAILED)
-            self.snapshot_store.release(run.run_id, status, run.exit_reason)
+            self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), run.exit_reason)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""

@@ -95,7 +95,12 @@ def error_type_name(error: Exception) -> str:
 
 def call_key(call: ToolCall, position: int) -> str:
     """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
-    return call.id if call.id is not None else f"#{position}"
+    return key_of(call.id, position)
+
+
+def key_of(call_id: str | None, position: int) -> str:
+    """A call's key from its id (``None`` when the model gave none) and its position in the reply."""
+    return call_id if call_id is not None else f"#{position}"
 
 
 #: Records each call as it finishes (its ``outcome`` set), in the thread that runs the invoker: it
