@@ -301,7 +301,9 @@ class ToolInvoker:
         ready = [c for c in calls if c.status is CallStatus.READY]
         if not self.sync_tools_in_threads:
             for c in ready:
-                await self._done_async(c, await self.invoke_async(c, streaming_callback, inline=True), on_complete)
+                c.outcome = await self.invoke_async(c, streaming_callback, inline=True)
+                if (pending := on_complete(c)) is not None:
+                    await pending
         elif len(ready) > 1 and self.tool_concurrency > 1:
             semaphore = asyncio.Semaphore(self.tool_concurrency)
             failed: list[BaseException] = []
@@ -324,7 +326,9 @@ class ToolInvoker:
                 raise failed[0]
         else:
             for c in ready:
-                await self._done_async(c, await self.invoke_async(c, streaming_callback), on_complete)
+                c.outcome = await self.invoke_async(c, streaming_callback)
+                if (pending := on_complete(c)) is not None:
+                    await pending
 
     @staticmethod
     async def _done_async(call: PreparedCall, outcome: CallOutcome, on_complete: AsyncOnComplete) -> None:
