@@ -208,7 +208,8 @@ class Facts(NamedTuple):
     model_calls_allowed: bool = False
     #: ``stop_run`` was set (by a hook, or a tool through ``outputs_to_state``), and no tool call waits for its result.
     stop_requested: bool = False
-    #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
+    #: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``): the run goes on
+    #: although an exit condition is met.
     continue_requested: bool = False
     #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
     calls_in_doubt: bool = False
@@ -226,7 +227,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
     "model_calls_allowed": {True: "max_agent_steps above 0", False: "max_agent_steps is 0"},
     "stop_requested": {True: "stop_run was set", False: "no stop asked"},
-    "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
+    "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):

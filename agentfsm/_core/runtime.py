@@ -375,7 +375,7 @@ class AgentRun:
 
     @property
     def continue_requested(self) -> bool:
-        """Fact: an ``on_exit`` hook set ``continue_run``."""
+        """Fact: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``)."""
         return bool(self._data.get("continue_run"))
 
     def exit_condition(self) -> str | None:
