@@ -2,7 +2,7 @@
 
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
 model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
-journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
+journal (``AgentRun.started_calls``), the in-doubt rule (``AgentRun.crashed_during_tool_run``), the
 decision check (``agentfsm._core.decisions``), the fingerprint check (``agentfsm._core.resume``) and what a
 finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
 are the core's, as for every driver. A
