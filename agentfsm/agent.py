@@ -34,7 +34,6 @@ from agentfsm.hooks import (
     is_hook_data,
 )
 from agentfsm.logs import logger
-from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
@@ -56,6 +55,7 @@ from agentfsm.state import (
     complete_schema,
     schema_from_dict,
     schema_to_dict,
+    values_from_dict,
 )
 from agentfsm.stores import DurableSnapshotStore, SnapshotStore
 from agentfsm.tools.invoker import ToolInvoker
@@ -340,6 +340,15 @@ class Agent:
         """The names of the hooks only ``run_async`` can run (async functions given to ``@hook``)."""
         return list(self._async_only_hooks)
 
+    def state_values(self, data: Any) -> dict[str, Any]:
+        """State values for this agent's runs from serialized ones (``serialize_value`` of a dict of them).
+
+        Each key is checked against the agent's State schema (its declared keys and the agent's own,
+        such as ``messages``) before any value is deserialized: an unknown key raises
+        ``DeserializationError``.
+        """
+        return values_from_dict(data, self._full_schema)
+
     @property
     def fingerprint(self) -> str:
         """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
@@ -540,8 +549,7 @@ class Agent:
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
         if self.snapshot_store is not None:
-            status = {Phase.DONE: RunStatus.DONE, Phase.PAUSED: RunStatus.PAUSED}.get(run.phase, RunStatus.FAILED)
-            self.snapshot_store.release(run.run_id, status, run.exit_reason)
+            self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), run.exit_reason)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""

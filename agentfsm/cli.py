@@ -20,7 +20,7 @@ import orjson
 
 from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import AwaitingDecision
+from agentfsm.pauses import AwaitingDecision, BreakpointHit
 from agentfsm.serialization import dump_json, import_named_module
 
 if TYPE_CHECKING:
@@ -261,13 +261,15 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         return 0
     print(f"run          {snapshot.run_id}")
     print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
-    if snapshot.break_point:
+    pause = snapshot.pause
+    if pause is not None:
+        # A breakpoint is shown as its class and settings; a pause for decisions as its kind.
+        data = pause.breakpoint if isinstance(pause, BreakpointHit) else pause.to_dict()
+        name = data.get("type") if isinstance(pause, BreakpointHit) else pause.kind
         described = ", ".join(
-            f"{k}={v}"
-            for k, v in snapshot.break_point.items()
-            if k not in ("type", "tool_descriptions") and v is not None
+            f"{k}={v}" for k, v in data.items() if k not in ("type", "tool_descriptions") and v is not None
         )
-        print(f"break point  {snapshot.break_point.get('type')}({described})")
+        print(f"break point  {name}({described})")
     print(f"agent        fingerprint {snapshot.agent_fingerprint}")
     if snapshot.pending_tool_calls:
         print("pending tool calls:")

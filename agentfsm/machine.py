@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import string
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -205,9 +206,10 @@ class Facts(NamedTuple):
     steps_left: bool = False
     #: ``max_agent_steps`` is above 0, so a run may call the model at all (a configuration's constant).
     model_calls_allowed: bool = False
-    #: A hook set ``stop_run``, and no tool call waits for its result.
+    #: ``stop_run`` was set (by a hook, or a tool through ``outputs_to_state``), and no tool call waits for its result.
     stop_requested: bool = False
-    #: An ``on_exit`` hook set ``continue_run``: the run goes on although an exit condition is met.
+    #: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``): the run goes on
+    #: although an exit condition is met.
     continue_requested: bool = False
     #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
     calls_in_doubt: bool = False
@@ -224,12 +226,22 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "exit_reached": {True: "exit condition met", False: "no exit condition met"},
     "steps_left": {True: "steps left", False: "max_agent_steps reached"},
     "model_calls_allowed": {True: "max_agent_steps above 0", False: "max_agent_steps is 0"},
-    "stop_requested": {True: "a hook set stop_run", False: "no stop asked"},
-    "continue_requested": {True: "a hook set continue_run", False: "no hook continues"},
+    "stop_requested": {True: "stop_run was set", False: "no stop asked"},
+    "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
+
+
+def check_skip_work(skip_work: Mapping[Work, tuple[str, bool]]) -> None:
+    """Refuse, with ``MachineError``, work skipped on something that is not a fact (``FACT_NAMES``)."""
+    unknown = {item.value: fact for item, (fact, _) in skip_work.items() if fact not in FACT_NAMES}
+    if unknown:
+        raise MachineError(f"SKIP_WORK reads unknown facts {unknown}; facts: {FACT_NAMES}.")
+
+
+check_skip_work(SKIP_WORK)
 
 Guard = Callable[[Facts], bool]
 
@@ -340,6 +352,26 @@ TRANSITIONS: tuple[Transition, ...] = (
     ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
 )
+
+#: What an ``exit_reason`` template may name: the runtime fills in the exit condition met and the
+#: value of ``stop_run``.
+EXIT_REASON_FIELDS = frozenset({"exit_condition", "stop_run"})
+
+
+def check_exit_reasons(transitions: Iterable[Transition]) -> None:
+    """Refuse, with ``MachineError``, an ``exit_reason`` template naming a field the runtime does not fill in."""
+    for t in transitions:
+        if t.exit_reason is None:
+            continue
+        fields = {name for _, name, _, _ in string.Formatter().parse(t.exit_reason) if name is not None}
+        if not fields <= EXIT_REASON_FIELDS:
+            raise MachineError(
+                f"The exit reason {t.exit_reason!r} of {t.source.value} --{t.trigger}--> names "
+                f"{sorted(fields - EXIT_REASON_FIELDS)}; a template may name only {sorted(EXIT_REASON_FIELDS)}."
+            )
+
+
+check_exit_reasons(TRANSITIONS)
 
 
 # -- the call lifecycle: where each pending tool call stands ----------------------------------------

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from agentfsm.machine import Phase
+
 
 class RunStatus(StrEnum):
     """Where a stored run stands."""
@@ -25,6 +27,13 @@ class RunStatus(StrEnum):
     PAUSED = "paused"
     DONE = "done"
     FAILED = "failed"
+
+    @classmethod
+    def ended_in(cls, phase: Phase) -> RunStatus:
+        """The status of a run whose process let it go in ``phase``: done, paused, or else failed."""
+        if phase is Phase.DONE:
+            return cls.DONE
+        return cls.PAUSED if phase is Phase.PAUSED else cls.FAILED
 
 
 @dataclass(frozen=True, slots=True)

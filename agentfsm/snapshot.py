@@ -27,6 +27,7 @@ from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, OutcomeUnknown, PauseReason, pause_reason
 from agentfsm.serialization import dump_json, load_json, nests_deeper
+from agentfsm.tools.invoker import key_of
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
@@ -300,9 +301,8 @@ class AgentSnapshot(BaseModel):
 
 
 def _call_key(call: ToolCallData, position: int) -> str:
-    """A stored call's key, as ``agentfsm.tools.invoker.call_key`` gives it."""
-    call_id = call.get("id")
-    return call_id if call_id is not None else f"#{position}"
+    """A stored call's key, as ``agentfsm.tools.invoker.call_key`` gives it for the call itself."""
+    return key_of(call.get("id"), position)
 
 
 def check_depth(document: Any, limit: int, what: str) -> None:

@@ -37,6 +37,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentfsm._core.decisions import decidable_calls
 from agentfsm.agent import Agent
 from agentfsm.diagrams import machine_diagram
 from agentfsm.errors import (
@@ -50,7 +51,7 @@ from agentfsm.errors import (
     ToolArgumentsError,
 )
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import AwaitingDecision, RunStatus
+from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import RunInfo, SnapshotInfo, SnapshotStore
 
@@ -132,7 +133,7 @@ def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
     """What the page calls a run's status: running, paused, waiting for approval, done or failed."""
     if info.status is RunStatus.ACTIVE:
         return "running"
-    if info.status is RunStatus.PAUSED and snapshot is not None and isinstance(snapshot.pause, AwaitingDecision):
+    if info.status is RunStatus.PAUSED and snapshot is not None and waiting_calls(snapshot):
         return "waiting for approval"
     return info.status.value
 
@@ -464,7 +465,7 @@ class ReviewApp:
                 409,
                 f"Run {run_id} moved on since this page was shown (it is no longer at that snapshot). Nothing was changed.",
             )
-        if not isinstance(snapshot.pause, AwaitingDecision):
+        if not waiting_calls(snapshot):
             return error_page(409, f"Run {run_id} is not waiting for a decision. Nothing was changed.")
         try:
             decisions = self.decisions(snapshot, {k: str(v) for k, v in form.items()})
@@ -507,10 +508,15 @@ def form_refusal(request: Request) -> Response | None:
 
 
 def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
-    """The pending calls of a run paused in CONFIRM that wait for a decision, by key."""
-    pause = snapshot.pause
-    waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
-    return {key: call for key, call in snapshot.pending_calls_by_key().items() if key in waiting}
+    """The pending calls of a paused run that a decision may be given for, by key (``decidable_calls``).
+
+    Those a confirmation waits for, and those in doubt after a crash (approve runs one again, reject
+    gives its feedback as its result); none when a breakpoint paused the run.
+    """
+    if not snapshot.awaited_decisions():
+        return {}
+    calls = snapshot.pending_calls_by_key()
+    return {key: calls[key] for key in decidable_calls(snapshot) if key in calls}
 
 
 def message_html(message: ChatMessage) -> str:

@@ -533,3 +533,13 @@ def test_tool_runner_settings_given_twice_alike_are_kept_and_round_trip() -> Non
     assert agent.tool_concurrency == 2
     assert Agent.from_dict(agent.to_dict(), allowed_modules=["tests"]).tool_concurrency == 2
     assert Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[add]).tool_concurrency == 4
+
+
+def test_an_agent_turns_serialized_state_values_into_its_own() -> None:
+    from agentfsm.errors import DeserializationError
+    from agentfsm.serialization import serialize_value
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["done"]), state_schema={"notes": {"type": list[str]}})
+    assert agent.state_values(serialize_value({"notes": ["a"], "step_count": 2})) == {"notes": ["a"], "step_count": 2}
+    with pytest.raises(DeserializationError, match="unknown"):
+        agent.state_values(serialize_value({"unknown": 1}))

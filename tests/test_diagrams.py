@@ -72,6 +72,7 @@ def test_a_tool_that_writes_stop_run_is_drawn_with_the_stop_edge_its_runs_take()
     assert ("EXIT_CHECK", "stop", "DONE") not in {
         (e.source, e.trigger, e.dest) for e in build_model(agent_with(tools=[add])).edges
     }
+    assert "stop [stop_run was set]" in agent.draw("mermaid"), "the label does not say only a hook sets it"
 
 
 def agent_with(**kwargs: Any) -> Agent:

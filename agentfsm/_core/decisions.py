@@ -5,7 +5,7 @@ A decision (``ToolExecutionDecision``, or its dict) names the call it was taken 
 as proposed (``call_fingerprint``). ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
 names no call waiting for a decision, another tool, or a call whose arguments changed since, and
 two decisions for one call. In-process resumes (``agentfsm._core.resume``), a run's own strategies
-(``AgentRun.decided``) and durable continuations (``agentfsm.durable``, and so ``agentfsm approve``)
+(``AgentRun.decided``) and durable continuations (``agentfsm.durable``, and so ``agentfsm decide``)
 all call it; the review page resumes in-process.
 """
 

@@ -174,15 +174,15 @@ class AsyncDeltaWriter:
     """Writes a run's deltas in worker threads, off the event loop, one write after the other, in order.
 
     ``completed`` is the ``on_complete`` of the run's tool calls: each finished call's delta is
-    written as soon as it is recorded; ``drain`` waits for every write under way.
+    written before another call starts in its place, so a failed write stops the run before any
+    further tool runs, as under ``drive_sync``.
     """
 
-    __slots__ = ("_lock", "_run", "_writes")
+    __slots__ = ("_lock", "_run")
 
     def __init__(self, run: AgentRun) -> None:
         self._run = run
         self._lock = asyncio.Lock()
-        self._writes: list[asyncio.Task[None]] = []
 
     async def write(self) -> None:
         """Write what the run recorded since the last write, and wait for it."""
@@ -193,29 +193,18 @@ class AsyncDeltaWriter:
             async with self._lock:  # FIFO: writes happen in the order the deltas were taken
                 await run_in_worker(_observe_all, self._run.config.observers, deltas)
 
-    def completed(self, call: PreparedCall) -> None:
-        """Record a finished call and start writing its delta."""
+    async def completed(self, call: PreparedCall) -> None:
+        """Record a finished call and write its delta."""
         self._run.tool_completed(call)
-        self._writes.append(asyncio.ensure_future(self._write_in_order(self._run.take_deltas())))
-
-    async def drain(self) -> None:
-        """Wait for the writes under way; the first that failed raises."""
-        writes, self._writes = self._writes, []
-        await asyncio.gather(*writes)
+        await self._write_in_order(self._run.take_deltas())
 
 
 async def _execute_async(
     run: AgentRun, action: RunTools, streaming_callback: StreamingCallback | None, writer: AsyncDeltaWriter | None
 ) -> None:
     """Run the action's calls on the event loop; with observers, each finished call's delta is written."""
-    invoker = run.config.invoker
-    if writer is None:
-        await invoker.execute_async(action.calls, streaming_callback, run.tool_completed)
-        return
-    try:
-        await invoker.execute_async(action.calls, streaming_callback, writer.completed)
-    finally:
-        await writer.drain()
+    on_complete = run.tool_completed if writer is None else writer.completed
+    await run.config.invoker.execute_async(action.calls, streaming_callback, on_complete)
 
 
 def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentfsm._core.decisions import check_snapshot_decisions
-from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord, runs_again_after_crash
+from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
@@ -61,17 +61,14 @@ def resume_run(
     pause = snap.pause
     waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
     unknown = snap.outcome_unknown_calls()
+    checked = check_snapshot_decisions(snap, decisions)
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.
         if c.key in waiting and c.status is CallStatus.READY and c.decision is None:
             run.move_call(c, "ask")
-        elif c.key in unknown and c.status is CallStatus.READY:
-            run.move_call(c, "in_doubt")
-    for decision in check_snapshot_decisions(snap, decisions):
+    run.crashed_during_tool_run(unknown, decided=[d.tool_call_id for d in checked if d.tool_call_id is not None])
+    for decision in checked:
         run.apply_decision(decision)
-    for c in run.pending:  # a call in doubt runs again by the in-doubt rule, unless a decision said otherwise
-        if c.status is CallStatus.UNKNOWN and runs_again_after_crash(c):
-            run.move_call(c, "rerun")
     # A call that waited for a decision never runs without one: it has one now, or a strategy of
     # this agent will decide it.
     unasked = [

@@ -124,13 +124,14 @@ class TransitionRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunDelta:
-    """What a run records at each transition and as each tool call finishes, for its observers.
+    """What a run records at each transition and after work within a phase (a finished tool call, hooks, decisions).
 
     The run only records deltas (``AgentRun.take_deltas``); the drivers hand them to the observers.
     """
 
     run_id: str
-    #: The edge just taken; ``None`` when a tool call finished (the run is still in TOOL_RUN).
+    #: The edge just taken; ``None`` for work done within a phase: a tool call finished, hooks ran,
+    #: decisions were taken.
     record: TransitionRecord | None
     #: Messages added to the conversation since the last delta; all of them when ``rewritten``.
     messages: list[ChatMessage]
@@ -369,12 +370,12 @@ class AgentRun:
 
     @property
     def stop_requested(self) -> bool:
-        """Fact: a hook set ``stop_run``, and no tool call waits for its result."""
+        """Fact: ``stop_run`` was set (by a hook, or a tool through ``outputs_to_state``), and no tool call waits for its result."""
         return bool(self._data.get("stop_run")) and not self.calls
 
     @property
     def continue_requested(self) -> bool:
-        """Fact: an ``on_exit`` hook set ``continue_run``."""
+        """Fact: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``)."""
         return bool(self._data.get("continue_run"))
 
     def exit_condition(self) -> str | None:
@@ -474,10 +475,9 @@ class AgentRun:
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
         """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
-        self.pending = self.config.invoker.prepare(self.calls, self.state, self.current_tools())
-        if self._logging:
-            for c in self.pending:  # the invoker made them: the edges out of PROPOSED are logged here
-                self._log_call(c, CallStatus.PROPOSED, "check" if c.status is CallStatus.READY else "refuse")
+        self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
+        for c in self.pending:
+            self.move_call(c, "check" if c.error is None else "refuse")
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -618,10 +618,10 @@ class AgentRun:
             if ran:
                 call.call = modified
             else:  # the new arguments are checked again, as the model's were
-                [checked] = self.config.invoker.prepare([modified], self.state, self.current_tools())
+                [checked] = self.config.invoker.check([modified], self.state, self.current_tools())
                 call.call, call.tool, call.arguments = checked.call, checked.tool, checked.arguments
                 call.error = checked.error
-                self.move_call(call, "modify" if checked.status is CallStatus.READY else "modify_refused")
+                self.move_call(call, "modify" if checked.error is None else "modify_refused")
                 self._give_key(call)
         elif unknown:
             if not d.execute:
@@ -663,6 +663,20 @@ class AgentRun:
             self._dispatch = dispatch_for(self._constants)
         if self._logging:
             self._log_call(call, source, trigger)
+
+    def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
+        """Apply the in-doubt rule to the calls ``started`` (keys) before a crash, their results never recorded.
+
+        Each ready one takes its ``in_doubt`` edge; one of an idempotent tool (``runs_again_after_crash``)
+        then takes its ``rerun`` edge, unless a decision for it is at hand (``decided``, keys): the
+        decision settles it. Every driver that finds calls in doubt calls this.
+        """
+        started, decided = set(started), set(decided)
+        for c in self.pending:
+            if c.key in started and c.status is CallStatus.READY:
+                self.move_call(c, "in_doubt")
+                if c.key not in decided and runs_again_after_crash(c):
+                    self.move_call(c, "rerun")
 
     def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
         logger.debug(
@@ -915,6 +929,18 @@ def constant_facts(
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
     return frozenset(constants)
 
+
+def check_facts_readable(run_class: type) -> None:
+    """Refuse, with ``MachineError``, a fact (``FACT_NAMES``) that ``run_class`` has no attribute for."""
+    missing = [name for name in FACT_NAMES if not hasattr(run_class, name)]
+    if missing:
+        raise MachineError(
+            f"Facts {missing} are declared in agentfsm.machine.Facts but {run_class.__name__} does not work them "
+            "out: add a property for each."
+        )
+
+
+check_facts_readable(AgentRun)
 
 #: Which method does each work item: an action for the driver, or ``None`` once done in the run.
 _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {

@@ -33,7 +33,6 @@ from agentfsm.errors import ConfigurationError, ConfigurationTypeError, Durabili
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
-from agentfsm.state import values_from_dict
 from agentfsm.workers import run_in_worker
 
 #: ``Agent.run`` options that hold objects of the calling process, or are about snapshot stores.
@@ -119,7 +118,7 @@ class DurableAgent:
             RunRequest(
                 messages=[ChatMessage.from_dict(m) for m in request["messages"]],
                 system_prompt=request.get("system_prompt"),
-                state=values_from_dict(request["state"], self.agent._full_schema),
+                state=self.agent.state_values(request["state"]),
                 break_point=breakpoint_from_dict(break_point) if break_point else None,
                 run_id=request["run_id"],
             )

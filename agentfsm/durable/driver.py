@@ -2,7 +2,7 @@
 
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
 model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
-journal (``AgentRun.started_calls``), the in-doubt rule (``runs_again_after_crash``), the
+journal (``AgentRun.started_calls``), the in-doubt rule (``AgentRun.crashed_during_tool_run``), the
 decision check (``agentfsm._core.decisions``), the fingerprint check (``agentfsm._core.resume``) and what a
 finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
 are the core's, as for every driver. A
@@ -124,7 +124,8 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
     """Each ready call a step, after the run's journal of started calls (``AgentRun.started_calls``) is a step.
 
     When the journal was recorded by an earlier attempt, that attempt may have run the calls whose
-    steps have no output: they are in doubt, and run again only by the in-doubt rule (``runs_again_after_crash``).
+    steps have no output: their steps record them as in doubt, and the run applies the in-doubt rule
+    (``AgentRun.crashed_during_tool_run``); the calls it runs again are steps of their own.
     """
     ready = [c for c in calls if c.status is CallStatus.READY]
     fresh: list[bool] = []  # the journal step ran here: no earlier attempt started these calls
@@ -133,18 +134,35 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
         fresh.append(True)
         return run.started_calls()
 
-    if not all(runs_again_after_crash(c) for c in ready):
+    if all(runs_again_after_crash(c) for c in ready):
+        fresh.append(True)  # no journal: calls that run again by the in-doubt rule run as if for the first time
+    else:
         steps.run("tools_started", journal)
+    in_doubt = _run_calls(run, ready, steps, started_before=not fresh)
+    if in_doubt:
+        run.crashed_during_tool_run(in_doubt)
+        if not run.calls_in_doubt:  # else no call runs until they are decided (RUN_TOOLS's SKIP_WORK)
+            _run_calls(run, [c for c in ready if c.status is CallStatus.READY], steps, started_before=False)
+    run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
+
+
+def _run_calls(run: AgentRun, ready: list[PreparedCall], steps: Steps, *, started_before: bool) -> list[str]:
+    """Run the calls as steps, recording each finished one; the keys of those in doubt.
+
+    ``started_before``: an earlier attempt journaled the calls, so one whose step has no output yet
+    may have run: its step records it in doubt instead of running it.
+    """
+    in_doubt: list[str] = []
 
     def call(c: PreparedCall) -> dict[str, Any]:
-        if not fresh and not runs_again_after_crash(c):
+        if started_before:
             return {"outcome_unknown": True}
         return run.config.invoker.invoke(c).to_dict()
 
     def done(i: int, output: dict[str, Any]) -> None:
         c = ready[i]
         if output.get("outcome_unknown"):
-            run.move_call(c, "in_doubt")
+            in_doubt.append(c.key)
             return
         c.outcome = CallOutcome.from_dict(output)
         run.tool_completed(c)
@@ -152,7 +170,7 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
 
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
-    run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
+    return in_doubt
 
 
 def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:

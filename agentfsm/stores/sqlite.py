@@ -441,8 +441,7 @@ class SQLiteSnapshotStore:
             if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
                 self._commit(delta.run_id, cursor)
         elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            status = RunStatus.DONE if delta.record.dest is Phase.DONE else RunStatus.FAILED
-            self.release(delta.run_id, status, delta.exit_reason)
+            self.release(delta.run_id, RunStatus.ended_in(delta.record.dest), delta.exit_reason)
 
     # -- reading ----------------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from agentfsm.errors import (
@@ -94,16 +95,27 @@ def error_type_name(error: Exception) -> str:
 
 def call_key(call: ToolCall, position: int) -> str:
     """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
-    return call.id if call.id is not None else f"#{position}"
+    return key_of(call.id, position)
+
+
+def key_of(call_id: str | None, position: int) -> str:
+    """A call's key from its id (``None`` when the model gave none) and its position in the reply."""
+    return call_id if call_id is not None else f"#{position}"
 
 
 #: Records each call as it finishes (its ``outcome`` set), in the thread that runs the invoker: it
 #: takes the call's ``finish`` edge (``finish_call``; a run's ``AgentRun.tool_completed``).
 OnComplete = Callable[[PreparedCall], None]
+#: ``execute_async``'s ``on_complete`` may also return an awaitable (a run's write of the finished
+#: call): it is awaited before another call starts in the same slot, and once one fails no call starts.
+AsyncOnComplete = Callable[[PreparedCall], Awaitable[None] | None]
 
 
 def finish_call(call: PreparedCall) -> None:
-    """The default ``on_complete``: the call, its outcome set, takes its declared ``finish`` edge to DONE."""
+    """The default ``on_complete`` of an invoker used on its own: the call takes its declared ``finish`` edge to DONE.
+
+    A run never uses it: ``AgentRun.tool_completed`` takes the edge through ``AgentRun.move_call``.
+    """
     call.status = CALL_DISPATCH.next(call.status, "finish")
 
 
@@ -147,12 +159,25 @@ class ToolInvoker:
 
     # -- prepare ----------------------------------------------------------------------------------
 
+    def check(
+        self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
+    ) -> list[PreparedCall]:
+        """Resolve and check each call: all are ``PROPOSED``, a refused one with its ``error``.
+
+        ``tools`` overrides the invoker's tools for this run. The caller moves each call on: a run
+        takes its ``check`` or ``refuse`` edge through ``AgentRun.move_call``.
+        """
+        by_name = self._by_name if tools is None else tools
+        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
+
     def prepare(
         self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
     ) -> list[PreparedCall]:
-        """Resolve and check each call; ``tools`` overrides the invoker's tools for this run."""
-        by_name = self._by_name if tools is None else tools
-        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
+        """``check`` the calls, each then ``READY`` or ``FAILED``: for an invoker used on its own, without a run."""
+        checked = self.check(calls, state, tools)
+        for c in checked:
+            c.status = CALL_DISPATCH.next(c.status, "check" if c.error is None else "refuse")
+        return checked
 
     def _prepare_one(self, call: ToolCall, key: str, state: State, by_name: dict[str, Tool]) -> PreparedCall:
         tool = by_name.get(call.tool_name)
@@ -175,12 +200,12 @@ class ToolInvoker:
             for state_key, param in tool.inputs_from_state.items():
                 if param not in arguments and state.has(state_key):
                     arguments[param] = state.get(state_key)
-        return PreparedCall(call, key, tool, arguments, CallStatus.READY)
+        return PreparedCall(call, key, tool, arguments, CallStatus.PROPOSED)
 
     def _failed(self, call: ToolCall, key: str, tool: Tool | None, error: ToolError) -> PreparedCall:
         if self.raise_on_failure:
             raise error
-        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.FAILED, error)
+        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.PROPOSED, error)
 
     # -- execute ----------------------------------------------------------------------------------
 
@@ -236,15 +261,27 @@ class ToolInvoker:
         """Run the ready calls, in a thread pool when several may run at once; each gets its outcome.
 
         ``on_complete(call)`` is called in the calling thread as each call finishes: it records the
-        call as done (the default, ``finish_call``, moves it to DONE).
+        call as done (the default, ``finish_call``, moves it to DONE). A call starts in a finished
+        one's place once that one is recorded; when ``on_complete`` raises, no further call starts.
         """
         ready = [c for c in calls if c.status is CallStatus.READY]
         if len(ready) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
-            futures = {self._executor.submit(self.invoke, c, streaming_callback): c for c in ready}
-            for future in as_completed(futures):
-                self._done(futures[future], future.result(), on_complete)
+            # A call starts once a running one is recorded (as under execute_async): a failed
+            # on_complete leaves the calls not started yet unstarted.
+            waiting = iter(ready)
+            running = {
+                self._executor.submit(self.invoke, c, streaming_callback): c
+                for c in islice(waiting, self.tool_concurrency)
+            }
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    self._done(running.pop(future), future.result(), on_complete)
+                    following = next(waiting, None)
+                    if following is not None:
+                        running[self._executor.submit(self.invoke, following, streaming_callback)] = following
         else:
             for c in ready:
                 self._done(c, self.invoke(c, streaming_callback), on_complete)
@@ -253,27 +290,52 @@ class ToolInvoker:
         self,
         calls: Sequence[PreparedCall],
         streaming_callback: StreamingCallback | None = None,
-        on_complete: OnComplete = finish_call,
+        on_complete: AsyncOnComplete = finish_call,
     ) -> None:
         """Like ``execute_sync``, on the event loop: calls run in worker threads, at most ``tool_concurrency`` at once.
 
-        With ``sync_tools_in_threads=False`` they run inline, one after another.
+        With ``sync_tools_in_threads=False`` they run inline, one after another. An ``on_complete``
+        that returns an awaitable is awaited before the next call starts in its place: when it fails,
+        no further call starts, as with ``execute_sync``, and its error is raised.
         """
         ready = [c for c in calls if c.status is CallStatus.READY]
         if not self.sync_tools_in_threads:
             for c in ready:
-                self._done(c, await self.invoke_async(c, streaming_callback, inline=True), on_complete)
+                c.outcome = await self.invoke_async(c, streaming_callback, inline=True)
+                if (pending := on_complete(c)) is not None:
+                    await pending
         elif len(ready) > 1 and self.tool_concurrency > 1:
             semaphore = asyncio.Semaphore(self.tool_concurrency)
+            failed: list[BaseException] = []
 
             async def run_one(c: PreparedCall) -> None:
                 async with semaphore:
-                    self._done(c, await self.invoke_async(c, streaming_callback), on_complete)
+                    if failed:  # a call's on_complete failed: as in execute_sync, nothing more starts or is recorded
+                        return
+                    outcome = await self.invoke_async(c, streaming_callback)
+                    if failed:
+                        return
+                    try:
+                        await self._done_async(c, outcome, on_complete)
+                    except BaseException as exc:
+                        failed.append(exc)
 
+            # Every task ends before this returns (none is left running unseen); the first failure is raised.
             await asyncio.gather(*(run_one(c) for c in ready))
+            if failed:
+                raise failed[0]
         else:
             for c in ready:
-                self._done(c, await self.invoke_async(c, streaming_callback), on_complete)
+                c.outcome = await self.invoke_async(c, streaming_callback)
+                if (pending := on_complete(c)) is not None:
+                    await pending
+
+    @staticmethod
+    async def _done_async(call: PreparedCall, outcome: CallOutcome, on_complete: AsyncOnComplete) -> None:
+        call.outcome = outcome
+        pending = on_complete(call)
+        if pending is not None:
+            await pending
 
     def close(self) -> None:
         """Release the worker threads of the sync thread pool."""

@@ -115,3 +115,32 @@ def test_the_checks_see_a_cycle_and_an_application_import() -> None:
     assert cycle_in({"a": {"b"}, "b": set()}) is None
     assert "agentfsm.machine" in imports("agentfsm._core.runtime", typing_only=False)
     assert within("agentfsm.durable.driver", APPLICATIONS) and not within("agentfsm.durability", APPLICATIONS)
+
+
+def private_reads_of_an_agent(source: str) -> list[str]:
+    """The private attributes read off something called ``agent`` (``self.agent._x``, ``agent._x``)."""
+    reads = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", None)
+            if name == "agent":
+                reads.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return reads
+
+
+#: Drawings read the agent's run configuration (tools, hooks, strategies) as the run does.
+DRAWS_FROM_THE_CONFIGURATION = "agentfsm.diagrams"
+
+
+@pytest.mark.parametrize(
+    "module", [m for m in MODULES if m.startswith(APPLICATIONS) and m != DRAWS_FROM_THE_CONFIGURATION]
+)
+def test_the_applications_read_no_private_attribute_of_the_agent(module: str) -> None:
+    assert private_reads_of_an_agent(MODULES[module].read_text(encoding="utf-8")) == []
+
+
+def test_the_check_sees_a_private_read_of_the_agent() -> None:
+    assert private_reads_of_an_agent("self.agent._full_schema\nagent.fingerprint\n") == [
+        "self.agent._full_schema (line 1)"
+    ]

@@ -303,17 +303,23 @@ def confirmed_runs() -> None:
     assert bad.run(USER)["last_message"].text == "done"
 
 
-def _logged_call_edges(caplog: pytest.LogCaptureFixture) -> set[tuple[CallStatus, str, CallStatus]]:
-    events = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "call transition"]
-    return {(CallStatus(e["source"]), e["trigger"], CallStatus(e["dest"])) for e in events}
+def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentfsm._core.runtime import AgentRun
 
+    # The moves the runs make, seen where they happen (not in what the runs log about them).
+    taken: set[tuple[CallStatus, str, CallStatus]] = set()
+    move_call = AgentRun.move_call
 
-def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="agentfsm"):
-        in_doubt_runs(caplog)
-        confirmed_runs()
+    def recording(run: AgentRun, pending: Any, trigger: str) -> None:
+        source = pending.status
+        move_call(run, pending, trigger)
+        taken.add((source, trigger, pending.status))
+
+    monkeypatch.setattr(AgentRun, "move_call", recording)
+    in_doubt_runs(caplog)
+    confirmed_runs()
     declared = {(t.source, t.trigger, t.dest) for t in CALL_TRANSITIONS}
-    assert _logged_call_edges(caplog) == declared
+    assert taken == declared
 
 
 def test_a_call_moves_only_along_declared_edges() -> None:
@@ -456,3 +462,22 @@ def test_a_plan_leaves_out_work_a_constant_always_skips() -> None:
     assert Work.CLEAR_CONTINUE not in items(hookless), "nothing can set continue_run: nothing to clear"
     assert all(e is None or e[2] is None for e in hookless[Phase.LLM_CALL]), "nothing can ask to stop"  # type: ignore[index]
     assert Work.CLEAR_CONTINUE in items(work_plan(frozenset({Work.ON_EXIT})))
+
+
+def test_the_tables_are_checked_against_what_the_run_works_out() -> None:
+    from agentfsm._core.runtime import AgentRun, check_facts_readable
+    from agentfsm.machine import SKIP_WORK, Transition, Work, check_exit_reasons, check_skip_work
+
+    check_facts_readable(AgentRun)
+    check_skip_work(SKIP_WORK)
+    check_exit_reasons(TRANSITIONS)
+
+    class Forgetful:
+        has_tool_calls = True
+
+    with pytest.raises(MachineError, match="calls_in_doubt"):
+        check_facts_readable(Forgetful)
+    with pytest.raises(MachineError, match="stop_asked"):
+        check_skip_work({Work.CALL_MODEL: ("stop_asked", True)})
+    with pytest.raises(MachineError, match="why"):
+        check_exit_reasons([Transition("stop", Phase.IDLE, Phase.DONE, exit_reason="{why}")])

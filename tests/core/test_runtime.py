@@ -94,3 +94,21 @@ def test_results_are_refused_outside_their_phase() -> None:
     run.model_replied({"replies": [ChatMessage.from_assistant("hi")]})
     with pytest.raises(MachineError, match="the run is in LLM_CALL with call_model done"):
         run.model_replied({"replies": [ChatMessage.from_assistant("again")]})
+
+
+def test_a_run_let_go_in_a_phase_has_one_status_for_it() -> None:
+    from agentfsm.pauses import RunStatus
+
+    assert RunStatus.ended_in(Phase.DONE) is RunStatus.DONE
+    assert RunStatus.ended_in(Phase.PAUSED) is RunStatus.PAUSED
+    assert {RunStatus.ended_in(p) for p in Phase if p not in (Phase.DONE, Phase.PAUSED)} == {RunStatus.FAILED}
+
+
+def test_a_snapshot_knows_its_calls_by_the_keys_the_invoker_gives_them() -> None:
+    from agentfsm.tools.invoker import call_key
+
+    run = new_run()
+    run.next_action()
+    run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2), call("add", None, a=3, b=4))]})
+    keys = [call_key(c, i) for i, c in enumerate(run.calls)]
+    assert list(run.make_snapshot().pending_calls_by_key()) == keys

@@ -816,3 +816,54 @@ def test_a_process_that_gives_no_limit_leaves_the_queues_limit(tmp_path: Path) -
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
         worker.stop()
+
+
+class MixedModel(TurnModel):
+    """``TurnModel`` whose first reply calls ``effect`` (idempotent) and ``once`` (not)."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        output = super().run(messages, tools)
+        if output["replies"][0].tool_calls:
+            n = messages[-1].text
+            calls = [call("effect", f"call-{n}-a", label=f"{n}-a"), call("once", f"call-{n}-b", label=f"{n}-b")]
+            output = {"replies": [ChatMessage.from_assistant(tool_calls=calls)]}
+        return output
+
+
+def test_a_crash_mid_tool_run_takes_the_same_call_edges_durable_and_in_process(
+    launched_without_queues: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calls journaled before a crash, their outputs lost, go in doubt by the same rule on both paths."""
+    from agentfsm import Breakpoint, BreakpointException
+    from agentfsm._core.runtime import AgentRun
+    from tests.durable.durable_agents import once
+
+    moves: list[tuple[str, str]] = []
+    move_call = AgentRun.move_call
+
+    def recording(run: AgentRun, pending: Any, trigger: str) -> None:
+        moves.append((pending.key, trigger))
+        move_call(run, pending, trigger)
+
+    monkeypatch.setattr(AgentRun, "move_call", recording)
+    agent = Agent(chat_generator=MixedModel(), tools=[effect, once])
+    durable = DurableAgent(agent, f"mixed-{uuid.uuid4().hex[:8]}")  # registered after launch: this process runs it
+    durable.run(user("5"), run_id="mixed")
+    steps = DBOS.list_workflow_steps("mixed")
+    [journal] = [s["function_id"] for s in steps if s["function_name"] == "tools_started"]
+    moves.clear()
+    # The workflow again, its journal kept and the outputs of the tool steps after it lost: as after a crash.
+    output = DBOS.fork_workflow("mixed", journal + 1).get_result()
+    assert "paused" in output
+    durable_moves = list(moves)
+
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(user("5"), break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    crashed = paused.value.snapshot.model_copy(
+        update={"break_point": None, "started_tool_calls": ["call-5-a", "call-5-b"]}
+    )
+    moves.clear()
+    with pytest.raises(BreakpointException):
+        agent.run(snapshot=crashed)
+    assert moves == durable_moves
+    assert ("call-5-a", "rerun") in moves and ("call-5-b", "in_doubt") in moves

@@ -25,6 +25,7 @@ from agentfsm import (
     StaleSnapshotError,
     ToolCall,
     TransitionRecord,
+    tool,
 )
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.stores import (
@@ -387,8 +388,6 @@ def test_the_wal_stays_bounded_while_commits_keep_coming(tmp_path: Path) -> None
 def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> None:
     import sqlite3 as sqlite
 
-    from agentfsm import tool
-
     db = tmp_path / "runs.db"
     store = SQLiteSnapshotStore(db, durable=True)
     store._db.execute("PRAGMA busy_timeout=0")  # fail at once instead of waiting for the other writer
@@ -509,6 +508,45 @@ def test_a_run_whose_commit_fails_before_tool_run_never_runs_the_tool(tmp_path: 
     assert SIDE_EFFECTS == [], "entering TOOL_RUN could not be committed: no tool ran"
     other.execute("ROLLBACK")
     other.close()
+    store.close()
+
+
+class FullDisk(SQLiteSnapshotStore):
+    """A durable store whose disk fills up when a finished tool call is to be committed."""
+
+    def observe(self, delta: RunDelta) -> None:
+        """Fail on a finished call's delta (it has no transition), store the rest."""
+        if delta.record is None and delta.fields is not None and delta.fields["completed_tool_results"]:
+            raise OSError("disk full")
+        super().observe(delta)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_no_tool_starts_after_a_finished_call_could_not_be_committed(
+    tmp_path: Path, use_async: bool, concurrency: int
+) -> None:
+    import asyncio
+
+    started: list[int] = []
+
+    @tool
+    def note(n: int) -> int:
+        """Note that call ``n`` started."""
+        started.append(n)
+        return n
+
+    store = FullDisk(tmp_path / "runs.db", durable=True)
+    script = [calls(*(call("note", f"n{i}", n=i) for i in range(3))), "done"]
+    run = Agent(
+        chat_generator=ScriptedChatGenerator(script), tools=[note], snapshot_store=store, tool_concurrency=concurrency
+    )
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(run.run_async(USER)) if use_async else run.run(USER)
+    # The first call to finish could not be committed: only the calls already under way may have started.
+    assert 2 not in started
+    if concurrency == 1:
+        assert started == [0]
     store.close()
 
 

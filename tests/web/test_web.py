@@ -719,3 +719,37 @@ def test_a_decision_form_is_taken_exactly_when_every_call_has_a_valid_choice(
     else:
         assert response.status_code == 400 and "Nothing was changed" in response.text and recorded == []
     assert PAID == []
+
+
+def test_a_call_in_doubt_after_a_crash_is_decided_on_the_page(tmp_path: Path, make_client: Any) -> None:
+    from agentfsm import Breakpoint, BreakpointException, Phase
+
+    PAID.clear()
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    script = [ChatMessage.from_assistant(tool_calls=[ToolCall("pay", {"to": "ann", "amount": 30}, id="p1")]), "Paid."]
+
+    def agent(position: int = 0) -> Agent:
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=[pay], snapshot_store=store)
+
+    with pytest.raises(BreakpointException) as paused:
+        agent().run([ChatMessage.from_user("Pay ann 30.")], break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    # As a crash while the payment ran leaves it: started, its result never recorded.
+    crashed = paused.value.snapshot.model_copy(update={"break_point": None, "started_tool_calls": ["p1"]})
+    with pytest.raises(BreakpointException):
+        agent(1).run(snapshot=crashed)
+    run_id = crashed.run_id
+    assert PAID == []
+
+    client = make_client(create_app(store, agent(1)))
+    page = client.get(f"/runs/{run_id}").text
+    assert "Waiting for your decision" in page and "data-call='p1'" in page
+    decided = client.post(
+        f"/runs/{run_id}/decide",
+        data={**csrf_and_seq(page), "action:p1": "reject", "feedback:p1": "paid: receipt 17"},
+        follow_redirects=False,
+    )
+    assert decided.status_code == 303
+    assert PAID == [], "the decision gave the call's result: it did not run again"
+    done = client.get(f"/runs/{run_id}").text
+    assert "<p class='status' id='status'>done</p>" in done and "receipt 17" in done
+    store.close()
