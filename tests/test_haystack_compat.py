@@ -27,6 +27,7 @@ from agentfsm import (
     StreamingChunk,
     Tool,
     ToolCall,
+    ToolInvoker,
     Toolset,
     create_tool_from_function,
     hook,
@@ -727,3 +728,67 @@ def test_haystack_shaped_hooks_run_at_their_points(use_async: bool) -> None:
     assert result["messages"][0].text == "You are a calculator."
     assert result["last_message"].text == "3" and result["step_count"] == 3
     assert audit.events == ["warm_up", "async ['add']" if use_async else "run ['add']", "close"]
+
+
+# -- ToolInvoker as a component: run(messages=...) -----------------------------------------------------
+
+
+def add_numbers(a: int, b: int) -> int:
+    return a + b
+
+
+def subtract_numbers(a: int, b: int) -> int:
+    return a - b
+
+
+MATH_PARAMETERS = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
+
+
+def math_toolset() -> Toolset:
+    """The seed's example: a Toolset of two Tools built from plain functions."""
+    add_tool = Tool(name="add", description="Add two numbers", parameters=MATH_PARAMETERS, function=add_numbers)
+    subtract_tool = Tool(
+        name="subtract", description="Subtract b from a", parameters=MATH_PARAMETERS, function=subtract_numbers
+    )
+    return Toolset([add_tool, subtract_tool])
+
+
+def test_a_tool_invoker_runs_the_tool_calls_of_messages_as_a_component() -> None:
+    invoker = ToolInvoker(tools=math_toolset())
+    replies = [
+        ChatMessage.from_assistant(
+            tool_calls=[ToolCall("add", {"a": 2, "b": 3}, id="c1"), ToolCall("subtract", {"a": 9, "b": 4}, id="c2")]
+        )
+    ]
+    result = invoker.run(messages=replies)
+    assert [m.tool_call_result.result for m in result["tool_messages"]] == ["5", "5"]
+    assert [m.tool_call_result.origin.id for m in result["tool_messages"]] == ["c1", "c2"]
+    assert isinstance(result["state"], State)
+    again = asyncio.run(invoker.run_async(messages=replies))
+    assert [m.tool_call_result.result for m in again["tool_messages"]] == ["5", "5"]
+
+
+def test_a_tool_invoker_reads_and_writes_the_state_it_is_given() -> None:
+    def lookup(user: str) -> dict[str, Any]:
+        return {"greeting": f"hello {user}"}
+
+    tool = create_tool_from_function(
+        lookup, inputs_from_state={"user_name": "user"}, outputs_to_state={"greeting": {"source": "greeting"}}
+    )
+    state = State({"user_name": {"type": str}, "greeting": {"type": str}}, {"user_name": "ann"})
+    result = ToolInvoker(tools=[tool]).run(
+        messages=[ChatMessage.from_assistant(tool_calls=[ToolCall("lookup", {})])], state=state
+    )
+    assert result["state"] is state and state.get("greeting") == "hello ann"
+
+
+def test_a_tool_invoker_raises_on_an_unknown_tool_by_default_as_haystack_does() -> None:
+    unknown = [ChatMessage.from_assistant(tool_calls=[ToolCall("nope", {}, id="c1")])]
+    with pytest.raises(AgentFSMError, match="nope"):
+        ToolInvoker(tools=math_toolset()).run(messages=unknown)
+    answered = ToolInvoker(tools=math_toolset(), raise_on_failure=False).run(messages=unknown)
+    assert answered["tool_messages"][0].tool_call_result.error

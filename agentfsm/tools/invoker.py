@@ -157,6 +157,36 @@ class ToolInvoker:
         self._by_name = {t.name: t for t in self.tools}
         self._executor: ThreadPoolExecutor | None = None
 
+    # -- Haystack's component API -------------------------------------------------------------------
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, Any]:
+        """Run the tool calls of ``messages``: ``{"tool_messages": [...], "state": state}``, as Haystack's ToolInvoker.
+
+        The calls of every message run (a message without calls has none), in parallel up to
+        ``tool_concurrency``; ``state`` (a new empty one when None) gives inputs and takes outputs.
+        """
+        state = State({}) if state is None else state
+        calls = self.prepare([call for message in messages for call in message.tool_calls], state)
+        self.execute_sync(calls, streaming_callback)
+        return {"tool_messages": self.finish(calls, state), "state": state}
+
+    async def run_async(
+        self,
+        messages: list[ChatMessage],
+        state: State | None = None,
+        streaming_callback: StreamingCallback | None = None,
+    ) -> dict[str, Any]:
+        """``run`` on the event loop: the calls run in worker threads (or are awaited), never blocking it."""
+        state = State({}) if state is None else state
+        calls = self.prepare([call for message in messages for call in message.tool_calls], state)
+        await self.execute_async(calls, streaming_callback)
+        return {"tool_messages": self.finish(calls, state), "state": state}
+
     # -- prepare ----------------------------------------------------------------------------------
 
     def check(
