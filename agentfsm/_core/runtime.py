@@ -285,6 +285,8 @@ class AgentRun:
         self.decisions: list[dict[str, Any]] = []
         self._fingerprint = fingerprint
         self._has_tools = bool(config.tools or config.dynamic)
+        #: Whether any confirmation strategy is given (read at every step's prepare, fixed for the run).
+        self._confirming = bool(config.confirmation)
         constants = constant_facts(
             config.tools.values(),
             dynamic=bool(config.dynamic),
@@ -481,8 +483,8 @@ class AgentRun:
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
-        covered = self.config.confirmation
-        if completed or covered:
+        if completed or self._confirming:
+            covered = self.config.confirmation
             for c in self.pending:
                 if completed and c.key in completed:
                     c.outcome = completed[c.key]
