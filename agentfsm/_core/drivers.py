@@ -165,9 +165,7 @@ async def _ask_async(
 
 def write_deltas(run: AgentRun) -> None:
     """Hand what the run recorded since the last call to its observers, in this thread, oldest first."""
-    for delta in run.take_deltas():
-        for observer in run.config.observers:
-            observer.observe(delta)
+    _observe_all(run.config.observers, run.take_deltas())
 
 
 class AsyncDeltaWriter:
@@ -208,6 +206,7 @@ async def _execute_async(
 
 
 def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> None:
+    """Each delta, oldest first, to every observer (the sync driver's thread, or a worker of the async one)."""
     for delta in deltas:
         for observer in observers:
             observer.observe(delta)
