@@ -11,18 +11,28 @@ that client is rebuilt; users allow others like modules:
 
 - process-wide: ``agentfsm.secrets.allow_env_vars("MY_KEY")``
 - by environment: ``AGENTFSM_ALLOWED_ENV_VARS=MY_KEY,OTHER_KEY``
+
+Nor may such a document choose where the key goes: a model client read back from data sends its
+key only to its API's own server, a loopback address (the key stays on the machine) or a server
+the user allowed (``allow_endpoints("https://llm.internal:8443")``, ``AGENTFSM_ALLOWED_ENDPOINTS``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import httpx
+
 from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
 
 ENV_ALLOWED_ENV_VARS = "AGENTFSM_ALLOWED_ENV_VARS"
+ENV_ALLOWED_ENDPOINTS = "AGENTFSM_ALLOWED_ENDPOINTS"
 _user_allowed: set[str] = set()
+_user_endpoints: set[str] = set()
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def allow_env_vars(*names: str) -> None:
@@ -37,6 +47,44 @@ def allowed_env_vars(extra: Iterable[str] = ()) -> frozenset[str]:
     """All variable names secrets read from data may name (process-wide, environment and ``extra``)."""
     env = [n.strip() for n in os.environ.get(ENV_ALLOWED_ENV_VARS, "").split(",") if n.strip()]
     return frozenset((*_user_allowed, *env, *extra))
+
+
+def origin(url: str) -> str | None:
+    """``scheme://host:port`` of ``url`` (lowercased, the default port written out); ``None`` if it has none."""
+    parts = httpx.URL(url) if "://" in url else None
+    if parts is None or parts.scheme not in _DEFAULT_PORTS or not parts.host:
+        return None
+    host = f"[{parts.host}]" if ":" in parts.host else parts.host
+    return f"{parts.scheme}://{host}:{parts.port or _DEFAULT_PORTS[parts.scheme]}"
+
+
+def allow_endpoints(*urls: str) -> None:
+    """Allow model clients read back from data to send their key to the servers of ``urls`` (their origins)."""
+    for url in urls:
+        found = origin(url) if isinstance(url, str) else None
+        if found is None:
+            raise ValueError(f"{url!r} is not an http(s) URL; pass URLs such as 'https://llm.internal:8443'.")
+        _user_endpoints.add(found)
+
+
+def endpoint_allowed(url: str, own: str) -> bool:
+    """Whether a client read back from data may send its key to ``url``: its API's ``own`` server, loopback, or allowed."""
+    target = origin(url)
+    if target is None:
+        return False
+    if target == origin(own) or _is_loopback(httpx.URL(url).host):
+        return True
+    env = (origin(u.strip()) for u in os.environ.get(ENV_ALLOWED_ENDPOINTS, "").split(",") if u.strip())
+    return target in _user_endpoints or target in set(env)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Secret:

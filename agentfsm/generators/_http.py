@@ -42,7 +42,7 @@ from agentfsm.errors import (
     ServerError,
 )
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, StreamingChunk, parse_tool_arguments
-from agentfsm.secrets import Secret
+from agentfsm.secrets import ENV_ALLOWED_ENDPOINTS, Secret, endpoint_allowed
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 
@@ -839,6 +839,8 @@ class HTTPChatGenerator:
         Raises:
             DeserializationError: ``data`` is not a serialized client; its key names an environment
                 variable that is neither this client's own nor allowed (``agentfsm.secrets.allow_env_vars``);
+                it points the client at a server that is neither its API's, loopback nor allowed
+                (``agentfsm.secrets.allow_endpoints``);
                 or its ``http_client_kwargs`` change where or how securely the key is sent.
         """
         body = data.get("data") if isinstance(data, dict) else None
@@ -851,6 +853,13 @@ class HTTPChatGenerator:
         if unknown:
             raise DeserializationError(f"{cls.__name__}.from_dict got unknown fields {unknown}.")
         body = dict(body)
+        url = body.get("api_base_url") or cls.default_base_url
+        if not isinstance(url, str) or not endpoint_allowed(url, cls.default_base_url):
+            raise DeserializationError(
+                f"The data points {cls.__name__} at {url!r}, where it would send its API key: a client read "
+                f"back from data sends it only to {cls.default_base_url}, a loopback address or a server you "
+                f"allow, with agentfsm.secrets.allow_endpoints({url!r}) or {ENV_ALLOWED_ENDPOINTS}={url}."
+            )
         if "api_key" in body:
             body["api_key"] = Secret.from_dict(body["api_key"], also_allowed=[cls.api_key_env_var])
         kwargs = body.get("http_client_kwargs") or {}

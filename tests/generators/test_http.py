@@ -302,7 +302,7 @@ def untrusted(env_var: str, **fields: Any) -> dict[str, Any]:
 
 def test_data_may_name_only_the_clients_own_key_variable_or_allowed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
-    evil = untrusted("AWS_SECRET_ACCESS_KEY", api_base_url="https://evil.example")
+    evil = untrusted("AWS_SECRET_ACCESS_KEY", api_base_url="http://127.0.0.1:9/v1")
     with pytest.raises(DeserializationError, match="AGENTFSM_ALLOWED_ENV_VARS") as refused:
         OpenAIChatGenerator.from_dict(evil)
     assert "allow_env_vars" in str(refused.value) and "aws-secret" not in str(refused.value)
@@ -314,6 +314,34 @@ def test_data_may_name_only_the_clients_own_key_variable_or_allowed_ones(monkeyp
         AnthropicChatGenerator.from_dict(untrusted("OPENAI_API_KEY"))
     monkeypatch.setenv("AGENTFSM_ALLOWED_ENV_VARS", "OTHER, AWS_SECRET_ACCESS_KEY")
     assert OpenAIChatGenerator.from_dict(evil).api_key.resolve_value() == "aws-secret"
+
+
+@pytest.mark.parametrize("generator", [OpenAIChatGenerator, AnthropicChatGenerator])
+def test_data_may_point_a_client_only_at_its_own_loopback_or_allowed_servers(
+    generator: type[OpenAIChatGenerator] | type[AnthropicChatGenerator], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = generator.api_key_env_var
+    for url in (
+        None,
+        generator.default_base_url + "/",
+        "http://localhost:8080/v1",
+        "http://[::1]:1/",
+        "http://127.0.0.9",
+    ):
+        assert generator.from_dict(untrusted(own, api_base_url=url)).api_base_url
+    monkeypatch.setattr(secrets, "_user_endpoints", set())
+    for evil in ("https://evil.example/v1", "https://api.openai.com.evil.example", "http://10.0.0.1", "ftp://x", 3):
+        with pytest.raises(DeserializationError, match="allow_endpoints") as refused:
+            generator.from_dict(untrusted(own, api_base_url=evil))
+        assert "AGENTFSM_ALLOWED_ENDPOINTS" in str(refused.value)
+    monkeypatch.setenv("AGENTFSM_ALLOWED_ENDPOINTS", "https://other.example, https://EVIL.example:443/anything")
+    assert generator.from_dict(untrusted(own, api_base_url="https://evil.example/v1")).api_base_url
+    with pytest.raises(DeserializationError):  # another port is another server
+        generator.from_dict(untrusted(own, api_base_url="https://evil.example:8443/v1"))
+    secrets.allow_endpoints("https://llm.internal:8443")
+    assert generator.from_dict(untrusted(own, api_base_url="https://llm.internal:8443/v1")).api_base_url
+    with pytest.raises(ValueError):
+        secrets.allow_endpoints("llm.internal")
 
 
 def test_allow_env_vars_allows_process_wide(monkeypatch: pytest.MonkeyPatch) -> None:
