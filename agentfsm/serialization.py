@@ -613,7 +613,13 @@ def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) ->
 
 
 def nests_deeper(data: Any, limit: int) -> bool:
-    """Whether JSON-like ``data`` (dicts and lists) nests deeper than ``limit`` levels; found without recursion."""
+    """Whether JSON-like ``data`` holds dicts and lists more than ``limit`` levels below itself (no recursion).
+
+    The one depth rule for untrusted JSON: snapshots, stored values, decisions, tool arguments and
+    what model servers send.
+    """
+    if not isinstance(data, (dict, list)):
+        return False
     level: list[Any] = [data]
     for _ in range(limit + 1):
         level = [

@@ -43,7 +43,7 @@ from agentfsm.errors import (
 )
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, StreamingChunk, parse_tool_arguments
 from agentfsm.secrets import ENV_ALLOWED_ENDPOINTS, Secret, endpoint_allowed
-from agentfsm.serialization import object_path
+from agentfsm.serialization import nests_deeper, object_path
 from agentfsm.tools.tool import Tool
 
 #: Statuses worth another try: the server is busy or failed for a moment.
@@ -207,30 +207,13 @@ def backoff_delay(attempt: int, backoff_base: float, max_backoff: float) -> floa
 # -- reading bodies and events ------------------------------------------------------------------------
 
 
-def json_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and dicts deeper than ``limit`` (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
 def decode_json(raw: bytes | str, what: str) -> Any:
     """Server JSON, decoded; not JSON, or nested deeper than ``MAX_JSON_DEPTH``: ``ModelResponseError``."""
     try:
         decoded = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise ModelResponseError(f"The model server sent {what} that is not JSON: {raw[:200]!r}") from None
-    if json_depth_exceeds(decoded, MAX_JSON_DEPTH):
+    if nests_deeper(decoded, MAX_JSON_DEPTH):
         raise ModelResponseError(f"The model server sent {what} nested deeper than {MAX_JSON_DEPTH} levels.")
     return decoded
 
@@ -245,7 +228,7 @@ def tool_arguments(given: Any) -> dict[str, Any]:
         return {}
     else:
         return {RAW_ARGUMENTS_KEY: orjson.dumps(given).decode()[:10_000]}
-    if json_depth_exceeds(arguments, MAX_JSON_DEPTH // 2):
+    if nests_deeper(arguments, MAX_JSON_DEPTH // 2):
         text = given if isinstance(given, str) else "(arguments nested too deep to repeat)"
         return {RAW_ARGUMENTS_KEY: text[:10_000]}
     return arguments
