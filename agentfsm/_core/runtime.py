@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.events import CallTransition, DecisionTaken, Event, EventHandler, PhaseTransition, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -180,6 +181,10 @@ class RunConfig:
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
+    #: Told each event of the run (``agentfsm.events``), by the drivers: the run records events only when one is given.
+    on_event: EventHandler | None = None
+    #: The agent's name in the run's ``RunStarted`` event.
+    agent_name: str = "agent"
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -319,6 +324,10 @@ class AgentRun:
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
+        #: Whether the run records its events (decided when it starts: nobody listening costs nothing).
+        self._eventing = config.on_event is not None
+        #: Events recorded for the driver and not taken by it yet.
+        self._events: list[Event] = []
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -634,6 +643,8 @@ class AgentRun:
         if not taken_before:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
+            if self._eventing:
+                self._events.append(DecisionTaken(self.run_id, self.step, now(), call.key, d.to_dict()))
 
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
@@ -665,6 +676,12 @@ class AgentRun:
             self._dispatch = dispatch_for(self._constants)
         if self._logging:
             self._log_call(call, source, trigger)
+        if self._eventing:
+            self._events.append(
+                CallTransition(
+                    self.run_id, self.step, now(), call.key, call.call.tool_name, source.value, dest.value, trigger
+                )
+            )
 
     def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
         """Apply the in-doubt rule to the calls ``started`` (keys) before a crash, their results never recorded.
@@ -732,6 +749,8 @@ class AgentRun:
             )
         if self.config.observers:
             self._tell(record)
+        if self._eventing:
+            self._record_transition(record, transition)
         bp = self.config.break_point
         if (
             bp is not None
@@ -742,6 +761,28 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
+
+    def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
+        exit_reason = self.exit_reason if transition.exit_reason is not None else None
+        self._events.append(
+            PhaseTransition(
+                self.run_id,
+                record.step,
+                now(),
+                record.source.value,
+                record.dest.value,
+                record.trigger,
+                record.duration_us,
+                exit_reason,
+            )
+        )
+        if record.trigger == "resume":
+            self._events.append(RunResumed(self.run_id, self.step, now(), record.dest.value))
+
+    def take_events(self) -> list[Event]:
+        """The events recorded since the last call, oldest first, for the driver to hand out."""
+        events, self._events = self._events, []
+        return events
 
     def _visits(self) -> int:
         """How many times the current phase was entered before (resumes do not count)."""
