@@ -4,13 +4,14 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 ``run_id``, the ``step`` (model calls made so far) and ``at`` (a ``time.time()`` timestamp):
 
 - ``run_started`` (``RunStarted``): ``agent`` (its name), ``resumed`` (from a snapshot).
-- ``transition`` (``PhaseTransition``): the phase machine took an edge: ``source``, ``dest``,
+- ``transition`` (``PhaseChanged``): the phase machine took an edge: ``source``, ``dest``,
   ``trigger``, ``duration_us`` (time spent in ``source``), ``exit_reason`` (when entering ``done``).
-- ``call_transition`` (``CallTransition``): a tool call took an edge of the call machine: ``call``
+- ``call_transition`` (``CallChanged``): a tool call took an edge of the call machine: ``call``
   (its key), ``tool``, ``source``, ``dest``, ``trigger``.
 - ``model_started`` (``ModelStarted``): ``model`` (the generator's model, or its class name) and
   ``messages`` (how many it is sent).
-- ``model_chunk`` (``ModelChunk``): one streamed ``chunk`` (a ``StreamingChunk``).
+- ``model_chunk`` (``ModelChunk``): one streamed ``chunk`` (a ``StreamingChunk``), when the run
+  streams (it has a ``streaming_callback``).
 - ``model_ended`` (``ModelEnded``): ``model`` (the one that answered, when the reply says),
   ``usage`` (its token counts), ``finish_reasons``, ``duration_us``.
 - ``model_failed`` (``ModelFailed``): ``model``, ``error``, ``duration_us``.
@@ -20,7 +21,7 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
   ``duration_us`` (since the step's tools were handed out).
 - ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).
 - ``decision`` (``DecisionTaken``): ``call`` and the ``decision`` (``ToolExecutionDecision.to_dict()``).
-- ``paused`` (``RunPaused``): ``reason`` (the pause reason's ``to_dict()``), ``seq`` (the stored
+- ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation`` or ``outcome_unknown``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
   snapshot's number, ``None`` without a store), ``path`` (its file, if written to one), and the
   ``snapshot`` that resumes the run.
 - ``resumed`` (``RunResumed``): the run resumed into ``phase`` at ``step`` (the event's).
@@ -28,6 +29,9 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
   ``error`` for a failed run.
 
 Errors are given as ``"<type>: <message>"``; phases and call statuses as their string values.
+``to_dict()`` gives JSON-compatible data and ``event_from_dict`` (or ``<EventClass>.from_dict``) the
+event back; a ``run_ended`` result comes back as data, its ``trace`` as ``TransitionRecord.to_dict()``
+dicts.
 ``Agent.iter`` / ``Agent.iter_async`` yield these events, ``Agent.run(on_event=...)`` is called with
 each; docs/events.md shows both.
 """
@@ -45,7 +49,7 @@ from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot
 
 __all__ = [
-    "CallTransition",
+    "CallChanged",
     "DecisionTaken",
     "Event",
     "EventHandler",
@@ -54,7 +58,7 @@ __all__ = [
     "ModelEnded",
     "ModelFailed",
     "ModelStarted",
-    "PhaseTransition",
+    "PhaseChanged",
     "RunEnded",
     "RunPaused",
     "RunResumed",
@@ -88,7 +92,8 @@ class _Event:
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible data, with the event's ``kind``; ``event_from_dict`` inverts it."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {"kind": self.kind, **serialize_value(data)}
+        special = {name: to_data(data.pop(name)) for name, (to_data, _) in _AS_DATA.get(self.kind, {}).items()}
+        return {"kind": self.kind, **serialize_value(data), **special}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
@@ -114,7 +119,7 @@ class RunStarted(_Event):
 
 
 @dataclass(frozen=True, slots=True)
-class PhaseTransition(_Event):
+class PhaseChanged(_Event):
     """The run took an edge of the phase machine (one entry of its ``trace``)."""
 
     kind: ClassVar[Literal["transition"]] = "transition"
@@ -127,7 +132,7 @@ class PhaseTransition(_Event):
 
 
 @dataclass(frozen=True, slots=True)
-class CallTransition(_Event):
+class CallChanged(_Event):
     """A tool call took an edge of the call machine (``agentfsm.machine.CALL_TRANSITIONS``)."""
 
     kind: ClassVar[Literal["call_transition"]] = "call_transition"
@@ -227,8 +232,10 @@ class RunPaused(_Event):
     """The run paused: a breakpoint, a decision to wait for, or calls whose outcome is unknown."""
 
     kind: ClassVar[Literal["paused"]] = "paused"
-    #: The pause reason's ``to_dict()`` (``agentfsm.pauses``): its ``type`` says which.
-    reason: dict[str, Any]
+    #: Why: ``"breakpoint"``, ``"confirmation"`` (a decision to wait for) or ``"outcome_unknown"``.
+    reason: str
+    #: The pause reason's ``to_dict()`` (``snapshot.pause`` is the typed one: ``agentfsm.pauses``).
+    pause: dict[str, Any]
     #: The snapshot's number in the snapshot store, ``None`` without one.
     seq: int | None
     #: The file the snapshot was written to, if any.
@@ -257,8 +264,8 @@ class RunEnded(_Event):
 
 Event = (
     RunStarted
-    | PhaseTransition
-    | CallTransition
+    | PhaseChanged
+    | CallChanged
     | ModelStarted
     | ModelChunk
     | ModelEnded
@@ -279,8 +286,8 @@ _KINDS: dict[str, type[_Event]] = {
     cls.kind: cls
     for cls in (
         RunStarted,
-        PhaseTransition,
-        CallTransition,
+        PhaseChanged,
+        CallChanged,
         ModelStarted,
         ModelChunk,
         ModelEnded,
@@ -296,6 +303,25 @@ _KINDS: dict[str, type[_Event]] = {
 }
 
 
+def _result_to_data(result: dict[str, Any]) -> Any:
+    """A run's result as data; its ``trace`` as ``TransitionRecord.to_dict()`` dicts (``event_from_dict`` gives them so)."""
+    trace = getattr(result, "trace", None)
+    return serialize_value(
+        {k: [r.to_dict() for r in trace] if trace is not None and v is trace else v for k, v in result.items()}
+    )
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
+
+
+#: The fields of each kind that ``serialize_value`` does not take as they are: how each becomes data, and back.
+_AS_DATA: dict[str, dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
+    "run_ended": {"result": (_optional(_result_to_data), deserialize_value)},
+    "paused": {"snapshot": (lambda s: s.to_dict(), AgentSnapshot.from_dict)},
+}
+
+
 def event_from_dict(data: Mapping[str, Any]) -> Event:
     """The event ``to_dict`` gave ``data`` for (its ``kind`` says which).
 
@@ -307,7 +333,9 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     cls = _KINDS.get(data.get("kind", ""))
     if cls is None:
         raise DeserializationError(f"Unknown event kind {data.get('kind')!r}; known kinds: {sorted(_KINDS)}.")
-    values = deserialize_value({k: v for k, v in data.items() if k != "kind"})
+    special = _AS_DATA.get(cls.kind, {})
+    values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special})
+    values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data})
     names = [f.name for f in dataclasses.fields(cls)]
     missing = [name for name in names if name not in values]
     if missing:

@@ -286,7 +286,7 @@ def drive_sync(
 
     on_complete: Callable[[PreparedCall], None] = completed if observers else run.tool_completed
     if emitter is not None:
-        emitter.send(emitter.started())
+        emitter.start()
         on_complete = _completed_with_events(emitter, on_complete)
 
     while True:
@@ -376,7 +376,7 @@ async def drive_async(
     on_event = run.config.on_event
     emitter = None if on_event is None else Emitter(run, on_event, generator)
     if emitter is not None:
-        await emitter.send_async(emitter.started())
+        await emitter.start_async()
     while True:
         try:
             action = run.next_action()

@@ -67,6 +67,17 @@ class Emitter:
         if event is not None:
             handler(event)
 
+    def start(self) -> None:
+        """Send the run's first event, ``RunStarted``, then what the run recorded before it was driven (a resume)."""
+        self._handler(self.started())
+        self.send()
+
+    async def start_async(self) -> None:
+        """Like ``start``, awaiting an async handler."""
+        if inspect.isawaitable(pending := self._handler(self.started())):
+            await pending
+        await self.send_async()
+
     async def send_async(self, event: Event | None = None) -> None:
         """Like ``send``; an async handler is awaited."""
         handler = self._handler
@@ -156,22 +167,28 @@ class Emitter:
         """A chunk the model streamed."""
         return ModelChunk(*self._head(), chunk)
 
-    def streaming(self, callback: StreamingCallback | None) -> Callable[[StreamingChunk], None]:
-        """The model's streaming callback: each chunk an event, then given to ``callback`` as before."""
+    def streaming(self, callback: StreamingCallback | None) -> Callable[[StreamingChunk], None] | None:
+        """The model's streaming callback: each chunk an event, then given to ``callback`` as before.
+
+        ``None`` without a ``callback``: listening to a run does not change how the model is called.
+        """
+        if callback is None:
+            return None
 
         def on_chunk(chunk: StreamingChunk) -> None:
             self.send(self.chunk(chunk))
-            if callback is not None:
-                callback(chunk)
+            callback(chunk)
 
         return on_chunk
 
-    def streaming_async(self, callback: StreamingCallback | None) -> Callable[[StreamingChunk], Awaitable[None]]:
+    def streaming_async(self, callback: StreamingCallback | None) -> Callable[[StreamingChunk], Awaitable[None]] | None:
         """Like ``streaming``, under ``run_async``: ``callback`` may be async."""
+        if callback is None:
+            return None
 
         async def on_chunk(chunk: StreamingChunk) -> None:
             await self.send_async(self.chunk(chunk))
-            if callback is not None and inspect.isawaitable(pending := callback(chunk)):
+            if inspect.isawaitable(pending := callback(chunk)):
                 await pending
 
         return on_chunk
@@ -203,8 +220,9 @@ class Emitter:
     def paused(self, exc: BreakpointException) -> RunPaused:
         """The run paused; ``exc`` (what ``run`` raises) holds its snapshot as stored."""
         snapshot = exc.snapshot
-        reason = snapshot.pause.to_dict() if snapshot.pause is not None else {}
-        return RunPaused(*self._head(), reason, snapshot.seq, exc.snapshot_file_path, snapshot)
+        pause = snapshot.pause
+        assert pause is not None  # a paused run's snapshot says why
+        return RunPaused(*self._head(), pause.kind, pause.to_dict(), snapshot.seq, exc.snapshot_file_path, snapshot)
 
     def ended(self, result: dict[str, Any]) -> RunEnded:
         """The run finished with ``result``."""

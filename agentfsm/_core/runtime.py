@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
-from agentfsm.events import CallTransition, DecisionTaken, Event, EventHandler, PhaseTransition, RunResumed, now
+from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -678,7 +678,7 @@ class AgentRun:
             self._log_call(call, source, trigger)
         if self._eventing:
             self._events.append(
-                CallTransition(
+                CallChanged(
                     self.run_id, self.step, now(), call.key, call.call.tool_name, source.value, dest.value, trigger
                 )
             )
@@ -765,7 +765,7 @@ class AgentRun:
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
         exit_reason = self.exit_reason if transition.exit_reason is not None else None
         self._events.append(
-            PhaseTransition(
+            PhaseChanged(
                 self.run_id,
                 record.step,
                 now(),
