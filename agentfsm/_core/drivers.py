@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm._core.emitting import Emitter
+from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -277,8 +277,7 @@ def drive_sync(
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
     observers = run.config.observers
-    on_event = run.config.on_event
-    emitter = None if on_event is None else Emitter(run, on_event, generator)
+    emitter = emitter_for(run, generator)
 
     def completed(call: PreparedCall) -> None:
         run.tool_completed(call)
@@ -316,7 +315,7 @@ def drive_sync(
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:
-                        emitter.send(emitter.paused(paused))
+                        emitter.send(emitter.paused(paused.snapshot, paused.snapshot_file_path))
                     raise paused
                 case Finish():
                     return action.result
@@ -373,8 +372,7 @@ async def drive_async(
     """
     run_async = getattr(generator, "run_async", None)
     writer = AsyncDeltaWriter(run) if run.config.observers else None
-    on_event = run.config.on_event
-    emitter = None if on_event is None else Emitter(run, on_event, generator)
+    emitter = emitter_for(run, generator)
     if emitter is not None:
         await emitter.start_async()
     while True:
@@ -415,7 +413,7 @@ async def drive_async(
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:
-                        await emitter.send_async(emitter.paused(paused))
+                        await emitter.send_async(emitter.paused(paused.snapshot, paused.snapshot_file_path))
                     raise paused
                 case Finish():
                     return action.result

@@ -4,7 +4,9 @@ The run records the events of its own moves (transitions of both machines, decis
 ``AgentRun.take_events``); the drivers add those of the I/O they do (model calls and chunks, tool
 calls, hooks, pause, start and end) through an ``Emitter``. Each event goes out after the run's
 recorded ones, so the handler sees them in the order they happened. A driver builds an
-``Emitter`` only when the run has a handler: nobody listening costs nothing.
+``Emitter`` only when the run records events (``AgentRun.records_events``: it has a handler, or
+logging is on): nobody listening costs nothing. Logging (``agentfsm.logs``) is a consumer of the
+events like any handler: ``log_event`` writes the transitions of both machines.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentfsm._core.runtime import Action, AgentRun, CallModel, Fail, Finish, RunTools, add_usage, bad_model_output
-from agentfsm.errors import BreakpointException
 from agentfsm.events import (
+    CallChanged,
     Event,
     EventHandler,
     HookRan,
@@ -24,6 +26,7 @@ from agentfsm.events import (
     ModelEnded,
     ModelFailed,
     ModelStarted,
+    PhaseChanged,
     RunEnded,
     RunPaused,
     RunStarted,
@@ -32,9 +35,53 @@ from agentfsm.events import (
     error_text,
     now,
 )
+from agentfsm.logs import logger
 from agentfsm.machine import CallStatus, Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
+from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.invoker import PreparedCall, error_type_name
+
+
+def log_event(event: Event) -> None:
+    """Log an event at DEBUG, as ``agentfsm.logs`` documents: one ``transition`` or ``call transition`` per edge."""
+    if isinstance(event, PhaseChanged):
+        logger.debug(
+            "transition",
+            run_id=event.run_id,
+            step=event.step,
+            source=event.source,
+            dest=event.dest,
+            trigger=event.trigger,
+            duration_us=round(event.duration_us, 1),
+        )
+    elif isinstance(event, CallChanged):
+        logger.debug(
+            "call transition",
+            run_id=event.run_id,
+            step=event.step,
+            call=event.call,
+            source=event.source,
+            dest=event.dest,
+            trigger=event.trigger,
+        )
+
+
+def emitter_for(run: AgentRun, generator: Any) -> Emitter | None:
+    """The emitter of a run that records events: to its handler, its log, or both; ``None`` when nothing listens."""
+    if not run.records_events:
+        return None
+    handler = run.config.on_event
+    if handler is None:
+        return Emitter(run, log_event, generator)
+    if run.logs:
+        user = handler
+
+        def both(event: Event) -> Any:
+            log_event(event)
+            return user(event)
+
+        handler = both
+    return Emitter(run, handler, generator)
 
 
 def model_name(generator: Any) -> str:
@@ -217,12 +264,11 @@ class Emitter:
         duration = (time.perf_counter() - started) * 1e6
         return HookRan(*self._head(), point.value, name, duration, None if error is None else error_text(error))
 
-    def paused(self, exc: BreakpointException) -> RunPaused:
-        """The run paused; ``exc`` (what ``run`` raises) holds its snapshot as stored."""
-        snapshot = exc.snapshot
+    def paused(self, snapshot: AgentSnapshot, path: str | None) -> RunPaused:
+        """The run paused: ``snapshot`` as stored (its ``seq``), written to ``path`` if to a file."""
         pause = snapshot.pause
         assert pause is not None  # a paused run's snapshot says why
-        return RunPaused(*self._head(), pause.kind, pause.to_dict(), snapshot.seq, exc.snapshot_file_path, snapshot)
+        return RunPaused(*self._head(), pause.kind, pause.to_dict(), snapshot.seq, path, snapshot)
 
     def ended(self, result: dict[str, Any]) -> RunEnded:
         """The run finished with ``result``."""

@@ -320,12 +320,15 @@ class AgentRun:
         self._entered = time.perf_counter()
         #: The work item whose action was handed out and whose report has not come yet.
         self._awaiting: Work | None = None
-        #: Whether the run logs its transitions (decided when it starts: see ``agentfsm.logs``).
+        #: Whether the run logs its transitions (decided when it starts: see ``agentfsm.logs``); its
+        #: events are logged (``agentfsm._core.emitting.log_event``).
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
-        #: Whether the run records its events (decided when it starts: nobody listening costs nothing).
-        self._eventing = config.on_event is not None
+        #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
+        #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
+        self.records_events = config.on_event is not None or self._logging
+        self._eventing = self.records_events
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
 
@@ -674,8 +677,6 @@ class AgentRun:
             self._doubted = True
             self._plan = work_plan(frozenset(self.config.hooks), self._constants)
             self._dispatch = dispatch_for(self._constants)
-        if self._logging:
-            self._log_call(call, source, trigger)
         if self._eventing:
             self._events.append(
                 CallChanged(
@@ -696,17 +697,6 @@ class AgentRun:
                 self.move_call(c, "in_doubt")
                 if c.key not in decided and runs_again_after_crash(c):
                     self.move_call(c, "rerun")
-
-    def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
-        logger.debug(
-            "call transition",
-            run_id=self.run_id,
-            step=self.step,
-            call=call.key,
-            source=source.value,
-            dest=CALL_DISPATCH.next(source, trigger).value,
-            trigger=trigger,
-        )
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -737,16 +727,6 @@ class AgentRun:
                 logger.warning(
                     "max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps
                 )
-        if self._logging:
-            logger.debug(
-                "transition",
-                run_id=self.run_id,
-                step=record.step,
-                source=record.source.value,
-                dest=record.dest.value,
-                trigger=record.trigger,
-                duration_us=round(record.duration_us, 1),
-            )
         if self.config.observers:
             self._tell(record)
         if self._eventing:
@@ -778,6 +758,11 @@ class AgentRun:
         )
         if record.trigger == "resume":
             self._events.append(RunResumed(self.run_id, self.step, now(), record.dest.value))
+
+    @property
+    def logs(self) -> bool:
+        """Whether the run logs its transitions (decided when it started: ``agentfsm.logs``)."""
+        return self._logging
 
     def take_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first, for the driver to hand out."""
