@@ -28,7 +28,8 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 - ``run_ended`` (``RunEnded``): ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or
   ``error`` for a failed run.
 
-Errors are given as ``"<type>: <message>"``; phases and call statuses as their string values.
+Errors are given as ``"<type>: <message>"``; phases and call statuses as ``Phase`` and ``CallStatus``
+members (string enums: ``to_dict`` and ``event_from_dict`` give plain strings).
 ``to_dict()`` gives JSON-compatible data and ``event_from_dict`` (or ``<EventClass>.from_dict``) the
 event back; a ``run_ended`` result comes back as data, its ``trace`` as ``TransitionRecord.to_dict()``
 dicts.

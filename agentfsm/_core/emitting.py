@@ -49,8 +49,8 @@ def log_event(event: Event) -> None:
             "transition",
             run_id=event.run_id,
             step=event.step,
-            source=event.source,
-            dest=event.dest,
+            source=str(event.source),  # the Phase member's value
+            dest=str(event.dest),
             trigger=event.trigger,
             duration_us=round(event.duration_us, 1),
         )
@@ -60,8 +60,8 @@ def log_event(event: Event) -> None:
             run_id=event.run_id,
             step=event.step,
             call=event.call,
-            source=event.source,
-            dest=event.dest,
+            source=str(event.source),
+            dest=str(event.dest),
             trigger=event.trigger,
         )
 
@@ -72,7 +72,7 @@ def emitter_for(run: AgentRun, generator: Any) -> Emitter | None:
         return None
     handler = run.config.on_event
     if handler is None:
-        return Emitter(run, log_event, generator)
+        return LogOnly(run, log_event, generator)
     if run.logs:
         user = handler
 
@@ -148,8 +148,9 @@ class Emitter:
     def announce(self, action: Action) -> None:
         """Send what the run recorded, then the events of ``action`` before the driver does it."""
         self.send()
-        for event in self._before(action):
-            self.send(event)
+        if type(action) is not CallModel:  # the most frequent action has none
+            for event in self._before(action):
+                self._handler(event)
 
     async def announce_async(self, action: Action) -> None:
         """Like ``announce``, awaiting an async handler."""
@@ -169,7 +170,8 @@ class Emitter:
 
     def model_started(self, action: CallModel) -> ModelStarted:
         """A model call is about to start."""
-        return ModelStarted(*self._head(), self._model, len(action.messages))
+        run = self._run
+        return ModelStarted(run.run_id, run.step, now(), self._model, len(action.messages))
 
     def model_ended(self, output: Any, started: float) -> ModelEnded | ModelFailed:
         """What the model call that started at ``started`` (``perf_counter``) gave."""
@@ -177,10 +179,19 @@ class Emitter:
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
             return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
-        usage = add_usage(None, [r.meta["usage"] for r in replies if isinstance(r.meta.get("usage"), dict)])
-        model = next((r.meta["model"] for r in replies if isinstance(r.meta.get("model"), str)), self._model)
-        reasons = [r.meta["finish_reason"] for r in replies if isinstance(r.meta.get("finish_reason"), str)]
-        return ModelEnded(*self._head(), model, usage, reasons, duration)
+        usages, model, reasons = [], None, []
+        for reply in replies:
+            meta = reply.meta
+            if meta:
+                if isinstance(usage := meta.get("usage"), dict):
+                    usages.append(usage)
+                if model is None and isinstance(named := meta.get("model"), str):
+                    model = named
+                if isinstance(reason := meta.get("finish_reason"), str):
+                    reasons.append(reason)
+        run = self._run
+        usage = add_usage(None, usages) if usages else {}
+        return ModelEnded(run.run_id, run.step, now(), model or self._model, usage, reasons, duration)
 
     def model_failed(self, error: BaseException, started: float) -> ModelFailed:
         """The model call that started at ``started`` raised ``error``."""
@@ -243,9 +254,9 @@ class Emitter:
     def tools_started(self, calls: list[PreparedCall]) -> list[ToolStarted]:
         """The calls of a step handed to their tools (those ready to run)."""
         self._tools_started = time.perf_counter()
-        head = self._head()
+        run_id, step, at = self._head()
         return [
-            ToolStarted(*head, c.key, c.call.id, c.call.tool_name, dict(c.arguments))
+            ToolStarted(run_id, step, at, c.key, c.call.id, c.call.tool_name, dict(c.arguments))
             for c in calls
             if c.status is CallStatus.READY
         ]
@@ -257,7 +268,10 @@ class Emitter:
         result = outcome.value if outcome is not None and error is None else None
         text = f"{error_type_name(error)}: {error}" if error is not None else None
         duration = (time.perf_counter() - self._tools_started) * 1e6
-        return ToolEnded(*self._head(), call.key, call.call.id, call.call.tool_name, result, text, duration)
+        run = self._run
+        return ToolEnded(
+            run.run_id, run.step, now(), call.key, call.call.id, call.call.tool_name, result, text, duration
+        )
 
     def hook_ran(self, point: Work, name: str, started: float, error: BaseException | None) -> HookRan:
         """A hook that started at ``started`` (``perf_counter``) ran, and raised ``error`` if not ``None``."""
@@ -277,3 +291,50 @@ class Emitter:
     def failed(self, error: BaseException) -> RunEnded:
         """The run failed with ``error``."""
         return RunEnded(*self._head(), None, None, error_text(error))
+
+
+class LogOnly(Emitter):
+    """The emitter of a run that only logs: the log reads the run's transitions, so the drivers' I/O makes no event."""
+
+    __slots__ = ()
+
+    def send(self, event: Event | None = None) -> None:
+        """Log what the run recorded (``event``, one of the drivers', is not logged)."""
+        for recorded in self._run.take_events():
+            log_event(recorded)
+
+    async def send_async(self, event: Event | None = None) -> None:
+        """Like ``send``."""
+        self.send()
+
+    def start(self) -> None:
+        """Log what the run recorded before it was driven."""
+        self.send()
+
+    async def start_async(self) -> None:
+        """Like ``start``."""
+        self.send()
+
+    def announce(self, action: Action) -> None:
+        """Log what the run recorded."""
+        self.send()
+
+    async def announce_async(self, action: Action) -> None:
+        """Like ``announce``."""
+        self.send()
+
+    def call_model(self, call: Callable[[], Any], action: CallModel) -> Any:
+        """Call the model."""
+        return call()
+
+    async def call_model_async(self, call: Callable[[], Awaitable[Any]], action: CallModel) -> Any:
+        """Call the model."""
+        return await call()
+
+    def streaming(self, callback: StreamingCallback | None) -> Any:
+        """The streaming callback as it is."""
+        return callback
+
+    def streaming_async(self, callback: StreamingCallback | None) -> Any:
+        """The streaming callback as it is."""
+        return callback

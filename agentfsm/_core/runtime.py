@@ -679,9 +679,7 @@ class AgentRun:
             self._dispatch = dispatch_for(self._constants)
         if self._eventing:
             self._events.append(
-                CallChanged(
-                    self.run_id, self.step, now(), call.key, call.call.tool_name, source.value, dest.value, trigger
-                )
+                CallChanged(self.run_id, self.step, now(), call.key, call.call.tool_name, source, dest, trigger)
             )
 
     def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
@@ -749,15 +747,15 @@ class AgentRun:
                 self.run_id,
                 record.step,
                 now(),
-                record.source.value,
-                record.dest.value,
+                record.source,
+                record.dest,
                 record.trigger,
                 record.duration_us,
                 exit_reason,
             )
         )
         if record.trigger == "resume":
-            self._events.append(RunResumed(self.run_id, self.step, now(), record.dest.value))
+            self._events.append(RunResumed(self.run_id, self.step, now(), record.dest))
 
     @property
     def logs(self) -> bool:
@@ -766,7 +764,9 @@ class AgentRun:
 
     def take_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first, for the driver to hand out."""
-        events, self._events = self._events, []
+        events = self._events
+        if events:  # an empty list is handed out as it is: nothing to allocate at the many calls without events
+            self._events = []
         return events
 
     def _visits(self) -> int:
