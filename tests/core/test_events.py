@@ -338,3 +338,32 @@ def test_transition_events_are_the_trace_and_call_events_replay_the_call_table(
             where[event.call] = event.dest
     ran = {e.call for e in seen if isinstance(e, ToolEnded)}
     assert ran == {key for key, status in where.items() if status == "done"}
+
+
+@hook
+def count_calls(state: State) -> None:
+    """Count the model calls about to be made."""
+    state.set("calls", (state.get("calls") or 0) + 1)
+
+
+@hook
+def refuse(state: State) -> None:
+    """Refuse to go on."""
+    raise RuntimeError("not today")
+
+
+@pytest.mark.parametrize("in_async", [False, True])
+def test_each_hook_firing_is_an_event_with_its_error(in_async: bool) -> None:
+    from agentfsm.events import HookRan
+
+    agent = one_add(hooks={"before_llm": [count_calls], "before_tool": [refuse]}, state_schema={"calls": {"type": int}})
+    seen: list[Event] = []
+    with pytest.raises(RuntimeError, match="not today"):
+        if in_async:
+            asyncio.run(agent.run_async(USER, on_event=seen.append))
+        else:
+            agent.run(USER, on_event=seen.append)
+    hooks = [(e.point, e.hook, e.error) for e in seen if isinstance(e, HookRan)]
+    assert hooks == [("before_llm", "count_calls", None), ("before_tool", "refuse", "RuntimeError: not today")]
+    last = seen[-1]
+    assert isinstance(last, RunEnded) and last.error == "RuntimeError: not today"
