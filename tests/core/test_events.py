@@ -367,3 +367,25 @@ def test_each_hook_firing_is_an_event_with_its_error(in_async: bool) -> None:
     assert hooks == [("before_llm", "count_calls", None), ("before_tool", "refuse", "RuntimeError: not today")]
     last = seen[-1]
     assert isinstance(last, RunEnded) and last.error == "RuntimeError: not today"
+
+
+def test_the_log_and_a_handler_read_the_same_transitions() -> None:
+    import io
+
+    from agentfsm import configure_logging, use_standard_logging
+
+    stream = io.StringIO()
+    seen: list[Event] = []
+    try:
+        configure_logging(stream=stream)
+        one_add().run(USER, on_event=seen.append)
+    finally:
+        use_standard_logging()
+    logged = [line for line in stream.getvalue().splitlines() if "event='transition'" in line]
+    phases = [e for e in seen if isinstance(e, PhaseChanged)]
+    assert len(logged) == len(phases) == 7
+    assert all(
+        f"source='{e.source}' dest='{e.dest}' trigger='{e.trigger}'" in line
+        for e, line in zip(phases, logged, strict=True)
+    )
+    assert sum("event='call transition'" in line for line in stream.getvalue().splitlines()) == 2
