@@ -181,7 +181,8 @@ class RunConfig:
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
-    #: Told each event of the run (``agentfsm.events``), by the drivers: the run records events only when one is given.
+    #: Told each event of the run (``agentfsm.events``), by the drivers: the run records events only when
+    #: one is given, or when it logs (its log reads them).
     on_event: EventHandler | None = None
     #: The agent's name in the run's ``RunStarted`` event.
     agent_name: str = "agent"
@@ -320,15 +321,13 @@ class AgentRun:
         self._entered = time.perf_counter()
         #: The work item whose action was handed out and whose report has not come yet.
         self._awaiting: Work | None = None
-        #: Whether the run logs its transitions (decided when it starts: see ``agentfsm.logs``); its
-        #: events are logged (``agentfsm._core.emitting.log_event``).
+        #: Whether the run logs its transitions (decided when it starts: see ``agentfsm.logs``).
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
         #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
         #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
         self.records_events = config.on_event is not None or self._logging
-        self._eventing = self.records_events
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
 
@@ -646,7 +645,7 @@ class AgentRun:
         if not taken_before:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
-            if self._eventing:
+            if self.records_events:
                 self._events.append(DecisionTaken(self.run_id, self.step, now(), call.key, d.to_dict()))
 
     def hooks_ran(self, point: Work) -> None:
@@ -677,7 +676,7 @@ class AgentRun:
             self._doubted = True
             self._plan = work_plan(frozenset(self.config.hooks), self._constants)
             self._dispatch = dispatch_for(self._constants)
-        if self._eventing:
+        if self.records_events:
             self._events.append(
                 CallChanged(self.run_id, self.step, now(), call.key, call.call.tool_name, source, dest, trigger)
             )
@@ -727,7 +726,7 @@ class AgentRun:
                 )
         if self.config.observers:
             self._tell(record)
-        if self._eventing:
+        if self.records_events:
             self._record_transition(record, transition)
         bp = self.config.break_point
         if (
