@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentfsm._core.drivers import SavePause, drive_async, drive_sync
+from agentfsm._core.iterating import iterate, iterate_async
 from agentfsm._core.resume import resume_run
 from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
@@ -19,6 +20,7 @@ from agentfsm.errors import (
     DeserializationError,
     check_int,
 )
+from agentfsm.events import Event, EventHandler
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import CONFIRMATION_STRATEGY
 from agentfsm.hitl.strategy_table import StrategyTable, strategies_from_dict, strategies_to_dict
@@ -110,6 +112,10 @@ class RunRequest:
     hook_context: dict[str, Any] | None = None
     #: The new run's id (a durable run's is its workflow's); a fresh one when None.
     run_id: str | None = None
+    #: Told each event of the run (``agentfsm.events``).
+    on_event: EventHandler | None = None
+    #: The agent's name in the run's events.
+    agent_name: str = "agent"
 
 
 class Agent:
@@ -390,6 +396,8 @@ class Agent:
             hooks=self._hooks,
             confirmation=self._confirmation,
             hook_context=request.hook_context,
+            on_event=request.on_event,
+            agent_name=request.agent_name,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -456,6 +464,7 @@ class Agent:
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
+        on_event: EventHandler | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -479,12 +488,16 @@ class Agent:
         keyword (a websocket, a queue, a user id...); it is never written into a snapshot, so a
         resumed run is given its own. ``confirmation_strategy_context`` is Haystack's name for it:
         give one or the other; strategies may take it under either name.
+
+        ``on_event`` is called with each event of the run (``agentfsm.events``), in the run's
+        thread, as it happens; ``iter`` hands them out as an iterator instead.
         """
         callback = streaming_callback or self.streaming_callback
         if callback is not None and inspect.iscoroutinefunction(callback):
             raise ConfigurationTypeError(
                 "An async streaming_callback needs run_async(); pass a sync callback to run()."
             )
+        _check_handler(on_event, sync=True)
         if self._async_only_hooks:
             raise ConfigurationTypeError(
                 f"Hooks {self._async_only_hooks} are async functions: run the agent with run_async()."
@@ -501,6 +514,7 @@ class Agent:
             fork=fork,
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
+            on_event=on_event,
         )
         run = self.new_run(request)
         try:
@@ -523,9 +537,11 @@ class Agent:
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
+        on_event: EventHandler | None = None,
         **kwargs: Any,
     ) -> AgentResult:
-        """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
+        """Async twin of ``run``: same decisions, same result; the streaming callback and ``on_event`` may be async."""
+        _check_handler(on_event, sync=False)
         request = RunRequest(
             messages=messages,
             system_prompt=system_prompt,
@@ -538,6 +554,7 @@ class Agent:
             fork=fork,
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
+            on_event=on_event,
         )
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
@@ -545,6 +562,47 @@ class Agent:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         finally:
             self._release(run)
+
+    def iter(
+        self,
+        messages: list[ChatMessage] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+        **options: Any,
+    ) -> Iterator[Event]:
+        """The run's events (``agentfsm.events``) as the run goes: ``run``'s arguments, an iterator instead of a result.
+
+        The run takes a step only when the loop asks for the next event. The last event is
+        ``RunEnded`` (``result`` is what ``run`` returns) or ``RunPaused`` (its ``snapshot``
+        resumes the run; the iteration ends without raising); a failed run raises its error after
+        its ``RunEnded``. Stopping the loop early fails the run where it stands with
+        ``IterationStoppedError`` (its ``on_error`` hooks run), as a cancelled run.
+        """
+        if "on_event" in options:
+            raise ConfigurationError("iter() hands the events out itself: use run(on_event=...) for a handler.")
+
+        def drive(on_event: EventHandler) -> AgentResult:
+            return self.run(messages, streaming_callback, on_event=on_event, **options)
+
+        return iterate(drive)
+
+    def iter_async(
+        self,
+        messages: list[ChatMessage] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Event]:
+        """Async twin of ``iter`` (``run_async``'s arguments); the run is a task that waits at each event.
+
+        Close it when leaving the loop early (``contextlib.aclosing``) to end the run there and then;
+        otherwise it ends when the iterator is collected.
+        """
+        if "on_event" in options:
+            raise ConfigurationError("iter_async() hands the events out itself: use run_async(on_event=...).")
+
+        async def drive(on_event: EventHandler) -> AgentResult:
+            return await self.run_async(messages, streaming_callback, on_event=on_event, **options)
+
+        return iterate_async(drive)
 
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
@@ -745,6 +803,16 @@ def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, An
             "hook_context and confirmation_strategy_context are two names for the run's context: give one."
         )
     return hook_context if hook_context is not None else strategy_context
+
+
+def _check_handler(on_event: Any, *, sync: bool) -> None:
+    """Refuse an ``on_event`` that is not callable, or an async one under ``run``."""
+    if on_event is None:
+        return
+    if not callable(on_event):
+        raise ConfigurationTypeError(f"on_event must be a callable taking an event, got {on_event!r}.")
+    if sync and inspect.iscoroutinefunction(on_event):
+        raise ConfigurationTypeError("An async on_event needs run_async(); pass a sync handler to run().")
 
 
 def _split_dynamic(

@@ -45,7 +45,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   ├── ScriptExhaustedError                         a scripted model ran out of replies
     │   └── CassetteMismatchError                        a replayed request differs from the recorded one
     ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)
-    └── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
+    ├── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
+    └── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
 """
 
 from __future__ import annotations
@@ -331,3 +332,10 @@ class ResumeDivergence(AgentFSMError, AssertionError):
 def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
     """Unpickle an error whose fields are keyword-only arguments."""
     return cls(message, **fields)
+
+
+class IterationStoppedError(AgentFSMError, RuntimeError):
+    """The loop over ``Agent.iter`` / ``iter_async`` stopped before the run ended.
+
+    The run fails with it where it stood (its ``on_error`` hooks are given it), as a cancelled run.
+    """

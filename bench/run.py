@@ -23,7 +23,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -42,6 +42,7 @@ from agentfsm import (
     tool,
 )
 from agentfsm.builtin_hooks import CompactionHook, MessageCount, SlidingWindowCompactor
+from agentfsm.events import Event
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.snapshot import now_iso
@@ -128,10 +129,16 @@ class Configuration:
     make_agent: Callable[[], Agent]
     messages: list[ChatMessage]
     setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    #: Keyword arguments of the timed ``run``.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def setup(self) -> Callable[[], object]:
         """Build the agent; return its run, to be timed."""
-        return partial(self.make_agent().run, self.messages)
+        return partial(self.make_agent().run, self.messages, **self.options)
+
+
+def ignore_event(event: Event) -> None:
+    """An ``on_event`` handler that does nothing: what remains is the cost of the events."""
 
 
 @contextlib.contextmanager
@@ -200,6 +207,9 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
                 partial(workload_agent, steps, hooks=NO_OP_HOOKS), user
             ),
             "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
+            "events to a no-op handler": Configuration(
+                partial(workload_agent, steps), user, options={"on_event": ignore_event}
+            ),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),

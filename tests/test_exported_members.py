@@ -212,3 +212,37 @@ def test_exported_errors_are_the_ones_of_agentfsm_errors() -> None:
             value = getattr(module, name)
             if inspect.isclass(value) and issubclass(value, BaseException):
                 assert getattr(errors, name) is value, f"{package}.{name}"
+
+
+#: ``agentfsm.events``, a module of its own: the event classes, their union and handler type.
+EVENTS = (
+    "CallChanged",
+    "DecisionTaken",
+    "Event",
+    "EventHandler",
+    "HookRan",
+    "ModelChunk",
+    "ModelEnded",
+    "ModelFailed",
+    "ModelStarted",
+    "PhaseChanged",
+    "RunEnded",
+    "RunPaused",
+    "RunResumed",
+    "RunStarted",
+    "ToolEnded",
+    "ToolStarted",
+    "event_from_dict",
+)
+
+
+def test_the_events_module_exports_every_event_kind() -> None:
+    events = importlib.import_module("agentfsm.events")
+    assert tuple(events.__all__) == EVENTS
+    defined = {
+        name
+        for name, value in vars(events).items()
+        if inspect.isclass(value) and value.__module__ == events.__name__ and not name.startswith("_")
+    }
+    assert defined <= set(events.__all__)
+    assert {cls.kind for cls in events.Event.__args__} == set(events._KINDS)

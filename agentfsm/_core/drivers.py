@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
+from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -198,10 +201,24 @@ class AsyncDeltaWriter:
 
 
 async def _execute_async(
-    run: AgentRun, action: RunTools, streaming_callback: StreamingCallback | None, writer: AsyncDeltaWriter | None
+    run: AgentRun,
+    action: RunTools,
+    streaming_callback: StreamingCallback | None,
+    writer: AsyncDeltaWriter | None,
+    emitter: Emitter | None = None,
 ) -> None:
     """Run the action's calls on the event loop; with observers, each finished call's delta is written."""
     on_complete = run.tool_completed if writer is None else writer.completed
+    if emitter is not None:
+        record = on_complete
+
+        async def completed(call: PreparedCall) -> None:
+            await emitter.send_async(emitter.tool_ended(call))
+            if inspect.isawaitable(pending := record(call)):
+                await pending
+            await emitter.send_async()
+
+        on_complete = completed
     await run.config.invoker.execute_async(action.calls, streaming_callback, on_complete)
 
 
@@ -212,8 +229,19 @@ def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> 
             observer.observe(delta)
 
 
-def run_hooks(run: AgentRun, action: RunHooks) -> None:
-    """Run the action's hooks on the run's State, in order, in this thread."""
+def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -> None:
+    """Run the action's hooks on the run's State, in order, in this thread; each firing an event with an ``emitter``."""
+    if emitter is not None:
+        for h in action.hooks:
+            started = time.perf_counter()
+            try:
+                h.run(run.state, **_hook_kwargs(action, h))
+            except Exception as exc:
+                emitter.send(emitter.hook_ran(action.point, hook_name(h), started, exc))
+                _hook_failed(action, h, exc)
+            else:
+                emitter.send(emitter.hook_ran(action.point, hook_name(h), started, None))
+        return
     for h in action.hooks:
         try:
             if action.error is None and action.context is None:
@@ -229,6 +257,17 @@ def ask_strategies(run: AgentRun, action: Confirm) -> list[ToolExecutionDecision
     return [_ask(s, c, run.config.hook_context) for c, s in zip(action.calls, action.strategies, strict=True)]
 
 
+def _completed_with_events(emitter: Emitter, record: Callable[[PreparedCall], None]) -> Callable[[PreparedCall], None]:
+    """``record`` for each finished call, after its ``tool_ended`` event, and the events it recorded."""
+
+    def completed(call: PreparedCall) -> None:
+        emitter.send(emitter.tool_ended(call))
+        record(call)
+        emitter.send()
+
+    return completed
+
+
 def drive_sync(
     run: AgentRun,
     generator: ChatGenerator,
@@ -238,19 +277,28 @@ def drive_sync(
     """Perform a run's I/O synchronously until it finishes."""
     invoker = run.config.invoker
     observers = run.config.observers
+    emitter = emitter_for(run, generator)
 
     def completed(call: PreparedCall) -> None:
         run.tool_completed(call)
         write_deltas(run)  # a finished call is committed before the next one is reported
 
-    on_complete = completed if observers else run.tool_completed
+    on_complete: Callable[[PreparedCall], None] = completed if observers else run.tool_completed
+    if emitter is not None:
+        emitter.start()
+        on_complete = _completed_with_events(emitter, on_complete)
 
     while True:
         try:
             action = run.next_action()
             if observers:
                 write_deltas(run)
+            if emitter is not None:
+                emitter.announce(action)
             match action:
+                case CallModel() if emitter is not None:
+                    arguments = model_arguments(action, emitter.streaming(streaming_callback))
+                    run.model_replied(emitter.call_model(functools.partial(generator.run, **arguments), action))
                 case CallModel():
                     run.model_replied(generator.run(**model_arguments(action, streaming_callback)))
                 case RunTools():
@@ -262,10 +310,13 @@ def drive_sync(
                 case Confirm():
                     run.decided(ask_strategies(run, action))
                 case RunHooks():
-                    run_hooks(run, action)
+                    run_hooks(run, action, emitter)
                     run.hooks_ran(action.point)
                 case Pause():
-                    raise pause_exception(action.snapshot, save_pause)
+                    paused = pause_exception(action.snapshot, save_pause)
+                    if emitter is not None:
+                        emitter.send(emitter.paused(paused.snapshot, paused.snapshot_file_path))
+                    raise paused
                 case Finish():
                     return action.result
                 case Fail():
@@ -275,6 +326,38 @@ def drive_sync(
         except BaseException as exc:
             if not run.fail(exc):  # not an error of the run's own work (a pause, or the failure itself)
                 raise
+
+
+async def _call_model_with_events(
+    generator: ChatGenerator, action: CallModel, streaming_callback: StreamingCallback | None, emitter: Emitter
+) -> Any:
+    """The model's output under ``drive_async``, its start, chunks and end sent as events."""
+    kwargs = model_arguments(action, emitter.streaming_async(streaming_callback))
+    run_async = getattr(generator, "run_async", None)
+    call = functools.partial(run_in_worker, generator.run, **kwargs)
+    if run_async is not None:
+        call = functools.partial(run_async, **kwargs)
+    return await emitter.call_model_async(call, action)
+
+
+async def _run_hooks_async(run: AgentRun, action: RunHooks, emitter: Emitter | None) -> None:
+    """Run the action's hooks on the event loop, in order (sync ones in worker threads); each firing an event with an ``emitter``."""
+    for h in action.hooks:
+        hook_async = getattr(h, "run_async", None)
+        kwargs = {} if action.error is None and action.context is None else _hook_kwargs(action, h)
+        started = time.perf_counter()
+        try:
+            if hook_async is not None:
+                await hook_async(run.state, **kwargs)
+            else:  # a sync hook runs off the event loop
+                await run_in_worker(h.run, run.state, **kwargs)
+        except Exception as exc:
+            if emitter is not None:
+                await emitter.send_async(emitter.hook_ran(action.point, hook_name(h), started, exc))
+            _hook_failed(action, h, exc)
+            continue
+        if emitter is not None:
+            await emitter.send_async(emitter.hook_ran(action.point, hook_name(h), started, None))
 
 
 async def drive_async(
@@ -289,12 +372,19 @@ async def drive_async(
     """
     run_async = getattr(generator, "run_async", None)
     writer = AsyncDeltaWriter(run) if run.config.observers else None
+    emitter = emitter_for(run, generator)
+    if emitter is not None:
+        await emitter.start_async()
     while True:
         try:
             action = run.next_action()
             if writer is not None:
                 await writer.write()
+            if emitter is not None:
+                await emitter.announce_async(action)
             match action:
+                case CallModel() if emitter is not None:
+                    run.model_replied(await _call_model_with_events(generator, action, streaming_callback, emitter))
                 case CallModel():
                     kwargs = model_arguments(action, streaming_callback)
                     if run_async is not None:
@@ -303,7 +393,7 @@ async def drive_async(
                         output = await run_in_worker(generator.run, **kwargs)
                     run.model_replied(output)
                 case RunTools():
-                    await _execute_async(run, action, streaming_callback, writer)
+                    await _execute_async(run, action, streaming_callback, writer, emitter)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
@@ -318,19 +408,13 @@ async def drive_async(
                         ]
                     )
                 case RunHooks():
-                    for h in action.hooks:
-                        hook_async = getattr(h, "run_async", None)
-                        kwargs = {} if action.error is None and action.context is None else _hook_kwargs(action, h)
-                        try:
-                            if hook_async is not None:
-                                await hook_async(run.state, **kwargs)
-                            else:  # a sync hook runs off the event loop
-                                await run_in_worker(h.run, run.state, **kwargs)
-                        except Exception as exc:
-                            _hook_failed(action, h, exc)
+                    await _run_hooks_async(run, action, emitter)
                     run.hooks_ran(action.point)
                 case Pause():
-                    raise pause_exception(action.snapshot, save_pause)
+                    paused = pause_exception(action.snapshot, save_pause)
+                    if emitter is not None:
+                        await emitter.send_async(emitter.paused(paused.snapshot, paused.snapshot_file_path))
+                    raise paused
                 case Finish():
                     return action.result
                 case Fail():

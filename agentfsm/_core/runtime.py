@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -180,6 +181,11 @@ class RunConfig:
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
+    #: Told each event of the run (``agentfsm.events``), by the drivers: the run records events only when
+    #: one is given, or when it logs (its log reads them).
+    on_event: EventHandler | None = None
+    #: The agent's name in the run's ``RunStarted`` event.
+    agent_name: str = "agent"
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -319,6 +325,11 @@ class AgentRun:
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
+        #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
+        #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
+        self.records_events = config.on_event is not None or self._logging
+        #: Events recorded for the driver and not taken by it yet.
+        self._events: list[Event] = []
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -634,6 +645,8 @@ class AgentRun:
         if not taken_before:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
+            if self.records_events:
+                self._events.append(DecisionTaken(self.run_id, self.step, now(), call.key, d.to_dict()))
 
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
@@ -663,8 +676,10 @@ class AgentRun:
             self._doubted = True
             self._plan = work_plan(frozenset(self.config.hooks), self._constants)
             self._dispatch = dispatch_for(self._constants)
-        if self._logging:
-            self._log_call(call, source, trigger)
+        if self.records_events:
+            self._events.append(
+                CallChanged(self.run_id, self.step, now(), call.key, call.call.tool_name, source, dest, trigger)
+            )
 
     def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
         """Apply the in-doubt rule to the calls ``started`` (keys) before a crash, their results never recorded.
@@ -679,17 +694,6 @@ class AgentRun:
                 self.move_call(c, "in_doubt")
                 if c.key not in decided and runs_again_after_crash(c):
                     self.move_call(c, "rerun")
-
-    def _log_call(self, call: PreparedCall, source: CallStatus, trigger: str) -> None:
-        logger.debug(
-            "call transition",
-            run_id=self.run_id,
-            step=self.step,
-            call=call.key,
-            source=source.value,
-            dest=CALL_DISPATCH.next(source, trigger).value,
-            trigger=trigger,
-        )
 
     # -- moving through the table ----------------------------------------------------------------
 
@@ -720,18 +724,10 @@ class AgentRun:
                 logger.warning(
                     "max_agent_steps reached", run_id=self.run_id, max_agent_steps=self.config.max_agent_steps
                 )
-        if self._logging:
-            logger.debug(
-                "transition",
-                run_id=self.run_id,
-                step=record.step,
-                source=record.source.value,
-                dest=record.dest.value,
-                trigger=record.trigger,
-                duration_us=round(record.duration_us, 1),
-            )
         if self.config.observers:
             self._tell(record)
+        if self.records_events:
+            self._record_transition(record, transition)
         bp = self.config.break_point
         if (
             bp is not None
@@ -742,6 +738,35 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
+
+    def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
+        exit_reason = self.exit_reason if transition.exit_reason is not None else None
+        self._events.append(
+            PhaseChanged(
+                self.run_id,
+                record.step,
+                now(),
+                record.source,
+                record.dest,
+                record.trigger,
+                record.duration_us,
+                exit_reason,
+            )
+        )
+        if record.trigger == "resume":
+            self._events.append(RunResumed(self.run_id, self.step, now(), record.dest))
+
+    @property
+    def logs(self) -> bool:
+        """Whether the run logs its transitions (decided when it started: ``agentfsm.logs``)."""
+        return self._logging
+
+    def take_events(self) -> list[Event]:
+        """The events recorded since the last call, oldest first, for the driver to hand out."""
+        events = self._events
+        if events:  # an empty list is handed out as it is: nothing to allocate at the many calls without events
+            self._events = []
+        return events
 
     def _visits(self) -> int:
         """How many times the current phase was entered before (resumes do not count)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import time
 import uuid
@@ -30,6 +31,7 @@ from agentfsm.durable.records import (
 )
 from agentfsm.durable.steps import EndOfRecord, RecordedSteps, WorkflowSteps
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, DurabilityError, SnapshotError
+from agentfsm.events import EventHandler
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
@@ -72,9 +74,12 @@ class DurableAgent:
 
     Create it (it registers the workflow ``agentfsm.<name>`` with DBOS) before ``DBOS.launch()``,
     in every process that runs or recovers its runs. ``name`` must be the same in all of them.
+    ``on_event`` is told the events (``agentfsm.events``) of the runs this process's workers drive.
     """
 
-    def __init__(self, agent: Agent, name: str = "agent", *, queue: str = DEFAULT_QUEUE) -> None:
+    def __init__(
+        self, agent: Agent, name: str = "agent", *, queue: str = DEFAULT_QUEUE, on_event: EventHandler | None = None
+    ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationTypeError(f"DurableAgent takes an Agent, got {type(agent).__name__}.")
         if agent.snapshot_store is not None:
@@ -87,8 +92,11 @@ class DurableAgent:
             )
         if not name or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
             raise ConfigurationError(f"name must be letters, digits, '_', '.' or '-', got {name!r}.")
+        if on_event is not None and (not callable(on_event) or inspect.iscoroutinefunction(on_event)):
+            raise ConfigurationTypeError(f"on_event must be a sync callable taking an event, got {on_event!r}.")
         self.agent = agent
         self.name = name
+        self.on_event = on_event
         self.queue = queue
         self.workflow_name = f"agentfsm.{name}"
         concurrency = agent.tool_concurrency
@@ -103,14 +111,20 @@ class DurableAgent:
     # -- inside the workflow ----------------------------------------------------------------------------
 
     def _execute(self, request: dict[str, Any]) -> dict[str, Any]:
-        run = self._run_for(request)
+        run = self._run_for(request, self.on_event)
         return drive_durable(run, self.agent.chat_generator, WorkflowSteps(self._pool))
 
-    def _run_for(self, request: dict[str, Any]) -> AgentRun:
+    def _run_for(self, request: dict[str, Any], on_event: EventHandler | None = None) -> AgentRun:
         """The run a workflow's input starts: a new run, or a paused one continued with decisions."""
         if "snapshot" in request:
             return self.agent.new_run(
-                RunRequest(snapshot=request["snapshot"], decisions=request["decisions"], strict=True)
+                RunRequest(
+                    snapshot=request["snapshot"],
+                    decisions=request["decisions"],
+                    strict=True,
+                    on_event=on_event,
+                    agent_name=self.name,
+                )
             )
         check_fingerprint(request["run_id"], request["fingerprint"], self.agent.fingerprint, strict=True)
         break_point = request.get("break_point")
@@ -121,6 +135,8 @@ class DurableAgent:
                 state=self.agent.state_values(request["state"]),
                 break_point=breakpoint_from_dict(break_point) if break_point else None,
                 run_id=request["run_id"],
+                on_event=on_event,
+                agent_name=self.name,
             )
         )
 

@@ -18,6 +18,7 @@ from typing import Any, assert_never
 from dbos import error as dbos_errors
 
 from agentfsm._core.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
+from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -48,27 +49,38 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
 
     ``{"done": result}`` for a finished run (its result as data), ``{"paused": snapshot}`` for a
     paused one; a failed run raises its error. Same decisions as ``drive_sync``: only the I/O differs.
+    Events (``agentfsm.events``) go out as in ``drive_sync``, except when ``steps`` only read a record;
+    a model call, tool call or hook that a recovered workflow finds recorded gives no events again.
     """
+    emitter = None if steps.reading else emitter_for(run, generator)
+    if emitter is not None:
+        emitter.start()
     while True:
         try:
             action = run.next_action()
             write_deltas(run)
+            if emitter is not None:
+                emitter.announce(action)
             match action:
                 case CallModel():
-                    output = steps.run("model", functools.partial(_call_model, generator, action))
+                    output = steps.run("model", functools.partial(_call_model, generator, action, emitter))
                     run.model_replied({"replies": [ChatMessage.from_dict(m) for m in output["replies"]]})
                 case RunTools():
-                    _run_tools(run, action.calls, steps)
+                    _run_tools(run, action.calls, steps, emitter)
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)
                 case RunHooks():
                     ran: list[bool] = []
-                    record = steps.run(f"hooks:{action.point.value}", functools.partial(_hooks, run, action, ran))
+                    record = steps.run(
+                        f"hooks:{action.point.value}", functools.partial(_hooks, run, action, ran, emitter)
+                    )
                     if not ran:  # recorded: the State the hooks left
                         _restore_state(run.state, record)
                     run.hooks_ran(action.point)
                 case Pause():
+                    if emitter is not None:
+                        emitter.send(emitter.paused(action.snapshot, None))
                     return {"paused": action.snapshot.to_dict()}
                 case Finish():
                     return {"done": result_record(run)}
@@ -85,8 +97,9 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                 raise
 
 
-def _call_model(generator: ChatGenerator, action: CallModel) -> dict[str, Any]:
-    output = generator.run(**model_arguments(action, None))
+def _call_model(generator: ChatGenerator, action: CallModel, emitter: Emitter | None) -> dict[str, Any]:
+    call = functools.partial(generator.run, **model_arguments(action, None))
+    output = call() if emitter is None else emitter.call_model(call, action)
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
         raise bad_model_output(output)
@@ -97,8 +110,8 @@ def _confirm(run: AgentRun, action: Confirm) -> list[dict[str, Any] | None]:
     return [d if d is None or isinstance(d, dict) else d.to_dict() for d in ask_strategies(run, action)]
 
 
-def _hooks(run: AgentRun, action: RunHooks, ran: list[bool]) -> dict[str, Any]:
-    run_hooks(run, action)
+def _hooks(run: AgentRun, action: RunHooks, ran: list[bool], emitter: Emitter | None) -> dict[str, Any]:
+    run_hooks(run, action, emitter)
     ran.append(True)
     return _state_record(run.state)
 
@@ -120,7 +133,7 @@ def _restore_state(state: State, record: dict[str, Any]) -> None:
     )
 
 
-def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
+def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps, emitter: Emitter | None) -> None:
     """Each ready call a step, after the run's journal of started calls (``AgentRun.started_calls``) is a step.
 
     When the journal was recorded by an earlier attempt, that attempt may have run the calls whose
@@ -138,15 +151,17 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps) -> None:
         fresh.append(True)  # no journal: calls that run again by the in-doubt rule run as if for the first time
     else:
         steps.run("tools_started", journal)
-    in_doubt = _run_calls(run, ready, steps, started_before=not fresh)
+    in_doubt = _run_calls(run, ready, steps, emitter, started_before=not fresh)
     if in_doubt:
         run.crashed_during_tool_run(in_doubt)
         if not run.calls_in_doubt:  # else no call runs until they are decided (RUN_TOOLS's SKIP_WORK)
-            _run_calls(run, [c for c in ready if c.status is CallStatus.READY], steps, started_before=False)
+            _run_calls(run, [c for c in ready if c.status is CallStatus.READY], steps, emitter, started_before=False)
     run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
 
 
-def _run_calls(run: AgentRun, ready: list[PreparedCall], steps: Steps, *, started_before: bool) -> list[str]:
+def _run_calls(
+    run: AgentRun, ready: list[PreparedCall], steps: Steps, emitter: Emitter | None, *, started_before: bool
+) -> list[str]:
     """Run the calls as steps, recording each finished one; the keys of those in doubt.
 
     ``started_before``: an earlier attempt journaled the calls, so one whose step has no output yet
@@ -165,8 +180,12 @@ def _run_calls(run: AgentRun, ready: list[PreparedCall], steps: Steps, *, starte
             in_doubt.append(c.key)
             return
         c.outcome = CallOutcome.from_dict(output)
+        if emitter is not None:
+            emitter.send(emitter.tool_ended(c))
         run.tool_completed(c)
         write_deltas(run)
+        if emitter is not None:
+            emitter.send()
 
     if ready:
         steps.run_each("tool", [functools.partial(call, c) for c in ready], done)

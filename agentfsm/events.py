@@ -1,0 +1,379 @@
+"""The events of a run: one typed stream of everything a run does, for whoever watches it.
+
+Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``to_dict``), the
+``run_id``, the ``step`` (model calls made so far) and ``at`` (a ``time.time()`` timestamp):
+
+- ``run_started`` (``RunStarted``): ``agent`` (its name), ``resumed`` (from a snapshot).
+- ``transition`` (``PhaseChanged``): the phase machine took an edge: ``source``, ``dest``,
+  ``trigger``, ``duration_us`` (time spent in ``source``), ``exit_reason`` (when entering ``done``).
+- ``call_transition`` (``CallChanged``): a tool call took an edge of the call machine: ``call``
+  (its key), ``tool``, ``source``, ``dest``, ``trigger``.
+- ``model_started`` (``ModelStarted``): ``model`` (the generator's model, or its class name) and
+  ``messages`` (how many it is sent).
+- ``model_chunk`` (``ModelChunk``): one streamed ``chunk`` (a ``StreamingChunk``), when the run
+  streams (it has a ``streaming_callback``).
+- ``model_ended`` (``ModelEnded``): ``model`` (the one that answered, when the reply says),
+  ``usage`` (its token counts), ``finish_reasons``, ``duration_us``.
+- ``model_failed`` (``ModelFailed``): ``model``, ``error``, ``duration_us``.
+- ``tool_started`` (``ToolStarted``): ``call`` (its key), ``call_id`` (the model's id), ``tool``,
+  ``arguments``.
+- ``tool_ended`` (``ToolEnded``): ``call``, ``call_id``, ``tool``, ``result`` or ``error``,
+  ``duration_us`` (since the step's tools were handed out).
+- ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).
+- ``decision`` (``DecisionTaken``): ``call`` and the ``decision`` (``ToolExecutionDecision.to_dict()``).
+- ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation`` or ``outcome_unknown``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
+  snapshot's number, ``None`` without a store), ``path`` (its file, if written to one), and the
+  ``snapshot`` that resumes the run.
+- ``resumed`` (``RunResumed``): the run resumed into ``phase`` at ``step`` (the event's).
+- ``run_ended`` (``RunEnded``): ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or
+  ``error`` for a failed run.
+
+Errors are given as ``"<type>: <message>"``; phases and call statuses as ``Phase`` and ``CallStatus``
+members (string enums: ``to_dict`` and ``event_from_dict`` give plain strings).
+``to_dict()`` gives JSON-compatible data and ``event_from_dict`` (or ``<EventClass>.from_dict``) the
+event back; a ``run_ended`` result comes back as data, its ``trace`` as ``TransitionRecord.to_dict()``
+dicts.
+``Agent.iter`` / ``Agent.iter_async`` yield these events, ``Agent.run(on_event=...)`` is called with
+each; docs/events.md shows both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+from agentfsm.messages import StreamingChunk
+from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.snapshot import AgentSnapshot
+
+__all__ = [
+    "CallChanged",
+    "DecisionTaken",
+    "Event",
+    "EventHandler",
+    "HookRan",
+    "ModelChunk",
+    "ModelEnded",
+    "ModelFailed",
+    "ModelStarted",
+    "PhaseChanged",
+    "RunEnded",
+    "RunPaused",
+    "RunResumed",
+    "RunStarted",
+    "ToolEnded",
+    "ToolStarted",
+    "event_from_dict",
+]
+
+
+def now() -> float:
+    """The timestamp events carry (``at``): seconds since the epoch."""
+    return time.time()
+
+
+def error_text(error: BaseException) -> str:
+    """How events give an error: ``"<type>: <message>"``."""
+    return f"{type(error).__name__}: {error}"
+
+
+_E = TypeVar("_E")
+
+
+def _quick_init(cls: type[_E]) -> type[_E]:
+    """Give a frozen, slotted event class an ``__init__`` that fills the slots through their own setters.
+
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, about twice
+    as slow; a run makes ten events a step, so this is most of what listening to it costs. The
+    instances stay frozen: assigning a field still raises ``FrozenInstanceError``.
+    """
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
+    lines = [f"    _set_{name}(self, {name})" for name in names]
+    source = f"def __init__(self, {', '.join(names)}):\n" + "\n".join(lines)
+    exec(source, setters)  # built from the field names only, as dataclasses builds its own
+    init = setters["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """What every event carries."""
+
+    run_id: str
+    step: int
+    at: float
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible data, with the event's ``kind``; ``event_from_dict`` inverts it."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        special = {name: to_data(data.pop(name)) for name, (to_data, _) in _AS_DATA.get(self.kind, {}).items()}
+        return {"kind": self.kind, **serialize_value(data), **special}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Invert ``to_dict`` (as ``event_from_dict``, which takes any kind).
+
+        Raises:
+            DeserializationError: ``data`` is not an event of this class's kind.
+        """
+        from agentfsm.errors import DeserializationError
+
+        if data.get("kind") != cls.kind:
+            raise DeserializationError(f"Expected a {cls.kind!r} event, got kind {data.get('kind')!r}.")
+        return event_from_dict(data)
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class RunStarted(_Event):
+    """A run started, or resumed from a snapshot (``resumed``)."""
+
+    kind: ClassVar[Literal["run_started"]] = "run_started"
+    agent: str
+    resumed: bool
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class PhaseChanged(_Event):
+    """The run took an edge of the phase machine (one entry of its ``trace``)."""
+
+    kind: ClassVar[Literal["transition"]] = "transition"
+    source: str
+    dest: str
+    trigger: str
+    duration_us: float
+    #: How the run ended, on the edge into ``done``.
+    exit_reason: str | None
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class CallChanged(_Event):
+    """A tool call took an edge of the call machine (``agentfsm.machine.CALL_TRANSITIONS``)."""
+
+    kind: ClassVar[Literal["call_transition"]] = "call_transition"
+    call: str
+    tool: str
+    source: str
+    dest: str
+    trigger: str
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ModelStarted(_Event):
+    """The chat generator is called with ``messages`` messages."""
+
+    kind: ClassVar[Literal["model_started"]] = "model_started"
+    model: str
+    messages: int
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ModelChunk(_Event):
+    """The chat generator streamed a chunk (what ``streaming_callback`` is given)."""
+
+    kind: ClassVar[Literal["model_chunk"]] = "model_chunk"
+    chunk: StreamingChunk
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ModelEnded(_Event):
+    """The chat generator replied."""
+
+    kind: ClassVar[Literal["model_ended"]] = "model_ended"
+    #: The model that answered, as the reply's ``meta`` says; else the one called.
+    model: str
+    #: The replies' token counts summed (their ``meta["usage"]``).
+    usage: dict[str, int]
+    finish_reasons: list[str]
+    duration_us: float
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ModelFailed(_Event):
+    """The chat generator raised, or replied with something that is not a reply."""
+
+    kind: ClassVar[Literal["model_failed"]] = "model_failed"
+    model: str
+    error: str
+    duration_us: float
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ToolStarted(_Event):
+    """A tool call was handed to its tool."""
+
+    kind: ClassVar[Literal["tool_started"]] = "tool_started"
+    call: str
+    call_id: str | None
+    tool: str
+    arguments: dict[str, Any]
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class ToolEnded(_Event):
+    """A tool call finished: its tool returned ``result``, or raised ``error``."""
+
+    kind: ClassVar[Literal["tool_ended"]] = "tool_ended"
+    call: str
+    call_id: str | None
+    tool: str
+    result: Any
+    error: str | None
+    duration_us: float
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class HookRan(_Event):
+    """A hook ran at ``point``; ``error`` when it raised."""
+
+    kind: ClassVar[Literal["hook"]] = "hook"
+    point: str
+    hook: str
+    duration_us: float
+    error: str | None
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class DecisionTaken(_Event):
+    """A confirmation decision was applied to a pending call (from a strategy, or given on resume)."""
+
+    kind: ClassVar[Literal["decision"]] = "decision"
+    call: str
+    decision: dict[str, Any]
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class RunPaused(_Event):
+    """The run paused: a breakpoint, a decision to wait for, or calls whose outcome is unknown."""
+
+    kind: ClassVar[Literal["paused"]] = "paused"
+    #: Why: ``"breakpoint"``, ``"confirmation"`` (a decision to wait for) or ``"outcome_unknown"``.
+    reason: str
+    #: The pause reason's ``to_dict()`` (``snapshot.pause`` is the typed one: ``agentfsm.pauses``).
+    pause: dict[str, Any]
+    #: The snapshot's number in the snapshot store, ``None`` without one.
+    seq: int | None
+    #: The file the snapshot was written to, if any.
+    path: str | None
+    #: Resumes the run: ``agent.run(snapshot=event.snapshot, ...)``.
+    snapshot: AgentSnapshot
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class RunResumed(_Event):
+    """A run resumed from a snapshot into ``phase`` (at the event's ``step``)."""
+
+    kind: ClassVar[Literal["resumed"]] = "resumed"
+    phase: str
+
+
+@_quick_init
+@dataclass(frozen=True, slots=True)
+class RunEnded(_Event):
+    """The run is over: ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or the ``error`` that failed it."""
+
+    kind: ClassVar[Literal["run_ended"]] = "run_ended"
+    result: dict[str, Any] | None
+    exit_reason: str | None
+    error: str | None
+
+
+Event = (
+    RunStarted
+    | PhaseChanged
+    | CallChanged
+    | ModelStarted
+    | ModelChunk
+    | ModelEnded
+    | ModelFailed
+    | ToolStarted
+    | ToolEnded
+    | HookRan
+    | DecisionTaken
+    | RunPaused
+    | RunResumed
+    | RunEnded
+)
+
+#: Called with each event of a run (``Agent.run(on_event=...)``); under ``run_async`` it may be async.
+EventHandler = Callable[[Event], Any]
+
+_KINDS: dict[str, type[_Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted,
+        PhaseChanged,
+        CallChanged,
+        ModelStarted,
+        ModelChunk,
+        ModelEnded,
+        ModelFailed,
+        ToolStarted,
+        ToolEnded,
+        HookRan,
+        DecisionTaken,
+        RunPaused,
+        RunResumed,
+        RunEnded,
+    )
+}
+
+
+def _result_to_data(result: dict[str, Any]) -> Any:
+    """A run's result as data; its ``trace`` as ``TransitionRecord.to_dict()`` dicts (``event_from_dict`` gives them so)."""
+    trace = getattr(result, "trace", None)
+    return serialize_value(
+        {k: [r.to_dict() for r in trace] if trace is not None and v is trace else v for k, v in result.items()}
+    )
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
+
+
+#: The fields of each kind that ``serialize_value`` does not take as they are: how each becomes data, and back.
+_AS_DATA: dict[str, dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
+    "run_ended": {"result": (_optional(_result_to_data), deserialize_value)},
+    "paused": {"snapshot": (lambda s: s.to_dict(), AgentSnapshot.from_dict)},
+}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """The event ``to_dict`` gave ``data`` for (its ``kind`` says which).
+
+    Raises:
+        DeserializationError: ``data`` names no known kind, or lacks the kind's fields.
+    """
+    from agentfsm.errors import DeserializationError
+
+    cls = _KINDS.get(data.get("kind", ""))
+    if cls is None:
+        raise DeserializationError(f"Unknown event kind {data.get('kind')!r}; known kinds: {sorted(_KINDS)}.")
+    special = _AS_DATA.get(cls.kind, {})
+    values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special})
+    values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data})
+    names = [f.name for f in dataclasses.fields(cls)]
+    missing = [name for name in names if name not in values]
+    if missing:
+        raise DeserializationError(f"A {cls.kind!r} event needs the fields {missing}.")
+    return cls(**{name: values[name] for name in names})  # type: ignore[return-value]
