@@ -538,15 +538,17 @@ class AgentRun:
         if not isinstance(replies, list) or not replies:
             raise bad_model_output(output)
         calls: list[ToolCall] = []
+        usage: list[dict[str, Any]] = []
         for reply in replies:
             if not isinstance(reply, ChatMessage):
                 raise bad_model_output(output)
             calls += reply.tool_calls
-        if not have_own_ids([c.id for c in calls]):
+            if isinstance(reply.meta.get("usage"), dict):
+                usage.append(reply.meta["usage"])
+        if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
             calls = [c for reply in replies for c in reply.tool_calls]
-        usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
