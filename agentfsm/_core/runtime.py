@@ -216,7 +216,7 @@ class Confirm:
     strategies: list[Decider]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunHooks:
     """Run these hooks on the run's ``state``, in order, then ``hooks_ran``.
 
@@ -319,6 +319,10 @@ class AgentRun:
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
+        #: The action of each hook point, made once: a point's hooks and context are the same at each firing.
+        self._hook_actions = {
+            point: RunHooks(point, hooks, None, config.hook_context) for point, hooks in config.hooks.items()
+        }
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -458,7 +462,9 @@ class AgentRun:
     def _run_hooks(self, item: Work) -> Action:
         if item in _REREAD_CALLS:
             self._conversation_before_hooks = self._conversation_version()
-        return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
+        if self.error is not None:  # on_error's hooks are given the error
+            return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
+        return self._hook_actions[item]
 
     def _conversation_version(self) -> tuple[int, int]:
         """The conversation's State version and length: the same pair means at most the same messages."""
