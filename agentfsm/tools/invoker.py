@@ -254,8 +254,12 @@ class ToolInvoker:
         """Run one ready call: what its tool returned, or the exception it raised."""
         tool = prepared.tool
         assert tool is not None
+        # Without a streaming callback there is nothing to pass through: the call's own arguments.
+        arguments = (
+            prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
+        )
         try:
-            return CallOutcome(tool.invoke(**self._arguments(tool, prepared, streaming_callback)))
+            return CallOutcome(tool.invoke(**arguments))
         except Exception as exc:
             return CallOutcome(None, exc)
 
