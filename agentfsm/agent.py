@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentfsm._core.drivers import SavePause, drive_async, drive_sync
 from agentfsm._core.iterating import iterate, iterate_async
 from agentfsm._core.resume import resume_run
-from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver
+from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver, constant_facts
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.errors import (
     AgentFSMError,
@@ -36,6 +36,7 @@ from agentfsm.hooks import (
     is_hook_data,
 )
 from agentfsm.logs import logger
+from agentfsm.machine import ConstantFacts, Work
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
@@ -88,6 +89,20 @@ _INVOKER_OPTIONS = frozenset(
         "convert_result_to_json_string",
     }
 )
+
+
+@dataclass(frozen=True)
+class AgentOutline:
+    """What drawings of an agent read (``Agent.outline``), so that nothing outside the agent reads its private parts."""
+
+    #: The agent's own tools (a dynamic toolset's are shown to the model at run time).
+    tools: tuple[Tool, ...]
+    #: The hooks of each hook point, in the order they run.
+    hooks: Mapping[Work, tuple[Hook, ...]]
+    #: The confirmation strategy of each tool a strategy covers.
+    confirmation: StrategyTable
+    #: The facts the agent's runs can never change: the rule its runs use (``constant_facts``).
+    constants: ConstantFacts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,6 +231,21 @@ class Agent:
         durable = isinstance(store, DurableSnapshotStore) and store.durable
         self._observers: tuple[RunObserver, ...] = (store,) if durable else ()  # type: ignore[assignment]
         self._save_pause: SavePause | None = store.save if store is not None else None
+
+    def outline(self) -> AgentOutline:
+        """What a drawing of this agent reads (``agentfsm.diagrams``): its tools, hooks, strategies and constant facts."""
+        return AgentOutline(
+            tools=tuple(self._tools),
+            hooks=self._hooks,
+            confirmation=self._confirmation,
+            constants=constant_facts(
+                self._tools,
+                dynamic=bool(self._dynamic),
+                hooks=self._hooks,
+                confirmation=self._confirmation,
+                max_agent_steps=self.max_agent_steps,
+            ),
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------
 

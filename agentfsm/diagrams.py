@@ -7,7 +7,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
   exit conditions, step limit and hooks where they act, and leaves out what its runs cannot do
   (CONFIRM without a confirmation strategy, the stop and continue edges when no hook or tool can
   write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
-  its runs use (``runtime.constant_facts``);
+  its runs use (``Agent.outline``, by ``runtime.constant_facts``);
 - one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentfsm._core.runtime import constant_facts
 from agentfsm.errors import AgentFSMError, ConfigurationError, MissingRendererError
 from agentfsm.hooks import hook_name
 from agentfsm.machine import (
@@ -40,7 +39,6 @@ from agentfsm.machine import (
     TERMINAL_CALL_STATUSES,
     TRANSITIONS,
     CallStatus,
-    ConstantFacts,
     Phase,
     Transition,
     specialise,
@@ -114,17 +112,6 @@ def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -
     return source_ok and dest_ok
 
 
-def agent_constants(agent: Agent) -> ConstantFacts:
-    """The facts the agent's runs can never change: the rule its runs use (``runtime.constant_facts``)."""
-    return constant_facts(
-        agent._tools,
-        dynamic=bool(agent._dynamic),
-        hooks=agent._hooks,
-        confirmation=agent._confirmation,
-        max_agent_steps=agent.max_agent_steps,
-    )
-
-
 def reachable(transitions: Iterable[Transition]) -> list[Transition]:
     """The edges of ``transitions`` between phases that some edge reaches from IDLE (a resume enters none)."""
     edges = list(transitions)
@@ -149,32 +136,33 @@ def build_model(
     title = "agentfsm machine"
     notes: dict[str, str] = {}
     labels: dict[Edge, str] = {}
-    if agent is not None:
-        title = f"agent: {', '.join(t.name for t in agent._tools) or 'no tools'}"
-        transitions = reachable(specialise(agent_constants(agent)))
+    outline = agent.outline() if agent is not None else None
+    if outline is not None:
+        title = f"agent: {', '.join(t.name for t in outline.tools) or 'no tools'}"
+        transitions = reachable(specialise(outline.constants))
     phases = {p for t in transitions for p in (t.source, t.dest)}
     edges = _edges(transitions, {p for p in ACTIVE_PHASES if p in phases})
     for edge in edges:
         labels[edge] = f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger
-    if agent is not None:
+    if agent is not None and outline is not None:
         for edge in edges:
             if edge.trigger == "exit":
                 conditions = " | ".join("text reply" if c == "text" else f"{c} ran" for c in agent.exit_conditions)
                 labels[edge] = f"exit [{conditions}]"
             elif edge.trigger == "max_steps":
                 labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
-            elif edge.trigger == "tool_calls" and not agent._tools:
+            elif edge.trigger == "tool_calls" and not outline.tools:
                 labels[edge] = "tool_calls [never: the agent has no tools]"
-        tools = ", ".join(t.name for t in agent._tools) or "none"
+        tools = ", ".join(t.name for t in outline.tools) or "none"
         notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
-        if agent._confirmation:
-            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in agent._confirmation.entries())
+        if outline.confirmation:
+            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in outline.confirmation.entries())
             notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
         for phase, work in PHASE_WORK.items():
             hooks = [
-                f"{p.value}: {', '.join(hook_name(h) for h in agent._hooks[p])}" for p in work if p in agent._hooks
+                f"{p.value}: {', '.join(hook_name(h) for h in outline.hooks[p])}" for p in work if p in outline.hooks
             ]
             if hooks:
                 notes[phase.value] = "; ".join([*filter(None, [notes.get(phase.value)]), f"hooks {'; '.join(hooks)}"])

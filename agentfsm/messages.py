@@ -455,6 +455,8 @@ GIVEN_CALL_IDS_KEY = "given_tool_call_ids"
 
 def have_own_ids(ids: Sequence[str | None]) -> bool:
     """Whether each of the tool-call ``ids`` is a non-empty string that no other call has."""
+    if len(ids) == 1:  # most replies make one call: there is no other id to compare it with
+        return isinstance(ids[0], str) and ids[0] != ""
     distinct = set(ids)
     return len(distinct) == len(ids) and all(isinstance(i, str) and i for i in distinct)
 

@@ -1,7 +1,8 @@
 """agentfsm benchmarks: per-step overhead, durable snapshots, snapshot encoding. ``make bench`` runs them.
 
 Writes ``bench/results.json`` and ``bench/RESULTS.md``. ``--quick`` runs a tiny workload (used by
-the test suite to check that the benchmark works; its figures mean nothing).
+the test suite to check that the benchmark works; its figures mean nothing). ``--only plain,hooks,haystack``
+times only those rows (agentfsm's plain and hooks rows, the peers' rows by name) and prints them.
 """
 
 from __future__ import annotations
@@ -941,6 +942,40 @@ def pin_to_one_cpu(cpu: int | None) -> int | None:
     return chosen
 
 
+#: The rows of agentfsm's own table that ``--only`` can time.
+OWN_ROWS: dict[str, Callable[[int], Configuration]] = {
+    "plain": lambda steps: Configuration(partial(workload_agent, steps), [ChatMessage.from_user("go")]),
+    "hooks": lambda steps: Configuration(
+        partial(workload_agent, steps, hooks=NO_OP_HOOKS), [ChatMessage.from_user("go")]
+    ),
+}
+#: Some of the rows of ``peers/workloads.py`` (its ``CONFIGURATIONS``), for ``--help``.
+PEER_ROWS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
+
+
+def only(rows: list[str], steps: int, runs: int) -> dict[str, Any]:
+    """Time only ``rows``: agentfsm's own (``OWN_ROWS``) taking turns here, the peers' in their virtualenv.
+
+    With both ``plain`` and ``hooks``, what a hook firing adds; with the peers' ``agentfsm`` and
+    ``haystack`` rows, how many times faster agentfsm is.
+    """
+    own = {name: OWN_ROWS[name](steps) for name in rows if name in OWN_ROWS}
+    out: dict[str, Any] = per_step_us(own, steps, runs) if own else {}
+    if "plain" in out and "hooks" in out:
+        out["hook firing us"] = round((out["hooks"]["median_us"] - out["plain"]["median_us"]) / 2, 2)
+    peer_rows = [name for name in rows if name not in OWN_ROWS]
+    if peer_rows:
+        python = HERE / ".peers-venv" / "bin" / "python"
+        measured = run_script(python, "workloads.py", "the workload", steps, runs, ",".join(peer_rows))
+        out["peers"] = measured.get("runs", measured)
+        timed = out["peers"]
+        if "median_us" in timed.get("agentfsm", {}) and "median_us" in timed.get("haystack", {}):
+            out["times faster than haystack"] = round(
+                timed["haystack"]["median_us"] / timed["agentfsm"]["median_us"], 2
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks and write the results."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -948,9 +983,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE, help="directory for results.json and RESULTS.md")
     parser.add_argument("--no-peers", action="store_true", help="skip Haystack, LangGraph and pydantic-ai")
     parser.add_argument("--cpu", type=int, help="the CPU to run on (default: the last one this process may use)")
+    parser.add_argument(
+        "--only",
+        help="time only these rows, comma-separated, and print them as JSON (no file is written): "
+        f"{', '.join(OWN_ROWS)} and the peers' rows by name ({', '.join(PEER_ROWS)}, ...)",
+    )
     args = parser.parse_args(argv)
     cpu = pin_to_one_cpu(args.cpu)
     steps, runs, sizes = (3, 2, [10, 100]) if args.quick else (50, 20, [10, 100, 1000])
+    if args.only:
+        sys.stdout.write(json.dumps(only(args.only.split(","), steps, runs), indent=2) + "\n")
+        return 0
     agents = 20 if args.quick else 1000
     bare = bare_loop_us(steps, runs)
     agentfsm_import_ms = import_ms("agentfsm", max(runs // 4, 3))

@@ -163,3 +163,18 @@ def test_the_client_table_sets_each_client_beside_its_sdk() -> None:
     assert (
         "| model clients no slower than the openai and anthropic SDKs (the closest of 4 pairs) | 0.8x | no |" in targets
     )
+
+
+def test_only_some_rows_are_timed_and_printed(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--only", "plain,hooks", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert set(printed) == {"plain", "hooks", "hook firing us"}
+    assert not list(tmp_path.iterdir()), "--only writes no file"

@@ -79,6 +79,13 @@ def agent_with(**kwargs: Any) -> Agent:
     return Agent(chat_generator=ScriptedChatGenerator([]), **kwargs)
 
 
+def test_an_agents_outline_gives_what_its_drawing_reads() -> None:
+    stopping, plain = agent_with(tools=[give_up]).outline(), agent_with(tools=[add]).outline()
+    assert [t.name for t in stopping.tools] == ["give_up"] and not stopping.hooks and not stopping.confirmation
+    assert ("stop_requested", False) in plain.constants, "nothing can write stop_run: the fact is a constant"
+    assert ("stop_requested", False) not in stopping.constants, "its tool writes stop_run"
+
+
 def test_agent_diagrams_show_the_agents_configuration() -> None:
     one = agent_with(tools=[add], max_agent_steps=3).draw()
     other = agent_with(tools=[add, finish], exit_conditions=["finish"], max_agent_steps=9).draw()

@@ -222,7 +222,7 @@ class Confirm:
     strategies: list[Decider]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunHooks:
     """Run these hooks on the run's ``state``, in order, then ``hooks_ran``.
 
@@ -330,6 +330,10 @@ class AgentRun:
         self.records_events = config.on_event is not None or self._logging
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
+        #: The action of each hook point, made once: a point's hooks and context are the same at each firing.
+        self._hook_actions = {
+            point: RunHooks(point, hooks, None, config.hook_context) for point, hooks in config.hooks.items()
+        }
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -469,7 +473,9 @@ class AgentRun:
     def _run_hooks(self, item: Work) -> Action:
         if item in _REREAD_CALLS:
             self._conversation_before_hooks = self._conversation_version()
-        return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
+        if self.error is not None:  # on_error's hooks are given the error
+            return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
+        return self._hook_actions[item]
 
     def _conversation_version(self) -> tuple[int, int]:
         """The conversation's State version and length: the same pair means at most the same messages."""
@@ -549,15 +555,17 @@ class AgentRun:
         if not isinstance(replies, list) or not replies:
             raise bad_model_output(output)
         calls: list[ToolCall] = []
+        usage: list[dict[str, Any]] = []
         for reply in replies:
             if not isinstance(reply, ChatMessage):
                 raise bad_model_output(output)
             calls += reply.tool_calls
-        if not have_own_ids([c.id for c in calls]):
+            if isinstance(reply.meta.get("usage"), dict):
+                usage.append(reply.meta["usage"])
+        if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
             calls = [c for reply in replies for c in reply.tool_calls]
-        usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)

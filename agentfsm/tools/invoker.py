@@ -198,7 +198,7 @@ class ToolInvoker:
         takes its ``check`` or ``refuse`` edge through ``AgentRun.move_call``.
         """
         by_name = self._by_name if tools is None else tools
-        return [self._prepare_one(call, call_key(call, i), state, by_name) for i, call in enumerate(calls)]
+        return [self._prepare_one(call, key_of(call.id, i), state, by_name) for i, call in enumerate(calls)]
 
     def prepare(
         self, calls: Iterable[ToolCall], state: State, tools: dict[str, Tool] | None = None
@@ -254,8 +254,12 @@ class ToolInvoker:
         """Run one ready call: what its tool returned, or the exception it raised."""
         tool = prepared.tool
         assert tool is not None
+        # Without a streaming callback there is nothing to pass through: the call's own arguments.
+        arguments = (
+            prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
+        )
         try:
-            return CallOutcome(tool.invoke(**self._arguments(tool, prepared, streaming_callback)))
+            return CallOutcome(tool.invoke(**arguments))
         except Exception as exc:
             return CallOutcome(None, exc)
 
@@ -390,16 +394,8 @@ class ToolInvoker:
         return messages
 
     def _result(self, c: PreparedCall, state: State) -> ToolCallResult:
-        if c.status is CallStatus.FAILED:
-            return ToolCallResult(str(c.error), c.call, error=True)
-        if c.status is CallStatus.REJECTED:
-            feedback = c.decision.feedback if c.decision is not None else None
-            rejection = f"Tool execution for {c.call.tool_name!r} was rejected by the user." + (
-                f" With feedback: {feedback}" if feedback else ""
-            )
-            return ToolCallResult(rejection, c.call, error=True)
         if c.status is not CallStatus.DONE or c.outcome is None or c.tool is None:
-            raise MachineError(f"Tool call {c.key} to {c.call.tool_name!r} has no result yet: it is {c.status}.")
+            return self._result_without_run(c)  # most calls ran: theirs is read below
         tool, outcome = c.tool, c.outcome
         if outcome.error is not None:
             error = ToolInvocationError(
@@ -419,6 +415,19 @@ class ToolInvoker:
                 raise error from exc
             return ToolCallResult(str(error), c.call, error=True)
         return ToolCallResult(text, c.call)
+
+    @staticmethod
+    def _result_without_run(c: PreparedCall) -> ToolCallResult:
+        """The result of a call that did not run: refused, or rejected by a person."""
+        if c.status is CallStatus.FAILED:
+            return ToolCallResult(str(c.error), c.call, error=True)
+        if c.status is CallStatus.REJECTED:
+            feedback = c.decision.feedback if c.decision is not None else None
+            rejection = f"Tool execution for {c.call.tool_name!r} was rejected by the user." + (
+                f" With feedback: {feedback}" if feedback else ""
+            )
+            return ToolCallResult(rejection, c.call, error=True)
+        raise MachineError(f"Tool call {c.key} to {c.call.tool_name!r} has no result yet: it is {c.status}.")
 
     @staticmethod
     def _pick(result: Any, source: str | None) -> Any:

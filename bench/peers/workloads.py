@@ -41,6 +41,8 @@ from run import Setup, import_ms, take_turns
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+#: The configurations to time (comma-separated names of ``CONFIGURATIONS``; all when not given).
+ONLY = sys.argv[3].split(",") if len(sys.argv) > 3 else None
 #: Where the SQLite files of the persisting configurations go (removed at exit).
 FILES = tempfile.TemporaryDirectory()
 #: None: no persistence; "memory" or "file": a checkpoint at every step, kept in memory or in an SQLite file.
@@ -281,7 +283,8 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
     versions: dict[str, str] = {}
-    for name, configuration in CONFIGURATIONS.items():
+    chosen = {name: c for name, c in CONFIGURATIONS.items() if ONLY is None or name in ONLY}
+    for name, configuration in chosen.items():
         try:
             setups[name], versions[name] = configuration.workload()
             setups[name]()()  # a configuration that cannot run the workload is reported, not timed
@@ -290,10 +293,8 @@ def main() -> None:
             setups.pop(name, None)
     for name, timing in take_turns(setups, STEPS, RUNS).items():
         results[name] = {**timing, "peak_kib": peak_kib(setups[name]), "version": versions[name]}
-    runs = {
-        name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in CONFIGURATIONS.items()
-    }
-    imports = {name: import_ms(module, 3) for name, module in FRAMEWORKS.items()}
+    runs = {name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in chosen.items()}
+    imports = {name: import_ms(module, 3) for name, module in FRAMEWORKS.items() if ONLY is None}
     print(json.dumps({"runs": runs, "import_ms": imports}))
 
 

@@ -129,13 +129,7 @@ def private_reads_of_an_agent(source: str) -> list[str]:
     return reads
 
 
-#: Drawings read the agent's run configuration (tools, hooks, strategies) as the run does.
-DRAWS_FROM_THE_CONFIGURATION = "agentfsm.diagrams"
-
-
-@pytest.mark.parametrize(
-    "module", [m for m in MODULES if m.startswith(APPLICATIONS) and m != DRAWS_FROM_THE_CONFIGURATION]
-)
+@pytest.mark.parametrize("module", [m for m in MODULES if m.startswith(APPLICATIONS)])
 def test_the_applications_read_no_private_attribute_of_the_agent(module: str) -> None:
     assert private_reads_of_an_agent(MODULES[module].read_text(encoding="utf-8")) == []
 
