@@ -36,7 +36,7 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import anyio
@@ -526,30 +526,53 @@ class _Watched:
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Streams:
-        return await self._stack.enter_async_context(self._streams())
+        read, write = await self._stack.enter_async_context(self._server_info.transport())
+        return _WatchedReadStream(read, self._ended), write
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._stack.__aexit__(*exc_info)
 
-    @contextlib.asynccontextmanager
-    async def _streams(self) -> AsyncIterator[Streams]:
-        async with self._server_info.transport() as (read, write):
-            send, receive = anyio.create_memory_object_stream[Any](0)
 
-            async def forward() -> None:
-                try:
-                    async with send:
-                        async for item in read:
-                            await send.send(item)
-                finally:
-                    self._ended()
+class _WatchedReadStream:
+    """The transport's read stream, telling the connection when it ends.
 
-            async with send, receive, anyio.create_task_group() as group:
-                group.start_soon(forward)
-                try:
-                    yield receive, write
-                finally:
-                    group.cancel_scope.cancel()
+    It hands each receive through to the transport's stream (the session reads it as its own): a
+    task that forwarded the messages instead would cost a task switch for every message.
+    """
+
+    def __init__(self, stream: Any, ended: Callable[[], None]) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message, where the transport keeps one (the SDK reads it)."""
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except BaseException:  # the end of the stream, or of the session's task that reads it
+            self._ended()
+            raise
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
 
 
 def _describe(error: BaseException) -> str:
