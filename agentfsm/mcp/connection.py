@@ -7,8 +7,8 @@ that come and go. So each connection starts one daemon thread running an asyncio
 task on it, the *holder*, opens the SDK ``Client`` and keeps it open until the connection closes
 (or the session drops). Everything else is a coroutine submitted to that loop:
 
-- sync callers wait with ``asyncio.run_coroutine_threadsafe(...).result()``; an interrupt while
-  waiting (``KeyboardInterrupt``) cancels the call before it propagates;
+- sync callers hand the coroutine over and wait on a lock its task releases (``_Handoff``); an
+  interrupt while waiting (``KeyboardInterrupt``) cancels the call before it propagates;
 - async callers ``await asyncio.wrap_future(...)``: cancelling the awaiting task cancels the call.
 
 A cancelled or timed-out call is cancelled inside the SDK, which sends ``notifications/cancelled``
@@ -37,7 +37,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import mcp.types as mcp_types
@@ -208,16 +208,19 @@ class MCPConnection:
 
     def _wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the connection's loop and wait for it; an interrupt cancels it."""
-        future = self._submit(coroutine)
+        loop = self._running_loop()
+        handoff = _Handoff(coroutine)
+        loop.call_soon_threadsafe(handoff.start)
         try:
-            return future.result()
-        except concurrent.futures.CancelledError:
+            handoff.finished.acquire()
+        except BaseException:
+            loop.call_soon_threadsafe(handoff.cancel)  # runs after ``start``: the task exists by then
+            raise
+        if handoff.cancelled:
             raise MCPConnectionLostError(
                 f"The connection to MCP server {self.server_info.describe()} was closed while the call was running."
-            ) from None
-        except BaseException:
-            future.cancel()
-            raise
+            )
+        return handoff.result()
 
     async def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the connection's loop from another loop; cancelling the caller cancels it."""
@@ -515,6 +518,54 @@ class MCPConnection:
         if self._state is not ConnectionState.CLOSED:
             self._move("close")
         self._use_lock = None
+
+
+class _Handoff(Generic[T]):
+    """A coroutine run as a task on the connection's loop, waited for by a thread outside it.
+
+    Why not ``asyncio.run_coroutine_threadsafe``: its ``concurrent.futures.Future`` waits on a
+    ``Condition`` and chains callbacks both ways; here one callback starts the task and the task's
+    end releases one lock. A sync tool call crosses threads twice, so this is most of what agentfsm
+    adds to the SDK's own call.
+    """
+
+    __slots__ = ("_coroutine", "_error", "_task", "_value", "cancelled", "finished")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T]) -> None:
+        self._coroutine = coroutine
+        self._task: asyncio.Task[T] | None = None
+        #: Released (on the loop's thread) once the task has ended, its outcome copied here.
+        self.finished = threading.Lock()
+        self.finished.acquire()
+        self.cancelled = False
+        self._error: BaseException | None = None
+        self._value: tuple[T] | None = None
+
+    def start(self) -> None:
+        """Start the task (on the loop's thread)."""
+        self._task = asyncio.get_running_loop().create_task(self._coroutine)
+        self._task.add_done_callback(self._ended)
+
+    def cancel(self) -> None:
+        """Cancel the task (on the loop's thread): the waiting thread was interrupted."""
+        if self._task is not None:
+            self._task.cancel()
+
+    def result(self) -> T:
+        """What the task returned, or its exception raised (once ``finished``, and not ``cancelled``)."""
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value[0]
+
+    def _ended(self, task: asyncio.Task[T]) -> None:
+        if task.cancelled():
+            self.cancelled = True
+        elif (error := task.exception()) is not None:
+            self._error = error
+        else:
+            self._value = (task.result(),)
+        self.finished.release()
 
 
 class _Watched:
