@@ -45,7 +45,7 @@ from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from agentfsm.errors import (
     ConfigurationError,
@@ -72,6 +72,10 @@ ToolsChanged = Callable[[list[mcp_types.Tool]], None]
 
 #: How long closing waits for the server process to end before it is killed (the SDK's own escalation).
 _CLOSE_WAIT = 10.0
+
+#: What the SDK makes of a streamable HTTP server's 404 for a session it no longer has (it restarted):
+#: the server's own message, or the SDK's when the body is not JSON-RPC. The request was refused unread.
+_SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 
 #: The longest pause before the tool-change stream is opened again.
 _MAX_LISTEN_PAUSE = 30.0
@@ -442,22 +446,34 @@ class MCPConnection:
         assert task is not None
         self._calls.add(task)
         try:
-            client = await self._ready()
-            available = [t.name for t in self.tools]
-            if name not in available:
-                raise MCPToolNotFoundError(
-                    f"MCP server {self.server_info.describe()} does not offer a tool {name!r} (any more); it offers "
-                    f"{sorted(available)}.",
-                    tool_name=name,
-                    available_tools=sorted(available),
-                )
-            session_id = self._session_id
-            result = await self._send(client, session_id, name, arguments)
+            for attempt in range(2):
+                client = await self._ready()
+                self._check_offered(name)
+                try:
+                    result = await self._send(client, self._session_id, name, arguments)
+                    break
+                except _SessionGone as gone:
+                    # The server refused the call unread: it goes to a new session, once.
+                    if attempt:
+                        raise MCPConnectionError(
+                            f"MCP server {self.server_info.describe()} forgot a new session at once; the call to "
+                            f"{name!r} did not run."
+                        ) from gone
             if self._refresh is not None:  # the call changed the tool list: the next step sees the new one
                 await asyncio.gather(asyncio.shield(self._refresh), return_exceptions=True)
             return result
         finally:
             self._calls.discard(task)
+
+    def _check_offered(self, name: str) -> None:
+        available = [t.name for t in self.tools]
+        if name not in available:
+            raise MCPToolNotFoundError(
+                f"MCP server {self.server_info.describe()} does not offer a tool {name!r} (any more); it offers "
+                f"{sorted(available)}.",
+                tool_name=name,
+                available_tools=sorted(available),
+            )
 
     async def _send(
         self, client: Client, session_id: int, name: str, arguments: dict[str, Any]
@@ -473,6 +489,9 @@ class MCPConnection:
                 operation="call",
             ) from None
         except MCPError as exc:
+            if exc.code == INVALID_REQUEST and exc.message in _SESSION_GONE:
+                self._transport_ended(session_id)
+                raise _SessionGone(exc.message) from exc
             if exc.code != CONNECTION_CLOSED:
                 raise MCPServerError(f"MCP server refused the call to {name!r}: {exc}", code=exc.code) from exc
             self._transport_ended(session_id)
@@ -518,6 +537,10 @@ class MCPConnection:
         if self._state is not ConnectionState.CLOSED:
             self._move("close")
         self._use_lock = None
+
+
+class _SessionGone(Exception):
+    """The server no longer knows the session (it restarted) and refused a request without running it."""
 
 
 class _Handoff(Generic[T]):
