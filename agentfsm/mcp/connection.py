@@ -7,8 +7,8 @@ that come and go. So each connection starts one daemon thread running an asyncio
 task on it, the *holder*, opens the SDK ``Client`` and keeps it open until the connection closes
 (or the session drops). Everything else is a coroutine submitted to that loop:
 
-- sync callers wait with ``asyncio.run_coroutine_threadsafe(...).result()``; an interrupt while
-  waiting (``KeyboardInterrupt``) cancels the call before it propagates;
+- sync callers hand the coroutine over and wait on a lock its task releases (``_Handoff``); an
+  interrupt while waiting (``KeyboardInterrupt``) cancels the call before it propagates;
 - async callers ``await asyncio.wrap_future(...)``: cancelling the awaiting task cancels the call.
 
 A cancelled or timed-out call is cancelled inside the SDK, which sends ``notifications/cancelled``
@@ -36,8 +36,8 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Generic, TypeVar
 
 import anyio
 import mcp.types as mcp_types
@@ -45,7 +45,7 @@ from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from agentfsm.errors import (
     ConfigurationError,
@@ -72,6 +72,10 @@ ToolsChanged = Callable[[list[mcp_types.Tool]], None]
 
 #: How long closing waits for the server process to end before it is killed (the SDK's own escalation).
 _CLOSE_WAIT = 10.0
+
+#: What the SDK makes of a streamable HTTP server's 404 for a session it no longer has (it restarted):
+#: the server's own message, or the SDK's when the body is not JSON-RPC. The request was refused unread.
+_SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 
 #: The longest pause before the tool-change stream is opened again.
 _MAX_LISTEN_PAUSE = 30.0
@@ -208,16 +212,19 @@ class MCPConnection:
 
     def _wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the connection's loop and wait for it; an interrupt cancels it."""
-        future = self._submit(coroutine)
+        loop = self._running_loop()
+        handoff = _Handoff(coroutine)
+        loop.call_soon_threadsafe(handoff.start)
         try:
-            return future.result()
-        except concurrent.futures.CancelledError:
+            handoff.finished.acquire()
+        except BaseException:
+            loop.call_soon_threadsafe(handoff.cancel)  # runs after ``start``: the task exists by then
+            raise
+        if handoff.cancelled:
             raise MCPConnectionLostError(
                 f"The connection to MCP server {self.server_info.describe()} was closed while the call was running."
-            ) from None
-        except BaseException:
-            future.cancel()
-            raise
+            )
+        return handoff.result()
 
     async def _await(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the connection's loop from another loop; cancelling the caller cancels it."""
@@ -439,22 +446,34 @@ class MCPConnection:
         assert task is not None
         self._calls.add(task)
         try:
-            client = await self._ready()
-            available = [t.name for t in self.tools]
-            if name not in available:
-                raise MCPToolNotFoundError(
-                    f"MCP server {self.server_info.describe()} does not offer a tool {name!r} (any more); it offers "
-                    f"{sorted(available)}.",
-                    tool_name=name,
-                    available_tools=sorted(available),
-                )
-            session_id = self._session_id
-            result = await self._send(client, session_id, name, arguments)
+            for attempt in range(2):
+                client = await self._ready()
+                self._check_offered(name)
+                try:
+                    result = await self._send(client, self._session_id, name, arguments)
+                    break
+                except _SessionGone as gone:
+                    # The server refused the call unread: it goes to a new session, once.
+                    if attempt:
+                        raise MCPConnectionError(
+                            f"MCP server {self.server_info.describe()} forgot a new session at once; the call to "
+                            f"{name!r} did not run."
+                        ) from gone
             if self._refresh is not None:  # the call changed the tool list: the next step sees the new one
                 await asyncio.gather(asyncio.shield(self._refresh), return_exceptions=True)
             return result
         finally:
             self._calls.discard(task)
+
+    def _check_offered(self, name: str) -> None:
+        available = [t.name for t in self.tools]
+        if name not in available:
+            raise MCPToolNotFoundError(
+                f"MCP server {self.server_info.describe()} does not offer a tool {name!r} (any more); it offers "
+                f"{sorted(available)}.",
+                tool_name=name,
+                available_tools=sorted(available),
+            )
 
     async def _send(
         self, client: Client, session_id: int, name: str, arguments: dict[str, Any]
@@ -470,6 +489,9 @@ class MCPConnection:
                 operation="call",
             ) from None
         except MCPError as exc:
+            if exc.code == INVALID_REQUEST and exc.message in _SESSION_GONE:
+                self._transport_ended(session_id)
+                raise _SessionGone(exc.message) from exc
             if exc.code != CONNECTION_CLOSED:
                 raise MCPServerError(f"MCP server refused the call to {name!r}: {exc}", code=exc.code) from exc
             self._transport_ended(session_id)
@@ -517,6 +539,58 @@ class MCPConnection:
         self._use_lock = None
 
 
+class _SessionGone(Exception):
+    """The server no longer knows the session (it restarted) and refused a request without running it."""
+
+
+class _Handoff(Generic[T]):
+    """A coroutine run as a task on the connection's loop, waited for by a thread outside it.
+
+    Why not ``asyncio.run_coroutine_threadsafe``: its ``concurrent.futures.Future`` waits on a
+    ``Condition`` and chains callbacks both ways; here one callback starts the task and the task's
+    end releases one lock. A sync tool call crosses threads twice, so this is most of what agentfsm
+    adds to the SDK's own call.
+    """
+
+    __slots__ = ("_coroutine", "_error", "_task", "_value", "cancelled", "finished")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T]) -> None:
+        self._coroutine = coroutine
+        self._task: asyncio.Task[T] | None = None
+        #: Released (on the loop's thread) once the task has ended, its outcome copied here.
+        self.finished = threading.Lock()
+        self.finished.acquire()
+        self.cancelled = False
+        self._error: BaseException | None = None
+        self._value: tuple[T] | None = None
+
+    def start(self) -> None:
+        """Start the task (on the loop's thread)."""
+        self._task = asyncio.get_running_loop().create_task(self._coroutine)
+        self._task.add_done_callback(self._ended)
+
+    def cancel(self) -> None:
+        """Cancel the task (on the loop's thread): the waiting thread was interrupted."""
+        if self._task is not None:
+            self._task.cancel()
+
+    def result(self) -> T:
+        """What the task returned, or its exception raised (once ``finished``, and not ``cancelled``)."""
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value[0]
+
+    def _ended(self, task: asyncio.Task[T]) -> None:
+        if task.cancelled():
+            self.cancelled = True
+        elif (error := task.exception()) is not None:
+            self._error = error
+        else:
+            self._value = (task.result(),)
+        self.finished.release()
+
+
 class _Watched:
     """A transport that tells the connection when the server's stream ends (the process died)."""
 
@@ -526,30 +600,53 @@ class _Watched:
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Streams:
-        return await self._stack.enter_async_context(self._streams())
+        read, write = await self._stack.enter_async_context(self._server_info.transport())
+        return _WatchedReadStream(read, self._ended), write
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._stack.__aexit__(*exc_info)
 
-    @contextlib.asynccontextmanager
-    async def _streams(self) -> AsyncIterator[Streams]:
-        async with self._server_info.transport() as (read, write):
-            send, receive = anyio.create_memory_object_stream[Any](0)
 
-            async def forward() -> None:
-                try:
-                    async with send:
-                        async for item in read:
-                            await send.send(item)
-                finally:
-                    self._ended()
+class _WatchedReadStream:
+    """The transport's read stream, telling the connection when it ends.
 
-            async with send, receive, anyio.create_task_group() as group:
-                group.start_soon(forward)
-                try:
-                    yield receive, write
-                finally:
-                    group.cancel_scope.cancel()
+    It hands each receive through to the transport's stream (the session reads it as its own): a
+    task that forwarded the messages instead would cost a task switch for every message.
+    """
+
+    def __init__(self, stream: Any, ended: Callable[[], None]) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message, where the transport keeps one (the SDK reads it)."""
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except BaseException:  # the end of the stream, or of the session's task that reads it
+            self._ended()
+            raise
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
 
 
 def _describe(error: BaseException) -> str:

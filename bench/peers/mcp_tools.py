@@ -3,22 +3,27 @@
 Run in the peers' virtualenv by ``bench/run.py`` (``python mcp_tools.py SAMPLES``); prints JSON. Every
 row calls ``add`` on the same kind of local stdio server (the ``mcp`` SDK's own, one process per
 row); a plain agentfsm tool gives the floor, and the ``mcp`` SDK's own client what MCP itself costs
-(JSON-RPC over the pipe, the server's dispatch): what each library adds is its row over that one. agentfsm's tools go through ``ToolInvoker.invoke`` as a run's
-calls do; mcp-haystack's through ``MCPTool.invoke`` as its Agent's do; pydantic-ai's through
-``MCPToolset.direct_call_tool`` inside its own event loop (its agents are async). The rows take
-turns, sample by sample.
+(JSON-RPC over the pipe, the server's dispatch): what each library adds is its row over that one.
+The SDK's client speaks the protocol revision it negotiates (2026-07-28, as agentfsm and
+pydantic-ai do); mcp-haystack opens a ``ClientSession`` with the ``initialize`` handshake
+(2025-11-25), whose calls cost the server and the SDK less, so it is compared with the SDK's
+session after that handshake (``compared_with``). agentfsm's tools go through ``ToolInvoker.invoke``
+as a run's calls do; mcp-haystack's through ``MCPTool.invoke`` as its Agent's do; pydantic-ai's
+through ``MCPToolset.direct_call_tool`` inside its own event loop (its agents are async). The rows
+take turns, sample by sample.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -96,11 +101,11 @@ def in_own_loop(client: Any, call: Callable[[Any], Any]) -> tuple[Callable[[], N
     asks: asyncio.Queue[asyncio.Future[None] | None] = asyncio.Queue()
 
     async def serve(opened: asyncio.Future[None]) -> None:
-        async with client:
+        async with client as entered:
             opened.set_result(None)
             while (done := await asks.get()) is not None:
                 for _ in range(CALLS):
-                    await call(client)
+                    await call(entered)
                 done.set_result(None)
 
     async def start() -> asyncio.Task[None]:
@@ -145,6 +150,26 @@ def sdk_row(server: Path) -> tuple[Callable[[], None], Callable[[], None]]:
     return in_own_loop(client, lambda c: c.call_tool("add", {"a": 1, "b": 2}))
 
 
+def sdk_handshake_row(server: Path) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Samples of the ``mcp`` SDK's ``ClientSession`` after the ``initialize`` handshake, as mcp-haystack opens it."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    @contextlib.asynccontextmanager
+    async def session() -> AsyncIterator[ClientSession]:
+        parameters = StdioServerParameters(command=sys.executable, args=[str(server)])
+        async with stdio_client(parameters) as (read, write), ClientSession(read, write) as opened:
+            await opened.initialize()
+            yield opened
+
+    return in_own_loop(session(), lambda s: s.call_tool("add", {"a": 1, "b": 2}))
+
+
+#: The SDK's rows: its client (the protocol it negotiates) and its session after the handshake.
+SDK_CLIENT = "the mcp SDK's client alone"
+SDK_HANDSHAKE = "the mcp SDK's session after the initialize handshake"
+
+
 def main(samples: int) -> dict[str, Any]:
     """Per-call medians and minimums of every row, taking turns."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +178,8 @@ def main(samples: int) -> dict[str, Any]:
         rows, closers = agentfsm_rows(server)
         closers = [closers]
         others = (
-            ("the mcp SDK's client alone", sdk_row),
+            (SDK_CLIENT, sdk_row),
+            (SDK_HANDSHAKE, sdk_handshake_row),
             ("mcp-haystack MCPTool", haystack_row),
             ("pydantic-ai MCPToolset", pydantic_ai_row),
         )
@@ -172,6 +198,11 @@ def main(samples: int) -> dict[str, Any]:
             close()
     return {
         "calls_per_sample": CALLS,
+        "compared_with": {
+            "agentfsm MCPTool": SDK_CLIENT,
+            "mcp-haystack MCPTool": SDK_HANDSHAKE,
+            "pydantic-ai MCPToolset": SDK_CLIENT,
+        },
         "versions": {name: version(name) for name in ("mcp", "mcp-haystack", "pydantic-ai-slim")},
         "rows": {
             name: {"median_us": round(statistics.median(t), 1), "min_us": round(min(t), 1)}

@@ -9,9 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import mcp.types as mcp_types
 import pytest
 import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from agentfsm.mcp import ConnectionState, MCPConnection, SSEServerInfo, StdioServerInfo, StreamableHttpServerInfo
 from tests.mcp.server import build_server
@@ -70,14 +74,34 @@ def wait_for_state(connection: MCPConnection, state: ConnectionState, seconds: f
     return connection.state
 
 
+def speak_only_the_handshake(server: MCPServer) -> None:
+    """Make ``server`` offer no 2026-era protocol revision, as a server built on SDK 1.x does.
+
+    Clients then fall back to the ``initialize`` handshake and a stateful session that the server
+    names in ``mcp-session-id`` and forgets when it restarts (answering 404 for it). The SDK replaces
+    a server's ``server/discover`` handler on its low-level server, which is where this does it.
+    """
+    lowlevel = server._lowlevel_server
+
+    async def discover(context: Any, params: mcp_types.RequestParams) -> mcp_types.DiscoverResult:
+        return mcp_types.DiscoverResult(
+            supported_versions=[LATEST_HANDSHAKE_VERSION],
+            capabilities=lowlevel.get_capabilities(protocol_version=LATEST_HANDSHAKE_VERSION),
+        )
+
+    lowlevel.add_request_handler("server/discover", mcp_types.RequestParams, discover)
+
+
 class HttpServer:
     """The test server over HTTP on 127.0.0.1, on a port the OS chose; it can restart there.
 
-    ``transport`` is ``"streamable-http"`` or the older ``"sse"``.
+    ``transport`` is ``"streamable-http"`` or the older ``"sse"``; ``handshake_only`` serves
+    streamable HTTP as SDK 1.x servers do (see ``speak_only_the_handshake``).
     """
 
-    def __init__(self, transport: str = "streamable-http") -> None:
+    def __init__(self, transport: str = "streamable-http", *, handshake_only: bool = False) -> None:
         self.transport = transport
+        self.handshake_only = handshake_only
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
@@ -92,6 +116,8 @@ class HttpServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self.port))
         server_app = build_server()
+        if self.handshake_only:
+            speak_only_the_handshake(server_app)
         app = server_app.streamable_http_app() if self.transport == "streamable-http" else server_app.sse_app()
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -123,6 +149,14 @@ class HttpServer:
 @pytest.fixture
 def http_server() -> Iterator[HttpServer]:
     server = HttpServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def handshake_http_server() -> Iterator[HttpServer]:
+    server = HttpServer(handshake_only=True)
     server.start()
     yield server
     server.stop()

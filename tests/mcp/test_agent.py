@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -113,6 +114,53 @@ def test_a_server_killed_mid_run_is_restarted_for_the_next_call() -> None:
     with Agent(chat_generator=generator, tools=toolset) as agent:
         result = agent.run([ChatMessage.from_user("count twice")])
     assert counts(result) == ["1", "1"]  # the second call ran on a new server process
+    assert result["last_message"].text == "done"
+
+
+class RestartHttpServer(ScriptedChatGenerator):
+    """A script that restarts the HTTP server before its second reply, and while the call of its third runs."""
+
+    def __init__(self, replies: list[ChatMessage | str], server: HttpServer, marker: Path) -> None:
+        super().__init__(replies)
+        self.server = server
+        self.marker = marker
+        self.restarting: threading.Thread | None = None
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, Any]:
+        if self.position == 1:
+            self.server.restart()
+        elif self.position == 2:
+            self.restarting = threading.Thread(target=self.restart_once_started)
+            self.restarting.start()
+        elif self.position == 3:
+            assert self.restarting is not None
+            self.restarting.join()
+        return super().run(messages, tools, **kwargs)
+
+    def restart_once_started(self) -> None:
+        assert wait_for_text(self.marker, "started") == "started"
+        self.server.restart()
+
+
+def test_a_restarted_handshake_era_http_server_gets_a_new_session_mid_run(
+    handshake_http_server: HttpServer, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    count = ChatMessage.from_assistant(tool_calls=[ToolCall("count", {}, id="c")])
+    slow = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 30, "marker": str(marker)}, id="s")])
+    generator = RestartHttpServer([count, count, slow, count, "done"], handshake_http_server, marker)
+    toolset = MCPToolset(handshake_http_server.info())
+    with Agent(chat_generator=generator, tools=toolset) as agent:
+        result = agent.run([ChatMessage.from_user("count, sleep, count")])
+        protocol = toolset.connection._client.protocol_version if toolset.connection._client else None
+    assert protocol == "2025-11-25"  # a session from the handshake, which the restarted server answers 404 for
+    results = [m.tool_call_result for m in result["messages"] if m.tool_call_result is not None]
+    # The call after each restart reached the new server (its count starts again) without an error.
+    assert [r.result[0].text for r in results if not r.error] == ["1", "1", "1"]
+    [lost] = [r for r in results if r.error]
+    assert lost.origin.tool_name == "slow"
+    assert "MCPConnectionLostError" in lost.result
+    assert marker.read_text() == "cancelled"  # the old server cut it off, and the new one never got it
     assert result["last_message"].text == "done"
 
 
