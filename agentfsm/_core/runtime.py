@@ -20,7 +20,7 @@ import operator
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
@@ -613,8 +613,8 @@ class AgentRun:
         proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
         ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
         unknown = call.status is CallStatus.UNKNOWN
-        if not unknown:  # a confirmation: the tool result shows it
-            call.decision = d
+        if not unknown:  # a confirmation: the tool result shows it, bound to the call as the snapshot keeps it
+            call.decision = d if d.call_fingerprint is not None else replace(d, call_fingerprint=proposed)
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
             modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
             if ran:
