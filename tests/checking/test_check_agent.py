@@ -1,0 +1,139 @@
+"""check_agent: exploration, the built-in invariants, counterexamples that replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentfsm import Agent, ChatMessage, ToolCall, hook
+from agentfsm._core import runtime
+from agentfsm.checking.invariants import transcript_problem
+from agentfsm.errors import AgentCheckFailed, ConfigurationError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.testing import RecordedRun, Scenario, check_agent, invariant, replay
+from tests.checking import agents
+
+
+def test_a_correct_agent_passes_every_path() -> None:
+    result = check_agent(agents.shop, max_steps=1)
+    assert result.ok, result.text()
+    assert result.exhaustive and result.paths > 10
+    assert result.runs > result.paths, "crash and breakpoint variants ran"
+    assert result.deduplicated > 0 and result.states > 0
+    assert set(result.invariants) >= {"ends_within_bound", "hooks_once", "resume_equivalent", "no_double_effect"}
+
+
+def test_an_on_exit_hook_that_keeps_going_is_found() -> None:
+    result = check_agent(agents.endless, max_steps=1, crashes=False, breakpoints=False)
+    [violation] = [v for v in result.violations if v.invariant == "ends_within_bound"]
+    assert "did not end" in violation.message
+    assert violation.run.ending == "cut"
+    # The shortest path: the model answers text at once, and the hook keeps the run going.
+    assert violation.scenario.script[0].text == "final answer"
+    assert "EXIT_CHECK --> LLM_CALL : continue_run" in violation.diagram and "\u27e8" in violation.diagram
+
+
+def test_the_regression_test_replays_the_counterexample() -> None:
+    result = check_agent(agents.endless, max_steps=1, crashes=False, breakpoints=False, stop_on_violation=True)
+    source = result.violations[0].regression_test
+    assert "def test_ends_within_bound_regression" in source and "Scenario(" in source
+    namespace: dict[str, Any] = {"agents": agents}
+    exec(source.replace("AGENT = ...", "AGENT = agents.endless"), namespace)
+    with pytest.raises(AssertionError, match="ends_within_bound"):
+        namespace["test_ends_within_bound_regression"]()
+
+
+def test_a_payment_wrongly_marked_idempotent_charges_twice_after_a_crash() -> None:
+    @invariant("charged once per call")
+    def charged_once(run: RecordedRun) -> bool | str:
+        charged = [e.call_key for e in run.tool_executions if e.outcome == "returns"]
+        return len(charged) == len(set(charged)) or f"charged {charged}"
+
+    result = check_agent(
+        agents.double_charge, max_steps=1, replies=["text", "tool"], invariants=[charged_once], stop_on_violation=True
+    )
+    [violation] = result.violations
+    assert violation.invariant == "charged once per call"
+    assert violation.scenario.crash_at is not None, "only a crash shows it"
+    assert violation.run.crashed
+    again = replay(agents.double_charge, violation.scenario, invariants=[charged_once])
+    assert not again.ok
+
+
+def test_a_runtime_that_forgets_the_in_doubt_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "runs_again_after_crash", lambda call: True)
+    result = check_agent(agents.shop, max_steps=1, replies=["tool"], breakpoints=False, stop_on_violation=True)
+    assert [v.invariant for v in result.violations] == ["no_double_effect"]
+    assert "is not idempotent and ran 2 times" in result.violations[0].message
+
+
+def test_a_runtime_that_skips_after_run_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    @hook
+    def after(state: Any) -> None:
+        """Nothing."""
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), hooks={"after_run": [after]})
+
+    def skip_after_run(run: runtime.AgentRun, item: runtime.Work) -> None:
+        run.stage += 1  # the hooks' work is "done" without running them
+
+    monkeypatch.setitem(runtime._DO, runtime.Work.AFTER_RUN, skip_after_run)
+    result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
+    [violation] = result.violations
+    assert violation.invariant == "hooks_once" and "after_run" in violation.message
+
+
+def test_user_invariants_are_plain_predicates() -> None:
+    def never_calls_search(run: RecordedRun) -> bool:
+        return all(e.tool_name != "search" for e in run.tool_executions)
+
+    result = check_agent(agents.plain, max_steps=1, crashes=False, breakpoints=False, invariants=[never_calls_search])
+    [violation] = result.violations
+    assert violation.invariant == "never_calls_search"
+    assert violation.scenario.script[0].tool_calls[0].tool_name == "search"
+    with pytest.raises(AgentCheckFailed, match="never_calls_search") as failed:
+        result.raise_for_violations()
+    assert failed.value.result is result
+
+
+def test_a_crash_at_every_write_resumes_to_the_same_result() -> None:
+    scenario = Scenario(
+        script=[
+            ChatMessage.from_assistant(tool_calls=[ToolCall("pay", {"amount": 1}, id="call_1_0")]),
+            ChatMessage.from_assistant("final answer"),
+        ]
+    )
+    for crash_at in range(12):
+        crashed = Scenario(script=scenario.script, crash_at=crash_at)
+        report = replay(agents.shop, crashed)
+        assert report.ok, report.text()
+
+
+def test_the_transcript_check() -> None:
+    call = ToolCall("add", {"a": 1, "b": 2}, id="c1")
+    answer = ChatMessage.from_tool("3", call)
+    asked = ChatMessage.from_assistant(tool_calls=[call])
+    assert transcript_problem([ChatMessage.from_user("hi"), asked, answer]) is None
+    assert "not answered" in (transcript_problem([asked, ChatMessage.from_user("hi")]) or "")
+    assert "no assistant message" in (transcript_problem([answer]) or "")
+
+
+def test_bad_bounds_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="max_steps"):
+        check_agent(agents.plain, max_steps=0)
+    with pytest.raises(ConfigurationError, match="telepathy"):
+        check_agent(agents.plain, replies=["telepathy"])
+
+
+def test_larger_bounds_fall_back_to_sampling() -> None:
+    result = check_agent(agents.plain, max_steps=3, max_paths=5, samples=10, breakpoints=False)
+    assert not result.exhaustive and result.paths == 5 and result.sampled == 10
+    assert result.ok, result.text()
+
+
+def test_the_result_as_json() -> None:
+    result = check_agent(agents.endless, max_steps=1, crashes=False, breakpoints=False)
+    data = result.to_dict()
+    assert data["ok"] is False and data["violations"][0]["invariant"] == "ends_within_bound"
+    assert "regression_test" in data["violations"][0]
