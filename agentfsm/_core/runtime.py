@@ -137,7 +137,7 @@ class RunDelta:
     messages: list[ChatMessage]
     #: The conversation was replaced (not only appended to) since the last delta, or this is the first.
     rewritten: bool
-    #: Transitions taken since the last delta.
+    #: Transitions taken since the last delta; all of them when ``rewritten``.
     trace: list[TransitionRecord]
     #: The snapshot fields of the run where it stands now, except ``messages``, ``trace`` and
     #: ``created_at``; ``None`` when it just entered DONE, FAILED or PAUSED (nothing resumes there).
@@ -767,7 +767,9 @@ class AgentRun:
         rewritten = told is None or told[0] != version or told[1] > len(messages)
         new_messages = list(messages) if rewritten else messages[told[1] :]  # type: ignore[index]
         self._told = (version, len(messages))
-        trace, self._told_trace = self.trace[self._told_trace :], len(self.trace)
+        # A rewritten conversation starts a whole snapshot (stores replay from it): it carries the
+        # whole trace, as it carries every message.
+        trace, self._told_trace = self.trace[0 if rewritten else self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
         snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
         self._deltas.append(

@@ -137,3 +137,21 @@ def test_the_result_as_json() -> None:
     data = result.to_dict()
     assert data["ok"] is False and data["violations"][0]["invariant"] == "ends_within_bound"
     assert "regression_test" in data["violations"][0]
+
+
+def test_a_hook_that_rewrites_the_conversation_keeps_the_trace_across_a_crash() -> None:
+    # The crash comes after the hook rewrote the conversation: the store resumes from that
+    # snapshot, which once held the trace since the previous write only.
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["x"]),
+        hooks={"before_llm": [rewrite_conversation]},
+    )
+    for crash_at in range(4):
+        report = replay(agent, Scenario(script=[ChatMessage.from_assistant("final answer")], crash_at=crash_at))
+        assert report.ok, report.text()
+
+
+@hook
+def rewrite_conversation(state: Any) -> None:
+    """Replace the conversation by a copy of itself (as compaction hooks do)."""
+    state.set("messages", list(state.get("messages")), handler_override=lambda old, new: new)
