@@ -65,9 +65,12 @@ def as_invariant(given: Invariant | Callable[[RecordedRun], Verdict]) -> Invaria
 
 
 def _ends(run: RecordedRun) -> Verdict:
-    if run.ending in ("DONE", "PAUSED", "FAILED"):
-        return True
-    return f"the run did not end (DONE, PAUSED or FAILED) within the bound: {run.ending}"
+    if run.ending not in ("DONE", "PAUSED", "FAILED"):
+        return f"the run did not end (DONE, PAUSED or FAILED) within the bound: {run.ending}"
+    steps = max((m.step for m in run.model_inputs), default=0)
+    if steps > run.max_agent_steps:
+        return f"the run called the model {steps} times; its max_agent_steps is {run.max_agent_steps}"
+    return True
 
 
 def _hooks_once(run: RecordedRun) -> Verdict:
@@ -215,7 +218,8 @@ def _call_reachable(source: CallStatus, dest: CallStatus) -> bool:
 
 ENDS_WITHIN_BOUND = Invariant(
     "ends_within_bound",
-    "Every path ends in DONE, PAUSED or FAILED: after the model's closing replies the run stops.",
+    "Every path ends in DONE, PAUSED or FAILED, after at most max_agent_steps model calls: after the "
+    "model's closing replies the run stops.",
     _ends,
 )
 HOOKS_ONCE = Invariant(
@@ -255,10 +259,10 @@ DECLARED_EDGES = Invariant(
 #: Every built-in invariant, in the order they are checked.
 BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     ENDS_WITHIN_BOUND,
+    DECLARED_EDGES,
+    VALID_TRANSCRIPT,
     HOOKS_ONCE,
     CONFIRMED_CALLS_APPROVED,
     NO_DOUBLE_EFFECT,
     RESUME_EQUIVALENT,
-    VALID_TRANSCRIPT,
-    DECLARED_EDGES,
 )

@@ -157,6 +157,7 @@ def execute(
     world.choose = choose
     world.menus = subject.menus
     world.record.hooked = subject.hooked
+    world.record.max_agent_steps = subject.agent.max_agent_steps
     store = WorldStore(world)
     break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
     request: RunRequest | None = RunRequest(
@@ -251,7 +252,8 @@ def _decisions(world: World, snapshot: AgentSnapshot) -> list[ToolExecutionDecis
             name = call["tool_name"]
             decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, "resume")
             decisions.append(decided)
-        return decisions
+        # Decisions name their calls: a person's answers may come in any order, so give them backwards.
+        return decisions[::-1]
     if isinstance(pause, BreakpointHit):
         return []
     return None
