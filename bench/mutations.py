@@ -7,7 +7,7 @@ are broken agents (an on_exit hook that keeps going, a payment marked idempotent
 checked with the invariants a user of that agent would state. A mutant is caught when some check
 reports a violation.
 
-    python bench/mutations.py            # every mutant; writes bench/MUTATIONS.md
+    python bench/mutations.py            # every mutant, and the default bounds' speed: bench/MUTATIONS.md
     python bench/mutations.py --only R1,A1
 """
 
@@ -467,7 +467,28 @@ def run(selected: list[str] | None = None) -> list[Outcome]:
     return [run_runtime_mutant(n) if n.startswith("R") else run_agent_mutant(n) for n in names]
 
 
-def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None]) -> str:
+def speed() -> list[tuple[str, Any]]:
+    """``check_agent`` at its default bounds on the demo agent and on a 3-tool agent with a hook and a strategy."""
+    from agentfsm.demo import demo_agent
+    from agentfsm.hitl import AlwaysAskPolicy as Ask
+
+    @tool
+    def search(query: str) -> str:
+        """Look something up."""
+        return f"results for {query}"
+
+    three_tools = Agent(
+        chat_generator=_model(),
+        tools=[add, search, pay],
+        state_schema={"llm_calls": {"type": int}},
+        hooks={"before_llm": [count_llm_calls]},
+        confirmation_strategies={"pay": BlockingConfirmationStrategy(Ask(), SimpleConsoleUI())},
+    )
+    agents = {"the demo agent (`agentfsm demo`)": demo_agent(), "3 tools, a hook, a confirmation strategy": three_tools}
+    return [(name, check_agent(agent, progress=False)) for name, agent in agents.items()]
+
+
+def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None], speeds: list[tuple[str, Any]]) -> str:
     """The Markdown report (bench/MUTATIONS.md)."""
     caught = sum(1 for o in outcomes if o.caught_by)
     runtime_count = sum(1 for o in outcomes if o.name.startswith("R"))
@@ -489,6 +510,22 @@ def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None]
     ]
     for o in outcomes:
         lines.append(f"| {o.name} | {o.description} | {o.caught_by or '**not caught**'} | {o.seconds:.2f} |")
+    lines += [
+        "",
+        "## Speed at the default bounds",
+        "",
+        "`check_agent(agent)`: every reply kind at 2 model calls, every tool outcome and decision, a crash",
+        "before every write to the store and a breakpoint at every transition, on one core.",
+        "",
+        "| agent | paths | runs | seconds | runs/s | states | deduplicated | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in speeds:
+        verdict = "no violation" if r.ok else ", ".join(v.invariant for v in r.violations)
+        lines.append(
+            f"| {name} | {r.paths} | {r.runs} | {r.seconds:.1f} | {r.paths_per_second:.0f} | {r.states} | "
+            f"{r.deduplicated} | {verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -497,12 +534,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated mutant names (R1,A1,...)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "MUTATIONS.md"), help="the report to write")
+    parser.add_argument("--no-speed", action="store_true", help="skip the timing of the default bounds")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     clean = baseline()
     outcomes = run(args.only.split(",") if args.only else None)
     seconds = time.perf_counter() - started
-    text = report(outcomes, seconds, clean)
+    speeds = [] if args.no_speed or args.only else speed()
+    text = report(outcomes, seconds, clean, speeds)
     if not args.only:
         Path(args.out).write_text(text, encoding="utf-8")
     print(text)

@@ -64,6 +64,7 @@ def regression_test(
             "from agentfsm import ChatMessage, ToolCall",
             "from agentfsm.errors import ModelClientError",
             "from agentfsm.testing import Scenario, replay",
+            "",
             *agent_lines,
             "",
             "",
