@@ -488,7 +488,9 @@ def speed() -> list[tuple[str, Any]]:
     return [(name, check_agent(agent, progress=False)) for name, agent in agents.items()]
 
 
-def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None], speeds: list[tuple[str, Any]]) -> str:
+def report(
+    outcomes: list[Outcome], seconds: float, cpu: float, clean: dict[str, str | None], speeds: list[tuple[str, Any]]
+) -> str:
     """The Markdown report (bench/MUTATIONS.md)."""
     caught = sum(1 for o in outcomes if o.caught_by)
     runtime_count = sum(1 for o in outcomes if o.name.startswith("R"))
@@ -499,7 +501,7 @@ def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None]
         f"Bounds: `max_steps={MAX_STEPS}`, crashes and breakpoints on, stop at the first violation.",
         "",
         f"**{caught} of {len(outcomes)} mutants caught** ({runtime_count} in agentfsm's runtime, "
-        f"{len(outcomes) - runtime_count} in agents) in {seconds:.1f}s.",
+        f"{len(outcomes) - runtime_count} in agents) in {seconds:.1f}s ({cpu:.1f}s of CPU).",
         "",
         "Unmutated, every fixed agent passes: "
         + ", ".join(f"`{n}` {'passes' if v is None else 'FAILS: ' + v}" for n, v in clean.items())
@@ -515,16 +517,17 @@ def report(outcomes: list[Outcome], seconds: float, clean: dict[str, str | None]
         "## Speed at the default bounds",
         "",
         "`check_agent(agent)`: every reply kind at 2 model calls, every tool outcome and decision, a crash",
-        "before every write to the store and a breakpoint at every transition, on one core.",
+        "before every write to the store and a breakpoint at every transition, in one process (one core).",
+        "CPU seconds are the check's own work; wall seconds also count the other work of a shared machine.",
         "",
-        "| agent | paths | runs | seconds | runs/s | states | deduplicated | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| agent | paths | runs | CPU seconds | wall seconds | runs per CPU second | states | deduplicated | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in speeds:
         verdict = "no violation" if r.ok else ", ".join(v.invariant for v in r.violations)
         lines.append(
-            f"| {name} | {r.paths} | {r.runs} | {r.seconds:.1f} | {r.paths_per_second:.0f} | {r.states} | "
-            f"{r.deduplicated} | {verdict} |"
+            f"| {name} | {r.paths} | {r.runs} | {r.cpu_seconds:.1f} | {r.seconds:.1f} | "
+            f"{r.runs / r.cpu_seconds if r.cpu_seconds else 0:.0f} | {r.states} | {r.deduplicated} | {verdict} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -536,12 +539,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "MUTATIONS.md"), help="the report to write")
     parser.add_argument("--no-speed", action="store_true", help="skip the timing of the default bounds")
     args = parser.parse_args(argv)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     clean = baseline()
     outcomes = run(args.only.split(",") if args.only else None)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     speeds = [] if args.no_speed or args.only else speed()
-    text = report(outcomes, seconds, clean, speeds)
+    text = report(outcomes, seconds, cpu, clean, speeds)
     if not args.only:
         Path(args.out).write_text(text, encoding="utf-8")
     print(text)

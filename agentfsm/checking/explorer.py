@@ -99,6 +99,8 @@ class CheckResult:
     exhaustive: bool = True
     sampled: int = 0
     seconds: float = 0.0
+    #: The CPU time the check took (its work on one core, whatever else the machine runs).
+    cpu_seconds: float = 0.0
     invariants: list[str] = field(default_factory=list)
 
     @property
@@ -117,7 +119,8 @@ class CheckResult:
         verdict = "no violation" if self.ok else f"{len(self.violations)} invariant(s) violated"
         return (
             f"{self.paths} paths ({self.runs} runs with crashes and breakpoints) explored {how} in "
-            f"{self.seconds:.1f}s ({self.paths_per_second:.0f} runs/s); {self.states} states, "
+            f"{self.seconds:.1f}s, {self.cpu_seconds:.1f}s of CPU ({self.paths_per_second:.0f} runs/s); "
+            f"{self.states} states, "
             f"{self.deduplicated} deduplicated: {verdict}"
         )
 
@@ -136,6 +139,7 @@ class CheckResult:
             "exhaustive": self.exhaustive,
             "sampled": self.sampled,
             "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
             "paths_per_second": round(self.paths_per_second, 1),
             "invariants": self.invariants,
             "violations": [v.to_dict() for v in self.violations],
@@ -375,11 +379,15 @@ def check_agent(
     options = {"hook_choices": "HOOK_CHOICES"} if hook_choices else {}
     checker = _Checker(subject, checks, crashes, breakpoints, agent_ref, options, stop_on_violation)
     checker.result.invariants = [i.name for i in checks]
-    started = time.perf_counter()
-    with _quiet(), _progress_bar(progress, max_paths) as advance:
-        checker.explore(max_paths, advance)
-        if not checker.result.exhaustive and not checker.done() and samples > 0:
-            checker.sample(samples)
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        with _quiet(), _progress_bar(progress, max_paths) as advance:
+            checker.explore(max_paths, advance)
+            if not checker.result.exhaustive and not checker.done() and samples > 0:
+                checker.sample(samples)
+    finally:
+        subject.close()
+    checker.result.cpu_seconds = time.process_time() - cpu
     checker.result.seconds = time.perf_counter() - started
     checker.result.violations = list(checker.found.values())
     return checker.result
@@ -413,8 +421,11 @@ def replay(
     checker.result.invariants = [i.name for i in checks]
     started = time.perf_counter()
     answers = scenario.answers()
-    with _quiet():
-        _replay(checker, subject, scenario, answers)
+    try:
+        with _quiet():
+            _replay(checker, subject, scenario, answers)
+    finally:
+        subject.close()
     checker.result.paths = 1
     checker.result.seconds = time.perf_counter() - started
     checker.result.violations = list(checker.found.values())

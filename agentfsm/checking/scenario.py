@@ -16,7 +16,7 @@ from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking.record import Segment
-from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldStore, build_agent
+from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
 from agentfsm.errors import BreakpointException, SnapshotError
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.machine import Phase
@@ -102,9 +102,13 @@ class Scenario:
         return self.crash_at is not None or self.pause_at is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Subject:
-    """What is checked: the agent, the conversation it is started with, and the world's bounds."""
+    """What is checked: the agent, the conversation it is started with, and the world's bounds.
+
+    The checked copy of the agent and its store are built once; each path puts its world in ``slot``
+    and starts from an empty store.
+    """
 
     agent: Agent
     messages: list[ChatMessage]
@@ -114,6 +118,25 @@ class Subject:
     hooked: dict[str, int]
     #: The world's model replies by step, built once for every path.
     menus: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    slot: WorldSlot = field(default_factory=WorldSlot)
+    store: WorldStore | None = None
+    checked: Agent | None = None
+
+    def prepared(self, world: World) -> Agent:
+        """The checked agent and an empty store, with ``world`` answering."""
+        self.slot.world = world
+        if self.store is None or self.checked is None:
+            self.store = WorldStore(self.slot)
+            self.checked = build_agent(self.agent, self.slot, self.store, self.bounds.hook_choices)
+        else:
+            self.store.empty()
+        return self.checked
+
+    def close(self) -> None:
+        """Close the store."""
+        if self.store is not None:
+            self.store.close()
+            self.store = self.checked = None
 
     @classmethod
     def of(
@@ -158,7 +181,7 @@ def execute(
     world.menus = subject.menus
     world.record.hooked = subject.hooked
     world.record.max_agent_steps = subject.agent.max_agent_steps
-    store = WorldStore(world)
+    agent = subject.prepared(world)
     break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
     request: RunRequest | None = RunRequest(
         messages=list(subject.messages), state=dict(subject.state), break_point=break_point
@@ -169,20 +192,25 @@ def execute(
             if len(world.record.segments) >= MAX_SEGMENTS:
                 world.record.ending = "cut"
                 break
-            request, started = _segment(subject, world, store, request, started)
+            request, started = _segment(subject, world, agent, request, started)
     finally:
         if world.run is not None:
             world.record.state = dict(world.run.state.data)
-        store.close()
+        world.dead = False
     return world
 
 
 def _segment(
-    subject: Subject, world: World, store: WorldStore, request: RunRequest, started: str
+    subject: Subject, world: World, agent: Agent, request: RunRequest, started: str
 ) -> tuple[RunRequest | None, str]:
-    """Run one segment (a process's stretch of the run); the request that continues it, if any."""
+    """Run one segment (a process's stretch of the run); the request that continues it, if any.
+
+    A resumed segment is a new process: it knows only what the store committed (the checked agent
+    holds nothing of a run, so the same one serves).
+    """
     record = world.record
-    agent = build_agent(subject.agent, world, store)
+    store = subject.store
+    assert store is not None
     try:
         run = agent.new_run(request)
     except Exception as exc:  # a resume refused: the run cannot go on

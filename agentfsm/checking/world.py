@@ -357,11 +357,34 @@ class World:
 # -- the agent's parts, wrapped -----------------------------------------------------------------------
 
 
-class WorldGenerator:
+class WorldSlot:
+    """The world of the path under way: the checked agent is built once, and each path puts its world here."""
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+
+    @property
+    def current(self) -> World:
+        """The world answering now."""
+        assert self.world is not None, "no path is under way"
+        return self.world
+
+
+class _InWorld:
+    """A part of the checked agent: it asks the world of the path under way."""
+
+    slot: WorldSlot
+
+    @property
+    def world(self) -> World:
+        return self.slot.current
+
+
+class WorldGenerator(_InWorld):
     """A chat generator whose replies are the world's."""
 
-    def __init__(self, world: World) -> None:
-        self.world = world
+    def __init__(self, slot: WorldSlot) -> None:
+        self.slot = slot
 
     def run(
         self,
@@ -378,11 +401,11 @@ class WorldGenerator:
         raise TypeError("a checked agent is not serialized")
 
 
-class _RecordedHook:
+class _RecordedHook(_InWorld):
     """One of the agent's hooks: the firing is recorded, then the hook runs."""
 
-    def __init__(self, world: World, point: str, index: int, inner: Any) -> None:
-        self.world, self.point, self.index, self.inner = world, point, index, inner
+    def __init__(self, slot: WorldSlot, point: str, index: int, inner: Any) -> None:
+        self.slot, self.point, self.index, self.inner = slot, point, index, inner
         self.name = hook_name(inner)
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
@@ -391,11 +414,11 @@ class _RecordedHook:
         return self.inner.run(state, **given)
 
 
-class _ChoiceHook:
+class _ChoiceHook(_InWorld):
     """The user's alternatives for a hook point: the world picks the one that acts at each firing."""
 
-    def __init__(self, world: World, point: str, index: int, alternatives: Sequence[Callable[..., Any]]) -> None:
-        self.world, self.point, self.index, self.alternatives = world, point, index, list(alternatives)
+    def __init__(self, slot: WorldSlot, point: str, index: int, alternatives: Sequence[Callable[..., Any]]) -> None:
+        self.slot, self.point, self.index, self.alternatives = slot, point, index, list(alternatives)
         self.name = f"{point}_alternatives"
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
@@ -405,11 +428,11 @@ class _ChoiceHook:
         return run(state) if callable(run) else chosen(state)
 
 
-class WorldStrategy:
+class WorldStrategy(_InWorld):
     """A confirmation strategy whose decisions are the world's (approve, reject, modify, defer)."""
 
-    def __init__(self, world: World, tools: Mapping[str, Tool]) -> None:
-        self.world, self.tools = world, tools
+    def __init__(self, slot: WorldSlot, tools: Mapping[str, Tool]) -> None:
+        self.slot, self.tools = slot, tools
 
     def run(
         self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str | None = None
@@ -422,16 +445,16 @@ class WorldStrategy:
         return decision  # type: ignore[no-any-return]
 
 
-class WorldStore(SQLiteSnapshotStore):
+class WorldStore(_InWorld, SQLiteSnapshotStore):
     """A durable in-memory store whose process the world can kill before any write.
 
     Dying drops what was recorded and not committed, and the process's claims, as a killed
     process would; what was committed stays, for the resumed run to start from.
     """
 
-    def __init__(self, world: World) -> None:
-        super().__init__(":memory:", durable=True)
-        self.world = world
+    def __init__(self, slot: WorldSlot) -> None:
+        SQLiteSnapshotStore.__init__(self, ":memory:", durable=True)
+        self.slot = slot
 
     def observe(self, delta: RunDelta) -> None:
         """Write ``delta`` unless the process dies first."""
@@ -453,25 +476,33 @@ class WorldStore(SQLiteSnapshotStore):
         self._claims.clear()
         self.world.dead = False
 
+    def empty(self) -> None:
+        """Forget every run: the next path starts with an empty store."""
+        self._cursors.clear()
+        self._claims.clear()
+        with self._lock:
+            self._db.execute("DELETE FROM snapshot_batches")
+            self._db.execute("DELETE FROM runs")
 
-def build_agent(agent: Agent, world: World, store: WorldStore) -> Agent:
+
+def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
     Tools run one at a time, so that which call runs is known; everything else is the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
-    tools = [_wrapped_tool(world, t, t.name in covered) for t in agent.known_tools()]
+    tools = [_wrapped_tool(slot, t, t.name in covered) for t in agent.known_tools()]
     hooks: dict[str, list[Any]] = {
-        point.value: [_RecordedHook(world, point.value, i, h) for i, h in enumerate(given)]
+        point.value: [_RecordedHook(slot, point.value, i, h) for i, h in enumerate(given)]
         for point, given in agent._hooks.items()
     }
-    for point, alternatives in world.bounds.hook_choices.items():
+    for point, alternatives in hook_choices.items():
         at = hooks.setdefault(point, [])
-        at.append(_ChoiceHook(world, point, len(at), alternatives))
+        at.append(_ChoiceHook(slot, point, len(at), alternatives))
     by_name = {t.name: t for t in agent.known_tools()}
-    strategy = WorldStrategy(world, by_name)
+    strategy = WorldStrategy(slot, by_name)
     return Agent(
-        chat_generator=WorldGenerator(world),
+        chat_generator=WorldGenerator(slot),
         tools=tools,
         system_prompt=agent.system_prompt,
         exit_conditions=list(agent.exit_conditions),
@@ -485,12 +516,12 @@ def build_agent(agent: Agent, world: World, store: WorldStore) -> Agent:
     )
 
 
-def _wrapped_tool(world: World, tool: Tool, covered: bool) -> Tool:
+def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool) -> Tool:
     clone = copy.copy(tool)
     inner = tool.invoke
 
     def invoke(**kwargs: Any) -> Any:
-        if world.tool_ran(tool, covered, kwargs) == "raises":
+        if slot.current.tool_ran(tool, covered, kwargs) == "raises":
             raise ToolFailure(f"{tool.name} failed (a failure the checker chose)")
         return inner(**kwargs)
 

@@ -155,3 +155,25 @@ def test_a_hook_that_rewrites_the_conversation_keeps_the_trace_across_a_crash() 
 def rewrite_conversation(state: Any) -> None:
     """Replace the conversation by a copy of itself (as compaction hooks do)."""
     state.set("messages", list(state.get("messages")), handler_override=lambda old, new: new)
+
+
+def test_a_progress_bar_on_request() -> None:
+    result = check_agent(agents.plain, max_steps=1, crashes=False, breakpoints=False, progress=True)
+    assert result.ok and result.paths > 0
+
+
+def test_a_path_is_drawn_with_its_edges_in_order() -> None:
+    from agentfsm.diagrams import machine_diagram
+
+    trace = agents.plain.run([ChatMessage.from_user("hi")])["trace"]
+    mermaid = str(machine_diagram("mermaid", agent=agents.plain, trace=trace, path=True))
+    lines = {line.split(" : ")[0].strip(): line for line in mermaid.splitlines() if " : " in line}
+    assert lines["IDLE --> LLM_CALL"].endswith("\u27e81\u27e9")
+    assert lines["LLM_CALL --> EXIT_CHECK"].endswith("\u27e82\u27e9")
+    assert [line for line in mermaid.splitlines() if "\u27e83\u27e9" in line] == [
+        "    EXIT_CHECK --> DONE : exit [text reply] \u27e83\u27e9"
+    ]
+    dot = str(machine_diagram("dot", agent=agents.plain, trace=trace, path=True))
+    assert "\u27e82\u27e9" in dot
+    counted = str(machine_diagram("mermaid", agent=agents.plain, trace=trace))
+    assert "\u00d71" in counted and "\u27e8" not in counted
