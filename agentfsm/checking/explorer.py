@@ -363,6 +363,11 @@ def check_agent(
     """
     if not isinstance(agent, Agent):
         raise ConfigurationError(f"check_agent checks an Agent, got {type(agent).__name__}.")
+    if agent.async_only_hooks:
+        raise ConfigurationError(
+            f"check_agent runs the agent synchronously, and hooks {agent.async_only_hooks} are async functions: "
+            "give them a sync run (a hook object with run and run_async) to check the agent."
+        )
     if max_steps < 1:
         raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}.")
     kinds = tuple(replies)

@@ -485,6 +485,10 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
             self._db.execute("DELETE FROM runs")
 
 
+#: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
+_CONCURRENCY = frozenset({"max_workers", "tool_concurrency"})
+
+
 def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
@@ -509,6 +513,7 @@ def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: 
         state_schema=dict(agent.state_schema),
         max_agent_steps=agent.max_agent_steps,
         raise_on_tool_invocation_failure=agent.raise_on_tool_invocation_failure,
+        tool_invoker_kwargs={k: v for k, v in agent.tool_invoker_kwargs.items() if k not in _CONCURRENCY},
         tool_concurrency=1,
         snapshot_store=store,
         hooks=hooks or None,

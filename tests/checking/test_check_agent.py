@@ -125,6 +125,13 @@ def test_bad_bounds_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="telepathy"):
         check_agent(agents.plain, replies=["telepathy"])
 
+    @hook
+    async def later(state: Any) -> None:
+        """An async hook."""
+
+    with pytest.raises(ConfigurationError, match="later"):
+        check_agent(Agent(chat_generator=ScriptedChatGenerator(["x"]), hooks={"before_llm": [later]}))
+
 
 def test_larger_bounds_fall_back_to_sampling() -> None:
     result = check_agent(agents.plain, max_steps=3, max_paths=5, samples=10, breakpoints=False)
