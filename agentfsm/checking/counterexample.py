@@ -34,6 +34,8 @@ def scenario_code(scenario: Scenario, indent: str = "    ") -> str:
         lines.append(f"{indent}crash_at={scenario.crash_at!r},")
     if scenario.pause_at is not None:
         lines.append(f"{indent}pause_at={scenario.pause_at!r},")
+    if scenario.max_steps is not None:
+        lines.append(f"{indent}max_steps={scenario.max_steps!r},")
     lines.append(")")
     return "\n".join(lines)
 

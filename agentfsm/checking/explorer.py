@@ -193,6 +193,11 @@ class _Checker:
                 )
         return ok
 
+    @property
+    def max_steps(self) -> int:
+        """The exploration's bound on model calls tried with every reply."""
+        return self.subject.bounds.max_steps
+
     def done(self) -> bool:
         return self.stop_on_violation and bool(self.found)
 
@@ -251,7 +256,7 @@ class _Checker:
         pause_at: tuple[str, int] | None,
     ) -> None:
         world.record.baseline, world.record.interruption = baseline, where
-        self.judge(world, Scenario.from_answers(world.answers, crash_at, pause_at))
+        self.judge(world, Scenario.from_answers(world.answers, crash_at, pause_at, self.max_steps))
 
     def explore(self, max_paths: int, progress: Callable[[int], None] | None) -> None:
         """Breadth first over the world's answers, up to ``max_paths`` paths."""
@@ -277,7 +282,7 @@ class _Checker:
                 for other in asked.options[1:]:
                     queue.append((*path[:i], (asked.key, other)))
             self.result.states = len(fingerprints)
-            self.judge(world, Scenario.from_answers(world.answers))
+            self.judge(world, Scenario.from_answers(world.answers, max_steps=self.max_steps))
             if not self.done():
                 self.variants(world)
 
@@ -300,13 +305,13 @@ class _Checker:
 
             base = execute(self.subject, {}, choose=choose, fingerprints=False)
             self.result.sampled += 1
-            ok = self.judge(base, Scenario.from_answers(base.answers))
+            ok = self.judge(base, Scenario.from_answers(base.answers, max_steps=self.max_steps))
             if ok and self.crashes and base.write_points:
                 crash = data.draw(st.integers(0, len(base.write_points) - 1))
                 world = execute(self.subject, base.answers, crash_at=crash, fingerprints=False)
                 world.record.baseline = base.record.comparable
                 world.record.interruption = f"killed before write {crash} to the store"
-                ok = self.judge(world, Scenario.from_answers(world.answers, crash))
+                ok = self.judge(world, Scenario.from_answers(world.answers, crash, max_steps=self.max_steps))
             if not ok:
                 raise AssertionError("an invariant is violated")
 
@@ -412,9 +417,11 @@ def replay(
     """Run ``agent`` along one ``Scenario`` (a counterexample's) and check the invariants on it.
 
     An interrupted scenario (``crash_at``, ``pause_at``) is compared with the same one uninterrupted.
+    ``max_steps`` bounds the model calls as ``check_agent``'s does (default: the scenario's, else the
+    length of its script); ``hook_choices`` are the alternatives the scenario's ``hook_choices`` pick from.
     """
     bounds = Bounds(
-        max_steps if max_steps is not None else max(len(scenario.script), 1),
+        max_steps or scenario.max_steps or max(len(scenario.script), 1),
         REPLY_KINDS,
         TOOL_OUTCOMES,
         True,

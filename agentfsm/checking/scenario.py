@@ -54,13 +54,20 @@ class Scenario:
     crash_at: int | None = None
     #: A breakpoint pauses the run here (phase, step), and it is resumed from the snapshot.
     pause_at: tuple[str, int] | None = None
+    #: The exploration's ``max_steps`` when the path was found: a path cut at that bound is cut at
+    #: the same place when replayed.
+    max_steps: int | None = None
 
     @classmethod
     def from_answers(
-        cls, answers: Mapping[Key, Any], crash_at: int | None = None, pause_at: tuple[str, int] | None = None
+        cls,
+        answers: Mapping[Key, Any],
+        crash_at: int | None = None,
+        pause_at: tuple[str, int] | None = None,
+        max_steps: int | None = None,
     ) -> Scenario:
         """The scenario of a world's answers."""
-        scenario = cls(crash_at=crash_at, pause_at=pause_at)
+        scenario = cls(crash_at=crash_at, pause_at=pause_at, max_steps=max_steps)
         steps = sorted(key[1] for key in answers if key[0] == "model")
         replies = {key[1]: value for key, value in answers.items() if key[0] == "model"}
         scenario.script.extend(replies[s] for s in steps)

@@ -396,17 +396,12 @@ class WorldGenerator(_InWorld):
         """The world's reply."""
         return {"replies": [self.world.model_call(messages)]}
 
-    def to_dict(self) -> dict[str, Any]:
-        """Not serializable: checked agents live in one process."""
-        raise TypeError("a checked agent is not serialized")
-
 
 class _RecordedHook(_InWorld):
     """One of the agent's hooks: the firing is recorded, then the hook runs."""
 
     def __init__(self, slot: WorldSlot, point: str, index: int, inner: Any) -> None:
         self.slot, self.point, self.index, self.inner = slot, point, index, inner
-        self.name = hook_name(inner)
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
         self.world.hook_fired(self.point, self.index, self.inner)
@@ -419,7 +414,6 @@ class _ChoiceHook(_InWorld):
 
     def __init__(self, slot: WorldSlot, point: str, index: int, alternatives: Sequence[Callable[..., Any]]) -> None:
         self.slot, self.point, self.index, self.alternatives = slot, point, index, list(alternatives)
-        self.name = f"{point}_alternatives"
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
         self.world.hook_fired(self.point, self.index, self)

@@ -184,3 +184,22 @@ def test_a_path_is_drawn_with_its_edges_in_order() -> None:
     assert "\u27e82\u27e9" in dot
     counted = str(machine_diagram("mermaid", agent=agents.plain, trace=trace))
     assert "\u00d71" in counted and "\u27e8" not in counted
+
+
+def test_hook_alternatives_are_each_tried() -> None:
+    def leave_it(state: Any) -> None:
+        """Let the run end."""
+
+    def go_on(state: Any) -> None:
+        """Keep the run going."""
+        state.set("continue_run", True)
+
+    result = check_agent(
+        agents.plain, max_steps=1, crashes=False, breakpoints=False, hook_choices={"on_exit": [leave_it, go_on]}
+    )
+    [violation] = result.violations
+    assert violation.invariant == "ends_within_bound"
+    assert set(violation.scenario.hook_choices.values()) == {1}, "the second alternative keeps it going"
+    assert "hook_choices=HOOK_CHOICES" in violation.regression_test
+    again = replay(agents.plain, violation.scenario, hook_choices={"on_exit": [leave_it, go_on]})
+    assert [v.invariant for v in again.violations] == ["ends_within_bound"]
