@@ -142,6 +142,22 @@ def model_from_args(model: str | None, base_url: str | None) -> Any:
     return client(name, Secret.from_env_var(variable, strict=base_url is None), base_url)
 
 
+def _check(args: argparse.Namespace) -> int:
+    from agentfsm.checking import check_agent
+
+    bounds = {"max_steps": args.max_steps, "max_paths": args.max_paths}
+    result = check_agent(
+        load_agent(args.agent),
+        **{name: value for name, value in bounds.items() if value is not None},
+        crashes=not args.no_crashes,
+        breakpoints=not args.no_breakpoints,
+        progress=None if args.format == "text" else False,
+        agent_ref=args.agent,
+    )
+    print(result.to_json() if args.format == "json" else result.text())
+    return 0 if result.ok else 1
+
+
 def _diagram(args: argparse.Namespace) -> int:
     from agentfsm.diagrams import machine_diagram, write_diagram
 
@@ -633,6 +649,26 @@ def _add_decision_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_check_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``agentfsm check MODULE:ATTR``: explore the agent's paths and check the invariants."""
+    check = commands.add_parser(
+        "check",
+        parents=[common],
+        help="explore an agent's paths (replies, tool outcomes, decisions, crashes) and check invariants",
+        description="Explore an agent's paths up to the bounds and check the invariants on each (see "
+        "docs/checking.md). Exits with 1 when an invariant is violated, printing the shortest counterexample.",
+    )
+    check.add_argument("agent", metavar="MODULE:ATTR", help="an Agent (or a function returning one)")
+    check.add_argument(
+        "--max-steps", type=int, default=None, metavar="N", help="model calls explored with every kind of reply"
+    )
+    check.add_argument("--max-paths", type=int, default=None, metavar="N", help="paths explored before sampling")
+    check.add_argument("--no-crashes", action="store_true", help="do not kill and resume the run at each write")
+    check.add_argument("--no-breakpoints", action="store_true", help="do not pause and resume at each transition")
+    check.add_argument("--format", choices=["text", "json"], default="text", help="(default text)")
+    check.set_defaults(handler=_check)
+
+
 def _add_decide_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     """``agentfsm decide``, and ``approve``, its former spelling (durable runs only, all calls by default)."""
     for name in ("decide", "approve"):
@@ -737,6 +773,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--base-url", metavar="URL", help="the API's base URL, e.g. a local OpenAI-compatible server")
     demo.set_defaults(handler=_demo)
+
+    _add_check_command(commands, common)
 
     diagram = commands.add_parser(
         "diagram", parents=[common], help="draw the machine, an agent, or where a paused or stored run stands"

@@ -26,7 +26,7 @@ import sysconfig
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -81,6 +81,8 @@ class DiagramModel:
     #: Where the machine starts, and the states it ends in.
     initial: str = Phase.IDLE.value
     finals: tuple[str, ...] = (Phase.DONE.value, Phase.FAILED.value)
+    #: For a path: the positions (from 1) at which each taken edge was taken, drawn instead of how often.
+    order: Mapping[Edge, tuple[int, ...]] = field(default_factory=dict)
 
 
 def _edges(transitions: Iterable[Transition], active: set[Phase]) -> list[Edge]:
@@ -130,8 +132,13 @@ def build_model(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
     snapshot: AgentSnapshot | None = None,
+    path: bool = False,
 ) -> DiagramModel:
-    """The diagram of the machine, annotated for ``agent`` and highlighted for a run's trace or snapshot."""
+    """The diagram of the machine, annotated for ``agent`` and highlighted for a run's trace or snapshot.
+
+    ``path``: each taken edge is labelled with the positions at which the trace took it, so the
+    drawing reads as the path (a counterexample), not only as which edges were taken how often.
+    """
     transitions = list(TRANSITIONS)
     title = "agentfsm machine"
     notes: dict[str, str] = {}
@@ -171,13 +178,16 @@ def build_model(
 
     records = list(_trace_records(trace, snapshot))
     taken: Counter[Edge] = Counter()
+    order: dict[Edge, tuple[int, ...]] = {}
     visited: set[str] = set()
-    for step, source, dest, trigger in records:
+    for position, (step, source, dest, trigger) in enumerate(records, 1):
         del step
         visited.update((source.value, dest.value))
         for edge in edges:
             if _drawn(edge, source, dest, trigger):
                 taken[edge] += 1
+                if path:
+                    order[edge] = (*order.get(edge, ()), position)
     current, current_note = None, ""
     if snapshot is not None:
         current, current_note = snapshot.phase.value, f"paused here, step {snapshot.step}"
@@ -185,7 +195,16 @@ def build_model(
         current = records[-1][2].value
         current_note = f"ended here, step {records[-1][0]}"
     return DiagramModel(
-        title, tuple(states), tuple(edges), labels, notes, dict(taken), frozenset(visited), current, current_note
+        title,
+        tuple(states),
+        tuple(edges),
+        labels,
+        notes,
+        dict(taken),
+        frozenset(visited),
+        current,
+        current_note,
+        order=order,
     )
 
 
@@ -230,10 +249,7 @@ def to_mermaid(model: DiagramModel) -> str:
         lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
     lines.append(f"    [*] --> {model.initial}")
     for edge in model.edges:
-        label = model.labels[edge]
-        if edge in model.taken:
-            label += f" \u00d7{model.taken[edge]}"
-        lines.append(f"    {edge.source} --> {edge.dest} : {_mermaid_text(label)}")
+        lines.append(f"    {edge.source} --> {edge.dest} : {_mermaid_text(_taken_label(model, edge))}")
     lines.extend(f"    {state} --> [*]" for state in model.finals)
     for state, note in model.notes.items():
         lines.append(f"    note right of {state} : {_mermaid_text(note)}")
@@ -248,6 +264,16 @@ def to_mermaid(model: DiagramModel) -> str:
         if model.current:
             lines.append(f"    class {model.current} current")
     return "\n".join(lines) + "\n"
+
+
+def _taken_label(model: DiagramModel, edge: Edge) -> str:
+    """An edge's label, with how often it was taken, or (for a path) the positions at which."""
+    label = model.labels[edge]
+    if edge in model.order:
+        return f"{label} \u27e8{','.join(map(str, model.order[edge]))}\u27e9"
+    if edge in model.taken:
+        return f"{label} \u00d7{model.taken[edge]}"
+    return label
 
 
 def _mermaid_text(text: str) -> str:
@@ -294,10 +320,9 @@ def to_dot(model: DiagramModel) -> str:
             attributes += ['fillcolor="#e3f2fd"', 'color="#1565c0"']
         lines.append(f"    {state} [{', '.join(attributes)}];" if attributes else f"    {state};")
     for edge in model.edges:
-        label = model.labels[edge]
+        label = _taken_label(model, edge)
         attributes = []
         if edge in model.taken:
-            label += f" \u00d7{model.taken[edge]}"
             attributes += ['color="#1565c0"', "penwidth=2"]
         elif model.taken:
             attributes.append('color="#9e9e9e"')
@@ -353,13 +378,15 @@ def machine_diagram(
     trace: Iterable[Any] | None = None,
     snapshot: AgentSnapshot | None = None,
     machine: Literal["phases", "calls"] = "phases",
+    path: bool = False,
 ) -> str | bytes:
     """A diagram of the machine (optionally for ``agent``, highlighting a run's ``trace`` or ``snapshot``).
 
-    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``).
+    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``). With
+    ``path``, the trace's edges are numbered in the order they were taken (``⟨1,5⟩``).
     Mermaid and DOT come back as ``str``; SVG and PNG as ``bytes``.
     """
-    model = build_call_model() if machine == "calls" else build_model(agent, trace, snapshot)
+    model = build_call_model() if machine == "calls" else build_model(agent, trace, snapshot, path)
     if output_format == "mermaid":
         return to_mermaid(model)
     if output_format == "dot":

@@ -46,7 +46,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   └── CassetteMismatchError                        a replayed request differs from the recorded one
     ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)
     ├── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
-    └── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
+    ├── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
+    └── AgentCheckFailed (AssertionError)                ``check_agent`` found paths that violate invariants
 """
 
 from __future__ import annotations
@@ -327,6 +328,17 @@ class MachineError(AgentFSMError, RuntimeError):
 
 class ResumeDivergence(AgentFSMError, AssertionError):
     """A run resumed from a snapshot ended differently from the uninterrupted run."""
+
+
+class AgentCheckFailed(AgentFSMError, AssertionError):
+    """``check_agent`` found paths that violate invariants: ``result`` holds the counterexamples."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), None)
 
 
 def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:

@@ -9,6 +9,15 @@ Needs ``hypothesis`` (``pip install agentfsm[testing]``)::
     def test_my_agent_resumes_anywhere(script):
         assert_resume_equivalent(lambda: make_agent(script), [ChatMessage.from_user("hi")])
 
+``check_agent`` explores an agent's paths itself, up to bounds: every kind of model reply, tool
+outcome, human decision, and a crash or a breakpoint at every transition, checking invariants on
+each and reporting the shortest counterexample as a regression test (see ``docs/checking.md``)::
+
+    from agentfsm.testing import check_agent
+
+    def test_my_agent_on_every_path():
+        check_agent(make_agent()).raise_for_violations()
+
 ``assert_resume_equivalent`` runs the agent once without interruption, then once per transition k:
 break at k, encode the snapshot to bytes, decode it, build a fresh agent with
 ``Agent.from_dict(agent.to_dict())``, resume, and compare. The first transition where the resumed
@@ -27,7 +36,18 @@ from hypothesis import strategies as st
 
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import BreakpointException, ResumeDivergence
+from agentfsm.checking import (
+    BUILTIN_INVARIANTS,
+    CheckResult,
+    Invariant,
+    RecordedRun,
+    Scenario,
+    Violation,
+    check_agent,
+    invariant,
+    replay,
+)
+from agentfsm.errors import AgentCheckFailed, BreakpointException, ResumeDivergence
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
 from agentfsm.machine import ACTIVE_PHASES
@@ -39,13 +59,23 @@ from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset, flatten_tools
 
 __all__ = [
+    "BUILTIN_INVARIANTS",
     "HOOK_CALLS",
+    "AgentCheckFailed",
+    "CheckResult",
+    "Invariant",
+    "RecordedRun",
     "RecordingHook",
     "ResumeDivergence",
+    "Scenario",
+    "Violation",
     "arguments_for",
     "assert_resume_equivalent",
+    "check_agent",
     "comparable_result",
     "hook_sets",
+    "invariant",
+    "replay",
     "scripted_agent_factory",
     "scripted_conversations",
 ]

@@ -20,7 +20,7 @@ import operator
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
@@ -138,7 +138,7 @@ class RunDelta:
     messages: list[ChatMessage]
     #: The conversation was replaced (not only appended to) since the last delta, or this is the first.
     rewritten: bool
-    #: Transitions taken since the last delta.
+    #: Transitions taken since the last delta; all of them when ``rewritten``.
     trace: list[TransitionRecord]
     #: The snapshot fields of the run where it stands now, except ``messages``, ``trace`` and
     #: ``created_at``; ``None`` when it just entered DONE, FAILED or PAUSED (nothing resumes there).
@@ -632,8 +632,8 @@ class AgentRun:
         proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
         ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
         unknown = call.status is CallStatus.UNKNOWN
-        if not unknown:  # a confirmation: the tool result shows it
-            call.decision = d
+        if not unknown:  # a confirmation: the tool result shows it, bound to the call as the snapshot keeps it
+            call.decision = d if d.call_fingerprint is not None else replace(d, call_fingerprint=proposed)
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
             modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
             if ran:
@@ -800,7 +800,9 @@ class AgentRun:
         rewritten = told is None or told[0] != version or told[1] > len(messages)
         new_messages = list(messages) if rewritten else messages[told[1] :]  # type: ignore[index]
         self._told = (version, len(messages))
-        trace, self._told_trace = self.trace[self._told_trace :], len(self.trace)
+        # A rewritten conversation starts a whole snapshot (stores replay from it): it carries the
+        # whole trace, as it carries every message.
+        trace, self._told_trace = self.trace[0 if rewritten else self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
         snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
         self._deltas.append(

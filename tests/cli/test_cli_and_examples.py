@@ -141,5 +141,6 @@ def test_every_example_is_tested() -> None:
         "ready_hooks.py",
         "from_haystack.py",
         "mcp_tools.py",  # tested in tests/mcp/test_example.py
+        "check_payments.py",  # tested in tests/checking/test_example.py
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

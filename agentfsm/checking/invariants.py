@@ -1,0 +1,268 @@
+"""Invariants: named checks over one explored path (a ``RecordedRun``).
+
+Each built-in invariant is a property every path of every agent must have; ``check_agent`` checks
+all of them unless told otherwise. User invariants are plain predicates over the recorded run (its
+model inputs, tool executions, hook firings, decisions, transitions and State), wrapped with
+``invariant``: a predicate returns ``True`` (holds), ``False`` or a message (violated).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agentfsm.checking.record import RecordedRun
+from agentfsm.errors import MachineError
+from agentfsm.machine import CALL_DISPATCH, DISPATCH, CallStatus
+from agentfsm.messages import ChatMessage, ChatRole
+
+#: A check's verdict: ``True`` or ``None`` (holds), ``False`` or a message saying what is wrong.
+Verdict = bool | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    """A named check over a recorded run: ``check(run)`` returns ``True``/``None`` when it holds."""
+
+    name: str
+    description: str
+    check: Callable[[RecordedRun], Verdict]
+
+    def violation(self, run: RecordedRun) -> str | None:
+        """What is wrong with ``run``, or ``None`` when the invariant holds."""
+        verdict = self.check(run)
+        if verdict is True or verdict is None:
+            return None
+        return verdict if isinstance(verdict, str) and verdict else f"{self.name} does not hold"
+
+
+def invariant(name: str, description: str = "") -> Callable[[Callable[[RecordedRun], Verdict]], Invariant]:
+    """Make a predicate over a ``RecordedRun`` an ``Invariant`` named ``name``.
+
+    >>> @invariant("answers politely")
+    ... def polite(run):
+    ...     return run.ending != "DONE" or "please" in run.state["messages"][-1].text
+    """
+
+    def wrap(check: Callable[[RecordedRun], Verdict]) -> Invariant:
+        return Invariant(name, description or (check.__doc__ or "").strip(), check)
+
+    return wrap
+
+
+def as_invariant(given: Invariant | Callable[[RecordedRun], Verdict]) -> Invariant:
+    """``given``, or a plain predicate made an ``Invariant`` named after the function."""
+    if isinstance(given, Invariant):
+        return given
+    if not callable(given):
+        raise TypeError(f"An invariant is an Invariant or a function of a RecordedRun, got {given!r}.")
+    return Invariant(getattr(given, "__name__", "user invariant"), (given.__doc__ or "").strip(), given)
+
+
+# -- the built-in invariants ----------------------------------------------------------------------------
+
+
+def _ends(run: RecordedRun) -> Verdict:
+    if run.ending not in ("DONE", "PAUSED", "FAILED"):
+        return f"the run did not end (DONE, PAUSED or FAILED) within the bound: {run.ending}"
+    steps = max((m.step for m in run.model_inputs), default=0)
+    if steps > run.max_agent_steps:
+        return f"the run called the model {steps} times; its max_agent_steps is {run.max_agent_steps}"
+    return True
+
+
+def _hooks_once(run: RecordedRun) -> Verdict:
+    seen: dict[tuple[str, int, int], list[int]] = {}
+    for i, f in enumerate(run.hook_firings):
+        earlier = seen.setdefault((f.point, f.step, f.index), [])
+        for j in earlier:
+            first = run.hook_firings[j]
+            crashed_between = any(s.ended == "crashed" for s in run.segments[first.segment : f.segment])
+            if first.committed or not crashed_between:
+                return (
+                    f"hook {f.hook} at {f.point} fired twice at step {f.step} "
+                    f"(segments {first.segment} and {f.segment}: {_segments(run)})"
+                )
+        earlier.append(i)
+    if run.ending == "cut":
+        return True
+    ended = {"before_run": True, "after_run": run.ending == "DONE", "on_error": run.ending == "FAILED"}
+    for point, fires in ended.items():
+        hooks = run.hooked.get(point, 0)
+        fired = len({(f.step, f.index) for f in run.firings(point)})
+        if fired != (hooks if fires else 0):
+            return (
+                f"{fired} of the {hooks} {point} hook(s) fired on a run that ended {run.ending} "
+                f"(expected {hooks if fires else 0}; {_segments(run)})"
+            )
+    return True
+
+
+def _segments(run: RecordedRun) -> str:
+    return " / ".join(f"{s.started} -> {s.ended}" for s in run.segments)
+
+
+def _approved(run: RecordedRun) -> Verdict:
+    for e in run.tool_executions:
+        if not e.covered:
+            continue
+        ok = [
+            d
+            for d in run.decisions
+            if d.step == e.step and d.call_key == e.call_key and d.verb in ("approve", "modify")
+        ]
+        if not any(d.arguments == e.arguments for d in ok):
+            given = [f"{d.verb} {d.arguments}" for d in run.decisions if d.call_key == e.call_key and d.step == e.step]
+            return (
+                f"{e.tool_name} (call {e.call_key}, step {e.step}) ran with {e.arguments} without an approving "
+                f"decision bound to those arguments; decisions taken for it: {given or 'none'}"
+            )
+    return True
+
+
+def _no_double_effect(run: RecordedRun) -> Verdict:
+    counts = Counter((e.step, e.call_key) for e in run.tool_executions if not e.idempotent)
+    for (step, key), count in counts.items():
+        reruns = sum(1 for d in run.decisions if d.step == step and d.call_key == key and d.verb == "rerun")
+        if count > 1 + reruns:
+            name = next(e.tool_name for e in run.tool_executions if e.call_key == key and e.step == step)
+            return (
+                f"{name} is not idempotent and ran {count} times for call {key} (step {step}) with "
+                f"{reruns} decision(s) to run it again ({_segments(run)})"
+            )
+    return True
+
+
+def _resume_equivalent(run: RecordedRun) -> Verdict:
+    if run.baseline is None or run.ending == "cut":
+        return True
+    if any(d.verb == "settle" for d in run.decisions):
+        return True  # a settled call's result is the decision's feedback, not the tool's
+    if run.comparable == run.baseline:
+        return True
+    return f"{run.interruption}: the resumed run differs from the uninterrupted one:\n{_difference(run)}"
+
+
+def _difference(run: RecordedRun) -> str:
+    base, got = run.baseline or {}, run.comparable or {}
+    lines = []
+    for key in sorted(set(base) | set(got), key=str):
+        if base.get(key) != got.get(key):
+            lines.append(f"  {key}: uninterrupted {_short(base.get(key))}, resumed {_short(got.get(key))}")
+    return "\n".join(lines) or "  (the runs ended differently)"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def transcript_problem(messages: Sequence[ChatMessage]) -> str | None:
+    """What is wrong with a conversation handed to the model: a tool call not answered exactly once, in order."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        if message.role is ChatRole.TOOL:
+            return f"message {i - 1} answers tool call {_origin(message)} that no assistant message before it made"
+        if message.role is not ChatRole.ASSISTANT or not message.tool_calls:
+            continue
+        for call in message.tool_calls:
+            if i >= len(messages) or messages[i].role is not ChatRole.TOOL:
+                return f"tool call {call.id} ({call.tool_name}) of message {messages.index(message)} is not answered"
+            if _origin(messages[i]) != call.id:
+                return f"message {i} answers {_origin(messages[i])} where tool call {call.id} was to be answered"
+            i += 1
+    return None
+
+
+def _origin(message: ChatMessage) -> str | None:
+    result = message.tool_call_result
+    return None if result is None else result.origin.id
+
+
+def _transcript(run: RecordedRun) -> Verdict:
+    for model_input in run.model_inputs:
+        problem = transcript_problem(model_input.messages)
+        if problem is not None:
+            return f"the conversation handed to the model at step {model_input.step}: {problem}"
+    return True
+
+
+def _declared_edges(run: RecordedRun) -> Verdict:
+    for segment in run.segments:
+        for r in segment.trace:
+            try:
+                DISPATCH.check(r.source, r.trigger, r.dest)
+            except MachineError:
+                return f"the run took an undeclared edge {r.source.value} --{r.trigger}--> {r.dest.value}"
+    for (step, key), statuses in run.call_statuses.items():
+        for source, dest in itertools.pairwise(statuses):
+            if not _call_reachable(CallStatus(source), CallStatus(dest)):
+                return f"call {key} (step {step}) went from {source} to {dest}, which no declared call edge leads to"
+    return True
+
+
+def _call_reachable(source: CallStatus, dest: CallStatus) -> bool:
+    seen, frontier = {source}, [source]
+    while frontier:
+        status = frontier.pop()
+        for (s, _), d in CALL_DISPATCH.moves.items():
+            if s is status and d not in seen:
+                seen.add(d)
+                frontier.append(d)
+    return dest in seen
+
+
+ENDS_WITHIN_BOUND = Invariant(
+    "ends_within_bound",
+    "Every path ends in DONE, PAUSED or FAILED, after at most max_agent_steps model calls: after the "
+    "model's closing replies the run stops.",
+    _ends,
+)
+HOOKS_ONCE = Invariant(
+    "hooks_once",
+    "before_run fires once per run and after_run (on_error) once on every DONE (FAILED) ending; no hook "
+    "fires twice for one point and step, across pauses and resumes, unless a crash lost the record of it.",
+    _hooks_once,
+)
+CONFIRMED_CALLS_APPROVED = Invariant(
+    "confirmed_calls_approved",
+    "A call a confirmation strategy covers runs only with an approving decision bound to its exact arguments.",
+    _approved,
+)
+NO_DOUBLE_EFFECT = Invariant(
+    "no_double_effect",
+    "A tool that is not idempotent never runs twice for one call, across crash and resume, unless a "
+    "decision for the call in doubt said to run it again.",
+    _no_double_effect,
+)
+RESUME_EQUIVALENT = Invariant(
+    "resume_equivalent",
+    "A run paused at a breakpoint or killed at any write to its store, then resumed from the store, "
+    "gives the result of the same run uninterrupted.",
+    _resume_equivalent,
+)
+VALID_TRANSCRIPT = Invariant(
+    "valid_transcript",
+    "Every conversation handed to the model answers each tool call exactly once, in order, right after the call.",
+    _transcript,
+)
+DECLARED_EDGES = Invariant(
+    "declared_edges",
+    "The run moves only along declared edges: the phase table (TRANSITIONS) and the call table (CALL_TRANSITIONS).",
+    _declared_edges,
+)
+
+#: Every built-in invariant, in the order they are checked.
+BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
+    ENDS_WITHIN_BOUND,
+    DECLARED_EDGES,
+    VALID_TRANSCRIPT,
+    HOOKS_ONCE,
+    CONFIRMED_CALLS_APPROVED,
+    NO_DOUBLE_EFFECT,
+    RESUME_EQUIVALENT,
+)

@@ -1,0 +1,130 @@
+"""What one explored path recorded: the run as the invariants see it.
+
+A ``RecordedRun`` is one logical run of the agent (its first start and every resume after a pause
+or a crash), with everything the world around it saw: the model's inputs, each tool execution,
+each hook firing, each decision, the transitions of every segment, how it ended and its State.
+User invariants are predicates over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfsm._core.runtime import TransitionRecord
+from agentfsm.messages import ChatMessage
+
+#: The comparable form of a result (``agentfsm.testing.comparable_result``), without the edges a
+#: pause, a crash or an in-doubt wait add.
+Comparable = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInput:
+    """One model call: the step it makes, and the conversation it was handed."""
+
+    step: int
+    messages: list[ChatMessage]
+    segment: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecution:
+    """One execution of a tool for one call (a call run again after a crash is executed twice)."""
+
+    step: int
+    call_key: str
+    tool_name: str
+    #: The arguments the tool was given, without the idempotency key agentfsm adds.
+    arguments: dict[str, Any]
+    idempotent: bool
+    #: A confirmation strategy covers the tool.
+    covered: bool
+    #: ``"returns"`` (the tool's own function ran) or ``"raises"`` (a failure the world chose).
+    outcome: str
+    segment: int
+
+
+@dataclass(slots=True)
+class HookFiring:
+    """One firing of a hook at a hook point."""
+
+    point: str
+    step: int
+    #: The hook's position among the point's hooks.
+    index: int
+    hook: str
+    segment: int
+    #: A commit of the store followed the firing before the run stopped: a resume knows it happened.
+    committed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A decision the world took for a call: in CONFIRM, on a resume after a pause, or for a call in doubt."""
+
+    step: int
+    call_key: str
+    tool_name: str
+    #: ``approve``, ``reject``, ``modify``, ``defer`` (confirmations) or ``rerun``, ``settle`` (in doubt).
+    verb: str
+    #: The arguments a ``approve``/``modify`` lets the call run with.
+    arguments: dict[str, Any] | None
+    segment: int
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One stretch of the run in one "process": from its start or a resume to its end, pause or crash."""
+
+    #: How it started: ``start``, ``restart`` (a crash before anything was stored), ``resume after crash``,
+    #: ``resume after pause``.
+    started: str
+    trace: list[TransitionRecord]
+    #: How it stopped: ``DONE``, ``PAUSED``, ``FAILED``, ``crashed``, ``cut`` (the bound was hit).
+    ended: str
+
+
+@dataclass(slots=True)
+class RecordedRun:
+    """One explored path, as the invariants see it.
+
+    Attributes hold what happened in order; ``state`` is the run's State data where it stopped and
+    ``result`` what ``Agent.run`` returned (``None`` unless it ended in DONE). ``baseline`` is, for a
+    path with a crash or a breakpoint, the comparable result of the same path uninterrupted.
+    """
+
+    model_inputs: list[ModelInput] = field(default_factory=list)
+    tool_executions: list[ToolExecution] = field(default_factory=list)
+    hook_firings: list[HookFiring] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    #: Call statuses seen at each write to the store: (step, call key) -> the statuses in order.
+    call_statuses: dict[tuple[int, str], list[str]] = field(default_factory=dict)
+    #: ``DONE``, ``PAUSED``, ``FAILED`` or ``cut`` (the path went past the exploration's bound).
+    ending: str = ""
+    state: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    comparable: Comparable | None = None
+    baseline: Comparable | None = None
+    error: BaseException | None = None
+    #: Where the run was interrupted, in words (``None``: it was not).
+    interruption: str | None = None
+    #: The checked agent's ``max_agent_steps``.
+    max_agent_steps: int = 0
+    #: How many hooks the checked agent has at each hook point.
+    hooked: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def trace(self) -> list[TransitionRecord]:
+        """The transitions of the last segment: the whole run as its last process saw it (snapshots carry the trace)."""
+        return self.segments[-1].trace if self.segments else []
+
+    @property
+    def crashed(self) -> bool:
+        """A segment of the run ended in a simulated crash."""
+        return any(s.ended == "crashed" for s in self.segments)
+
+    def firings(self, point: str) -> list[HookFiring]:
+        """The firings of ``point``'s hooks, in order."""
+        return [f for f in self.hook_firings if f.point == point]

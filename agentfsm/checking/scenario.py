@@ -1,0 +1,294 @@
+"""A path through the world as data a person can read, paste into a test and replay.
+
+``Scenario`` is the answers a path gave: the model's replies by step (a ``ScriptedChatGenerator``
+script), each tool call's outcome, each decision, which hook alternative acted, and where the
+process died or the run paused. ``execute`` runs an agent through one scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfsm._core.drivers import drive_sync
+from agentfsm._core.runtime import AgentRun
+from agentfsm.agent import Agent, RunRequest
+from agentfsm.breakpoints import Breakpoint
+from agentfsm.checking.record import Segment
+from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
+from agentfsm.errors import BreakpointException, SnapshotError
+from agentfsm.hitl.types import ToolExecutionDecision
+from agentfsm.machine import Phase
+from agentfsm.messages import ChatMessage
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.snapshot import AgentSnapshot
+from agentfsm.tools.tool import Tool
+
+#: The most segments (start, resumes) one path may have before it is cut.
+MAX_SEGMENTS = 12
+#: Triggers that differ between a run and the same run interrupted and resumed.
+_INTERRUPTION_EDGES = frozenset({"pause", "resume", "in_doubt"})
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One path: what the world answered at each question, and where the run was interrupted.
+
+    Keys of the mappings are ``"<step>/<call id>"`` for calls and ``"<point>@<step>"`` for hooks.
+    ``script`` holds the model's reply at each step (an exception: the model call failed).
+    """
+
+    script: list[ChatMessage | Exception] = field(default_factory=list)
+    #: ``returns`` (the default) or ``raises``, per call.
+    tool_outcomes: dict[str, str] = field(default_factory=dict)
+    #: ``approve`` (the default), ``reject``, ``modify`` or ``defer``, per call a strategy covers.
+    decisions: dict[str, str] = field(default_factory=dict)
+    #: ``approve`` (the default), ``reject`` or ``modify``, per deferred call when the run resumes.
+    resume_decisions: dict[str, str] = field(default_factory=dict)
+    #: ``rerun`` (the default) or ``settle``, per call in doubt after the crash.
+    in_doubt: dict[str, str] = field(default_factory=dict)
+    #: Which of the hook alternatives acted (an index), per hook point and step.
+    hook_choices: dict[str, int] = field(default_factory=dict)
+    #: The process is killed before this write (counted from 0) to the store, then resumed from it.
+    crash_at: int | None = None
+    #: A breakpoint pauses the run here (phase, step), and it is resumed from the snapshot.
+    pause_at: tuple[str, int] | None = None
+    #: The exploration's ``max_steps`` when the path was found: a path cut at that bound is cut at
+    #: the same place when replayed.
+    max_steps: int | None = None
+
+    @classmethod
+    def from_answers(
+        cls,
+        answers: Mapping[Key, Any],
+        crash_at: int | None = None,
+        pause_at: tuple[str, int] | None = None,
+        max_steps: int | None = None,
+    ) -> Scenario:
+        """The scenario of a world's answers."""
+        scenario = cls(crash_at=crash_at, pause_at=pause_at, max_steps=max_steps)
+        steps = sorted(key[1] for key in answers if key[0] == "model")
+        replies = {key[1]: value for key, value in answers.items() if key[0] == "model"}
+        scenario.script.extend(replies[s] for s in steps)
+        named = {
+            "tool": (scenario.tool_outcomes, "returns"),
+            "decide": (scenario.decisions, "approve"),
+            "resume": (scenario.resume_decisions, "approve"),
+            "in_doubt": (scenario.in_doubt, "rerun"),
+        }
+        for key, value in answers.items():
+            if key[0] in named:
+                target, default = named[key[0]]
+                if value != default:
+                    target[f"{key[1]}/{key[2]}"] = value
+            elif key[0] == "hook" and value != 0:
+                scenario.hook_choices[f"{key[1]}@{key[2]}"] = value
+        return scenario
+
+    def answers(self) -> dict[Key, Any]:
+        """The world's answers for this scenario (questions it does not name get their first option)."""
+        answers: dict[Key, Any] = {("model", i + 1): reply for i, reply in enumerate(self.script)}
+        for kind, given in (
+            ("tool", self.tool_outcomes),
+            ("decide", self.decisions),
+            ("resume", self.resume_decisions),
+            ("in_doubt", self.in_doubt),
+        ):
+            for where, value in given.items():
+                step, call = where.split("/", 1)
+                answers[(kind, int(step), call)] = value
+        for where, index in self.hook_choices.items():
+            point, step = where.rsplit("@", 1)
+            answers[("hook", point, int(step))] = index
+        return answers
+
+    @property
+    def interrupted(self) -> bool:
+        """The path is interrupted: by a crash or a breakpoint."""
+        return self.crash_at is not None or self.pause_at is not None
+
+
+@dataclass(slots=True)
+class Subject:
+    """What is checked: the agent, the conversation it is started with, and the world's bounds.
+
+    The checked copy of the agent and its store are built once; each path puts its world in ``slot``
+    and starts from an empty store.
+    """
+
+    agent: Agent
+    messages: list[ChatMessage]
+    state: dict[str, Any]
+    bounds: Bounds
+    tools: list[Tool]
+    hooked: dict[str, int]
+    #: The world's model replies by step, built once for every path.
+    menus: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    slot: WorldSlot = field(default_factory=WorldSlot)
+    store: WorldStore | None = None
+    checked: Agent | None = None
+
+    def prepared(self, world: World) -> Agent:
+        """The checked agent and an empty store, with ``world`` answering."""
+        self.slot.world = world
+        if self.store is None or self.checked is None:
+            self.store = WorldStore(self.slot)
+            self.checked = build_agent(self.agent, self.slot, self.store, self.bounds.hook_choices)
+        else:
+            self.store.empty()
+        return self.checked
+
+    def close(self) -> None:
+        """Close the store."""
+        if self.store is not None:
+            self.store.close()
+            self.store = self.checked = None
+
+    @classmethod
+    def of(
+        cls, agent: Agent, messages: Sequence[ChatMessage] | None, state: Mapping[str, Any] | None, bounds: Bounds
+    ) -> Subject:
+        """The subject for ``agent`` (a user message ``"hi"`` when no messages are given)."""
+        hooked = {point.value: len(hooks) for point, hooks in agent._hooks.items()}
+        for point in bounds.hook_choices:
+            hooked[point] = hooked.get(point, 0) + 1
+        return cls(
+            agent,
+            list(messages) if messages is not None else [ChatMessage.from_user("hi")],
+            dict(state or {}),
+            bounds,
+            agent.known_tools(),
+            hooked,
+        )
+
+
+def comparable(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result without what legitimately differs after an interruption (timings, pause/resume/in-doubt edges)."""
+    trace = [(r.step, r.source.value, r.dest.value, r.trigger) for r in result["trace"]]
+    kept = [r for r in trace if r[3] not in _INTERRUPTION_EDGES]
+    return {**{k: v for k, v in result.items() if k != "trace"}, "trace": kept}
+
+
+def execute(
+    subject: Subject,
+    answers: Mapping[Key, Any],
+    *,
+    crash_at: int | None = None,
+    pause_at: tuple[str, int] | None = None,
+    fingerprints: bool = True,
+    choose: Any = None,
+) -> World:
+    """Run the subject's agent along ``answers`` (killed before write ``crash_at``, paused at ``pause_at``).
+
+    Returns the world, holding the questions asked and the ``RecordedRun``.
+    """
+    world = World(subject.bounds, subject.tools, dict(answers), crash_at=crash_at, fingerprints=fingerprints)
+    world.choose = choose
+    world.menus = subject.menus
+    world.record.hooked = subject.hooked
+    world.record.max_agent_steps = subject.agent.max_agent_steps
+    agent = subject.prepared(world)
+    break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
+    request: RunRequest | None = RunRequest(
+        messages=list(subject.messages), state=dict(subject.state), break_point=break_point
+    )
+    started = "start"
+    try:
+        while request is not None:
+            if len(world.record.segments) >= MAX_SEGMENTS:
+                world.record.ending = "cut"
+                break
+            request, started = _segment(subject, world, agent, request, started)
+    finally:
+        if world.run is not None:
+            world.record.state = dict(world.run.state.data)
+        world.dead = False
+    return world
+
+
+def _segment(
+    subject: Subject, world: World, agent: Agent, request: RunRequest, started: str
+) -> tuple[RunRequest | None, str]:
+    """Run one segment (a process's stretch of the run); the request that continues it, if any.
+
+    A resumed segment is a new process: it knows only what the store committed (the checked agent
+    holds nothing of a run, so the same one serves).
+    """
+    record = world.record
+    store = subject.store
+    assert store is not None
+    try:
+        run = agent.new_run(request)
+    except Exception as exc:  # a resume refused: the run cannot go on
+        record.segments.append(Segment(started, [], "FAILED"))
+        record.ending, record.error = "FAILED", exc
+        return None, started
+    world.run = run
+    ended, outcome = _drive(agent, run, world)
+    trace = list(run.trace)
+    while ended == "crashed" and trace and trace[-1].trigger == "fail":
+        trace.pop()  # the dying process's own failure: nothing of it was stored
+    record.segments.append(Segment(started, trace, ended))
+    world.segment += 1
+    if ended == "crashed":
+        store.revive()
+        try:
+            stored = store.latest(run.run_id)
+        except SnapshotError:  # nothing was committed: the run starts again
+            return RunRequest(messages=list(subject.messages), state=dict(subject.state)), "restart"
+        return RunRequest(snapshot=stored, take_over=True), "resume after crash"
+    if ended == "PAUSED":
+        assert isinstance(outcome, AgentSnapshot)
+        snapshot = AgentSnapshot.from_bytes(outcome.to_bytes())
+        decisions = _decisions(world, snapshot)
+        if decisions is None:  # paused for good (nothing the world decides)
+            record.ending = "PAUSED"
+            return None, started
+        return RunRequest(snapshot=snapshot, decisions=decisions), "resume after pause"
+    record.ending = ended
+    if ended == "DONE":
+        assert isinstance(outcome, dict)
+        record.result = outcome
+        record.comparable = comparable(outcome)
+    elif isinstance(outcome, BaseException):
+        record.error = outcome
+    return None, started
+
+
+def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:
+    """Drive ``run`` as ``Agent.run`` does; how it stopped, and its result, snapshot or error."""
+    try:
+        return "DONE", drive_sync(run, agent.chat_generator, None, agent._save_pause)
+    except Killed:
+        return "crashed", None
+    except PathCut as exc:
+        return "cut", exc
+    except BreakpointException as exc:
+        return "PAUSED", exc.snapshot
+    except Exception as exc:
+        return "FAILED", exc
+    finally:
+        if not world.dead:
+            agent._release(run)
+
+
+def _decisions(world: World, snapshot: AgentSnapshot) -> list[ToolExecutionDecision] | None:
+    """The world's decisions for a paused run, or ``None`` when it stays paused; ``[]`` after a breakpoint."""
+    pause = snapshot.pause
+    calls = snapshot.pending_calls_by_key()
+    if isinstance(pause, OutcomeUnknown):
+        return [world.in_doubt(snapshot.step, key, name) for key, name in snapshot.outcome_unknown_calls().items()]
+    if isinstance(pause, AwaitingDecision):
+        by_name = {t.name: t for t in world.tools}
+        decisions = []
+        for key in pause.waiting:
+            call = calls[key]
+            name = call["tool_name"]
+            decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, "resume")
+            decisions.append(decided)
+        # Decisions name their calls: a person's answers may come in any order, so give them backwards.
+        return decisions[::-1]
+    if isinstance(pause, BreakpointHit):
+        return []
+    return None

@@ -1,0 +1,528 @@
+"""The world around an agent under check: what it can answer at each question a run asks.
+
+A run asks the world questions: the model's reply at each step, each tool call's outcome, each
+human decision, which of the user's hook alternatives acts, whether the process dies before a
+write to the store. A ``World`` answers from a path (the answers chosen so far) and, past it, with
+each question's first option, recording the questions and options so the explorer can branch.
+Answers are keyed by what is asked (the model at step 2, call ``call_1_0``'s outcome...), so a
+question asked again after a crash gets the same answer: the world is deterministic, and a
+resumed run can be compared with the uninterrupted one.
+
+The agent's parts are wrapped (``build_agent``): a generator, tools, hooks, confirmation
+strategies and a durable store that ask the world and record what happened in a ``RecordedRun``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agentfsm._core.runtime import AgentRun, RunDelta
+from agentfsm.agent import Agent
+from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
+from agentfsm.errors import HITLBreakpointException, ModelClientError
+from agentfsm.hitl.types import ToolExecutionDecision
+from agentfsm.hooks import accepts, hook_name
+from agentfsm.machine import CallStatus
+from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall
+from agentfsm.state import State
+from agentfsm.stores.sqlite import SQLiteSnapshotStore
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
+
+#: The kinds of model reply the world can give (``check_agent(replies=...)``).
+REPLY_KINDS: tuple[str, ...] = ("text", "tool", "invalid", "unknown", "parallel", "error")
+#: What a tool execution can do (``check_agent(tool_outcomes=...)``).
+TOOL_OUTCOMES: tuple[str, ...] = ("returns", "raises")
+#: The decisions the world takes for a call a confirmation strategy covers.
+DECISIONS: tuple[str, ...] = ("approve", "reject", "modify", "defer")
+#: The decisions for a deferred call when the run is resumed.
+RESUME_DECISIONS: tuple[str, ...] = ("approve", "reject", "modify")
+#: The decisions for a call in doubt after a crash: run it again, or give its result.
+IN_DOUBT_DECISIONS: tuple[str, ...] = ("rerun", "settle")
+#: The text the world's model ends a conversation with.
+CLOSING_TEXT = "final answer"
+#: The tool a model may call that no agent has.
+UNKNOWN_TOOL = "no_such_tool"
+
+Key = tuple[Any, ...]
+
+
+class Killed(BaseException):
+    """The simulated ``kill -9``: the run's process dies before a write to its store.
+
+    A ``BaseException``, so that nothing of the run's own (a tool's ``except Exception``) stops it.
+    """
+
+
+class PathCut(BaseException):
+    """The path went past the exploration's bound: the model was asked again after its closing replies."""
+
+
+class ToolFailure(RuntimeError):
+    """The failure the world makes a tool call raise (a tool outcome ``raises``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A question the world was asked: its key, its options (in order), and the state it was asked in."""
+
+    key: Key
+    options: tuple[Any, ...]
+    #: A hash of the run's machine state and State data, and of what happened so far, when it was asked.
+    fingerprint: str
+    #: The path fixed the answer (it was not chosen when asked).
+    fixed: bool
+
+
+# -- example arguments from a JSON schema -------------------------------------------------------------
+
+
+def _example(schema: Mapping[str, Any], defs: Mapping[str, Any], variant: int) -> Any:
+    """A value that conforms to ``schema``; ``variant`` 1 gives another one where the schema allows it."""
+    if "$ref" in schema:
+        return _example(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs, variant)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        values = list(schema["enum"])
+        return values[min(variant, len(values) - 1)]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _example(schema[key][0], defs, variant)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), kind[0] if kind else None)
+    if kind == "object" or "properties" in schema:
+        return _object_example(schema, defs, variant)
+    if kind == "array":
+        return [_example(schema.get("items", {}), defs, variant)]
+    minimum = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+    examples: dict[str | None, Any] = {
+        "string": ["a", "b"][variant],
+        "integer": int(minimum) + 1 + variant,
+        "number": float(minimum) + 1.5 + variant,
+        "boolean": [True, False][variant],
+        "null": None,
+        None: ["a", "b"][variant],
+    }
+    return examples.get(kind)
+
+
+def _object_example(schema: Mapping[str, Any], defs: Mapping[str, Any], variant: int) -> dict[str, Any]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    return {name: _example(p, defs, variant) for name, p in properties.items() if name in required}
+
+
+def valid_arguments(tool: Tool, variant: int = 0) -> dict[str, Any]:
+    """Arguments that conform to ``tool``'s schema (``variant`` 1: other ones, where the schema allows)."""
+    return _object_example(tool.parameters, tool.parameters.get("$defs", {}), variant)
+
+
+def invalid_arguments(tool: Tool) -> dict[str, Any] | None:
+    """Arguments that break ``tool``'s schema (a required argument of the wrong type), or ``None`` when none do."""
+    properties: Mapping[str, Any] = tool.parameters.get("properties", {})
+    for name in tool.parameters.get("required", []):
+        kind = properties.get(name, {}).get("type")
+        wrong = "not a number" if kind in ("integer", "number") else {"unexpected": [1, None]}
+        arguments = {**valid_arguments(tool), name: wrong}
+        try:
+            tool.validate_arguments(arguments)
+        except Exception:
+            return arguments
+    return None
+
+
+def model_menu(tools: Sequence[Tool], kinds: Sequence[str], step: int) -> tuple[Any, ...]:
+    """The replies the world's model can give at ``step``: ``ChatMessage``s, or a ``ModelClientError`` to raise."""
+    menu: list[Any] = []
+
+    def ask(*calls: tuple[str, dict[str, Any]]) -> ChatMessage:
+        return ChatMessage.from_assistant(
+            tool_calls=[ToolCall(name, arguments, id=f"call_{step}_{i}") for i, (name, arguments) in enumerate(calls)]
+        )
+
+    if "text" in kinds:
+        menu.append(ChatMessage.from_assistant(CLOSING_TEXT))
+    if "tool" in kinds:
+        menu += [ask((t.name, valid_arguments(t))) for t in tools]
+    if "invalid" in kinds:
+        broken = next(((t.name, a) for t in tools if (a := invalid_arguments(t)) is not None), None)
+        if broken is not None:
+            menu.append(ask(broken))
+        elif tools:
+            menu.append(ask((tools[0].name, {RAW_ARGUMENTS_KEY: "{not json"})))
+    if "unknown" in kinds and tools:
+        menu.append(ask((UNKNOWN_TOOL, {})))
+    if "parallel" in kinds and tools:
+        second = tools[1] if len(tools) > 1 else tools[0]
+        menu.append(ask((tools[0].name, valid_arguments(tools[0])), (second.name, valid_arguments(second, 1))))
+    if "error" in kinds:
+        menu.append(ModelClientError("the model call failed"))
+    if not menu:
+        menu.append(ChatMessage.from_assistant(CLOSING_TEXT))
+    return tuple(menu)
+
+
+# -- the world ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How far the world goes: replies, outcomes and decisions it offers, and the depth of a path."""
+
+    max_steps: int
+    replies: tuple[str, ...]
+    tool_outcomes: tuple[str, ...]
+    decisions: bool
+    hook_choices: Mapping[str, Sequence[Callable[..., Any]]]
+    #: Model calls a path may make past ``max_steps`` (each answered with the closing text) before it is cut.
+    grace: int = 2
+
+
+@dataclass(slots=True)
+class World:
+    """Answers one path's questions and records the run (see the module docstring)."""
+
+    bounds: Bounds
+    tools: Sequence[Tool]
+    #: The answers fixed for this path, by question key.
+    answers: dict[Key, Any]
+    #: Where the first segment's process dies: the index of the write to the store it dies before.
+    crash_at: int | None = None
+    record: RecordedRun = field(default_factory=RecordedRun)
+    #: The questions asked, in order, with the answer given.
+    asked: list[tuple[Asked, Any]] = field(default_factory=list)
+    run: AgentRun | None = None
+    segment: int = 0
+    writes: int = 0
+    #: The first segment's writes: (commits so far, effects so far, steps) before each, for crash dedup.
+    write_points: list[tuple[int, int, int]] = field(default_factory=list)
+    commits: int = 0
+    dead: bool = False
+    fingerprints: bool = True
+    #: The model's replies at each step (the same for every path: built once).
+    menus: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    #: Picks the answer to a question the path does not fix (``None``: the first option).
+    choose: Callable[[tuple[Any, ...]], Any] | None = None
+
+    # -- questions --------------------------------------------------------------------------------
+
+    def answer(self, key: Key, options: tuple[Any, ...]) -> Any:
+        """The answer to ``key``: the path's, else ``choose``'s (the first option by default); it is recorded."""
+        fixed = key in self.answers
+        if fixed:
+            choice = self.answers[key]
+        else:
+            choice = options[0] if self.choose is None or len(options) == 1 else self.choose(options)
+            self.answers[key] = choice
+        fingerprint = self.fingerprint(key) if len(options) > 1 and not fixed else ""
+        self.asked.append((Asked(key, options, fingerprint, fixed), choice))
+        return choice
+
+    def fingerprint(self, key: Key) -> str:
+        """A hash of where the run stands (phase, work, State, pending calls) and of what happened so far."""
+        if not self.fingerprints:
+            return ""
+        run = self.run
+        assert run is not None
+        fields = run.snapshot_fields()
+        for name in ("run_id", "agent_fingerprint"):
+            fields.pop(name, None)
+        happened = (
+            sorted({(e.step, e.call_key) for e in self.record.tool_executions}),
+            len(self.record.tool_executions),
+            [(f.point, f.step, f.index) for f in self.record.hook_firings],
+            [(d.step, d.call_key, d.verb) for d in self.record.decisions],
+        )
+        body = {
+            "key": repr(key[0]),
+            "fields": fields,
+            "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
+            "statuses": [(c.key, c.status.value) for c in run.pending],
+            "happened": repr(happened),
+        }
+        return hashlib.sha1(orjson.dumps(body, default=repr, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+    # -- what the wrapped parts report --------------------------------------------------------------
+
+    def model_call(self, messages: list[ChatMessage]) -> ChatMessage:
+        """The model's reply for the run's next step (``PathCut`` past the bound)."""
+        run = self.run
+        assert run is not None
+        step = run.step + 1
+        self.record.model_inputs.append(ModelInput(step, list(messages), self.segment))
+        if step > self.bounds.max_steps + self.bounds.grace:
+            raise PathCut(f"the run called the model {step} times: it did not end within the bound")
+        if step > self.bounds.max_steps:
+            options: tuple[Any, ...] = (ChatMessage.from_assistant(CLOSING_TEXT),)
+        else:
+            options = self.menus.get(step) or self.menus.setdefault(
+                step, model_menu(self.tools, self.bounds.replies, step)
+            )
+        reply = self.answer(("model", step), options)
+        if isinstance(reply, BaseException):
+            raise copy.copy(reply)
+        assert isinstance(reply, ChatMessage)
+        return reply
+
+    def tool_ran(self, tool: Tool, covered: bool, arguments: dict[str, Any]) -> str:
+        """Record the execution of the call the run is running now; the world's outcome for it."""
+        run = self.run
+        assert run is not None
+        # Tools run one at a time (the checked agent has tool_concurrency=1): the call under way is
+        # the first of this tool that is ready; finished ones are done.
+        call = next(c for c in run.pending if c.status is CallStatus.READY and c.call.tool_name == tool.name)
+        outcome = str(self.answer(("tool", run.step, call.key), self.bounds.tool_outcomes or ("returns",)))
+        shown = {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
+        self.record.tool_executions.append(
+            ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
+        )
+        return outcome
+
+    def hook_fired(self, point: str, index: int, hook: Any) -> None:
+        """Record a hook firing."""
+        run = self.run
+        assert run is not None
+        self.record.hook_firings.append(HookFiring(point, run.step, index, hook_name(hook), self.segment))
+
+    def hook_choice(self, point: str, count: int) -> int:
+        """Which of ``count`` alternatives the user gave for ``point`` acts now."""
+        run = self.run
+        assert run is not None
+        return int(self.answer(("hook", point, run.step), tuple(range(count))))
+
+    def decide(self, tool: Tool | None, tool_name: str, params: dict[str, Any], call_key: str, kind: str) -> Any:
+        """The world's decision for a call: a ``ToolExecutionDecision``, or ``None`` to defer it."""
+        run = self.run
+        assert run is not None
+        verbs: tuple[str, ...] = DECISIONS if kind == "decide" else RESUME_DECISIONS
+        if not self.bounds.decisions:
+            verbs = ("approve",)
+        other = valid_arguments(tool, 1) if tool is not None else None
+        if other is None or other == {k: v for k, v in params.items() if k != IDEMPOTENCY_KEY}:
+            verbs = tuple(v for v in verbs if v != "modify")
+        verb = str(self.answer((kind, run.step, call_key), verbs))
+        arguments = {"approve": params, "modify": other}.get(verb)
+        self.record.decisions.append(Decision(run.step, call_key, tool_name, verb, arguments, self.segment))
+        if verb == "defer":
+            return None
+        if verb == "reject":
+            return ToolExecutionDecision(tool_name, False, call_key, feedback="rejected by the checker")
+        return ToolExecutionDecision(tool_name, True, call_key, final_tool_params=dict(arguments or {}))
+
+    def in_doubt(self, step: int, call_key: str, tool_name: str) -> ToolExecutionDecision:
+        """The decision for a call in doubt after a crash: run it again, or settle it with a result."""
+        verb = str(self.answer(("in_doubt", step, call_key), IN_DOUBT_DECISIONS))
+        self.record.decisions.append(Decision(step, call_key, tool_name, verb, None, self.segment))
+        if verb == "rerun":
+            return ToolExecutionDecision(tool_name, True, call_key)
+        return ToolExecutionDecision(tool_name, False, call_key, feedback="settled by the checker")
+
+    def writing(self) -> None:
+        """The run is about to write a delta to its store: the process dies here if the path says so."""
+        if self.dead:
+            raise Killed("the process is gone")
+        if self.segment == 0:
+            effects = len(self.record.tool_executions) + len(self.record.hook_firings) + len(self.record.decisions)
+            self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
+            if self.crash_at == self.writes:
+                self.dead = True
+                raise Killed(f"killed before write {self.writes} to the store")
+        self.writes += 1
+
+    def written(self) -> None:
+        """A delta was written: note where each pending call stands (for the call-table invariant)."""
+        run = self.run
+        if run is None:
+            return
+        for c in run.pending:
+            seen = self.record.call_statuses.setdefault((run.step, c.key), [])
+            if not seen or seen[-1] != c.status.value:
+                seen.append(c.status.value)
+
+    def committed(self) -> None:
+        """The store committed: every hook firing so far is known to a resumed run."""
+        self.commits += 1
+        for f in self.record.hook_firings:
+            if f.segment == self.segment:
+                f.committed = True
+
+
+# -- the agent's parts, wrapped -----------------------------------------------------------------------
+
+
+class WorldSlot:
+    """The world of the path under way: the checked agent is built once, and each path puts its world here."""
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+
+    @property
+    def current(self) -> World:
+        """The world answering now."""
+        assert self.world is not None, "no path is under way"
+        return self.world
+
+
+class _InWorld:
+    """A part of the checked agent: it asks the world of the path under way."""
+
+    slot: WorldSlot
+
+    @property
+    def world(self) -> World:
+        return self.slot.current
+
+
+class WorldGenerator(_InWorld):
+    """A chat generator whose replies are the world's."""
+
+    def __init__(self, slot: WorldSlot) -> None:
+        self.slot = slot
+
+    def run(
+        self,
+        messages: list[ChatMessage],
+        tools: list[Tool] | None = None,
+        streaming_callback: StreamingCallback | None = None,
+        **kwargs: Any,
+    ) -> dict[str, list[ChatMessage]]:
+        """The world's reply."""
+        return {"replies": [self.world.model_call(messages)]}
+
+
+class _RecordedHook(_InWorld):
+    """One of the agent's hooks: the firing is recorded, then the hook runs."""
+
+    def __init__(self, slot: WorldSlot, point: str, index: int, inner: Any) -> None:
+        self.slot, self.point, self.index, self.inner = slot, point, index, inner
+
+    def run(self, state: State, /, **kwargs: Any) -> Any:
+        self.world.hook_fired(self.point, self.index, self.inner)
+        given = {k: v for k, v in kwargs.items() if accepts(self.inner, k)}
+        return self.inner.run(state, **given)
+
+
+class _ChoiceHook(_InWorld):
+    """The user's alternatives for a hook point: the world picks the one that acts at each firing."""
+
+    def __init__(self, slot: WorldSlot, point: str, index: int, alternatives: Sequence[Callable[..., Any]]) -> None:
+        self.slot, self.point, self.index, self.alternatives = slot, point, index, list(alternatives)
+
+    def run(self, state: State, /, **kwargs: Any) -> Any:
+        self.world.hook_fired(self.point, self.index, self)
+        chosen = self.alternatives[self.world.hook_choice(self.point, len(self.alternatives))]
+        run = getattr(chosen, "run", None)
+        return run(state) if callable(run) else chosen(state)
+
+
+class WorldStrategy(_InWorld):
+    """A confirmation strategy whose decisions are the world's (approve, reject, modify, defer)."""
+
+    def __init__(self, slot: WorldSlot, tools: Mapping[str, Tool]) -> None:
+        self.slot, self.tools = slot, tools
+
+    def run(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str | None = None
+    ) -> ToolExecutionDecision:
+        """The world's decision; deferring raises ``HITLBreakpointException``, as a breakpoint strategy does."""
+        key = tool_call_id or tool_name
+        decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, "decide")
+        if decision is None:
+            raise HITLBreakpointException(f"{tool_name} deferred by the checker", tool_name, tool_call_id=key)
+        return decision  # type: ignore[no-any-return]
+
+
+class WorldStore(_InWorld, SQLiteSnapshotStore):
+    """A durable in-memory store whose process the world can kill before any write.
+
+    Dying drops what was recorded and not committed, and the process's claims, as a killed
+    process would; what was committed stays, for the resumed run to start from.
+    """
+
+    def __init__(self, slot: WorldSlot) -> None:
+        SQLiteSnapshotStore.__init__(self, ":memory:", durable=True)
+        self.slot = slot
+
+    def observe(self, delta: RunDelta) -> None:
+        """Write ``delta`` unless the process dies first."""
+        self.world.writing()
+        super().observe(delta)
+        self.world.written()
+
+    def _commit(self, run_id: str, cursor: Any) -> None:
+        if self.world.dead:
+            raise Killed("the process is gone")
+        had = bool(cursor.entries) or cursor.status is not None
+        super()._commit(run_id, cursor)
+        if had:
+            self.world.committed()
+
+    def revive(self) -> None:
+        """A new process opens the store: only what was committed is there."""
+        self._cursors.clear()
+        self._claims.clear()
+        self.world.dead = False
+
+    def empty(self) -> None:
+        """Forget every run: the next path starts with an empty store."""
+        self._cursors.clear()
+        self._claims.clear()
+        with self._lock:
+            self._db.execute("DELETE FROM snapshot_batches")
+            self._db.execute("DELETE FROM runs")
+
+
+#: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
+_CONCURRENCY = frozenset({"max_workers", "tool_concurrency"})
+
+
+def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
+    """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
+
+    Tools run one at a time, so that which call runs is known; everything else is the agent's own.
+    """
+    covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
+    tools = [_wrapped_tool(slot, t, t.name in covered) for t in agent.known_tools()]
+    hooks: dict[str, list[Any]] = {
+        point.value: [_RecordedHook(slot, point.value, i, h) for i, h in enumerate(given)]
+        for point, given in agent._hooks.items()
+    }
+    for point, alternatives in hook_choices.items():
+        at = hooks.setdefault(point, [])
+        at.append(_ChoiceHook(slot, point, len(at), alternatives))
+    by_name = {t.name: t for t in agent.known_tools()}
+    strategy = WorldStrategy(slot, by_name)
+    return Agent(
+        chat_generator=WorldGenerator(slot),
+        tools=tools,
+        system_prompt=agent.system_prompt,
+        exit_conditions=list(agent.exit_conditions),
+        state_schema=dict(agent.state_schema),
+        max_agent_steps=agent.max_agent_steps,
+        raise_on_tool_invocation_failure=agent.raise_on_tool_invocation_failure,
+        tool_invoker_kwargs={k: v for k, v in agent.tool_invoker_kwargs.items() if k not in _CONCURRENCY},
+        tool_concurrency=1,
+        snapshot_store=store,
+        hooks=hooks or None,
+        confirmation_strategies=dict.fromkeys(sorted(covered), strategy) or None,
+    )
+
+
+def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool) -> Tool:
+    clone = copy.copy(tool)
+    inner = tool.invoke
+
+    def invoke(**kwargs: Any) -> Any:
+        if slot.current.tool_ran(tool, covered, kwargs) == "raises":
+            raise ToolFailure(f"{tool.name} failed (a failure the checker chose)")
+        return inner(**kwargs)
+
+    object.__setattr__(clone, "invoke", invoke)
+    return clone

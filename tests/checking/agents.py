@@ -1,0 +1,76 @@
+"""Small agents the checker is tested on (module-level, so ``agentfsm check`` can name them)."""
+
+from __future__ import annotations
+
+from agentfsm import Agent, State, hook, tool
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI
+
+#: What the payment tools charged, by call: the external system a payment changes.
+CHARGES: list[int] = []
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def search(query: str) -> str:
+    """Look something up."""
+    return f"results for {query}"
+
+
+@tool
+def pay(amount: int) -> str:
+    """Charge a card (not idempotent: each run charges again)."""
+    CHARGES.append(amount)
+    return f"charged {amount}"
+
+
+@tool(idempotent=True)
+def pay_marked_idempotent(amount: int) -> str:
+    """Charge a card; wrongly marked idempotent, so a crash makes it charge twice."""
+    CHARGES.append(amount)
+    return f"charged {amount}"
+
+
+@hook
+def count_llm_calls(state: State) -> None:
+    """Count the model calls in State."""
+    state.set("llm_calls", (state.get("llm_calls") or 0) + 1)
+
+
+@hook
+def keep_going(state: State) -> None:
+    """A broken on_exit hook: it keeps the run going past every exit."""
+    state.set("continue_run", True)
+
+
+def confirm() -> BlockingConfirmationStrategy:
+    """A strategy that asks about every call (the checker's world answers in its place)."""
+    return BlockingConfirmationStrategy(AlwaysAskPolicy(), SimpleConsoleUI())
+
+
+def _model() -> ScriptedChatGenerator:
+    return ScriptedChatGenerator(["unused: the checker answers in the model's place"])
+
+
+#: 3 tools, a hook and a confirmation strategy: the default check must finish quickly and find nothing.
+shop = Agent(
+    chat_generator=_model(),
+    tools=[add, search, pay],
+    state_schema={"llm_calls": {"type": int}},
+    hooks={"before_llm": [count_llm_calls]},
+    confirmation_strategies={"pay": confirm()},
+)
+
+#: A tool agent without hooks or confirmation.
+plain = Agent(chat_generator=_model(), tools=[add, search])
+
+#: An on_exit hook that keeps the run going: it never ends on the model's answer.
+endless = Agent(chat_generator=_model(), tools=[add], hooks={"on_exit": [keep_going]})
+
+#: A payment tool marked idempotent that is not.
+double_charge = Agent(chat_generator=_model(), tools=[pay_marked_idempotent])

@@ -1,0 +1,37 @@
+"""A few of bench/mutations.py's mutants, caught (the whole set runs with ``python bench/mutations.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mutations() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_mutations", ROOT / "bench" / "mutations.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["R6", "R9", "R15", "A2"])
+def test_a_seeded_fault_is_caught(mutations: ModuleType, name: str) -> None:
+    outcome = mutations.run([name])[0]
+    assert outcome.caught_by, f"{name} ({outcome.description}) was not caught"
+
+
+def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
+    from agentfsm._core import runtime
+
+    before = runtime.runs_again_after_crash
+    with mutations.mutated(mutations.RUNTIME_MUTANTS["R8"][1]):
+        assert runtime.runs_again_after_crash is not before
+    assert runtime.runs_again_after_crash is before
