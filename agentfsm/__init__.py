@@ -4,7 +4,7 @@ The names here are the seeds' (Haystack's Agent, State, tools, breakpoints) and 
 every day; ``tests/test_exported_members.py`` pins them. The rest is one import away:
 ``agentfsm.errors`` (every error, drawn as a tree), ``agentfsm.machine`` (the transition tables),
 ``agentfsm.hitl``, ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
-``agentfsm.durable``, ``agentfsm.mcp``. The run's machinery lives in ``agentfsm._core``.
+``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``. The run's machinery lives in ``agentfsm._core``.
 """
 
 from agentfsm._core.runtime import TransitionRecord
@@ -21,6 +21,7 @@ from agentfsm.errors import (
     ToolInvocationError,
 )
 from agentfsm.hooks import Hook, hook
+from agentfsm.limits import UsageLimits
 from agentfsm.logs import configure_logging, use_standard_logging
 from agentfsm.machine import Phase
 from agentfsm.messages import (
@@ -78,6 +79,7 @@ __all__ = [
     "ToolInvoker",
     "Toolset",
     "TransitionRecord",
+    "UsageLimits",
     "configure_logging",
     "create_tool_from_function",
     "hook",

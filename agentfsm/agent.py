@@ -33,6 +33,7 @@ from agentfsm.hooks import (
     hooked_strategies,
     is_hook_data,
 )
+from agentfsm.limits import UsageLimits
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
@@ -110,6 +111,8 @@ class RunRequest:
     hook_context: dict[str, Any] | None = None
     #: The new run's id (a durable run's is its workflow's); a fresh one when None.
     run_id: str | None = None
+    #: What this run may use, instead of the agent's ``usage_limits`` (``UsageLimits()``: no limits).
+    usage_limits: UsageLimits | None = None
 
 
 class Agent:
@@ -138,6 +141,7 @@ class Agent:
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -191,6 +195,8 @@ class Agent:
             strategies[key] = strategy
         self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
+        #: What each run may use (``agentfsm.limits``); ``run(usage_limits=...)`` overrides it for one run.
+        self.usage_limits = _check_usage_limits(usage_limits)
         self._is_warmed_up = False
 
     @property
@@ -390,6 +396,9 @@ class Agent:
             hooks=self._hooks,
             confirmation=self._confirmation,
             hook_context=request.hook_context,
+            usage_limits=self.usage_limits
+            if request.usage_limits is None
+            else _check_usage_limits(request.usage_limits),
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -456,6 +465,7 @@ class Agent:
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
+        usage_limits: UsageLimits | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -501,6 +511,7 @@ class Agent:
             fork=fork,
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
+            usage_limits=usage_limits,
         )
         run = self.new_run(request)
         try:
@@ -523,6 +534,7 @@ class Agent:
         take_over: bool = False,
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
+        usage_limits: UsageLimits | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
@@ -538,6 +550,7 @@ class Agent:
             fork=fork,
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
+            usage_limits=usage_limits,
         )
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
@@ -585,6 +598,7 @@ class Agent:
                 }
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
+                "usage_limits": self.usage_limits.to_dict() if self.usage_limits is not None else None,
             },
         }
 
@@ -609,6 +623,8 @@ class Agent:
                 params["confirmation_strategies"] = strategies_from_dict(
                     params["confirmation_strategies"], allowed_modules
                 )
+            if params.get("usage_limits") is not None:
+                params["usage_limits"] = UsageLimits.from_dict(params["usage_limits"])
             if params.get("hooks"):
                 params["hooks"] = {
                     point: [hook_from_dict(h, allowed_modules) for h in hooks]
@@ -638,6 +654,7 @@ _AGENT_PARAMETERS = frozenset(
         "tool_streaming_callback_passthrough",
         "hooks",
         "confirmation_strategies",
+        "usage_limits",
     }
 )
 
@@ -736,6 +753,13 @@ def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
             )
         options[option], named[option] = value, where
     return options
+
+
+def _check_usage_limits(limits: Any) -> UsageLimits | None:
+    """``limits`` when it is a ``UsageLimits`` or ``None``; else ``ConfigurationTypeError``."""
+    if limits is not None and not isinstance(limits, UsageLimits):
+        raise ConfigurationTypeError(f"usage_limits must be a UsageLimits or None, got {type(limits).__name__}.")
+    return limits
 
 
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -48,11 +48,14 @@ from agentfsm.machine import (
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
+    from agentfsm.limits import UsageLimits
     from agentfsm.snapshot import AgentSnapshot
 
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
 _INTERRUPTS = ("pause", "fail", "resume")
+#: The edges a usage limit ends a run by: an agent's drawing names its limits there.
+_LIMIT_EDGES = frozenset({"usage_limit", "continue_limited"})
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
 LABEL_WIDTH = 28
 
@@ -122,7 +125,14 @@ def agent_constants(agent: Agent) -> ConstantFacts:
         hooks=agent._hooks,
         confirmation=agent._confirmation,
         max_agent_steps=agent.max_agent_steps,
+        usage_limits=agent.usage_limits,
     )
+
+
+def _limits_text(limits: UsageLimits) -> str:
+    """The limits set, as ``requests=10, cost=0.5``."""
+    data = limits.to_dict()
+    return ", ".join(f"{name}={value}" for name, value in data.items() if name != "prices" and value is not None)
 
 
 def reachable(transitions: Iterable[Transition]) -> list[Transition]:
@@ -163,6 +173,8 @@ def build_model(
                 labels[edge] = f"exit [{conditions}]"
             elif edge.trigger == "max_steps":
                 labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
+            elif edge.trigger in _LIMIT_EDGES and agent.usage_limits is not None:
+                labels[edge] = f"{edge.trigger} [{edge.condition}: {_limits_text(agent.usage_limits)}]"
             elif edge.trigger == "tool_calls" and not agent._tools:
                 labels[edge] = "tool_calls [never: the agent has no tools]"
         tools = ", ".join(t.name for t in agent._tools) or "none"

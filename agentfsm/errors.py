@@ -8,6 +8,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     AgentFSMError
     ├── ConfigurationError (ValueError)                  an agent, tool or schema got invalid values
     │   ├── ToolConfigurationError (TypeError)           a tool's state or output mapping is wrongly shaped
+    │   ├── UsageLimitError                              a usage limit cannot count a reply (no price, no usage)
     │   └── SchemaError                                  a tool's parameter schema or a State schema is invalid
     │       └── SchemaGenerationError                    no JSON schema from a function's signature
     ├── ConfigurationTypeError (TypeError)               a configuration value has the wrong type
@@ -25,6 +26,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
     │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
     │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
+    │   ├── ToolCallLimitError                           the call would go past UsageLimits(tool_calls=...)
     │   └── ToolInvocationError (RuntimeError)           the tool's function raised
     │       └── MCPToolError                             the MCP tool ran and reported an error
     ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
@@ -76,6 +78,10 @@ class ToolConfigurationError(ConfigurationError, TypeError):
     Both a ``ValueError`` (what Haystack raises) and a ``TypeError`` (what its docs name for a value
     of the wrong type), so either ``except`` catches it.
     """
+
+
+class UsageLimitError(ConfigurationError):
+    """A usage limit cannot count a reply: its model has no price, or it reports no token usage."""
 
 
 class SchemaError(ConfigurationError):
@@ -183,6 +189,10 @@ class ToolNotFoundError(ToolError, ValueError):
 
 class ToolArgumentsError(ToolError, ValueError):
     """The model's arguments for a tool call are not valid JSON or do not match the tool's schema."""
+
+
+class ToolCallLimitError(ToolError):
+    """The call was not run: it would have gone past ``UsageLimits(tool_calls=...)``, and the run ends."""
 
 
 class ToolInvocationError(ToolError, RuntimeError):

@@ -213,6 +213,8 @@ class Facts(NamedTuple):
     continue_requested: bool = False
     #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
     calls_in_doubt: bool = False
+    #: A limit of the run's ``UsageLimits`` is reached (requests, tool calls, tokens, cost, wall clock).
+    usage_limit_reached: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -229,6 +231,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "stop_requested": {True: "stop_run was set", False: "no stop asked"},
     "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
+    "usage_limit_reached": {True: "a usage limit reached", False: "within usage limits"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -252,7 +255,8 @@ class Transition:
 
     ``exit_reason`` (edges into DONE) is the run's ``exit_reason`` once it takes the edge: a
     ``str.format`` template over the run's exit details (``{exit_condition}``: ``"text"`` or
-    ``"tool:<name>"``; ``{stop_run}``: the reason a hook gave). ``note`` says what fires an interrupt, which has no guard to describe it.
+    ``"tool:<name>"``; ``{stop_run}``: the reason a hook gave; ``{usage_limit}``: the ``UsageLimits``
+    field reached). ``note`` says what fires an interrupt, which has no guard to describe it.
     """
 
     trigger: str
@@ -329,6 +333,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         exit_reached=True,
         continue_requested=True,
         steps_left=True,
+        usage_limit_reached=False,
     ),
     # A hook that keeps the run going past every exit is bounded by max_agent_steps all the same.
     _edge(
@@ -344,7 +349,37 @@ TRANSITIONS: tuple[Transition, ...] = (
     _edge(
         "max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", stop_requested=False, exit_reached=False, steps_left=False
     ),
-    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, stop_requested=False, exit_reached=False, steps_left=True),
+    _edge(
+        "continue",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        stop_requested=False,
+        exit_reached=False,
+        steps_left=True,
+        usage_limit_reached=False,
+    ),
+    # Usage limits are read before the next model call, once the step's tool calls are answered.
+    _edge(
+        "usage_limit",
+        P.EXIT_CHECK,
+        P.DONE,
+        "usage_limit:{usage_limit}",
+        stop_requested=False,
+        exit_reached=False,
+        steps_left=True,
+        usage_limit_reached=True,
+    ),
+    _edge(
+        "continue_limited",
+        P.EXIT_CHECK,
+        P.DONE,
+        "usage_limit:{usage_limit}",
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=True,
+        steps_left=True,
+        usage_limit_reached=True,
+    ),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[
         Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")
@@ -353,9 +388,9 @@ TRANSITIONS: tuple[Transition, ...] = (
     *_interrupts("fail", P.FAILED, "unhandled error"),
 )
 
-#: What an ``exit_reason`` template may name: the runtime fills in the exit condition met and the
-#: value of ``stop_run``.
-EXIT_REASON_FIELDS = frozenset({"exit_condition", "stop_run"})
+#: What an ``exit_reason`` template may name: the runtime fills in the exit condition met, the
+#: value of ``stop_run`` and the usage limit reached.
+EXIT_REASON_FIELDS = frozenset({"exit_condition", "stop_run", "usage_limit"})
 
 
 def check_exit_reasons(transitions: Iterable[Transition]) -> None:
@@ -424,6 +459,7 @@ CALL_TRANSITIONS: tuple[CallTransition, ...] = (
     CallTransition("check", C.PROPOSED, C.READY, "its tool exists and the arguments fit"),
     CallTransition("refuse", C.PROPOSED, C.FAILED, "unknown tool or bad arguments"),
     CallTransition("ask", C.READY, C.UNDECIDED, "a confirmation strategy covers its tool"),
+    CallTransition("over_limit", C.READY, C.FAILED, "it would go past UsageLimits(tool_calls=...)"),
     CallTransition("approve", C.UNDECIDED, C.READY, "decision execute=True"),
     CallTransition("modify", C.UNDECIDED, C.READY, "execute=True with new arguments that fit"),
     CallTransition("modify_refused", C.UNDECIDED, C.FAILED, "execute=True with new arguments that do not fit"),

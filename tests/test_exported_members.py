@@ -62,6 +62,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "ToolInvoker",
         "Toolset",
         "TransitionRecord",
+        "UsageLimits",
         "configure_logging",
         "create_tool_from_function",
         "hook",

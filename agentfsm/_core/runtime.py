@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError, UsageLimitError
 from agentfsm.hitl.strategy_table import StrategyTable
+from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -180,6 +181,8 @@ class RunConfig:
     #: Request-scoped objects for hooks and confirmation strategies (``Agent.run(hook_context=...)``):
     #: never in a snapshot.
     hook_context: dict[str, Any] | None = None
+    #: What the run may use (``Agent(usage_limits=...)`` or ``run(usage_limits=...)``).
+    usage_limits: UsageLimits | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -294,6 +297,7 @@ class AgentRun:
             confirmation=config.confirmation,
             max_agent_steps=config.max_agent_steps,
             state=state.data,
+            usage_limits=config.usage_limits,
         )
         #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
         self._constants = constants
@@ -319,6 +323,12 @@ class AgentRun:
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
+        #: The usage limits the run counts for (``None``: no limit and no prices, nothing to count).
+        self._limits = (
+            config.usage_limits if config.usage_limits is not None and config.usage_limits.configured else None
+        )
+        if self._limits is not None and self._limits.wall_clock is not None:
+            self._start_clock()
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -379,6 +389,67 @@ class AgentRun:
     def continue_requested(self) -> bool:
         """Fact: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``)."""
         return bool(self._data.get("continue_run"))
+
+    @property
+    def usage_limit_reached(self) -> bool:
+        """Fact: a limit of the run's ``UsageLimits`` is reached (``usage_limit`` names which)."""
+        return self.usage_limit() is not None
+
+    def usage_limit(self) -> str | None:
+        """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
+        limits = self._limits
+        return None if limits is None else limits.reached(self.step, self._data)
+
+    def _start_clock(self) -> None:
+        """Start the wall clock of a run's first start; a resumed run's goes on from its snapshot."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        if "started_at" not in usage:
+            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": time.time()})
+
+    def resumed_after(self, paused_at: float) -> None:
+        """Leave the time since ``paused_at`` (the pause snapshot's time, epoch seconds) off the run's wall clock."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        if "started_at" in usage:
+            paused = usage.get("paused_seconds", 0.0) + max(0.0, time.time() - paused_at)
+            self.state.set(RUN_USAGE_KEY, {**usage, "paused_seconds": paused})
+
+    def _count_usage(self, replies: list[ChatMessage]) -> None:
+        """Check that the replies report what the limits count, and add up their cost (with prices)."""
+        limits = self._limits
+        assert limits is not None
+        if limits.counts_tokens:
+            for reply in replies:
+                if not isinstance(reply.meta.get("usage"), dict):
+                    raise UsageLimitError(
+                        "UsageLimits counts tokens or cost, and a reply reports no token usage (meta['usage']): "
+                        "use a chat generator that reports it, or drop the token and cost limits."
+                    )
+        if limits.tracks_cost:
+            usage = self._data.get(RUN_USAGE_KEY) or {}
+            cost = usage.get("cost", 0.0) + sum(limits.reply_cost(reply.meta) for reply in replies)
+            self.state.set(RUN_USAGE_KEY, {**usage, "cost": cost})
+
+    def _refuse_over_limit(self, completed: Mapping[str, CallOutcome] | None) -> None:
+        """Refuse the ready calls past ``UsageLimits(tool_calls=...)``: they never run, and their results say why."""
+        limits = self._limits
+        assert limits is not None and limits.tool_calls is not None
+        left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
+        refused = 0
+        for c in self.pending:
+            if c.status is not CallStatus.READY or (completed and c.key in completed):
+                continue
+            if left > 0:
+                left -= 1
+                continue
+            c.error = ToolCallLimitError(
+                f"Tool call {c.call.tool_name!r} was not run: the run reached its limit of "
+                f"{limits.tool_calls} tool calls (UsageLimits(tool_calls=...))."
+            )
+            self.move_call(c, "over_limit")
+            refused += 1
+        if refused:
+            usage = self._data.get(RUN_USAGE_KEY) or {}
+            self.state.set(RUN_USAGE_KEY, {**usage, "refused_tool_calls": usage.get("refused_tool_calls", 0) + refused})
 
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
@@ -480,6 +551,8 @@ class AgentRun:
         self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
         for c in self.pending:
             self.move_call(c, "check" if c.error is None else "refuse")
+        if self._limits is not None and self._limits.tool_calls is not None:
+            self._refuse_over_limit(completed)
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -547,6 +620,8 @@ class AgentRun:
             replies = with_unique_call_ids(replies, self.step + 1)
             calls = [c for reply in replies for c in reply.tool_calls]
         usage = [reply.meta["usage"] for reply in replies if isinstance(reply.meta.get("usage"), dict)]
+        if self._limits is not None:
+            self._count_usage(replies)
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
@@ -714,7 +789,9 @@ class AgentRun:
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
             self.exit_reason = transition.exit_reason.format(
-                exit_condition=self.exit_condition(), stop_run=self._data.get("stop_run")
+                exit_condition=self.exit_condition(),
+                stop_run=self._data.get("stop_run"),
+                usage_limit=self.usage_limit(),
             )
             if self.exit_reason == "max_agent_steps":
                 logger.warning(
@@ -906,13 +983,15 @@ def constant_facts(
     confirmation: StrategyTable,
     max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
+    usage_limits: UsageLimits | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
     The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
     ``continue_run`` are reserved State keys that only hooks and tools that map them
     (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
-    strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all.
+    strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all;
+    without ``usage_limits`` (or with prices only) no usage limit is ever reached.
     ``state``: a run's starting State values (a resumed run's may hold
     either key); ``None`` for any new run, which starts without them.
     """
@@ -929,6 +1008,8 @@ def constant_facts(
         constants.append(("continue_requested", False))
     if not confirmation:
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
+    if usage_limits is None or not usage_limits.bounded:
+        constants.append(("usage_limit_reached", False))
     return frozenset(constants)
 
 

@@ -18,6 +18,7 @@ from agentfsm import (
     ChatMessage,
     Phase,
     ToolInvocationError,
+    UsageLimits,
     tool,
 )
 from agentfsm.errors import MachineError
@@ -174,6 +175,16 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     capped = ScriptedChatGenerator([calls(call("add", a=1, b=2))])
     edges |= _edges_of(Agent(chat_generator=capped, tools=[add], max_agent_steps=1).run([ChatMessage.from_user("go")]))
     edges |= _edges_of(Agent(chat_generator=ScriptedChatGenerator([]), max_agent_steps=0).run(USER))
+    # A usage limit ends the run where it would call the model again, and when a hook keeps it going.
+    limited = ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"])
+    edges |= _edges_of(Agent(chat_generator=limited, tools=[add], usage_limits=UsageLimits(requests=1)).run(USER))
+    edges |= _edges_of(
+        Agent(
+            chat_generator=ScriptedChatGenerator(["done", "again"]),
+            hooks={"on_exit": [always_continue]},
+            usage_limits=UsageLimits(requests=1),
+        ).run(USER)
+    )
     edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]))
     edges |= _failed_edges(
         Agent(
@@ -301,6 +312,12 @@ def confirmed_runs() -> None:
         assert agent(1).run(snapshot=waiting.value.snapshot, decisions=[decision])["last_message"].text == "done"
     bad = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", a="x", b=1)), "done"]), tools=[add])
     assert bad.run(USER)["last_message"].text == "done"
+    over = Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("add", a=1, b=2), call("add", a=2, b=2))]),
+        tools=[add],
+        usage_limits=UsageLimits(tool_calls=1),
+    )
+    assert over.run(USER).exit_reason == "usage_limit:tool_calls"
 
 
 def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,6 +434,8 @@ def test_edges_into_done_say_the_exit_reason() -> None:
         "exit": "{exit_condition}",
         "continue_capped": "max_agent_steps",
         "max_steps": "max_agent_steps",
+        "usage_limit": "usage_limit:{usage_limit}",
+        "continue_limited": "usage_limit:{usage_limit}",
     }
 
 

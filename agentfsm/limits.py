@@ -1,0 +1,198 @@
+"""Usage limits: ceilings on what one run may use, each ending the run through a declared edge.
+
+``UsageLimits`` bounds a run's model calls (``requests``), tool calls, tokens, cost and running
+time. The run reads one fact, ``usage_limit_reached``, before every model call (on its way out of
+EXIT_CHECK), and ends through the ``usage_limit`` edge with the exit reason
+``"usage_limit:<name>"`` of the first limit reached, in the order of the fields below. A tool call
+that would go past ``tool_calls`` never runs: it is answered with a ``ToolCallLimitError`` result
+(so every call of the conversation keeps its answer), and the run ends before the model sees it.
+
+What the limits count lives in the run's State, so a snapshot carries it and a resumed run (in
+this process or another) goes on counting from there: ``step_count`` (requests),
+``tool_call_counts`` (tool calls that ran), ``token_usage`` (the replies' ``usage`` metadata) and
+``run_usage`` (cost, the refused tool calls, and the running time of the wall clock).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageLimitError
+
+#: The State key of the counts the other reserved keys do not keep (``AGENT_STATE_KEYS``).
+RUN_USAGE_KEY = "run_usage"
+#: The replies' ``usage`` counts of input (prompt) and output (completion) tokens, OpenAI's and Anthropic's names.
+_INPUT_KEYS = ("prompt_tokens", "input_tokens")
+_OUTPUT_KEYS = ("completion_tokens", "output_tokens")
+
+
+class Price(NamedTuple):
+    """What a model costs, in your currency, per million input and output tokens."""
+
+    input_per_million: float
+    output_per_million: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageLimits:
+    """Ceilings on what one run may use; ``None`` leaves a count unbounded.
+
+    >>> UsageLimits(requests=10, cost=0.50, prices={"gpt-4o-mini": (0.15, 0.60)}).cost
+    0.5
+    """
+
+    #: Model calls.
+    requests: int | None = None
+    #: Tool calls that run; a call that would go past it is refused and the run ends.
+    tool_calls: int | None = None
+    #: Input (prompt) tokens over the replies' ``usage`` metadata.
+    input_tokens: int | None = None
+    #: Output (completion) tokens over the replies' ``usage`` metadata.
+    output_tokens: int | None = None
+    #: Input plus output tokens.
+    total_tokens: int | None = None
+    #: What the replies cost, from ``prices``.
+    cost: float | None = None
+    #: Seconds the run spends running, counted from its first start; time paused does not count.
+    wall_clock: float | None = None
+    #: The price of each model, by the name its replies give in ``meta["model"]`` (exactly: no
+    #: built-in prices, which go stale).
+    prices: Mapping[str, Price] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "tool_calls", "input_tokens", "output_tokens", "total_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"UsageLimits({name}=...) must be an int >= 1 or None, got {value!r}.")
+        for name in ("cost", "wall_clock"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+            ):
+                raise ConfigurationError(f"UsageLimits({name}=...) must be a number > 0 or None, got {value!r}.")
+        if not isinstance(self.prices, Mapping):
+            raise ConfigurationTypeError(
+                f"UsageLimits(prices=...) maps model names to (input, output) prices per million tokens, "
+                f"got {type(self.prices).__name__}."
+            )
+        prices = {model: _price(model, price) for model, price in self.prices.items()}
+        if self.cost is not None and not prices:
+            raise ConfigurationError(
+                "UsageLimits(cost=...) needs prices={model: (input_per_million, output_per_million)}: "
+                "agentfsm has no built-in prices."
+            )
+        object.__setattr__(self, "prices", MappingProxyType(prices))
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any limit is set (prices alone count the cost without bounding it)."""
+        return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "prices")
+
+    @property
+    def configured(self) -> bool:
+        """Whether the run counts anything for these limits: a limit is set, or prices are given."""
+        return self.bounded or bool(self.prices)
+
+    @property
+    def tracks_cost(self) -> bool:
+        """Whether the run works out what its replies cost (a price table is given)."""
+        return bool(self.prices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialize (``Agent.to_dict``)."""
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prices"}
+        data["prices"] = {model: list(price) for model, price in self.prices.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UsageLimits:
+        """Invert ``to_dict``."""
+        return cls(**data)
+
+    def reached(self, step: int, state: Mapping[str, Any], now: float | None = None) -> str | None:
+        """The first limit (its field name) that a run at ``step`` with this State data has reached, or ``None``.
+
+        A count at its limit has reached it: the next model call would go past it. ``tool_calls`` is
+        reached once a call was refused for it (the calls up to the limit ran).
+        """
+        if self.requests is not None and step >= self.requests:
+            return "requests"
+        usage = state.get(RUN_USAGE_KEY) or {}
+        if self.tool_calls is not None and usage.get("refused_tool_calls"):
+            return "tool_calls"
+        if self.input_tokens is not None or self.output_tokens is not None or self.total_tokens is not None:
+            tokens = state.get("token_usage") or {}
+            used_in, used_out = input_tokens(tokens), output_tokens(tokens)
+            if self.input_tokens is not None and used_in >= self.input_tokens:
+                return "input_tokens"
+            if self.output_tokens is not None and used_out >= self.output_tokens:
+                return "output_tokens"
+            if self.total_tokens is not None and used_in + used_out >= self.total_tokens:
+                return "total_tokens"
+        if self.cost is not None and usage.get("cost", 0.0) >= self.cost:
+            return "cost"
+        if self.wall_clock is not None and running_seconds(usage, now) >= self.wall_clock:
+            return "wall_clock"
+        return None
+
+    def reply_cost(self, meta: Mapping[str, Any]) -> float:
+        """What one reply cost, from its ``meta`` (``model`` and ``usage``); ``UsageLimitError`` when it cannot be known."""
+        model, usage = meta.get("model"), meta.get("usage")
+        price = self.prices.get(model) if isinstance(model, str) else None
+        if price is None:
+            raise UsageLimitError(
+                f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): add it, "
+                f"by that exact name; priced: {sorted(self.prices)}."
+            )
+        if not isinstance(usage, Mapping):
+            raise UsageLimitError(
+                f"A reply of model {model!r} reports no token usage (meta['usage']): its cost cannot be counted."
+            )
+        counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return (
+            input_tokens(counts) * price.input_per_million + output_tokens(counts) * price.output_per_million
+        ) / 1_000_000
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether a limit reads the replies' token usage (so every reply must report it)."""
+        return self.tracks_cost or any(
+            v is not None for v in (self.input_tokens, self.output_tokens, self.total_tokens)
+        )
+
+
+def _price(model: Any, price: Any) -> Price:
+    if not isinstance(model, str):
+        raise ConfigurationTypeError(f"UsageLimits(prices=...) keys are model names (str), got {model!r}.")
+    try:
+        checked = Price(*price)
+    except TypeError:
+        raise ConfigurationTypeError(
+            f"The price of {model!r} must be (input_per_million, output_per_million), got {price!r}."
+        ) from None
+    if not all(isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in checked):
+        raise ConfigurationError(f"The price of {model!r} must be two numbers >= 0, got {price!r}.")
+    return checked
+
+
+def input_tokens(usage: Mapping[str, int]) -> int:
+    """Input tokens of summed ``usage`` metadata (``prompt_tokens`` or ``input_tokens``)."""
+    return sum(usage.get(key, 0) for key in _INPUT_KEYS)
+
+
+def output_tokens(usage: Mapping[str, int]) -> int:
+    """Output tokens of summed ``usage`` metadata (``completion_tokens`` or ``output_tokens``)."""
+    return sum(usage.get(key, 0) for key in _OUTPUT_KEYS)
+
+
+def running_seconds(usage: Mapping[str, Any], now: float | None = None) -> float:
+    """Seconds a run with this ``run_usage`` has spent running: since its first start, less the time it was paused."""
+    started = usage.get("started_at")
+    if started is None:
+        return 0.0
+    return float((time.time() if now is None else now) - started - usage.get("paused_seconds", 0.0))
