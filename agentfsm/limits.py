@@ -17,18 +17,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageLimitError
 
+if TYPE_CHECKING:
+    from agentfsm.messages import ChatMessage
+
 #: The State key of the counts the other reserved keys do not keep (``AGENT_STATE_KEYS``).
 RUN_USAGE_KEY = "run_usage"
-#: The replies' ``usage`` counts of input (prompt) and output (completion) tokens, OpenAI's and Anthropic's names.
-_INPUT_KEYS = ("prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("completion_tokens", "output_tokens")
+#: The fields that are limits (the others: the price table, and what is worked out from them).
+_LIMITS = ("requests", "tool_calls", "input_tokens", "output_tokens", "total_tokens", "cost", "wall_clock")
+#: Input tokens, then output tokens, under OpenAI's and Anthropic's names.
+_TOKEN_KEYS = ("prompt_tokens", "input_tokens", "completion_tokens", "output_tokens")
 
 
 class Price(NamedTuple):
@@ -63,6 +67,10 @@ class UsageLimits:
     #: The price of each model, by the name its replies give in ``meta["model"]`` (exactly: no
     #: built-in prices, which go stale).
     prices: Mapping[str, Price] = field(default_factory=dict)
+    #: Worked out once (``__post_init__``): whether a limit is set, and whether replies' usage is read.
+    _bounded: bool = field(init=False, repr=False, compare=False, default=False)
+    _counts_tokens: bool = field(init=False, repr=False, compare=False, default=False)
+    _price_table: dict[str, Price] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("requests", "tool_calls", "input_tokens", "output_tokens", "total_tokens"):
@@ -87,11 +95,15 @@ class UsageLimits:
                 "agentfsm has no built-in prices."
             )
         object.__setattr__(self, "prices", MappingProxyType(prices))
+        object.__setattr__(self, "_price_table", prices)
+        object.__setattr__(self, "_bounded", any(getattr(self, name) is not None for name in _LIMITS))
+        tokens = (self.input_tokens, self.output_tokens, self.total_tokens)
+        object.__setattr__(self, "_counts_tokens", bool(prices) or any(v is not None for v in tokens))
 
     @property
     def bounded(self) -> bool:
         """Whether any limit is set (prices alone count the cost without bounding it)."""
-        return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "prices")
+        return self._bounded
 
     @property
     def configured(self) -> bool:
@@ -105,7 +117,7 @@ class UsageLimits:
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (``Agent.to_dict``)."""
-        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prices"}
+        data: dict[str, Any] = {name: getattr(self, name) for name in _LIMITS}
         data["prices"] = {model: list(price) for model, price in self.prices.items()}
         return data
 
@@ -125,9 +137,10 @@ class UsageLimits:
         usage = state.get(RUN_USAGE_KEY) or {}
         if self.tool_calls is not None and usage.get("refused_tool_calls"):
             return "tool_calls"
-        if self.input_tokens is not None or self.output_tokens is not None or self.total_tokens is not None:
+        if self._counts_tokens:
             tokens = state.get("token_usage") or {}
-            used_in, used_out = input_tokens(tokens), output_tokens(tokens)
+            used_in = tokens.get("prompt_tokens", 0) + tokens.get("input_tokens", 0)
+            used_out = tokens.get("completion_tokens", 0) + tokens.get("output_tokens", 0)
             if self.input_tokens is not None and used_in >= self.input_tokens:
                 return "input_tokens"
             if self.output_tokens is not None and used_out >= self.output_tokens:
@@ -140,30 +153,37 @@ class UsageLimits:
             return "wall_clock"
         return None
 
-    def reply_cost(self, meta: Mapping[str, Any]) -> float:
-        """What one reply cost, from its ``meta`` (``model`` and ``usage``); ``UsageLimitError`` when it cannot be known."""
-        model, usage = meta.get("model"), meta.get("usage")
-        price = self.prices.get(model) if isinstance(model, str) else None
-        if price is None:
-            raise UsageLimitError(
-                f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): add it, "
-                f"by that exact name; priced: {sorted(self.prices)}."
-            )
-        if not isinstance(usage, Mapping):
-            raise UsageLimitError(
-                f"A reply of model {model!r} reports no token usage (meta['usage']): its cost cannot be counted."
-            )
-        counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-        return (
-            input_tokens(counts) * price.input_per_million + output_tokens(counts) * price.output_per_million
-        ) / 1_000_000
+    def replies_cost(self, replies: Iterable[ChatMessage]) -> float:
+        """What replies cost, from their ``meta`` (``model`` and ``usage``); ``UsageLimitError`` when it cannot be known.
+
+        Without prices it only checks that each reply reports its usage, when a token limit reads it.
+        """
+        prices = self._price_table
+        cost = 0.0
+        for reply in replies:
+            meta = reply.meta
+            usage = meta.get("usage")
+            if type(usage) is not dict and not isinstance(usage, Mapping):
+                raise UsageLimitError(
+                    "UsageLimits counts tokens or cost, and a reply reports no token usage (meta['usage']): use "
+                    "a chat generator that reports it, or drop the token and cost limits."
+                )
+            if prices:
+                model = meta.get("model")
+                price = prices.get(model) if isinstance(model, str) else None
+                if price is None:
+                    raise UsageLimitError(
+                        f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): "
+                        f"add it, by that exact name; priced: {sorted(prices)}."
+                    )
+                used_in, used_out = tokens(usage)
+                cost += (used_in * price[0] + used_out * price[1]) / 1e6
+        return cost
 
     @property
     def counts_tokens(self) -> bool:
         """Whether a limit reads the replies' token usage (so every reply must report it)."""
-        return self.tracks_cost or any(
-            v is not None for v in (self.input_tokens, self.output_tokens, self.total_tokens)
-        )
+        return self._counts_tokens
 
 
 def _price(model: Any, price: Any) -> Price:
@@ -180,14 +200,14 @@ def _price(model: Any, price: Any) -> Price:
     return checked
 
 
-def input_tokens(usage: Mapping[str, int]) -> int:
-    """Input tokens of summed ``usage`` metadata (``prompt_tokens`` or ``input_tokens``)."""
-    return sum(usage.get(key, 0) for key in _INPUT_KEYS)
-
-
-def output_tokens(usage: Mapping[str, int]) -> int:
-    """Output tokens of summed ``usage`` metadata (``completion_tokens`` or ``output_tokens``)."""
-    return sum(usage.get(key, 0) for key in _OUTPUT_KEYS)
+def tokens(usage: Mapping[str, Any]) -> tuple[int, int]:
+    """Input and output tokens of ``usage`` metadata (OpenAI's names or Anthropic's; counts not ints left out)."""
+    get = usage.get
+    try:
+        return get("prompt_tokens", 0) + get("input_tokens", 0), get("completion_tokens", 0) + get("output_tokens", 0)
+    except TypeError:  # a count that is not a number: left out, as the run's token_usage leaves it out
+        a, b, c, d = (n if type(n) is int else 0 for n in (get(key, 0) for key in _TOKEN_KEYS))
+        return a + b, c + d
 
 
 def running_seconds(usage: Mapping[str, Any], now: float | None = None) -> float:

@@ -38,6 +38,7 @@ from agentfsm import (
     Phase,
     State,
     ToolCall,
+    UsageLimits,
     hook,
     tool,
 )
@@ -87,6 +88,36 @@ def workload_agent(steps: int, **agent_kwargs: Any) -> Agent:
     """An agent on a fresh scripted model for the ``steps``-step workload."""
     return Agent(
         chat_generator=ScriptedChatGenerator(script(steps)), tools=[add], max_agent_steps=steps + 1, **agent_kwargs
+    )
+
+
+def with_usage(message: ChatMessage | str) -> ChatMessage:
+    """A scripted reply as the HTTP clients give it: the model's name and the token usage in its meta."""
+    reply = ChatMessage.from_assistant(message) if isinstance(message, str) else message
+    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    return ChatMessage.from_assistant(reply.text, tool_calls=reply.tool_calls, meta={"model": "bench", "usage": usage})
+
+
+#: Every usage limit set, none of them reached by the workload.
+ALL_USAGE_LIMITS = UsageLimits(
+    requests=10_000,
+    tool_calls=10_000,
+    input_tokens=10**9,
+    output_tokens=10**9,
+    total_tokens=10**9,
+    cost=10**6,
+    wall_clock=3600,
+    prices={"bench": (1.0, 2.0)},
+)
+
+
+def limited_agent(steps: int) -> Agent:
+    """The workload agent with every limit on, its replies reporting usage (so tokens and cost are counted)."""
+    return Agent(
+        chat_generator=ScriptedChatGenerator([with_usage(m) for m in script(steps)]),
+        tools=[add],
+        max_agent_steps=steps + 1,
+        usage_limits=ALL_USAGE_LIMITS,
     )
 
 
@@ -200,6 +231,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
                 partial(workload_agent, steps, hooks=NO_OP_HOOKS), user
             ),
             "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
+            "all limits on": Configuration(partial(limited_agent, steps), user),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),

@@ -27,6 +27,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "plain",
         "no-op hooks at before_llm, before_tool, on_exit",
         "logging",
+        "all limits on",
         "whole_snapshot_encoded_at_every_transition_in_memory",
         "sqlite_durable_in_memory",
         "sqlite_durable",

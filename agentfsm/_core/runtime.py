@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError, UsageLimitError
+from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
 from agentfsm.logs import logger, stdlib_logger
@@ -393,7 +393,8 @@ class AgentRun:
     @property
     def usage_limit_reached(self) -> bool:
         """Fact: a limit of the run's ``UsageLimits`` is reached (``usage_limit`` names which)."""
-        return self.usage_limit() is not None
+        limits = self._limits
+        return limits is not None and limits.reached(self.step, self._data) is not None
 
     def usage_limit(self) -> str | None:
         """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
@@ -418,16 +419,10 @@ class AgentRun:
         limits = self._limits
         assert limits is not None
         if limits.counts_tokens:
-            for reply in replies:
-                if not isinstance(reply.meta.get("usage"), dict):
-                    raise UsageLimitError(
-                        "UsageLimits counts tokens or cost, and a reply reports no token usage (meta['usage']): "
-                        "use a chat generator that reports it, or drop the token and cost limits."
-                    )
-        if limits.tracks_cost:
-            usage = self._data.get(RUN_USAGE_KEY) or {}
-            cost = usage.get("cost", 0.0) + sum(limits.reply_cost(reply.meta) for reply in replies)
-            self.state.set(RUN_USAGE_KEY, {**usage, "cost": cost})
+            cost = limits.replies_cost(replies)
+            if limits.tracks_cost:
+                usage = self._data.get(RUN_USAGE_KEY) or {}
+                self.state.set(RUN_USAGE_KEY, {**usage, "cost": usage.get("cost", 0.0) + cost})
 
     def _refuse_over_limit(self, completed: Mapping[str, CallOutcome] | None) -> None:
         """Refuse the ready calls past ``UsageLimits(tool_calls=...)``: they never run, and their results say why."""

@@ -14,6 +14,7 @@ from agentfsm.durable import DurableAgent, launch
 from agentfsm.testing import comparable_result
 from tests.helpers import add, call, calls
 
+
 class CountingModel:
     """Calls ``add`` three times, then answers: its reply depends on the conversation only (a workflow may replay it)."""
 
