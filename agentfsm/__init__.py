@@ -10,11 +10,13 @@ every day; ``tests/test_exported_members.py`` pins them. The rest is one import 
 from agentfsm._core.runtime import TransitionRecord
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
+from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
     ConfigurationError,
     ModelClientError,
+    RunCancelled,
     SnapshotError,
     StaleSnapshotError,
     ToolError,
@@ -64,6 +66,8 @@ __all__ = [
     "Phase",
     "PipelineTool",
     "ReasoningContent",
+    "RunCancelled",
+    "RunHandle",
     "SearchableToolset",
     "SnapshotError",
     "StaleSnapshotError",

@@ -12,11 +12,13 @@ from agentfsm._core.drivers import SavePause, drive_async, drive_sync
 from agentfsm._core.resume import resume_run
 from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
+from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
     AgentFSMError,
     ConfigurationError,
     ConfigurationTypeError,
     DeserializationError,
+    RunCancelled,
     check_int,
 )
 from agentfsm.generators.base import ChatGenerator
@@ -113,6 +115,8 @@ class RunRequest:
     run_id: str | None = None
     #: What this run may use, instead of the agent's ``usage_limits`` (``UsageLimits()``: no limits).
     usage_limits: UsageLimits | None = None
+    #: Cancels the run from another thread.
+    cancel: RunHandle | None = None
 
 
 class Agent:
@@ -399,6 +403,7 @@ class Agent:
             usage_limits=self.usage_limits
             if request.usage_limits is None
             else _check_usage_limits(request.usage_limits),
+            cancel=_check_handle(request.cancel),
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -466,6 +471,7 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         usage_limits: UsageLimits | None = None,
+        cancel: RunHandle | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -512,10 +518,14 @@ class Agent:
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
             usage_limits=usage_limits,
+            cancel=cancel,
         )
         run = self.new_run(request)
         try:
             return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
+        except RunCancelled as exc:
+            cast(RunHandle, cancel).snapshot = exc.snapshot
+            raise
         finally:
             self._release(run)
 
@@ -535,6 +545,7 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         usage_limits: UsageLimits | None = None,
+        cancel: RunHandle | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Async twin of ``run``: same decisions, same result; the streaming callback may be async."""
@@ -551,11 +562,15 @@ class Agent:
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
             usage_limits=usage_limits,
+            cancel=cancel,
         )
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
         try:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
+        except RunCancelled as exc:
+            cast(RunHandle, cancel).snapshot = exc.snapshot
+            raise
         finally:
             self._release(run)
 
@@ -753,6 +768,13 @@ def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
             )
         options[option], named[option] = value, where
     return options
+
+
+def _check_handle(handle: Any) -> RunHandle | None:
+    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``."""
+    if handle is not None and not isinstance(handle, RunHandle):
+        raise ConfigurationTypeError(f"cancel must be a RunHandle or None, got {type(handle).__name__}.")
+    return handle
 
 
 def _check_usage_limits(limits: Any) -> UsageLimits | None:

@@ -12,7 +12,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
-The pause, fail and resume edges exist from (or to) every active phase; they are drawn once, from
+The pause, fail, resume and cancel edges exist from (or to) every active phase; they are drawn once, from
 (or to) an "any active phase" node.
 """
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
-_INTERRUPTS = ("pause", "fail", "resume")
+_INTERRUPTS = ("pause", "fail", "resume", "cancel")
 #: The edges a usage limit ends a run by: an agent's drawing names its limits there.
 _LIMIT_EDGES = frozenset({"usage_limit", "continue_limited"})
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.

@@ -20,7 +20,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── BreakpointException                              a breakpoint paused the run (signal: carries the snapshot)
-    │   └── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    │   ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    │   └── RunCancelled                                 the run was cancelled from outside (signal: carries the snapshot)
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
     ├── ToolError                                        preparing or running a tool call failed
     │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
@@ -173,6 +174,10 @@ class HITLBreakpointException(BreakpointException):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.tool_name, self.snapshot_file_path, self.tool_call_id, self.snapshot)
+
+
+class RunCancelled(BreakpointException):
+    """The run was cancelled (``RunHandle.cancel()``) and stopped at a transition; ``snapshot`` resumes it."""
 
 
 class DecisionError(AgentFSMError, ValueError):

@@ -215,6 +215,8 @@ class Facts(NamedTuple):
     calls_in_doubt: bool = False
     #: A limit of the run's ``UsageLimits`` is reached (requests, tool calls, tokens, cost, wall clock).
     usage_limit_reached: bool = False
+    #: The run was cancelled from outside (``RunHandle.cancel()``, or the task of ``run_async``).
+    cancel_requested: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -232,6 +234,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
     "usage_limit_reached": {True: "a usage limit reached", False: "within usage limits"},
+    "cancel_requested": {True: "cancellation requested", False: "not cancelled"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -386,6 +389,12 @@ TRANSITIONS: tuple[Transition, ...] = (
         for dest in ACTIVE_PHASES
     ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
+    # Taken at the first transition after a cancellation (or at once when the run's task is
+    # cancelled): the run resumes from PAUSED like any paused run.
+    *[
+        Transition("cancel", source, P.PAUSED, (("cancel_requested", True),), interrupt=True)
+        for source in ACTIVE_PHASES
+    ],
 )
 
 #: What an ``exit_reason`` template may name: the runtime fills in the exit condition met, the

@@ -47,6 +47,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "Phase",
         "PipelineTool",
         "ReasoningContent",
+        "RunCancelled",
+        "RunHandle",
         "SearchableToolset",
         "SnapshotError",
         "StaleSnapshotError",

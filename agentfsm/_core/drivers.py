@@ -28,7 +28,7 @@ from agentfsm._core.runtime import (
     RunObserver,
     RunTools,
 )
-from agentfsm.errors import BreakpointException, HITLBreakpointException
+from agentfsm.errors import BreakpointException, HITLBreakpointException, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hitl.types import ToolExecutionDecision
@@ -36,7 +36,7 @@ from agentfsm.hooks import Hook, accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -65,6 +65,13 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
             f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
             f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
+            snapshot,
+            path,
+        )
+    if isinstance(pause, Cancelled):
+        return RunCancelled(
+            f"Run {snapshot.run_id} was cancelled and stopped in {snapshot.phase.value.lower()} at step "
+            f"{snapshot.step}{where}. Resume it with agent.run(snapshot=exc.snapshot).",
             snapshot,
             path,
         )
@@ -337,6 +344,22 @@ async def drive_async(
                     raise action.error
                 case _:
                     assert_never(action)
+        except asyncio.CancelledError:
+            await _keep_cancelled(run, writer, save_pause)
+            raise  # the task ends cancelled, as asyncio expects
         except BaseException as exc:
             if not run.fail(exc):
                 raise
+
+
+async def _keep_cancelled(run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None) -> None:
+    """Pause a run whose task was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``."""
+    if not run.task_cancelled():  # it was not in a phase it can pause from
+        return
+    action = run.next_action()  # its pause reported: nothing else is left to do
+    assert isinstance(action, Pause)
+    if writer is not None:
+        await writer.write()
+    stopped = await run_in_worker(pause_exception, action.snapshot, save_pause)
+    if run.config.cancel is not None:
+        run.config.cancel.snapshot = stopped.snapshot

@@ -48,7 +48,7 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown, PauseReason
 from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
@@ -58,6 +58,7 @@ from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
 if TYPE_CHECKING:
+    from agentfsm.cancellation import RunHandle
     from agentfsm.hitl.strategies import Decider
     from agentfsm.hitl.types import ToolExecutionDecision
     from agentfsm.hooks import Hook
@@ -183,6 +184,8 @@ class RunConfig:
     hook_context: dict[str, Any] | None = None
     #: What the run may use (``Agent(usage_limits=...)`` or ``run(usage_limits=...)``).
     usage_limits: UsageLimits | None = None
+    #: Cancels the run from another thread (``run(cancel=...)``).
+    cancel: RunHandle | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -329,6 +332,8 @@ class AgentRun:
         )
         if self._limits is not None and self._limits.wall_clock is not None:
             self._start_clock()
+        #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
+        self._task_cancelled = False
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -395,6 +400,26 @@ class AgentRun:
         """Fact: a limit of the run's ``UsageLimits`` is reached (``usage_limit`` names which)."""
         limits = self._limits
         return limits is not None and limits.reached(self.step, self._data) is not None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Fact: the run was cancelled from outside (its ``RunHandle``, or the task of ``run_async``)."""
+        handle = self.config.cancel
+        return self._task_cancelled or (handle is not None and handle.cancelled)
+
+    def task_cancelled(self) -> bool:
+        """Take the ``cancel`` edge after the task driving the run was cancelled; False where a run cannot pause.
+
+        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot is
+        taken at its stage, with the calls that started and have no result in doubt.
+        """
+        if self.phase in CANNOT_FAIL:
+            return False
+        self._task_cancelled = True
+        self._awaiting = None
+        self.snapshot = self.make_snapshot(Cancelled(), stage=self.stage)
+        self.interrupt("cancel", Phase.PAUSED)
+        return True
 
     def usage_limit(self) -> str | None:
         """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
@@ -814,6 +839,10 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
+        handle = self.config.cancel
+        if handle is not None and handle.cancelled and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
+            self.snapshot = self.make_snapshot(Cancelled())
+            self.interrupt("cancel", Phase.PAUSED)
 
     def _visits(self) -> int:
         """How many times the current phase was entered before (resumes do not count)."""
@@ -900,7 +929,7 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
-            "started_tool_calls": self.started_calls() if pause is None else [],
+            "started_tool_calls": self.started_calls() if pause is None or isinstance(pause, Cancelled) else [],
             "exit_reason": self.exit_reason,
             "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),

@@ -41,7 +41,17 @@ from agentfsm.machine import (
     Facts,
     build_machine,
 )
-from tests.helpers import add, always_continue, call, calls, continue_once, fail, raise_in_hook, stop_at_once
+from tests.helpers import (
+    add,
+    always_continue,
+    call,
+    calls,
+    cancel_from_hook,
+    continue_once,
+    fail,
+    raise_in_hook,
+    stop_at_once,
+)
 
 FixedFacts = Facts
 ALL_FACTS = [Facts(*bits) for bits in itertools.product([False, True], repeat=len(Facts._fields))]
@@ -240,11 +250,37 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     return edges
 
 
+def cancelled_runs() -> None:
+    """Runs cancelled as they enter each active phase, by a hook of the phase before (or before they start)."""
+    from agentfsm import RunCancelled, RunHandle
+
+    script = [calls(call("add", "a1", a=1, b=2)), "done"]
+    decide_now = BlockingConfirmationStrategy(NeverAskPolicy(), SimpleConsoleUI())
+    cases = [
+        (None, {}),
+        ("before_llm", {}),
+        ("before_tool", {}),
+        ("before_tool", {"add": decide_now}),
+        ("after_tool", {}),
+    ]
+    for point, strategies in cases:
+        handle = RunHandle()
+        if point is None:
+            handle.cancel()
+        hooks = {point: [cancel_from_hook]} if point else None
+        agent = Agent(
+            chat_generator=ScriptedChatGenerator(script), tools=[add], hooks=hooks, confirmation_strategies=strategies
+        )
+        with pytest.raises(RunCancelled):
+            agent.run(USER, cancel=handle, hook_context={"handle": handle})
+
+
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path)
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         in_doubt_runs(caplog)
+        cancelled_runs()
     taken |= _logged_edges(caplog)
     assert taken == declared
 
