@@ -4,7 +4,7 @@ The names here are the seeds' (Haystack's Agent, State, tools, breakpoints) and 
 every day; ``tests/test_exported_members.py`` pins them. The rest is one import away:
 ``agentfsm.errors`` (every error, drawn as a tree), ``agentfsm.machine`` (the transition tables),
 ``agentfsm.hitl``, ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
-``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``. The run's machinery lives in ``agentfsm._core``.
+``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``, ``agentfsm.loops``, ``agentfsm.cancellation``. The run's machinery lives in ``agentfsm._core``.
 """
 
 from agentfsm._core.runtime import TransitionRecord
@@ -25,6 +25,7 @@ from agentfsm.errors import (
 from agentfsm.hooks import Hook, hook
 from agentfsm.limits import UsageLimits
 from agentfsm.logs import configure_logging, use_standard_logging
+from agentfsm.loops import LoopDetection
 from agentfsm.machine import Phase
 from agentfsm.messages import (
     ChatMessage,
@@ -62,6 +63,7 @@ __all__ = [
     "ConfigurationError",
     "Hook",
     "ImageContent",
+    "LoopDetection",
     "ModelClientError",
     "Phase",
     "PipelineTool",

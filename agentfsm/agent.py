@@ -37,6 +37,8 @@ from agentfsm.hooks import (
 )
 from agentfsm.limits import UsageLimits
 from agentfsm.logs import logger
+from agentfsm.loops import LoopDetection
+from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
@@ -146,6 +148,7 @@ class Agent:
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
         usage_limits: UsageLimits | None = None,
+        loop_detection: LoopDetection | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -201,6 +204,13 @@ class Agent:
         self.snapshot_store = snapshot_store
         #: What each run may use (``agentfsm.limits``); ``run(usage_limits=...)`` overrides it for one run.
         self.usage_limits = _check_usage_limits(usage_limits)
+        #: What a run does when the model repeats itself (``agentfsm.loops``); ``None``: nothing, and nothing is read.
+        self.loop_detection = _check_loop_detection(loop_detection)
+        #: The hooks runs fire: the agent's, and at ``on_loop`` the loop detection's consequence after them.
+        self._run_hooks = self._hooks
+        if loop_detection is not None and loop_detection.consequence():
+            on_loop = (*self._hooks.get(Work.ON_LOOP, ()), *loop_detection.consequence())
+            self._run_hooks = {**self._hooks, Work.ON_LOOP: on_loop}
         self._is_warmed_up = False
 
     @property
@@ -397,13 +407,14 @@ class Agent:
             fingerprint=self._fingerprint,
             break_point=_unwrap(request.break_point),
             observers=self._observers,
-            hooks=self._hooks,
+            hooks=self._run_hooks,
             confirmation=self._confirmation,
             hook_context=request.hook_context,
             usage_limits=self.usage_limits
             if request.usage_limits is None
             else _check_usage_limits(request.usage_limits),
             cancel=_check_handle(request.cancel),
+            loop_detection=self.loop_detection,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -614,6 +625,7 @@ class Agent:
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
                 "usage_limits": self.usage_limits.to_dict() if self.usage_limits is not None else None,
+                "loop_detection": self.loop_detection.to_dict() if self.loop_detection is not None else None,
             },
         }
 
@@ -638,6 +650,8 @@ class Agent:
                 params["confirmation_strategies"] = strategies_from_dict(
                     params["confirmation_strategies"], allowed_modules
                 )
+            if params.get("loop_detection") is not None:
+                params["loop_detection"] = LoopDetection.from_dict(params["loop_detection"])
             if params.get("usage_limits") is not None:
                 params["usage_limits"] = UsageLimits.from_dict(params["usage_limits"])
             if params.get("hooks"):
@@ -670,6 +684,7 @@ _AGENT_PARAMETERS = frozenset(
         "hooks",
         "confirmation_strategies",
         "usage_limits",
+        "loop_detection",
     }
 )
 
@@ -768,6 +783,16 @@ def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
             )
         options[option], named[option] = value, where
     return options
+
+
+def _check_loop_detection(detection: Any) -> LoopDetection | None:
+    """``detection`` when it is a ``LoopDetection`` or ``None``; else ``ConfigurationTypeError``.
+
+    Without it, ``on_loop`` hooks never run: nothing detects a loop (they are drawn nowhere either).
+    """
+    if detection is not None and not isinstance(detection, LoopDetection):
+        raise ConfigurationTypeError(f"loop_detection must be a LoopDetection or None, got {type(detection).__name__}.")
+    return detection
 
 
 def _check_handle(handle: Any) -> RunHandle | None:

@@ -122,10 +122,11 @@ def agent_constants(agent: Agent) -> ConstantFacts:
     return constant_facts(
         agent._tools,
         dynamic=bool(agent._dynamic),
-        hooks=agent._hooks,
+        hooks=agent._run_hooks,
         confirmation=agent._confirmation,
         max_agent_steps=agent.max_agent_steps,
         usage_limits=agent.usage_limits,
+        loop_detection=agent.loop_detection,
     )
 
 
@@ -186,7 +187,9 @@ def build_model(
             notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
         for phase, work in PHASE_WORK.items():
             hooks = [
-                f"{p.value}: {', '.join(hook_name(h) for h in agent._hooks[p])}" for p in work if p in agent._hooks
+                f"{p.value}: {', '.join(hook_name(h) for h in agent._run_hooks[p])}"
+                for p in work
+                if p in agent._run_hooks
             ]
             if hooks:
                 notes[phase.value] = "; ".join([*filter(None, [notes.get(phase.value)]), f"hooks {'; '.join(hooks)}"])

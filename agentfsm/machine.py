@@ -98,6 +98,8 @@ class Work(StrEnum):
     #: Each exit attempt starts without a request to continue: only its own ``on_exit`` hooks can make one.
     CLEAR_CONTINUE = "clear_continue_run"
     ON_EXIT = "on_exit"
+    #: The model repeats itself (``loop_detected``): the ``on_loop`` hooks, then ``LoopDetection``'s consequence.
+    ON_LOOP = "on_loop"
     AFTER_RUN = "after_run"
     ON_ERROR = "on_error"
     #: Hand the caller the result (the last work of a finished run: it is never done).
@@ -118,6 +120,7 @@ HOOK_POINTS: tuple[Work, ...] = (
     Work.ON_EXIT,
     Work.AFTER_RUN,
     Work.ON_ERROR,
+    Work.ON_LOOP,
 )
 
 #: What each phase does before its way out is chosen. A run's ``stage`` is the index of the next
@@ -125,22 +128,23 @@ HOOK_POINTS: tuple[Work, ...] = (
 #: The hook points sit where they fire: ``before_run`` before the ``start`` edge, ``before_llm`` /
 #: ``after_llm`` around the model call, ``before_tool`` before the calls are checked (so what is
 #: confirmed and run is what the hooks left), ``after_tool`` once the step's results are in,
-#: ``on_exit`` when an exit condition is met (the exit is read again after it), ``after_run`` on
-#: entering DONE, ``on_error`` on entering FAILED.
+#: ``on_exit`` when an exit condition is met (the exit is read again after it), ``on_loop`` when the
+#: model repeats itself, ``after_run`` on entering DONE, ``on_error`` on entering FAILED.
 PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.IDLE: (Work.BEFORE_RUN,),
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
     Phase.CONFIRM: (Work.DECIDE,),
     Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
-    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT),
+    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
     Phase.FAILED: (Work.ON_ERROR, Work.RAISE_ERROR),
 }
 
 #: Work that is skipped when a fact has the given value: no model call (and so no ``after_llm``)
-#: once a hook asked to stop, and no ``on_exit`` hooks unless an exit condition is met. (A hook
+#: once a hook asked to stop, no ``on_exit`` hooks unless an exit condition is met, and no
+#: ``on_loop`` hooks unless the model repeats itself. (A hook
 #: point without hooks in a run is skipped too: see ``work_plan``.)
 SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.CALL_MODEL: ("stop_requested", True),
@@ -149,6 +153,7 @@ SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.AFTER_LLM: ("stop_requested", True),
     Work.CLEAR_CONTINUE: ("continue_requested", False),
     Work.ON_EXIT: ("exit_reached", False),
+    Work.ON_LOOP: ("loop_detected", False),
 }
 
 #: Facts that keep one value in a run, with that value: a run that nothing can write ``stop_run`` or
@@ -217,6 +222,8 @@ class Facts(NamedTuple):
     usage_limit_reached: bool = False
     #: The run was cancelled from outside (``RunHandle.cancel()``, or the task of ``run_async``).
     cancel_requested: bool = False
+    #: The model repeats itself: its last tool calls are the same call with the same result (``LoopDetection``).
+    loop_detected: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -235,6 +242,7 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
     "usage_limit_reached": {True: "a usage limit reached", False: "within usage limits"},
     "cancel_requested": {True: "cancellation requested", False: "not cancelled"},
+    "loop_detected": {True: "the model repeats itself", False: "no repeated call"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")

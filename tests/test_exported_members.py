@@ -43,6 +43,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "ConfigurationError",
         "Hook",
         "ImageContent",
+        "LoopDetection",
         "ModelClientError",
         "Phase",
         "PipelineTool",

@@ -30,6 +30,7 @@ from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
 from agentfsm.logs import logger, stdlib_logger
+from agentfsm.loops import LoopDetection, repeated_call
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_DISPATCH,
@@ -186,6 +187,8 @@ class RunConfig:
     usage_limits: UsageLimits | None = None
     #: Cancels the run from another thread (``run(cancel=...)``).
     cancel: RunHandle | None = None
+    #: Detects a model that repeats itself (``Agent(loop_detection=...)``); its consequence is in ``hooks``.
+    loop_detection: LoopDetection | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -301,6 +304,7 @@ class AgentRun:
             max_agent_steps=config.max_agent_steps,
             state=state.data,
             usage_limits=config.usage_limits,
+            loop_detection=config.loop_detection,
         )
         #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
         self._constants = constants
@@ -406,6 +410,12 @@ class AgentRun:
         """Fact: the run was cancelled from outside (its ``RunHandle``, or the task of ``run_async``)."""
         handle = self.config.cancel
         return self._task_cancelled or (handle is not None and handle.cancelled)
+
+    @property
+    def loop_detected(self) -> bool:
+        """Fact: the model repeats itself (``LoopDetection``): the same call, with the same result, in a row."""
+        detection = self.config.loop_detection
+        return detection is not None and repeated_call(self._data["messages"], detection.repeats) is not None
 
     def task_cancelled(self) -> bool:
         """Take the ``cancel`` edge after the task driving the run was cancelled; False where a run cannot pause.
@@ -1008,6 +1018,7 @@ def constant_facts(
     max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
     usage_limits: UsageLimits | None = None,
+    loop_detection: LoopDetection | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
@@ -1015,7 +1026,8 @@ def constant_facts(
     ``continue_run`` are reserved State keys that only hooks and tools that map them
     (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
     strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all;
-    without ``usage_limits`` (or with prices only) no usage limit is ever reached.
+    without ``usage_limits`` (or with prices only) no usage limit is ever reached; without
+    ``loop_detection`` no loop is.
     ``state``: a run's starting State values (a resumed run's may hold
     either key); ``None`` for any new run, which starts without them.
     """
@@ -1034,6 +1046,8 @@ def constant_facts(
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
     if usage_limits is None or not usage_limits.bounded:
         constants.append(("usage_limit_reached", False))
+    if loop_detection is None:
+        constants.append(("loop_detected", False))
     return frozenset(constants)
 
 
