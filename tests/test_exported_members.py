@@ -127,11 +127,13 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "DurableRun",
         "DurableRuns",
         "RunRecord",
+        "cancel",
         "continue_run",
         "decide",
         "find_run",
         "launch",
         "list_runs",
+        "resume_cancelled",
     ),
     "agentfsm.mcp": (
         "AskDestructiveMCPToolsPolicy",

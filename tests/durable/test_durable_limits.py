@@ -1,18 +1,35 @@
-"""Usage limits and loop detection in durable runs: the same edges and exit reasons as in process."""
+"""Usage limits, loop detection and cancellation in durable runs: the same outcomes as in process."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dbos import DBOS
+from dbos import DBOS, DBOSClient
 
-from agentfsm import Agent, Breakpoint, BreakpointException, ChatMessage, LoopDetection, Phase, UsageLimits
-from agentfsm.durable import DurableAgent, launch
+from agentfsm import Agent, Breakpoint, BreakpointException, ChatMessage, LoopDetection, Phase, UsageLimits, tool
+from agentfsm.durable import DurableAgent, DurableRun, cancel, find_run, launch, resume_cancelled
+from agentfsm.errors import DurabilityError
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import ToolExecutionDecision
+from agentfsm.pauses import OutcomeUnknown
 from agentfsm.testing import comparable_result
-from tests.helpers import add, call, calls
+from tests.helpers import SIDE_EFFECTS, add, call, calls
+
+STARTED, RELEASE = threading.Event(), threading.Event()
+
+
+@tool
+def slow_step(label: str) -> str:
+    """Say it started, then wait for the test."""
+    STARTED.set()
+    RELEASE.wait(60)
+    SIDE_EFFECTS.append(f"slow_step({label})")
+    return label
 
 
 class CountingModel:
@@ -38,6 +55,13 @@ class RepeatingModel:
 
 
 limited = DurableAgent(_agent(), "limited")
+slow = DurableAgent(
+    Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("slow_step", "s1", label="a")), "done"]),
+        tools=[slow_step],
+    ),
+    "slow",
+)
 looping = DurableAgent(
     Agent(chat_generator=RepeatingModel(), tools=[add], loop_detection=LoopDetection(repeats=3)), "looping"
 )
@@ -68,3 +92,33 @@ def test_a_durable_run_that_repeats_itself_ends_as_in_process(launched: str) -> 
     result = looping.run([ChatMessage.from_user("go")], run_id="loop1")
     assert result["exit_reason"] == "loop_detected" and result["step_count"] == 3
     assert comparable_result(result) == comparable_result(looping.agent.run([ChatMessage.from_user("go")]))
+
+
+def test_a_durable_run_cancelled_from_a_client_resumes_from_its_recorded_steps(launched: str) -> None:
+    SIDE_EFFECTS.clear()
+    STARTED.clear()
+    RELEASE.clear()
+    slow.start([ChatMessage.from_user("go")], run_id="c1")
+    assert STARTED.wait(60)
+    client = DBOSClient(system_database_url=launched)  # what another process uses
+    try:
+        assert cancel(client, "c1") == "c1"
+        RELEASE.set()  # the call under way finishes; the workflow stops before its next step
+        deadline = time.monotonic() + 60
+        while find_run(client, "c1").workflow_status != "CANCELLED":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(DurabilityError, match="only an active"):
+            cancel(client, "c1")
+    finally:
+        client.destroy()
+    workflow_id = resume_cancelled(DBOS, "c1")
+    # The call was under way when the workflow was cancelled, and its result was not recorded: it is
+    # in doubt (its tool is not idempotent), and the run waits for a decision on it.
+    with pytest.raises(BreakpointException) as in_doubt:
+        DurableRun(slow, "c1", workflow_id).result(timeout=60)
+    assert isinstance(in_doubt.value.snapshot.pause, OutcomeUnknown)
+    settled = ToolExecutionDecision("slow_step", False, "s1", feedback="a")
+    result = slow.run(snapshot=in_doubt.value.snapshot, decisions=[settled])
+    assert result["last_message"].text == "done"
+    assert SIDE_EFFECTS == ["slow_step(a)"], "the call did not run again"
