@@ -18,7 +18,6 @@ and ``max_agent_steps`` already bounds every run; an agent without it reads noth
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -93,12 +92,7 @@ def repeated_call(messages: list[ChatMessage], repeats: int) -> str | None:
             return None
         for result in reversed(message.tool_call_results):
             origin = result.origin
-            key = (
-                origin.tool_name,
-                json.dumps(origin.arguments, sort_keys=True, default=str),
-                result.result,
-                result.error,
-            )
+            key = (origin.tool_name, origin.arguments, result.result, result.error)  # dicts compare deeply
             if seen is None:
                 seen = key
             elif key != seen:
@@ -113,6 +107,8 @@ class StopOnLoop:
     """Ends the run: ``stop_run`` set to ``"loop_detected"`` (the ``stop`` edge's exit reason)."""
 
     points = frozenset({"on_loop"})
+    #: The flow-control keys it writes: the run reads ``stop_run`` only (``runtime.constant_facts``).
+    writes = frozenset({"stop_run"})
 
     def run(self, state: State) -> None:
         """Ask the run to stop."""
@@ -123,6 +119,8 @@ class TellModel:
     """Adds a user message telling the model it repeats itself."""
 
     points = frozenset({"on_loop"})
+    #: It writes no flow-control key: the run need not read ``stop_run`` or ``continue_run``.
+    writes: frozenset[str] = frozenset()
 
     def __init__(self, detection: LoopDetection) -> None:
         self.detection = detection

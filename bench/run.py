@@ -35,7 +35,9 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    LoopDetection,
     Phase,
+    RunHandle,
     State,
     ToolCall,
     UsageLimits,
@@ -112,13 +114,22 @@ ALL_USAGE_LIMITS = UsageLimits(
 
 
 def limited_agent(steps: int) -> Agent:
-    """The workload agent with every limit on, its replies reporting usage (so tokens and cost are counted)."""
+    """The workload agent with every usage limit and loop detection on (its runs get a ``RunHandle``).
+
+    Its replies report usage, so that tokens and cost are counted.
+    """
     return Agent(
         chat_generator=ScriptedChatGenerator([with_usage(m) for m in script(steps)]),
         tools=[add],
         max_agent_steps=steps + 1,
         usage_limits=ALL_USAGE_LIMITS,
+        loop_detection=LoopDetection(),
     )
+
+
+def cancellable() -> dict[str, Any]:
+    """Run options: a handle that can cancel the run (never used)."""
+    return {"cancel": RunHandle()}
 
 
 def history(n: int) -> list[ChatMessage]:
@@ -159,10 +170,12 @@ class Configuration:
     make_agent: Callable[[], Agent]
     messages: list[ChatMessage]
     setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    #: Options of each run (made fresh for each: a ``RunHandle`` serves one run).
+    run_options: Callable[[], dict[str, Any]] = dict
 
     def setup(self) -> Callable[[], object]:
         """Build the agent; return its run, to be timed."""
-        return partial(self.make_agent().run, self.messages)
+        return partial(self.make_agent().run, self.messages, **self.run_options())
 
 
 @contextlib.contextmanager
@@ -231,7 +244,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
                 partial(workload_agent, steps, hooks=NO_OP_HOOKS), user
             ),
             "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
-            "all limits on": Configuration(partial(limited_agent, steps), user),
+            "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),

@@ -1023,8 +1023,9 @@ def constant_facts(
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
     The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
-    ``continue_run`` are reserved State keys that only hooks and tools that map them
-    (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
+    ``continue_run`` are reserved State keys that only hooks (but those whose ``writes`` leaves the
+    key out) and tools that map them (``outputs_to_state``; a ``dynamic`` toolset may show such a
+    tool) write; without confirmation
     strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all;
     without ``usage_limits`` (or with prices only) no usage limit is ever reached; without
     ``loop_detection`` no loop is.
@@ -1034,8 +1035,10 @@ def constant_facts(
     start = state or {}
 
     def never_written(key: str) -> bool:
-        writers = hooks or dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
-        return not writers and not start.get(key)
+        writers = dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
+        # A hook may say which of these keys it writes (``writes``, as the loop detection's do); else it may write any.
+        hooked = any(key in getattr(h, "writes", (key,)) for hs in hooks.values() for h in hs)
+        return not (writers or hooked) and not start.get(key)
 
     constants = [("model_calls_allowed", max_agent_steps > 0)]
     if never_written("stop_run"):
