@@ -9,7 +9,6 @@ idempotent, else it waits for a decision). ``after_run`` hooks run once, when th
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,18 +28,19 @@ class RunHandle:
     when the task of ``run_async`` was cancelled instead. One handle serves one run.
     """
 
-    __slots__ = ("_event", "snapshot")
+    __slots__ = ("_cancelled", "snapshot")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # A plain flag: read at every transition of the run, set once from any thread (an atomic store).
+        self._cancelled = False
         #: The snapshot of the run once it stopped for the cancellation (``None`` until then).
         self.snapshot: AgentSnapshot | None = None
 
     def cancel(self) -> None:
         """Ask the run to stop at its next transition; safe from any thread, and more than once."""
-        self._event.set()
+        self._cancelled = True
 
     @property
     def cancelled(self) -> bool:
         """Whether ``cancel()`` was called."""
-        return self._event.is_set()
+        return self._cancelled

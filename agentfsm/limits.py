@@ -149,8 +149,10 @@ class UsageLimits:
                 return "total_tokens"
         if self.cost is not None and usage.get("cost", 0.0) >= self.cost:
             return "cost"
-        if self.wall_clock is not None and running_seconds(usage, now) >= self.wall_clock:
-            return "wall_clock"
+        if self.wall_clock is not None and "started_at" in usage:
+            paused = usage.get("paused_seconds", 0.0)
+            if (time.time() if now is None else now) - usage["started_at"] - paused >= self.wall_clock:
+                return "wall_clock"
         return None
 
     def replies_cost(self, replies: Iterable[ChatMessage]) -> float:
@@ -208,11 +210,3 @@ def tokens(usage: Mapping[str, Any]) -> tuple[int, int]:
     except TypeError:  # a count that is not a number: left out, as the run's token_usage leaves it out
         a, b, c, d = (n if type(n) is int else 0 for n in (get(key, 0) for key in _TOKEN_KEYS))
         return a + b, c + d
-
-
-def running_seconds(usage: Mapping[str, Any], now: float | None = None) -> float:
-    """Seconds a run with this ``run_usage`` has spent running: since its first start, less the time it was paused."""
-    started = usage.get("started_at")
-    if started is None:
-        return 0.0
-    return float((time.time() if now is None else now) - started - usage.get("paused_seconds", 0.0))

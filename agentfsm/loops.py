@@ -86,9 +86,9 @@ def repeated_call(messages: list[ChatMessage], repeats: int) -> str | None:
     count = 0
     for message in reversed(messages):
         role = message.role
-        if role is ChatRole.ASSISTANT and message.tool_calls:
-            continue
         if role is not ChatRole.TOOL:
+            if role is ChatRole.ASSISTANT and message.tool_call is not None:
+                continue
             return None
         for result in reversed(message.tool_call_results):
             origin = result.origin

@@ -114,7 +114,7 @@ ALL_USAGE_LIMITS = UsageLimits(
 
 
 def limited_agent(steps: int) -> Agent:
-    """The workload agent with every usage limit and loop detection on (its runs get a ``RunHandle``).
+    """The workload agent with every usage limit on (its runs get a ``RunHandle``).
 
     Its replies report usage, so that tokens and cost are counted.
     """
@@ -123,7 +123,6 @@ def limited_agent(steps: int) -> Agent:
         tools=[add],
         max_agent_steps=steps + 1,
         usage_limits=ALL_USAGE_LIMITS,
-        loop_detection=LoopDetection(),
     )
 
 
@@ -245,6 +244,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             ),
             "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
             "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
+            "loop detection": Configuration(partial(workload_agent, steps, loop_detection=LoopDetection()), user),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),

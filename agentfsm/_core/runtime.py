@@ -453,9 +453,9 @@ class AgentRun:
         """Check that the replies report what the limits count, and add up their cost (with prices)."""
         limits = self._limits
         assert limits is not None
-        if limits.counts_tokens:
+        if limits._counts_tokens:
             cost = limits.replies_cost(replies)
-            if limits.tracks_cost:
+            if limits._price_table:
                 usage = self._data.get(RUN_USAGE_KEY) or {}
                 self.state.set(RUN_USAGE_KEY, {**usage, "cost": usage.get("cost", 0.0) + cost})
 
@@ -464,6 +464,8 @@ class AgentRun:
         limits = self._limits
         assert limits is not None and limits.tool_calls is not None
         left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
+        if len(self.pending) <= left:  # every call fits
+            return
         refused = 0
         for c in self.pending:
             if c.status is not CallStatus.READY or (completed and c.key in completed):
