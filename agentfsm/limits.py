@@ -113,7 +113,7 @@ class UsageLimits:
     @property
     def tracks_cost(self) -> bool:
         """Whether the run works out what its replies cost (a price table is given)."""
-        return bool(self.prices)
+        return bool(self._price_table)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (``Agent.to_dict``)."""

@@ -453,9 +453,9 @@ class AgentRun:
         """Check that the replies report what the limits count, and add up their cost (with prices)."""
         limits = self._limits
         assert limits is not None
-        if limits._counts_tokens:
+        if limits.counts_tokens:
             cost = limits.replies_cost(replies)
-            if limits._price_table:
+            if limits.tracks_cost:
                 usage = self._data.get(RUN_USAGE_KEY) or {}
                 self.state.set(RUN_USAGE_KEY, {**usage, "cost": usage.get("cost", 0.0) + cost})
 
@@ -1027,10 +1027,9 @@ def constant_facts(
     The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
     ``continue_run`` are reserved State keys that only hooks (but those whose ``writes`` leaves the
     key out) and tools that map them (``outputs_to_state``; a ``dynamic`` toolset may show such a
-    tool) write; without confirmation
-    strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all;
-    without ``usage_limits`` (or with prices only) no usage limit is ever reached; without
-    ``loop_detection`` no loop is.
+    tool) write; without confirmation strategies nothing confirms; ``max_agent_steps`` decides
+    whether the model is called at all; without ``usage_limits`` (or with prices only) no usage
+    limit is ever reached; without ``loop_detection`` no loop is.
     ``state``: a run's starting State values (a resumed run's may hold
     either key); ``None`` for any new run, which starts without them.
     """
