@@ -4,24 +4,28 @@ The names here are the seeds' (Haystack's Agent, State, tools, breakpoints) and 
 every day; ``tests/test_exported_members.py`` pins them. The rest is one import away:
 ``agentfsm.errors`` (every error, drawn as a tree), ``agentfsm.machine`` (the transition tables),
 ``agentfsm.hitl``, ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
-``agentfsm.durable``, ``agentfsm.mcp``. The run's machinery lives in ``agentfsm._core``.
+``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``, ``agentfsm.loops``, ``agentfsm.cancellation``. The run's machinery lives in ``agentfsm._core``.
 """
 
 from agentfsm._core.runtime import TransitionRecord
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
+from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
     ConfigurationError,
     ModelClientError,
+    RunCancelled,
     SnapshotError,
     StaleSnapshotError,
     ToolError,
     ToolInvocationError,
 )
 from agentfsm.hooks import Hook, hook
+from agentfsm.limits import UsageLimits
 from agentfsm.logs import configure_logging, use_standard_logging
+from agentfsm.loops import LoopDetection
 from agentfsm.machine import Phase
 from agentfsm.messages import (
     ChatMessage,
@@ -59,10 +63,13 @@ __all__ = [
     "ConfigurationError",
     "Hook",
     "ImageContent",
+    "LoopDetection",
     "ModelClientError",
     "Phase",
     "PipelineTool",
     "ReasoningContent",
+    "RunCancelled",
+    "RunHandle",
     "SearchableToolset",
     "SnapshotError",
     "StaleSnapshotError",
@@ -78,6 +85,7 @@ __all__ = [
     "ToolInvoker",
     "Toolset",
     "TransitionRecord",
+    "UsageLimits",
     "configure_logging",
     "create_tool_from_function",
     "hook",

@@ -13,11 +13,13 @@ from agentfsm._core.iterating import iterate, iterate_async
 from agentfsm._core.resume import resume_run
 from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver, constant_facts
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
+from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
     AgentFSMError,
     ConfigurationError,
     ConfigurationTypeError,
     DeserializationError,
+    RunCancelled,
     check_int,
 )
 from agentfsm.events import Event, EventHandler
@@ -35,7 +37,9 @@ from agentfsm.hooks import (
     hooked_strategies,
     is_hook_data,
 )
+from agentfsm.limits import UsageLimits
 from agentfsm.logs import logger
+from agentfsm.loops import LoopDetection
 from agentfsm.machine import ConstantFacts, Work
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.pauses import RunStatus
@@ -97,7 +101,7 @@ class AgentOutline:
 
     #: The agent's own tools (a dynamic toolset's are shown to the model at run time).
     tools: tuple[Tool, ...]
-    #: The hooks of each hook point, in the order they run.
+    #: The hooks of each hook point, in the order they run (loop detection's consequence included).
     hooks: Mapping[Work, tuple[Hook, ...]]
     #: The confirmation strategy of each tool a strategy covers.
     confirmation: StrategyTable
@@ -131,6 +135,10 @@ class RunRequest:
     on_event: EventHandler | None = None
     #: The agent's name in the run's events.
     agent_name: str = "agent"
+    #: What this run may use, instead of the agent's ``usage_limits`` (``UsageLimits()``: no limits).
+    usage_limits: UsageLimits | None = None
+    #: Cancels the run from another thread.
+    cancel: RunHandle | None = None
 
 
 class Agent:
@@ -159,6 +167,8 @@ class Agent:
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
+        usage_limits: UsageLimits | None = None,
+        loop_detection: LoopDetection | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -212,6 +222,15 @@ class Agent:
             strategies[key] = strategy
         self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
+        #: What each run may use (``agentfsm.limits``); ``run(usage_limits=...)`` overrides it for one run.
+        self.usage_limits = _check_usage_limits(usage_limits)
+        #: What a run does when the model repeats itself (``agentfsm.loops``); ``None``: nothing, and nothing is read.
+        self.loop_detection = _check_loop_detection(loop_detection)
+        #: The hooks runs fire: the agent's, and at ``on_loop`` the loop detection's consequence after them.
+        self._run_hooks = self._hooks
+        if loop_detection is not None and loop_detection.consequence():
+            on_loop = (*self._hooks.get(Work.ON_LOOP, ()), *loop_detection.consequence())
+            self._run_hooks = {**self._hooks, Work.ON_LOOP: on_loop}
         self._is_warmed_up = False
 
     @property
@@ -236,14 +255,16 @@ class Agent:
         """What a drawing of this agent reads (``agentfsm.diagrams``): its tools, hooks, strategies and constant facts."""
         return AgentOutline(
             tools=tuple(self._tools),
-            hooks=self._hooks,
+            hooks=self._run_hooks,
             confirmation=self._confirmation,
             constants=constant_facts(
                 self._tools,
                 dynamic=bool(self._dynamic),
-                hooks=self._hooks,
+                hooks=self._run_hooks,
                 confirmation=self._confirmation,
                 max_agent_steps=self.max_agent_steps,
+                usage_limits=self.usage_limits,
+                loop_detection=self.loop_detection,
             ),
         )
 
@@ -423,11 +444,16 @@ class Agent:
             fingerprint=self._fingerprint,
             break_point=_unwrap(request.break_point),
             observers=self._observers,
-            hooks=self._hooks,
+            hooks=self._run_hooks,
             confirmation=self._confirmation,
             hook_context=request.hook_context,
             on_event=request.on_event,
             agent_name=request.agent_name,
+            usage_limits=self.usage_limits
+            if request.usage_limits is None
+            else _check_usage_limits(request.usage_limits),
+            cancel=_check_handle(request.cancel),
+            loop_detection=self.loop_detection,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -495,6 +521,8 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         on_event: EventHandler | None = None,
+        usage_limits: UsageLimits | None = None,
+        cancel: RunHandle | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -545,10 +573,15 @@ class Agent:
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
             on_event=on_event,
+            usage_limits=usage_limits,
+            cancel=cancel,
         )
         run = self.new_run(request)
         try:
             return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
+        except RunCancelled as exc:
+            cast(RunHandle, cancel).snapshot = exc.snapshot
+            raise
         finally:
             self._release(run)
 
@@ -568,6 +601,8 @@ class Agent:
         hook_context: dict[str, Any] | None = None,
         confirmation_strategy_context: dict[str, Any] | None = None,
         on_event: EventHandler | None = None,
+        usage_limits: UsageLimits | None = None,
+        cancel: RunHandle | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Async twin of ``run``: same decisions, same result; the streaming callback and ``on_event`` may be async."""
@@ -585,11 +620,16 @@ class Agent:
             take_over=take_over,
             hook_context=_context(hook_context, confirmation_strategy_context),
             on_event=on_event,
+            usage_limits=usage_limits,
+            cancel=cancel,
         )
         callback = streaming_callback or self.streaming_callback
         run = self.new_run(request)
         try:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
+        except RunCancelled as exc:
+            cast(RunHandle, cancel).snapshot = exc.snapshot
+            raise
         finally:
             self._release(run)
 
@@ -673,6 +713,8 @@ class Agent:
                 }
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
+                "usage_limits": self.usage_limits.to_dict() if self.usage_limits is not None else None,
+                "loop_detection": self.loop_detection.to_dict() if self.loop_detection is not None else None,
             },
         }
 
@@ -697,6 +739,10 @@ class Agent:
                 params["confirmation_strategies"] = strategies_from_dict(
                     params["confirmation_strategies"], allowed_modules
                 )
+            if params.get("loop_detection") is not None:
+                params["loop_detection"] = LoopDetection.from_dict(params["loop_detection"])
+            if params.get("usage_limits") is not None:
+                params["usage_limits"] = UsageLimits.from_dict(params["usage_limits"])
             if params.get("hooks"):
                 params["hooks"] = {
                     point: [hook_from_dict(h, allowed_modules) for h in hooks]
@@ -726,6 +772,8 @@ _AGENT_PARAMETERS = frozenset(
         "tool_streaming_callback_passthrough",
         "hooks",
         "confirmation_strategies",
+        "usage_limits",
+        "loop_detection",
     }
 )
 
@@ -824,6 +872,30 @@ def _invoker_options(kwargs: dict[str, Any], **given: Any) -> dict[str, Any]:
             )
         options[option], named[option] = value, where
     return options
+
+
+def _check_loop_detection(detection: Any) -> LoopDetection | None:
+    """``detection`` when it is a ``LoopDetection`` or ``None``; else ``ConfigurationTypeError``.
+
+    Without it, ``on_loop`` hooks never run: nothing detects a loop (they are drawn nowhere either).
+    """
+    if detection is not None and not isinstance(detection, LoopDetection):
+        raise ConfigurationTypeError(f"loop_detection must be a LoopDetection or None, got {type(detection).__name__}.")
+    return detection
+
+
+def _check_handle(handle: Any) -> RunHandle | None:
+    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``."""
+    if handle is not None and not isinstance(handle, RunHandle):
+        raise ConfigurationTypeError(f"cancel must be a RunHandle or None, got {type(handle).__name__}.")
+    return handle
+
+
+def _check_usage_limits(limits: Any) -> UsageLimits | None:
+    """``limits`` when it is a ``UsageLimits`` or ``None``; else ``ConfigurationTypeError``."""
+    if limits is not None and not isinstance(limits, UsageLimits):
+        raise ConfigurationTypeError(f"usage_limits must be a UsageLimits or None, got {type(limits).__name__}.")
+    return limits
 
 
 def _context(hook_context: dict[str, Any] | None, strategy_context: dict[str, Any] | None) -> dict[str, Any] | None:

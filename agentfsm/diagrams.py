@@ -12,7 +12,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
-The pause, fail and resume edges exist from (or to) every active phase; they are drawn once, from
+The pause, fail, resume and cancel edges exist from (or to) every active phase; they are drawn once, from
 (or to) an "any active phase" node.
 """
 
@@ -46,11 +46,14 @@ from agentfsm.machine import (
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
+    from agentfsm.limits import UsageLimits
     from agentfsm.snapshot import AgentSnapshot
 
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
-_INTERRUPTS = ("pause", "fail", "resume")
+_INTERRUPTS = ("pause", "fail", "resume", "cancel")
+#: The edges a usage limit ends a run by: an agent's drawing names its limits there.
+_LIMIT_EDGES = frozenset({"usage_limit", "continue_limited"})
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
 LABEL_WIDTH = 28
 
@@ -114,6 +117,12 @@ def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -
     return source_ok and dest_ok
 
 
+def _limits_text(limits: UsageLimits) -> str:
+    """The limits set, as ``requests=10, cost=0.5``."""
+    data = limits.to_dict()
+    return ", ".join(f"{name}={value}" for name, value in data.items() if name != "prices" and value is not None)
+
+
 def reachable(transitions: Iterable[Transition]) -> list[Transition]:
     """The edges of ``transitions`` between phases that some edge reaches from IDLE (a resume enters none)."""
     edges = list(transitions)
@@ -158,6 +167,8 @@ def build_model(
                 labels[edge] = f"exit [{conditions}]"
             elif edge.trigger == "max_steps":
                 labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
+            elif edge.trigger in _LIMIT_EDGES and agent.usage_limits is not None:
+                labels[edge] = f"{edge.trigger} [{edge.condition}: {_limits_text(agent.usage_limits)}]"
             elif edge.trigger == "tool_calls" and not outline.tools:
                 labels[edge] = "tool_calls [never: the agent has no tools]"
         tools = ", ".join(t.name for t in outline.tools) or "none"

@@ -8,6 +8,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     AgentFSMError
     ├── ConfigurationError (ValueError)                  an agent, tool or schema got invalid values
     │   ├── ToolConfigurationError (TypeError)           a tool's state or output mapping is wrongly shaped
+    │   ├── UsageLimitError                              a usage limit cannot count a reply (no price, no usage)
     │   └── SchemaError                                  a tool's parameter schema or a State schema is invalid
     │       └── SchemaGenerationError                    no JSON schema from a function's signature
     ├── ConfigurationTypeError (TypeError)               a configuration value has the wrong type
@@ -19,12 +20,14 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── BreakpointException                              a breakpoint paused the run (signal: carries the snapshot)
-    │   └── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    │   ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    │   └── RunCancelled                                 the run was cancelled from outside (signal: carries the snapshot)
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
     ├── ToolError                                        preparing or running a tool call failed
     │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
     │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
     │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
+    │   ├── ToolCallLimitError                           the call would go past UsageLimits(tool_calls=...)
     │   └── ToolInvocationError (RuntimeError)           the tool's function raised
     │       └── MCPToolError                             the MCP tool ran and reported an error
     ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
@@ -78,6 +81,10 @@ class ToolConfigurationError(ConfigurationError, TypeError):
     Both a ``ValueError`` (what Haystack raises) and a ``TypeError`` (what its docs name for a value
     of the wrong type), so either ``except`` catches it.
     """
+
+
+class UsageLimitError(ConfigurationError):
+    """A usage limit cannot count a reply: its model has no price, or it reports no token usage."""
 
 
 class SchemaError(ConfigurationError):
@@ -171,6 +178,10 @@ class HITLBreakpointException(BreakpointException):
         return type(self), (str(self), self.tool_name, self.snapshot_file_path, self.tool_call_id, self.snapshot)
 
 
+class RunCancelled(BreakpointException):
+    """The run was cancelled (``RunHandle.cancel()``) and stopped at a transition; ``snapshot`` resumes it."""
+
+
 class DecisionError(AgentFSMError, ValueError):
     """A confirmation decision cannot be applied: unknown call, a call that changed, or one decided already."""
 
@@ -185,6 +196,10 @@ class ToolNotFoundError(ToolError, ValueError):
 
 class ToolArgumentsError(ToolError, ValueError):
     """The model's arguments for a tool call are not valid JSON or do not match the tool's schema."""
+
+
+class ToolCallLimitError(ToolError):
+    """The call was not run: it would have gone past ``UsageLimits(tool_calls=...)``, and the run ends."""
 
 
 class ToolInvocationError(ToolError, RuntimeError):

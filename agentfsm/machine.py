@@ -98,6 +98,8 @@ class Work(StrEnum):
     #: Each exit attempt starts without a request to continue: only its own ``on_exit`` hooks can make one.
     CLEAR_CONTINUE = "clear_continue_run"
     ON_EXIT = "on_exit"
+    #: The model repeats itself (``loop_detected``): the ``on_loop`` hooks, then ``LoopDetection``'s consequence.
+    ON_LOOP = "on_loop"
     AFTER_RUN = "after_run"
     ON_ERROR = "on_error"
     #: Hand the caller the result (the last work of a finished run: it is never done).
@@ -118,6 +120,7 @@ HOOK_POINTS: tuple[Work, ...] = (
     Work.ON_EXIT,
     Work.AFTER_RUN,
     Work.ON_ERROR,
+    Work.ON_LOOP,
 )
 
 #: What each phase does before its way out is chosen. A run's ``stage`` is the index of the next
@@ -125,22 +128,23 @@ HOOK_POINTS: tuple[Work, ...] = (
 #: The hook points sit where they fire: ``before_run`` before the ``start`` edge, ``before_llm`` /
 #: ``after_llm`` around the model call, ``before_tool`` before the calls are checked (so what is
 #: confirmed and run is what the hooks left), ``after_tool`` once the step's results are in,
-#: ``on_exit`` when an exit condition is met (the exit is read again after it), ``after_run`` on
-#: entering DONE, ``on_error`` on entering FAILED.
+#: ``on_exit`` when an exit condition is met (the exit is read again after it), ``on_loop`` when the
+#: model repeats itself, ``after_run`` on entering DONE, ``on_error`` on entering FAILED.
 PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.IDLE: (Work.BEFORE_RUN,),
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
     Phase.CONFIRM: (Work.DECIDE,),
     Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
-    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT),
+    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
     Phase.FAILED: (Work.ON_ERROR, Work.RAISE_ERROR),
 }
 
 #: Work that is skipped when a fact has the given value: no model call (and so no ``after_llm``)
-#: once a hook asked to stop, and no ``on_exit`` hooks unless an exit condition is met. (A hook
+#: once a hook asked to stop, no ``on_exit`` hooks unless an exit condition is met, and no
+#: ``on_loop`` hooks unless the model repeats itself. (A hook
 #: point without hooks in a run is skipped too: see ``work_plan``.)
 SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.CALL_MODEL: ("stop_requested", True),
@@ -149,6 +153,7 @@ SKIP_WORK: dict[Work, tuple[str, bool]] = {
     Work.AFTER_LLM: ("stop_requested", True),
     Work.CLEAR_CONTINUE: ("continue_requested", False),
     Work.ON_EXIT: ("exit_reached", False),
+    Work.ON_LOOP: ("loop_detected", False),
 }
 
 #: Facts that keep one value in a run, with that value: a run that nothing can write ``stop_run`` or
@@ -213,6 +218,12 @@ class Facts(NamedTuple):
     continue_requested: bool = False
     #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
     calls_in_doubt: bool = False
+    #: A limit of the run's ``UsageLimits`` is reached (requests, tool calls, tokens, cost, wall clock).
+    usage_limit_reached: bool = False
+    #: The run was cancelled from outside (``RunHandle.cancel()``, or the task of ``run_async``).
+    cancel_requested: bool = False
+    #: The model repeats itself: its last tool calls are the same call with the same result (``LoopDetection``).
+    loop_detected: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -229,6 +240,9 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "stop_requested": {True: "stop_run was set", False: "no stop asked"},
     "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
+    "usage_limit_reached": {True: "a usage limit reached", False: "within usage limits"},
+    "cancel_requested": {True: "cancellation requested", False: "not cancelled"},
+    "loop_detected": {True: "the model repeats itself", False: "no repeated call"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -252,7 +266,8 @@ class Transition:
 
     ``exit_reason`` (edges into DONE) is the run's ``exit_reason`` once it takes the edge: a
     ``str.format`` template over the run's exit details (``{exit_condition}``: ``"text"`` or
-    ``"tool:<name>"``; ``{stop_run}``: the reason a hook gave). ``note`` says what fires an interrupt, which has no guard to describe it.
+    ``"tool:<name>"``; ``{stop_run}``: the reason a hook gave; ``{usage_limit}``: the ``UsageLimits``
+    field reached). ``note`` says what fires an interrupt, which has no guard to describe it.
     """
 
     trigger: str
@@ -329,6 +344,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         exit_reached=True,
         continue_requested=True,
         steps_left=True,
+        usage_limit_reached=False,
     ),
     # A hook that keeps the run going past every exit is bounded by max_agent_steps all the same.
     _edge(
@@ -344,18 +360,54 @@ TRANSITIONS: tuple[Transition, ...] = (
     _edge(
         "max_steps", P.EXIT_CHECK, P.DONE, "max_agent_steps", stop_requested=False, exit_reached=False, steps_left=False
     ),
-    _edge("continue", P.EXIT_CHECK, P.LLM_CALL, stop_requested=False, exit_reached=False, steps_left=True),
+    _edge(
+        "continue",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        stop_requested=False,
+        exit_reached=False,
+        steps_left=True,
+        usage_limit_reached=False,
+    ),
+    # Usage limits are read before the next model call, once the step's tool calls are answered.
+    _edge(
+        "usage_limit",
+        P.EXIT_CHECK,
+        P.DONE,
+        "usage_limit:{usage_limit}",
+        stop_requested=False,
+        exit_reached=False,
+        steps_left=True,
+        usage_limit_reached=True,
+    ),
+    _edge(
+        "continue_limited",
+        P.EXIT_CHECK,
+        P.DONE,
+        "usage_limit:{usage_limit}",
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=True,
+        steps_left=True,
+        usage_limit_reached=True,
+    ),
     *_interrupts("pause", P.PAUSED, "breakpoint matches"),
     *[
         Transition("resume", P.PAUSED, dest, interrupt=True, note="phase recorded in snapshot")
         for dest in ACTIVE_PHASES
     ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
+    # Taken at the first transition after a cancellation (or at once when the run's task is
+    # cancelled): the run resumes from PAUSED like any paused run.
+    *[
+        Transition("cancel", source, P.PAUSED, (("cancel_requested", True),), interrupt=True)
+        for source in ACTIVE_PHASES
+    ],
 )
 
-#: What an ``exit_reason`` template may name: the runtime fills in the exit condition met and the
-#: value of ``stop_run``.
-EXIT_REASON_FIELDS = frozenset({"exit_condition", "stop_run"})
+#: What an ``exit_reason`` template may name: the runtime fills in the exit condition met, the
+#: value of ``stop_run`` and the usage limit reached.
+EXIT_REASON_FIELDS = frozenset({"exit_condition", "stop_run", "usage_limit"})
 
 
 def check_exit_reasons(transitions: Iterable[Transition]) -> None:
@@ -424,6 +476,7 @@ CALL_TRANSITIONS: tuple[CallTransition, ...] = (
     CallTransition("check", C.PROPOSED, C.READY, "its tool exists and the arguments fit"),
     CallTransition("refuse", C.PROPOSED, C.FAILED, "unknown tool or bad arguments"),
     CallTransition("ask", C.READY, C.UNDECIDED, "a confirmation strategy covers its tool"),
+    CallTransition("over_limit", C.READY, C.FAILED, "it would go past UsageLimits(tool_calls=...)"),
     CallTransition("approve", C.UNDECIDED, C.READY, "decision execute=True"),
     CallTransition("modify", C.UNDECIDED, C.READY, "execute=True with new arguments that fit"),
     CallTransition("modify_refused", C.UNDECIDED, C.FAILED, "execute=True with new arguments that do not fit"),

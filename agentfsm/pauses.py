@@ -78,7 +78,18 @@ class OutcomeUnknown:
         return {"type": self.kind, **asdict(self)}
 
 
-PauseReason = BreakpointHit | AwaitingDecision | OutcomeUnknown
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The run was cancelled from outside (``RunHandle.cancel()``, or its task): it resumes where it stopped."""
+
+    kind: ClassVar[str] = "cancelled"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot's ``break_point`` data."""
+        return {"type": self.kind}
+
+
+PauseReason = BreakpointHit | AwaitingDecision | OutcomeUnknown | Cancelled
 
 
 def pause_reason(data: Mapping[str, Any] | None) -> PauseReason | None:
@@ -96,4 +107,6 @@ def pause_reason(data: Mapping[str, Any] | None) -> PauseReason | None:
         )
     if kind == OutcomeUnknown.kind:
         return OutcomeUnknown(list(data["tool_call_ids"]), list(data.get("tool_names", ())))
+    if kind == Cancelled.kind:
+        return Cancelled()
     return BreakpointHit(dict(data))

@@ -66,6 +66,9 @@ AGENT_STATE_KEYS: dict[str, dict[str, Any]] = {
     "continue_run": {"type": bool, "handler": replace_values},
     #: Set by any hook to end the run before its next model call; the value becomes ``exit_reason``.
     "stop_run": {"type": str, "handler": replace_values},
+    #: What ``UsageLimits`` counts beside the keys above (``agentfsm.limits``): cost, refused tool
+    #: calls, and the wall clock's start and paused seconds. Set only in runs with usage limits or prices.
+    "run_usage": {"type": dict[str, float], "handler": replace_values},
 }
 
 

@@ -24,7 +24,7 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -36,9 +36,12 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    LoopDetection,
     Phase,
+    RunHandle,
     State,
     ToolCall,
+    UsageLimits,
     hook,
     tool,
 )
@@ -92,6 +95,44 @@ def workload_agent(steps: int, **agent_kwargs: Any) -> Agent:
     )
 
 
+def with_usage(message: ChatMessage | str) -> ChatMessage:
+    """A scripted reply as the HTTP clients give it: the model's name and the token usage in its meta."""
+    reply = ChatMessage.from_assistant(message) if isinstance(message, str) else message
+    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    return ChatMessage.from_assistant(reply.text, tool_calls=reply.tool_calls, meta={"model": "bench", "usage": usage})
+
+
+#: Every usage limit set, none of them reached by the workload.
+ALL_USAGE_LIMITS = UsageLimits(
+    requests=10_000,
+    tool_calls=10_000,
+    input_tokens=10**9,
+    output_tokens=10**9,
+    total_tokens=10**9,
+    cost=10**6,
+    wall_clock=3600,
+    prices={"bench": (1.0, 2.0)},
+)
+
+
+def limited_agent(steps: int) -> Agent:
+    """The workload agent with every usage limit on (its runs get a ``RunHandle``).
+
+    Its replies report usage, so that tokens and cost are counted.
+    """
+    return Agent(
+        chat_generator=ScriptedChatGenerator([with_usage(m) for m in script(steps)]),
+        tools=[add],
+        max_agent_steps=steps + 1,
+        usage_limits=ALL_USAGE_LIMITS,
+    )
+
+
+def cancellable() -> dict[str, Any]:
+    """Run options: a handle that can cancel the run (never used)."""
+    return {"cancel": RunHandle()}
+
+
 def history(n: int) -> list[ChatMessage]:
     """A conversation of ``n`` messages to start from."""
     return [ChatMessage.from_user(f"earlier message number {i} with some words in it") for i in range(n)]
@@ -130,12 +171,12 @@ class Configuration:
     make_agent: Callable[[], Agent]
     messages: list[ChatMessage]
     setting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    #: Keyword arguments of the timed ``run``.
-    options: dict[str, Any] = field(default_factory=dict)
+    #: Options of each run (made fresh for each: a ``RunHandle`` serves one run).
+    run_options: Callable[[], dict[str, Any]] = dict
 
     def setup(self) -> Callable[[], object]:
         """Build the agent; return its run, to be timed."""
-        return partial(self.make_agent().run, self.messages, **self.options)
+        return partial(self.make_agent().run, self.messages, **self.run_options())
 
 
 def ignore_event(event: Event) -> None:
@@ -209,8 +250,10 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             ),
             "logging": Configuration(partial(workload_agent, steps), user, transition_logging),
             "events to a no-op handler": Configuration(
-                partial(workload_agent, steps), user, options={"on_event": ignore_event}
+                partial(workload_agent, steps), user, run_options=lambda: {"on_event": ignore_event}
             ),
+            "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
+            "loop detection": Configuration(partial(workload_agent, steps, loop_detection=LoopDetection()), user),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),

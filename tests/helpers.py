@@ -159,3 +159,9 @@ class RuleUI:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RuleUI:
         return cls()
+
+
+@hook
+def cancel_from_hook(state: State, hook_context: dict[str, Any]) -> None:
+    """Cancel the run through the ``RunHandle`` its hook context holds, as another thread would."""
+    hook_context["handle"].cancel()

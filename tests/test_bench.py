@@ -28,6 +28,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "no-op hooks at before_llm, before_tool, on_exit",
         "logging",
         "events to a no-op handler",
+        "all limits on",
+        "loop detection",
         "whole_snapshot_encoded_at_every_transition_in_memory",
         "sqlite_durable_in_memory",
         "sqlite_durable",

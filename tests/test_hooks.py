@@ -260,7 +260,8 @@ def test_bad_hook_configurations_are_refused_with_the_valid_points() -> None:
     with pytest.raises(ValueError, match="reserved"):
         Agent(chat_generator=ScriptedChatGenerator([]), state_schema={"stop_run": {"type": str}})
     assert set(HOOK_POINT_NAMES) == {
-        "before_run", "before_llm", "after_llm", "before_tool", "after_tool", "on_exit", "after_run", "on_error"
+        "before_run", "before_llm", "after_llm", "before_tool", "after_tool", "on_exit", "after_run", "on_error",
+        "on_loop",
     }  # fmt: skip
 
 

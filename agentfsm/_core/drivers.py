@@ -31,7 +31,7 @@ from agentfsm._core.runtime import (
     RunObserver,
     RunTools,
 )
-from agentfsm.errors import BreakpointException, HITLBreakpointException
+from agentfsm.errors import BreakpointException, HITLBreakpointException, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hitl.types import ToolExecutionDecision
@@ -39,7 +39,7 @@ from agentfsm.hooks import Hook, accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -68,6 +68,13 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
             f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
             f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
+            snapshot,
+            path,
+        )
+    if isinstance(pause, Cancelled):
+        return RunCancelled(
+            f"Run {snapshot.run_id} was cancelled and stopped in {snapshot.phase.value.lower()} at step "
+            f"{snapshot.step}{where}. Resume it with agent.run(snapshot=exc.snapshot).",
             snapshot,
             path,
         )
@@ -370,7 +377,6 @@ async def drive_async(
 
     What the run records is written to its observers in worker threads, off the event loop.
     """
-    run_async = getattr(generator, "run_async", None)
     writer = AsyncDeltaWriter(run) if run.config.observers else None
     emitter = emitter_for(run, generator)
     if emitter is not None:
@@ -386,12 +392,7 @@ async def drive_async(
                 case CallModel() if emitter is not None:
                     run.model_replied(await _call_model_with_events(generator, action, streaming_callback, emitter))
                 case CallModel():
-                    kwargs = model_arguments(action, streaming_callback)
-                    if run_async is not None:
-                        output = await run_async(**kwargs)
-                    else:
-                        output = await run_in_worker(generator.run, **kwargs)
-                    run.model_replied(output)
+                    run.model_replied(await _call_model_async(generator, action, streaming_callback))
                 case RunTools():
                     await _execute_async(run, action, streaming_callback, writer, emitter)
                     results = run.tools_ran()
@@ -421,6 +422,31 @@ async def drive_async(
                     raise action.error
                 case _:
                     assert_never(action)
+        except asyncio.CancelledError:
+            await _keep_cancelled(run, writer, save_pause)
+            raise  # the task ends cancelled, as asyncio expects
         except BaseException as exc:
             if not run.fail(exc):
                 raise
+
+
+async def _call_model_async(generator: ChatGenerator, action: CallModel, streaming_callback: Any) -> Any:
+    """The generator's output for a model call: ``run_async`` when it has one, else ``run`` in a worker thread."""
+    kwargs = model_arguments(action, streaming_callback)
+    run_async = getattr(generator, "run_async", None)
+    if run_async is not None:
+        return await run_async(**kwargs)
+    return await run_in_worker(generator.run, **kwargs)
+
+
+async def _keep_cancelled(run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None) -> None:
+    """Pause a run whose task was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``."""
+    if not run.task_cancelled():  # it was not in a phase it can pause from
+        return
+    action = run.next_action()  # its pause reported: nothing else is left to do
+    assert isinstance(action, Pause)
+    if writer is not None:
+        await writer.write()
+    stopped = await run_in_worker(pause_exception, action.snapshot, save_pause)
+    if run.config.cancel is not None:
+        run.config.cancel.snapshot = stopped.snapshot

@@ -8,6 +8,7 @@ not done yet.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from agentfsm._core.decisions import check_snapshot_decisions
@@ -81,6 +82,8 @@ def resume_run(
             f"Tool calls {[c.key for c in unasked]} of run {snap.run_id} wait for a decision, and no "
             "confirmation strategy of this agent covers them: pass decisions=[...] for them. Nothing ran."
         )
+    if snap.pause is not None:  # the time it sat paused is not the run's running time
+        run.resumed_after(datetime.fromisoformat(snap.created_at).timestamp())
     if before_resume is not None:
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)

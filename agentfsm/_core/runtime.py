@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError
+from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError
 from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
+from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
 from agentfsm.logs import logger, stdlib_logger
+from agentfsm.loops import LoopDetection, repeated_call
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_DISPATCH,
@@ -48,7 +50,7 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown, PauseReason
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown, PauseReason
 from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
@@ -58,6 +60,7 @@ from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
 if TYPE_CHECKING:
+    from agentfsm.cancellation import RunHandle
     from agentfsm.hitl.strategies import Decider
     from agentfsm.hitl.types import ToolExecutionDecision
     from agentfsm.hooks import Hook
@@ -186,6 +189,12 @@ class RunConfig:
     on_event: EventHandler | None = None
     #: The agent's name in the run's ``RunStarted`` event.
     agent_name: str = "agent"
+    #: What the run may use (``Agent(usage_limits=...)`` or ``run(usage_limits=...)``).
+    usage_limits: UsageLimits | None = None
+    #: Cancels the run from another thread (``run(cancel=...)``).
+    cancel: RunHandle | None = None
+    #: Detects a model that repeats itself (``Agent(loop_detection=...)``); its consequence is in ``hooks``.
+    loop_detection: LoopDetection | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -300,6 +309,8 @@ class AgentRun:
             confirmation=config.confirmation,
             max_agent_steps=config.max_agent_steps,
             state=state.data,
+            usage_limits=config.usage_limits,
+            loop_detection=config.loop_detection,
         )
         #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
         self._constants = constants
@@ -334,6 +345,14 @@ class AgentRun:
         self._hook_actions = {
             point: RunHooks(point, hooks, None, config.hook_context) for point, hooks in config.hooks.items()
         }
+        #: The usage limits the run counts for (``None``: no limit and no prices, nothing to count).
+        self._limits = (
+            config.usage_limits if config.usage_limits is not None and config.usage_limits.configured else None
+        )
+        if self._limits is not None and self._limits.wall_clock is not None:
+            self._start_clock()
+        #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
+        self._task_cancelled = False
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -394,6 +413,90 @@ class AgentRun:
     def continue_requested(self) -> bool:
         """Fact: ``continue_run`` was set (by a hook, or a tool through ``outputs_to_state``)."""
         return bool(self._data.get("continue_run"))
+
+    @property
+    def usage_limit_reached(self) -> bool:
+        """Fact: a limit of the run's ``UsageLimits`` is reached (``usage_limit`` names which)."""
+        limits = self._limits
+        return limits is not None and limits.reached(self.step, self._data) is not None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Fact: the run was cancelled from outside (its ``RunHandle``, or the task of ``run_async``)."""
+        handle = self.config.cancel
+        return self._task_cancelled or (handle is not None and handle.cancelled)
+
+    @property
+    def loop_detected(self) -> bool:
+        """Fact: the model repeats itself (``LoopDetection``): the same call, with the same result, in a row."""
+        detection = self.config.loop_detection
+        return detection is not None and repeated_call(self._data["messages"], detection.repeats) is not None
+
+    def task_cancelled(self) -> bool:
+        """Take the ``cancel`` edge after the task driving the run was cancelled; False where a run cannot pause.
+
+        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot is
+        taken at its stage, with the calls that started and have no result in doubt.
+        """
+        if self.phase in CANNOT_FAIL:
+            return False
+        self._task_cancelled = True
+        self._awaiting = None
+        self.snapshot = self.make_snapshot(Cancelled(), stage=self.stage)
+        self.interrupt("cancel", Phase.PAUSED)
+        return True
+
+    def usage_limit(self) -> str | None:
+        """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
+        limits = self._limits
+        return None if limits is None else limits.reached(self.step, self._data)
+
+    def _start_clock(self) -> None:
+        """Start the wall clock of a run's first start; a resumed run's goes on from its snapshot."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        if "started_at" not in usage:
+            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": time.time()})
+
+    def resumed_after(self, paused_at: float) -> None:
+        """Leave the time since ``paused_at`` (the pause snapshot's time, epoch seconds) off the run's wall clock."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        if "started_at" in usage:
+            paused = usage.get("paused_seconds", 0.0) + max(0.0, time.time() - paused_at)
+            self.state.set(RUN_USAGE_KEY, {**usage, "paused_seconds": paused})
+
+    def _count_usage(self, replies: list[ChatMessage]) -> None:
+        """Check that the replies report what the limits count, and add up their cost (with prices)."""
+        limits = self._limits
+        assert limits is not None
+        if limits.counts_tokens:
+            cost = limits.replies_cost(replies)
+            if limits.tracks_cost:
+                usage = self._data.get(RUN_USAGE_KEY) or {}
+                self.state.set(RUN_USAGE_KEY, {**usage, "cost": usage.get("cost", 0.0) + cost})
+
+    def _refuse_over_limit(self, completed: Mapping[str, CallOutcome] | None) -> None:
+        """Refuse the ready calls past ``UsageLimits(tool_calls=...)``: they never run, and their results say why."""
+        limits = self._limits
+        assert limits is not None and limits.tool_calls is not None
+        left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
+        if len(self.pending) <= left:  # every call fits
+            return
+        refused = 0
+        for c in self.pending:
+            if c.status is not CallStatus.READY or (completed and c.key in completed):
+                continue
+            if left > 0:
+                left -= 1
+                continue
+            c.error = ToolCallLimitError(
+                f"Tool call {c.call.tool_name!r} was not run: the run reached its limit of "
+                f"{limits.tool_calls} tool calls (UsageLimits(tool_calls=...))."
+            )
+            self.move_call(c, "over_limit")
+            refused += 1
+        if refused:
+            usage = self._data.get(RUN_USAGE_KEY) or {}
+            self.state.set(RUN_USAGE_KEY, {**usage, "refused_tool_calls": usage.get("refused_tool_calls", 0) + refused})
 
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
@@ -497,6 +600,8 @@ class AgentRun:
         self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
         for c in self.pending:
             self.move_call(c, "check" if c.error is None else "refuse")
+        if self._limits is not None and self._limits.tool_calls is not None:
+            self._refuse_over_limit(completed)
         if self._keyed:
             for c in self.pending:
                 self._give_key(c)
@@ -566,6 +671,8 @@ class AgentRun:
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
             calls = [c for reply in replies for c in reply.tool_calls]
+        if self._limits is not None:
+            self._count_usage(replies)
         self.step += 1
         self.state.set("step_count", self.step)
         self.state.append("messages", replies)
@@ -726,7 +833,9 @@ class AgentRun:
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
             self.exit_reason = transition.exit_reason.format(
-                exit_condition=self.exit_condition(), stop_run=self._data.get("stop_run")
+                exit_condition=self.exit_condition(),
+                stop_run=self._data.get("stop_run"),
+                usage_limit=self.usage_limit(),
             )
             if self.exit_reason == "max_agent_steps":
                 logger.warning(
@@ -746,6 +855,10 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
+        handle = self.config.cancel
+        if handle is not None and handle.cancelled and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
+            self.snapshot = self.make_snapshot(Cancelled())
+            self.interrupt("cancel", Phase.PAUSED)
 
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
         exit_reason = self.exit_reason if transition.exit_reason is not None else None
@@ -863,7 +976,7 @@ class AgentRun:
             "completed_tool_results": {
                 c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
             },
-            "started_tool_calls": self.started_calls() if pause is None else [],
+            "started_tool_calls": self.started_calls() if pause is None or isinstance(pause, Cancelled) else [],
             "exit_reason": self.exit_reason,
             "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
@@ -941,21 +1054,27 @@ def constant_facts(
     confirmation: StrategyTable,
     max_agent_steps: int,
     state: Mapping[str, Any] | None = None,
+    usage_limits: UsageLimits | None = None,
+    loop_detection: LoopDetection | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
     The one rule for runs (``AgentRun``) and drawings (``agentfsm.diagrams``): ``stop_run`` and
-    ``continue_run`` are reserved State keys that only hooks and tools that map them
-    (``outputs_to_state``; a ``dynamic`` toolset may show such a tool) write; without confirmation
-    strategies nothing confirms; ``max_agent_steps`` decides whether the model is called at all.
+    ``continue_run`` are reserved State keys that only hooks (but those whose ``writes`` leaves the
+    key out) and tools that map them (``outputs_to_state``; a ``dynamic`` toolset may show such a
+    tool) write; without confirmation strategies nothing confirms; ``max_agent_steps`` decides
+    whether the model is called at all; without ``usage_limits`` (or with prices only) no usage
+    limit is ever reached; without ``loop_detection`` no loop is.
     ``state``: a run's starting State values (a resumed run's may hold
     either key); ``None`` for any new run, which starts without them.
     """
     start = state or {}
 
     def never_written(key: str) -> bool:
-        writers = hooks or dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
-        return not writers and not start.get(key)
+        writers = dynamic or any(key in (t.outputs_to_state or {}) for t in tools)
+        # A hook may say which of these keys it writes (``writes``, as the loop detection's do); else it may write any.
+        hooked = any(key in getattr(h, "writes", (key,)) for hs in hooks.values() for h in hs)
+        return not (writers or hooked) and not start.get(key)
 
     constants = [("model_calls_allowed", max_agent_steps > 0)]
     if never_written("stop_run"):
@@ -964,6 +1083,10 @@ def constant_facts(
         constants.append(("continue_requested", False))
     if not confirmation:
         constants += [("needs_confirmation", False), ("strategy_paused", False)]
+    if usage_limits is None or not usage_limits.bounded:
+        constants.append(("usage_limit_reached", False))
+    if loop_detection is None:
+        constants.append(("loop_detected", False))
     return frozenset(constants)
 
 

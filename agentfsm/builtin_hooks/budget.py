@@ -36,6 +36,11 @@ class TokenBudgetHook:
     The model is not called again; with ``add_final_message`` the conversation ends with an
     assistant message saying why. Usage comes from the replies' ``usage`` metadata, so a model
     client that does not report it never reaches the budget.
+
+    Kept for code written to Haystack's hook; ``Agent(usage_limits=UsageLimits(total_tokens=...))``
+    bounds the same count through the machine's own ``usage_limit`` edge (exit reason
+    ``"usage_limit:total_tokens"``, drawn on the agent's diagram) and refuses a model that reports
+    no usage instead of never stopping it.
     """
 
     points = frozenset({"before_llm"})
@@ -66,6 +71,10 @@ class StepBudgetHook:
 
     Counted from State's ``tool_call_counts`` (every tool, failed calls included), so the count
     survives pauses and resumes. ``add_final_message`` as for ``TokenBudgetHook``.
+
+    ``Agent(usage_limits=UsageLimits(tool_calls=...))`` is the declared form: it stops the call that
+    would go past the limit (this hook lets a whole step's calls run), with exit reason
+    ``"usage_limit:tool_calls"``.
     """
 
     points = frozenset({"before_llm"})

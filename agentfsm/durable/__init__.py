@@ -17,11 +17,23 @@ refuses a second workflow with the same id, so two decisions on one pause cannot
 Tool calls are DBOS steps, run at least once: a call that started and whose result was never
 recorded (its worker died) runs again only when its tool is idempotent (``@tool(idempotent=True)``);
 otherwise the run pauses with break point ``outcome_unknown`` until a decision settles the call.
+
+``cancel(db, run_id)`` stops a running durable run from any process (DBOS cancels its workflow
+before the next step), and ``resume_cancelled(db, run_id)`` continues it from its recorded steps.
 """
 
 from agentfsm.durable.agent import DurableAgent, DurableRun
 from agentfsm.durable.executor import launch
-from agentfsm.durable.records import DEFAULT_QUEUE, RunRecord, continue_run, decide, find_run, list_runs
+from agentfsm.durable.records import (
+    DEFAULT_QUEUE,
+    RunRecord,
+    cancel,
+    continue_run,
+    decide,
+    find_run,
+    list_runs,
+    resume_cancelled,
+)
 from agentfsm.durable.views import DurableRuns
 
 __all__ = [
@@ -30,9 +42,11 @@ __all__ = [
     "DurableRun",
     "DurableRuns",
     "RunRecord",
+    "cancel",
     "continue_run",
     "decide",
     "find_run",
     "launch",
     "list_runs",
+    "resume_cancelled",
 ]

@@ -196,6 +196,31 @@ def continue_run(db: Any, run_id: str, decisions: Sequence[Any] = (), expected_s
     return str(handle.workflow_id)
 
 
+def cancel(db: Any, run_id: str) -> str:
+    """Cancel active durable run ``run_id`` from any process (``db``: DBOS, or a ``DBOSClient``): its workflow id.
+
+    DBOS stops the run's workflow before its next step; what the workflow recorded stays, as after
+    a crash (a tool call under way finishes, and its result is recorded). ``resume_cancelled``
+    continues it from there. ``DurabilityError`` when the run is not active.
+    """
+    record = find_run(db, run_id)
+    if record.status is not RunStatus.ACTIVE:
+        raise DurabilityError(f"Run {run_id} is {record.status.value}: only an active durable run can be cancelled.")
+    db.cancel_workflow(record.workflow_id)
+    return record.workflow_id
+
+
+def resume_cancelled(db: Any, run_id: str) -> str:
+    """Continue cancelled durable run ``run_id`` from the steps its workflow recorded: the workflow id.
+
+    ``DurabilityError`` when the run's workflow was not cancelled.
+    """
+    record = find_run(db, run_id)
+    if record.workflow_status != "CANCELLED":
+        raise DurabilityError(f"Run {run_id} was not cancelled (its workflow is {record.workflow_status}).")
+    return str(db.resume_workflow(record.workflow_id).workflow_id)
+
+
 def decide(system_database_url: str, run_id: str, decisions: Sequence[Any]) -> str:
     """Decide paused run ``run_id`` from any process (``agentfsm decide`` does): the continuation's workflow id.
 

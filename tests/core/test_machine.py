@@ -18,6 +18,7 @@ from agentfsm import (
     ChatMessage,
     Phase,
     ToolInvocationError,
+    UsageLimits,
     tool,
 )
 from agentfsm.errors import MachineError
@@ -40,7 +41,17 @@ from agentfsm.machine import (
     Facts,
     build_machine,
 )
-from tests.helpers import add, always_continue, call, calls, continue_once, fail, raise_in_hook, stop_at_once
+from tests.helpers import (
+    add,
+    always_continue,
+    call,
+    calls,
+    cancel_from_hook,
+    continue_once,
+    fail,
+    raise_in_hook,
+    stop_at_once,
+)
 
 FixedFacts = Facts
 ALL_FACTS = [Facts(*bits) for bits in itertools.product([False, True], repeat=len(Facts._fields))]
@@ -174,6 +185,16 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     capped = ScriptedChatGenerator([calls(call("add", a=1, b=2))])
     edges |= _edges_of(Agent(chat_generator=capped, tools=[add], max_agent_steps=1).run([ChatMessage.from_user("go")]))
     edges |= _edges_of(Agent(chat_generator=ScriptedChatGenerator([]), max_agent_steps=0).run(USER))
+    # A usage limit ends the run where it would call the model again, and when a hook keeps it going.
+    limited = ScriptedChatGenerator([calls(call("add", a=1, b=2)), "done"])
+    edges |= _edges_of(Agent(chat_generator=limited, tools=[add], usage_limits=UsageLimits(requests=1)).run(USER))
+    edges |= _edges_of(
+        Agent(
+            chat_generator=ScriptedChatGenerator(["done", "again"]),
+            hooks={"on_exit": [always_continue]},
+            usage_limits=UsageLimits(requests=1),
+        ).run(USER)
+    )
     edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]))
     edges |= _failed_edges(
         Agent(
@@ -229,11 +250,37 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     return edges
 
 
+def cancelled_runs() -> None:
+    """Runs cancelled as they enter each active phase, by a hook of the phase before (or before they start)."""
+    from agentfsm import RunCancelled, RunHandle
+
+    script = [calls(call("add", "a1", a=1, b=2)), "done"]
+    decide_now = BlockingConfirmationStrategy(NeverAskPolicy(), SimpleConsoleUI())
+    cases = [
+        (None, {}),
+        ("before_llm", {}),
+        ("before_tool", {}),
+        ("before_tool", {"add": decide_now}),
+        ("after_tool", {}),
+    ]
+    for point, strategies in cases:
+        handle = RunHandle()
+        if point is None:
+            handle.cancel()
+        hooks = {point: [cancel_from_hook]} if point else None
+        agent = Agent(
+            chat_generator=ScriptedChatGenerator(script), tools=[add], hooks=hooks, confirmation_strategies=strategies
+        )
+        with pytest.raises(RunCancelled):
+            agent.run(USER, cancel=handle, hook_context={"handle": handle})
+
+
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path)
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         in_doubt_runs(caplog)
+        cancelled_runs()
     taken |= _logged_edges(caplog)
     assert taken == declared
 
@@ -301,6 +348,12 @@ def confirmed_runs() -> None:
         assert agent(1).run(snapshot=waiting.value.snapshot, decisions=[decision])["last_message"].text == "done"
     bad = Agent(chat_generator=ScriptedChatGenerator([calls(call("add", a="x", b=1)), "done"]), tools=[add])
     assert bad.run(USER)["last_message"].text == "done"
+    over = Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("add", a=1, b=2), call("add", a=2, b=2))]),
+        tools=[add],
+        usage_limits=UsageLimits(tool_calls=1),
+    )
+    assert over.run(USER).exit_reason == "usage_limit:tool_calls"
 
 
 def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,6 +470,8 @@ def test_edges_into_done_say_the_exit_reason() -> None:
         "exit": "{exit_condition}",
         "continue_capped": "max_agent_steps",
         "max_steps": "max_agent_steps",
+        "usage_limit": "usage_limit:{usage_limit}",
+        "continue_limited": "usage_limit:{usage_limit}",
     }
 
 

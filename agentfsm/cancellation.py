@@ -1,0 +1,46 @@
+"""Cancelling a run from outside: a ``RunHandle`` another thread can cancel, or the task of ``run_async``.
+
+A cancelled run takes the ``cancel`` edge from the phase it is in to PAUSED: it stops at the next
+transition, and its snapshot resumes it like any paused run's (``agent.run(snapshot=...)``).
+Nothing it finished is lost, and nothing runs twice: finished tool calls are kept; a tool call
+under way when a task was cancelled is in doubt, as after a crash (it runs again if its tool is
+idempotent, else it waits for a decision). ``after_run`` hooks run once, when the resumed run ends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentfsm.snapshot import AgentSnapshot
+
+
+class RunHandle:
+    """Cancels a run from another thread: ``agent.run(..., cancel=handle)``, then ``handle.cancel()``.
+
+    >>> handle = RunHandle()
+    >>> handle.cancel()
+    >>> handle.cancelled
+    True
+
+    The run stops at its next transition (a model call or tool call under way finishes first) and
+    raises ``RunCancelled``, whose ``snapshot`` resumes it; ``snapshot`` here holds it too, also
+    when the task of ``run_async`` was cancelled instead. One handle serves one run.
+    """
+
+    __slots__ = ("_cancelled", "snapshot")
+
+    def __init__(self) -> None:
+        # A plain flag: read at every transition of the run, set once from any thread (an atomic store).
+        self._cancelled = False
+        #: The snapshot of the run once it stopped for the cancellation (``None`` until then).
+        self.snapshot: AgentSnapshot | None = None
+
+    def cancel(self) -> None:
+        """Ask the run to stop at its next transition; safe from any thread, and more than once."""
+        self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``cancel()`` was called."""
+        return self._cancelled
