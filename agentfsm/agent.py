@@ -35,6 +35,7 @@ from agentfsm.hooks import (
 )
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.output import FINAL_ANSWER_TOOL, OutputType, resolve_output_type
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
 from agentfsm.serialization import (
@@ -138,6 +139,8 @@ class Agent:
         snapshot_store: SnapshotStore | None = None,
         hooks: dict[str, list[Hook]] | None = None,
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
+        output_type: Any = None,
+        output_retries: int = 1,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -192,6 +195,21 @@ class Agent:
         self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         self._is_warmed_up = False
+        #: The type the final answer must fit: a pydantic model, a dataclass or a JSON schema (``agentfsm.output``).
+        self.output_type = output_type
+        #: How often an answer that does not fit is sent back to the model before the run fails.
+        self.output_retries = check_int("output_retries", output_retries, 0)
+        self._output = None if output_type is None else OutputType(output_type)
+        if self._output is not None and FINAL_ANSWER_TOOL in {t.name for t in known}:
+            raise ConfigurationError(
+                f"A tool is named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent with an output_type may "
+                "give the model for its answer: rename the tool."
+            )
+
+    @property
+    def output_spec(self) -> OutputType | None:
+        """The ``output_type`` as a JSON schema and a check of answers against it (``None`` without one)."""
+        return self._output
 
     @property
     def snapshot_store(self) -> SnapshotStore | None:
@@ -372,16 +390,33 @@ class Agent:
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
             "confirmation": {name: type(s).__qualname__ for name, s in self._confirmation.entries()},
         }
+        if self._output is not None:
+            shape["output"] = {"schema": self._output.schema, "retries": self.output_retries}
         return fingerprint(shape)
+
+    def _output_config(self, tools: dict[str, Tool], exits: frozenset[str]) -> dict[str, Any]:
+        """What a run needs for the output type: how the schema reaches the model, and the check of the answer.
+
+        A generator with ``supports_response_format = True`` is given the schema as its
+        ``response_format``; any other is shown the final-answer tool, which ends the run once called.
+        """
+        output = self._output
+        if output is None:
+            return {"tools": tools, "tool_exits": exits}
+        settings: dict[str, Any] = {"output": output, "output_retries": self.output_retries}
+        if getattr(self.chat_generator, "supports_response_format", False) is True:
+            return {**settings, "tools": tools, "tool_exits": exits,
+                    "generation_kwargs": {"response_format": output.response_format()}}  # fmt: skip
+        final = output.final_answer_tool()
+        return {**settings, "tools": {**tools, final.name: final}, "tool_exits": exits | {final.name}}
 
     def new_run(self, request: RunRequest) -> AgentRun:
         """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
         self.warm_up()
         selected, dynamic = self._select_tools(request.tools)
         config = RunConfig(
-            tools={t.name: t for t in selected},
+            **self._output_config({t.name: t for t in selected}, frozenset(self.exit_conditions) - {"text"}),
             dynamic=dynamic,
-            tool_exits=frozenset(self.exit_conditions) - {"text"},
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
             fingerprint=self._fingerprint,
@@ -585,6 +620,11 @@ class Agent:
                 }
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
+                **(
+                    {"output_type": self._output.to_data(), "output_retries": self.output_retries}
+                    if self._output is not None
+                    else {}
+                ),
             },
         }
 
@@ -609,6 +649,8 @@ class Agent:
                 params["confirmation_strategies"] = strategies_from_dict(
                     params["confirmation_strategies"], allowed_modules
                 )
+            if params.get("output_type") is not None:
+                params["output_type"] = resolve_output_type(params["output_type"], allowed_modules)
             if params.get("hooks"):
                 params["hooks"] = {
                     point: [hook_from_dict(h, allowed_modules) for h in hooks]
@@ -638,6 +680,8 @@ _AGENT_PARAMETERS = frozenset(
         "tool_streaming_callback_passthrough",
         "hooks",
         "confirmation_strategies",
+        "output_type",
+        "output_retries",
     }
 )
 
@@ -703,6 +747,8 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
     callables += [params["streaming_callback"]] if params.get("streaming_callback") else []
     for path, slot in classes:
         resolve_class(path, allowed_modules, slot)
+    if params.get("output_type") is not None:
+        resolve_output_type(params["output_type"], allowed_modules)
     for path in callables:
         import_path(path, allowed_modules, expect="callable")
 

@@ -122,6 +122,7 @@ def agent_constants(agent: Agent) -> ConstantFacts:
         hooks=agent._hooks,
         confirmation=agent._confirmation,
         max_agent_steps=agent.max_agent_steps,
+        output_retries=None if agent.output_type is None else agent.output_retries,
     )
 
 

@@ -213,6 +213,10 @@ class Facts(NamedTuple):
     continue_requested: bool = False
     #: A pending call started before a crash and its result was never recorded (``CallStatus.UNKNOWN``).
     calls_in_doubt: bool = False
+    #: The run ends on an answer (a text reply, or a call of the final-answer tool) that does not fit ``output_type``.
+    output_invalid: bool = False
+    #: The model was sent back with an answer that did not fit fewer than ``output_retries`` times.
+    output_retries_left: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -229,6 +233,8 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "stop_requested": {True: "stop_run was set", False: "no stop asked"},
     "continue_requested": {True: "continue_run was set", False: "no continue asked"},
     "calls_in_doubt": {True: "calls in doubt after a crash", False: "no call in doubt"},
+    "output_invalid": {True: "answer does not fit output_type", False: "answer fits"},
+    "output_retries_left": {True: "output retries left", False: "output_retries used up"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -320,6 +326,41 @@ TRANSITIONS: tuple[Transition, ...] = (
         stop_requested=False,
         exit_reached=True,
         continue_requested=False,
+        output_invalid=False,
+    ),
+    # An answer that does not fit output_type goes back to the model with the problems, on a budget of
+    # its own (output_retries) and within max_agent_steps; past either, the run fails with them.
+    _edge(
+        "output_retry",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=True,
+        steps_left=True,
+    ),
+    _edge(
+        "output_failed",
+        P.EXIT_CHECK,
+        P.FAILED,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=False,
+    ),
+    _edge(
+        "output_capped",
+        P.EXIT_CHECK,
+        P.FAILED,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=True,
+        steps_left=False,
     ),
     _edge(
         "continue_run",

@@ -94,6 +94,8 @@ def model_arguments(action: CallModel, streaming_callback: Any) -> dict[str, Any
     arguments: dict[str, Any] = {"messages": action.messages, "tools": action.tools or None}
     if streaming_callback is not None:
         arguments["streaming_callback"] = streaming_callback
+    if action.generation_kwargs is not None:  # only to generators that declare they take them
+        arguments["generation_kwargs"] = action.generation_kwargs
     return arguments
 
 

@@ -226,6 +226,12 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
             agent.run([ChatMessage.from_user("go")], break_point=Breakpoint(phase=phase, step=step))
         edges |= _logged_edges(caplog)  # the pause edge is taken after the snapshot, so it is not in its trace
         edges |= _edges_of(agent.run(snapshot=paused.value.snapshot))
+    # An output type: an answer that does not fit is sent back, then fails on spent retries or steps.
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    retried = Agent(chat_generator=ScriptedChatGenerator(["{}", '{"n": 1}']), output_type=schema)
+    edges |= _edges_of(retried.run(USER))
+    edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, output_retries=0))
+    edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, max_agent_steps=1))
     return edges
 
 
