@@ -1,0 +1,65 @@
+"""Structured output in durable runs: the retry is a model step like any other, the output comes back parsed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbos import DBOS
+from pydantic import BaseModel
+
+from agentfsm import Agent, ChatMessage
+from agentfsm.durable import DurableAgent, find_run, launch
+from agentfsm.errors import OutputValidationError
+from agentfsm.output import RETRY_META_KEY
+
+
+class Reading(BaseModel):
+    """What the model must answer."""
+
+    celsius: float
+
+
+class LearningModel:
+    """Answers from the conversation: ``{}`` first, a fitting answer once it was sent back (``good=False``: never)."""
+
+    supports_response_format = True
+
+    def __init__(self, good: bool = True) -> None:
+        self.good = good
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, **kwargs: Any) -> dict[str, list[ChatMessage]]:
+        assert kwargs["generation_kwargs"]["response_format"]["json_schema"]["name"] == "Reading"
+        sent_back = RETRY_META_KEY in messages[-1].meta
+        text = '{"celsius": 21.5}' if sent_back and self.good else "{}"
+        return {"replies": [ChatMessage.from_assistant(text)]}
+
+
+learning = DurableAgent(Agent(chat_generator=LearningModel(), output_type=Reading), "output-learning")
+stubborn = DurableAgent(Agent(chat_generator=LearningModel(good=False), output_type=Reading), "output-stubborn")
+
+
+@pytest.fixture
+def launched(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    launch(url, executor_id="pytest")
+    yield url
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def test_a_durable_run_retries_an_answer_as_a_model_step_and_returns_the_output(launched: str) -> None:
+    result = learning.run([ChatMessage.from_user("temperature?")], run_id="o1")
+    assert result["output"] == Reading(celsius=21.5)
+    assert learning.result("o1")["output"] == Reading(celsius=21.5), "the stored record gives the same output"
+    steps = [s["function_name"] for s in DBOS.list_workflow_steps("o1")]
+    assert steps.count("model") == 2
+    assert [r.trigger for r in result.trace].count("output_retry") == 1
+
+
+def test_a_durable_run_whose_answers_never_fit_fails_with_the_problems(launched: str) -> None:
+    with pytest.raises(OutputValidationError) as failed:
+        stubborn.run([ChatMessage.from_user("temperature?")], run_id="o2")
+    assert failed.value.problems == ["celsius: Field required"]
+    assert find_run(DBOS, "o2").status == "failed"
