@@ -85,6 +85,7 @@ _INVOKER_OPTIONS = frozenset(
         *_HAYSTACK_INVOKER_NAMES.values(),
         "sync_tools_in_threads",
         "convert_result_to_json_string",
+        "tool_timeout",
     }
 )
 
@@ -141,6 +142,7 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
         output_type: Any = None,
         output_retries: int = 1,
+        tool_timeout: float | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -167,11 +169,14 @@ class Agent:
             self.tool_invoker_kwargs,
             tool_concurrency=tool_concurrency,
             tool_streaming_callback_passthrough=tool_streaming_callback_passthrough,
+            tool_timeout=tool_timeout,
         )
         self._invoker = ToolInvoker(self._tools, raise_on_failure=raise_on_tool_invocation_failure, **invoker_kwargs)
         # What the tools run with, whichever way it was given.
         self.tool_concurrency = self._invoker.tool_concurrency
         self.tool_streaming_callback_passthrough = self._invoker.tool_streaming_callback_passthrough
+        #: Seconds a call of a tool without a ``timeout`` of its own may take (``None``: no limit).
+        self.tool_timeout = self._invoker.tool_timeout
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
         for key, definition in hook_state_schema(self._hooks).items():
@@ -620,6 +625,7 @@ class Agent:
                 }
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
+                **({"tool_timeout": self.tool_timeout} if self.tool_timeout is not None else {}),
                 **(
                     {"output_type": self._output.to_data(), "output_retries": self.output_retries}
                     if self._output is not None
@@ -682,6 +688,7 @@ _AGENT_PARAMETERS = frozenset(
         "confirmation_strategies",
         "output_type",
         "output_retries",
+        "tool_timeout",
     }
 )
 

@@ -168,6 +168,10 @@ def build_model(
                 labels[edge] = "tool_calls [never: the agent has no tools]"
         tools = ", ".join(t.name for t in agent._tools) or "none"
         notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
+        timeouts = {t.name: agent._invoker.timeout_of(t) for t in agent._tools}
+        if any(timeout is not None for timeout in timeouts.values()):
+            timed = ", ".join(f"{name} {timeout:g} s" for name, timeout in timeouts.items() if timeout is not None)
+            notes[Phase.TOOL_RUN.value] += f"; timeouts: {timed}"
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
         if agent._confirmation:

@@ -110,6 +110,15 @@ def check_int(name: str, value: Any, least: int) -> int:
     return value
 
 
+def check_timeout(name: str, value: Any) -> float | None:
+    """``value`` as seconds when it is ``None`` or a finite number above 0; else ``ConfigurationError`` naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ConfigurationError(f"{name} must be a number of seconds above 0, or None for no limit; got {value!r}.")
+    return float(value)
+
+
 class SnapshotError(AgentFSMError, ValueError):
     """A snapshot is malformed, truncated, tampered with, of an unknown version, or cannot resume here."""
 

@@ -470,6 +470,7 @@ CALL_TRANSITIONS: tuple[CallTransition, ...] = (
     CallTransition("modify_refused", C.UNDECIDED, C.FAILED, "execute=True with new arguments that do not fit"),
     CallTransition("reject", C.UNDECIDED, C.REJECTED, "decision execute=False"),
     CallTransition("finish", C.READY, C.DONE, "the tool returned or raised"),
+    CallTransition("time_out", C.READY, C.DONE, "no result within its timeout: a timeout error, a late result dropped"),
     CallTransition("restore", C.READY, C.DONE, "its result is recorded in the snapshot"),
     CallTransition("in_doubt", C.READY, C.UNKNOWN, "started before a crash, result not recorded"),
     CallTransition("rerun", C.UNKNOWN, C.READY, "idempotent tool, or decision execute=True"),

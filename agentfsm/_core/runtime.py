@@ -53,7 +53,7 @@ from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
+from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker, timed_out
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
@@ -624,7 +624,7 @@ class AgentRun:
         """
         if call.outcome is None:
             raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
-        self.move_call(call, "finish")
+        self.move_call(call, "time_out" if timed_out(call.outcome) else "finish")
         if self.config.observers:
             self._tell(None)
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +325,17 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, mon
     monkeypatch.setattr(AgentRun, "move_call", recording)
     in_doubt_runs(caplog)
     confirmed_runs()
+    released = threading.Event()
+
+    @tool(timeout=0.05)
+    def stalls() -> str:
+        """Waits until released: past its timeout."""
+        released.wait(5)
+        return "late"
+
+    stalled = Agent(chat_generator=ScriptedChatGenerator([calls(call("stalls")), "done"]), tools=[stalls])
+    assert stalled.run(USER)["last_message"].text == "done"
+    released.set()
     declared = {(t.source, t.trigger, t.dest) for t in CALL_TRANSITIONS}
     assert taken == declared
 
