@@ -18,6 +18,7 @@ from agentfsm.errors import (
     ConfigurationTypeError,
     DeserializationError,
     check_int,
+    check_timeout,
 )
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import CONFIRMATION_STRATEGY
@@ -143,6 +144,7 @@ class Agent:
         output_type: Any = None,
         output_retries: int = 1,
         tool_timeout: float | None = None,
+        model_timeout: float | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -202,6 +204,8 @@ class Agent:
         self._is_warmed_up = False
         #: The type the final answer must fit: a pydantic model, a dataclass or a JSON schema (``agentfsm.output``).
         self.output_type = output_type
+        #: Seconds a model call may take before the run stops waiting and fails (``ModelDeadlineError``).
+        self.model_timeout = check_timeout("model_timeout", model_timeout)
         #: How often an answer that does not fit is sent back to the model before the run fails.
         self.output_retries = check_int("output_retries", output_retries, 0)
         self._output = None if output_type is None else OutputType(output_type)
@@ -430,6 +434,7 @@ class Agent:
             hooks=self._hooks,
             confirmation=self._confirmation,
             hook_context=request.hook_context,
+            model_timeout=self.model_timeout,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -626,6 +631,7 @@ class Agent:
                 or None,
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
                 **({"tool_timeout": self.tool_timeout} if self.tool_timeout is not None else {}),
+                **({"model_timeout": self.model_timeout} if self.model_timeout is not None else {}),
                 **(
                     {"output_type": self._output.to_data(), "output_retries": self.output_retries}
                     if self._output is not None
@@ -689,6 +695,7 @@ _AGENT_PARAMETERS = frozenset(
         "output_type",
         "output_retries",
         "tool_timeout",
+        "model_timeout",
     }
 )
 

@@ -174,6 +174,8 @@ def build_model(
             notes[Phase.TOOL_RUN.value] += f"; timeouts: {timed}"
         notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
         notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
+        if agent.model_timeout is not None:
+            notes[Phase.LLM_CALL.value] += f"; timeout {agent.model_timeout:g} s"
         if agent._confirmation:
             covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in agent._confirmation.entries())
             notes[Phase.CONFIRM.value] = f"confirmation: {covered}"

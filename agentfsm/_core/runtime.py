@@ -186,6 +186,8 @@ class RunConfig:
     output_retries: int = 0
     #: Given to the chat generator with every call (the output type's ``response_format``).
     generation_kwargs: dict[str, Any] | None = None
+    #: Seconds a model call may take before the run stops waiting for it (``Agent(model_timeout=...)``).
+    model_timeout: float | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -203,6 +205,8 @@ class CallModel:
     tools: list[Tool]
     #: Passed to the generator as ``generation_kwargs`` (a ``response_format``), when the run has some.
     generation_kwargs: dict[str, Any] | None = None
+    #: Seconds the driver waits for the reply (``None``: as long as the generator takes).
+    timeout: float | None = None
 
 
 @dataclass(slots=True)
@@ -495,7 +499,8 @@ class AgentRun:
         tools = self._static_tools
         if tools is None:
             tools = list(self.current_tools().values())
-        return CallModel(list(self._data["messages"]), tools, self.config.generation_kwargs)
+        config = self.config
+        return CallModel(list(self._data["messages"]), tools, config.generation_kwargs, config.model_timeout)
 
     def _prepare_calls(self, item: Work) -> None:
         self.prepare_calls()

@@ -17,7 +17,7 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm._core.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
+from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -86,7 +86,7 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
 
 
 def _call_model(generator: ChatGenerator, action: CallModel) -> dict[str, Any]:
-    output = generator.run(**model_arguments(action, None))
+    output = call_model(generator, action, None)
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
         raise bad_model_output(output)

@@ -9,11 +9,8 @@ parallel up to ``tool_concurrency``), and ``finish`` (results to strings, ``outp
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -46,6 +43,7 @@ from agentfsm.signatures import names_keyword
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
+from agentfsm.workers import result_within, run_in_own_thread
 
 
 @dataclass(slots=True)
@@ -110,26 +108,6 @@ def _timeout_error(tool: Tool, timeout: float) -> ToolTimeoutError:
         tool.name,
         timeout,
     )
-
-
-def _in_own_thread(function: Callable[..., Any], kwargs: dict[str, Any]) -> Future[Any]:
-    """Start ``function(**kwargs)`` in a daemon thread of its own: one that may be abandoned at a timeout.
-
-    (A pool's worker would stay taken by a call nobody waits for any more.)
-    """
-    future: Future[Any] = Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(context.run(function, **kwargs))
-        except BaseException as exc:  # handed to whoever still waits, as a pool's future does
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="agentfsm-timed-tool", daemon=True).start()
-    return future
 
 
 def call_key(call: ToolCall, position: int) -> str:
@@ -311,10 +289,8 @@ class ToolInvoker:
         try:
             if timeout is None:
                 return CallOutcome(tool.invoke(**arguments))
-            try:
-                return CallOutcome(_in_own_thread(tool.invoke, arguments).result(timeout))
-            except FutureTimeout:
-                return CallOutcome(None, _timeout_error(tool, timeout))
+            done, value = result_within(run_in_own_thread(tool.invoke, **arguments), timeout)
+            return CallOutcome(value) if done else CallOutcome(None, _timeout_error(tool, timeout))
         except Exception as exc:
             return CallOutcome(None, exc)
 
@@ -339,16 +315,18 @@ class ToolInvoker:
             # cancelled at the timeout, a sync one runs in a thread of its own that is abandoned then.
             running = tool.invoke_async(**arguments) if tool.awaitable else self._wrapped(tool, arguments)
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(timeout) as bound:
                     return CallOutcome(await running)
             except TimeoutError:
+                if not bound.expired():
+                    raise  # the tool's own: its outcome, as any error it raises
                 return CallOutcome(None, _timeout_error(tool, timeout))
         except Exception as exc:
             return CallOutcome(None, exc)
 
     @staticmethod
     async def _wrapped(tool: Tool, arguments: dict[str, Any]) -> Any:
-        return await asyncio.wrap_future(_in_own_thread(tool.invoke, arguments))
+        return await asyncio.wrap_future(run_in_own_thread(tool.invoke, **arguments))
 
     @staticmethod
     def _done(call: PreparedCall, outcome: CallOutcome, on_complete: OnComplete) -> None:

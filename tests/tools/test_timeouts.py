@@ -178,3 +178,17 @@ def test_timeouts_are_checked_serialized_and_drawn_only_when_configured() -> Non
     assert Agent.from_dict(agent.to_dict(), allowed_modules=["tests"]).tool_timeout == 5
     assert "timeouts - stall 0.2 s, add 5 s" in agent.draw()  # mermaid notes take no colons
     assert "timeouts" not in Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]).draw()
+
+
+@tool(timeout=5)
+def own_timeout() -> str:
+    """Raises a TimeoutError of its own, well within its timeout."""
+    raise TimeoutError("the upstream service timed out")
+
+
+async def test_a_timeout_error_the_tool_raises_itself_is_its_own_error_not_a_timeout() -> None:
+    model = ScriptedChatGenerator([calls(call("own_timeout", "o1")), "done"] * 2)
+    for result in (Agent(chat_generator=model, tools=[own_timeout]).run(USER),
+                   await Agent(chat_generator=model, tools=[own_timeout]).run_async(USER)):  # fmt: skip
+        [(text, error)] = results(result)
+        assert error and "TimeoutError: the upstream service timed out" in text and "ToolTimeoutError" not in text
