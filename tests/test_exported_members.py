@@ -44,6 +44,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "Hook",
         "ImageContent",
         "ModelClientError",
+        "OutputValidationError",
         "Phase",
         "PipelineTool",
         "ReasoningContent",
