@@ -414,8 +414,8 @@ class Agent:
             return {"tools": tools, "tool_exits": exits}
         settings: dict[str, Any] = {"output": output, "output_retries": self.output_retries}
         if getattr(self.chat_generator, "supports_response_format", False) is True:
-            return {**settings, "tools": tools, "tool_exits": exits,
-                    "generation_kwargs": {"response_format": output.response_format()}}  # fmt: skip
+            native = {"response_format": output.response_format()}
+            return {**settings, "tools": tools, "tool_exits": exits, "generation_kwargs": native}
         final = output.final_answer_tool()
         return {**settings, "tools": {**tools, final.name: final}, "tool_exits": exits | {final.name}}
 

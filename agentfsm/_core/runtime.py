@@ -72,6 +72,8 @@ _CALL_MOVES = CALL_DISPATCH.moves
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
+#: What an agent without an output type has instead of an ``output``: its result has no such key.
+_NO_OUTPUT: Any = object()
 #: The phase whose work each work item is.
 _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items() for item in items}
 
@@ -970,7 +972,7 @@ def runs_again_after_crash(call: PreparedCall) -> bool:
 
 
 def run_result(
-    data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord], output: Any = None
+    data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord], output: Any = _NO_OUTPUT
 ) -> AgentResult:
     """What ``Agent.run`` returns for a run with this State data, exit reason, trace (and ``output``, if it has one)."""
     return (
@@ -1029,9 +1031,6 @@ def check_facts_readable(run_class: type) -> None:
 
 
 check_facts_readable(AgentRun)
-
-#: What an agent without an output type has instead of an ``output``: its result has no such key.
-_NO_OUTPUT: Any = object()
 #: The work of edges that change the run's data as they are taken (runs with an output type only).
 _EDGE_WORK: dict[str, Callable[[AgentRun], None]] = {
     "output_retry": AgentRun._send_output_back,

@@ -285,7 +285,7 @@ class ToolInvoker:
         tool = prepared.tool
         assert tool is not None
         arguments = self._arguments(tool, prepared, streaming_callback)
-        timeout = self.timeout_of(tool)
+        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
         try:
             if timeout is None:
                 return CallOutcome(tool.invoke(**arguments))
@@ -305,7 +305,7 @@ class ToolInvoker:
         tool = prepared.tool
         assert tool is not None
         arguments = self._arguments(tool, prepared, streaming_callback)
-        timeout = self.timeout_of(tool)
+        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
         try:
             if timeout is None:
                 if inline and not tool.awaitable:

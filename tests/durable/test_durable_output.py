@@ -96,3 +96,8 @@ def test_a_durable_tool_step_past_its_timeout_records_the_timeout_error_as_its_o
     assert result["last_message"].text == "error=True"
     [tool_step] = [s for s in DBOS.list_workflow_steps("t1") if s["function_name"] == "tool"]
     assert tool_step["output"]["error_type"] == "ToolTimeoutError", "a recovery replays the timeout, not the call"
+
+
+def test_a_durable_run_without_output_type_has_no_output_key(launched: str) -> None:
+    result = timed.run([ChatMessage.from_user("go")], run_id="t2")
+    assert "output" not in result and "output" not in timed.result("t2")
