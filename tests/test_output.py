@@ -124,6 +124,17 @@ def test_the_response_format_reaches_a_generator_that_declares_it() -> None:
     assert response_format["json_schema"]["schema"]["required"] == ["name", "population"]
 
 
+def test_a_fallback_passes_the_response_format_on_only_when_each_of_its_generators_takes_it() -> None:
+    from agentfsm.generators import FallbackChatGenerator
+
+    native = FallbackChatGenerator([ScriptedChatGenerator([PARIS])])
+    assert Agent(chat_generator=native, output_type=City).run(USER).exit_reason == "text"
+    tool_only = FallbackChatGenerator(
+        [ToolOnlyModel([calls(ToolCall(FINAL_ANSWER_TOOL, {"name": "Lyon", "population": 1}, id="f"))])]
+    )
+    assert Agent(chat_generator=tool_only, output_type=City).run(USER)["output"].name == "Lyon"
+
+
 def test_a_run_fails_with_the_problems_once_its_retries_are_spent_and_on_error_hooks_see_it() -> None:
     errors: list[BaseException] = []
 
