@@ -21,6 +21,7 @@ from agentfsm.errors import (
     DeserializationError,
     RunCancelled,
     check_int,
+    check_timeout,
 )
 from agentfsm.events import Event, EventHandler
 from agentfsm.generators.base import ChatGenerator
@@ -42,6 +43,7 @@ from agentfsm.logs import logger
 from agentfsm.loops import LoopDetection
 from agentfsm.machine import ConstantFacts, Work
 from agentfsm.messages import ChatMessage, StreamingCallback
+from agentfsm.output import FINAL_ANSWER_TOOL, OutputType, resolve_output_type
 from agentfsm.pauses import RunStatus
 from agentfsm.result import AgentResult
 from agentfsm.serialization import (
@@ -91,6 +93,7 @@ _INVOKER_OPTIONS = frozenset(
         *_HAYSTACK_INVOKER_NAMES.values(),
         "sync_tools_in_threads",
         "convert_result_to_json_string",
+        "tool_timeout",
     }
 )
 
@@ -169,6 +172,10 @@ class Agent:
         confirmation_strategies: dict[str | tuple[str, ...], Any] | None = None,
         usage_limits: UsageLimits | None = None,
         loop_detection: LoopDetection | None = None,
+        output_type: Any = None,
+        output_retries: int = 1,
+        tool_timeout: float | None = None,
+        model_timeout: float | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -195,11 +202,14 @@ class Agent:
             self.tool_invoker_kwargs,
             tool_concurrency=tool_concurrency,
             tool_streaming_callback_passthrough=tool_streaming_callback_passthrough,
+            tool_timeout=tool_timeout,
         )
         self._invoker = ToolInvoker(self._tools, raise_on_failure=raise_on_tool_invocation_failure, **invoker_kwargs)
         # What the tools run with, whichever way it was given.
         self.tool_concurrency = self._invoker.tool_concurrency
         self.tool_streaming_callback_passthrough = self._invoker.tool_streaming_callback_passthrough
+        #: Seconds a call of a tool without a ``timeout`` of its own may take (``None``: no limit).
+        self.tool_timeout = self._invoker.tool_timeout
         self.hooks = hooks
         self._hooks = check_hooks(hooks)
         for key, definition in hook_state_schema(self._hooks).items():
@@ -222,6 +232,19 @@ class Agent:
             strategies[key] = strategy
         self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
+        self._set_guard_rails(usage_limits, loop_detection, output_type, output_retries, model_timeout, known)
+        self._is_warmed_up = False
+
+    def _set_guard_rails(
+        self,
+        usage_limits: UsageLimits | None,
+        loop_detection: LoopDetection | None,
+        output_type: Any,
+        output_retries: int,
+        model_timeout: float | None,
+        known: list[Tool],
+    ) -> None:
+        """Check and keep what bounds the agent's runs: usage limits, loop detection, output type, model timeout."""
         #: What each run may use (``agentfsm.limits``); ``run(usage_limits=...)`` overrides it for one run.
         self.usage_limits = _check_usage_limits(usage_limits)
         #: What a run does when the model repeats itself (``agentfsm.loops``); ``None``: nothing, and nothing is read.
@@ -231,7 +254,23 @@ class Agent:
         if loop_detection is not None and loop_detection.consequence():
             on_loop = (*self._hooks.get(Work.ON_LOOP, ()), *loop_detection.consequence())
             self._run_hooks = {**self._hooks, Work.ON_LOOP: on_loop}
-        self._is_warmed_up = False
+        #: The type the final answer must fit: a pydantic model, a dataclass or a JSON schema (``agentfsm.output``).
+        self.output_type = output_type
+        #: Seconds a model call may take before the run stops waiting and fails (``ModelDeadlineError``).
+        self.model_timeout = check_timeout("model_timeout", model_timeout)
+        #: How often an answer that does not fit is sent back to the model before the run fails.
+        self.output_retries = check_int("output_retries", output_retries, 0)
+        self._output = None if output_type is None else OutputType(output_type)
+        if self._output is not None and FINAL_ANSWER_TOOL in {t.name for t in known}:
+            raise ConfigurationError(
+                f"A tool is named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent with an output_type may "
+                "give the model for its answer: rename the tool."
+            )
+
+    @property
+    def output_spec(self) -> OutputType | None:
+        """The ``output_type`` as a JSON schema and a check of answers against it (``None`` without one)."""
+        return self._output
 
     @property
     def snapshot_store(self) -> SnapshotStore | None:
@@ -265,6 +304,7 @@ class Agent:
                 max_agent_steps=self.max_agent_steps,
                 usage_limits=self.usage_limits,
                 loop_detection=self.loop_detection,
+                output_retries=None if self._output is None else self.output_retries,
             ),
         )
 
@@ -429,16 +469,33 @@ class Agent:
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
             "confirmation": {name: type(s).__qualname__ for name, s in self._confirmation.entries()},
         }
+        if self._output is not None:
+            shape["output"] = {"schema": self._output.schema, "retries": self.output_retries}
         return fingerprint(shape)
+
+    def _output_config(self, tools: dict[str, Tool], exits: frozenset[str]) -> dict[str, Any]:
+        """What a run needs for the output type: how the schema reaches the model, and the check of the answer.
+
+        A generator with ``supports_response_format = True`` is given the schema as its
+        ``response_format``; any other is shown the final-answer tool, which ends the run once called.
+        """
+        output = self._output
+        if output is None:
+            return {"tools": tools, "tool_exits": exits}
+        settings: dict[str, Any] = {"output": output, "output_retries": self.output_retries}
+        if getattr(self.chat_generator, "supports_response_format", False) is True:
+            native = {"response_format": output.response_format()}
+            return {**settings, "tools": tools, "tool_exits": exits, "generation_kwargs": native}
+        final = output.final_answer_tool()
+        return {**settings, "tools": {**tools, final.name: final}, "tool_exits": exits | {final.name}}
 
     def new_run(self, request: RunRequest) -> AgentRun:
         """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
         self.warm_up()
         selected, dynamic = self._select_tools(request.tools)
         config = RunConfig(
-            tools={t.name: t for t in selected},
+            **self._output_config({t.name: t for t in selected}, frozenset(self.exit_conditions) - {"text"}),
             dynamic=dynamic,
-            tool_exits=frozenset(self.exit_conditions) - {"text"},
             max_agent_steps=self.max_agent_steps,
             invoker=self._invoker,
             fingerprint=self._fingerprint,
@@ -454,6 +511,7 @@ class Agent:
             else _check_usage_limits(request.usage_limits),
             cancel=_check_handle(request.cancel),
             loop_detection=self.loop_detection,
+            model_timeout=self.model_timeout,
         )
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -715,6 +773,13 @@ class Agent:
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
                 "usage_limits": self.usage_limits.to_dict() if self.usage_limits is not None else None,
                 "loop_detection": self.loop_detection.to_dict() if self.loop_detection is not None else None,
+                **({"tool_timeout": self.tool_timeout} if self.tool_timeout is not None else {}),
+                **({"model_timeout": self.model_timeout} if self.model_timeout is not None else {}),
+                **(
+                    {"output_type": self._output.to_data(), "output_retries": self.output_retries}
+                    if self._output is not None
+                    else {}
+                ),
             },
         }
 
@@ -743,6 +808,8 @@ class Agent:
                 params["loop_detection"] = LoopDetection.from_dict(params["loop_detection"])
             if params.get("usage_limits") is not None:
                 params["usage_limits"] = UsageLimits.from_dict(params["usage_limits"])
+            if params.get("output_type") is not None:
+                params["output_type"] = resolve_output_type(params["output_type"], allowed_modules)
             if params.get("hooks"):
                 params["hooks"] = {
                     point: [hook_from_dict(h, allowed_modules) for h in hooks]
@@ -774,6 +841,10 @@ _AGENT_PARAMETERS = frozenset(
         "confirmation_strategies",
         "usage_limits",
         "loop_detection",
+        "output_type",
+        "output_retries",
+        "tool_timeout",
+        "model_timeout",
     }
 )
 
@@ -839,6 +910,8 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
     callables += [params["streaming_callback"]] if params.get("streaming_callback") else []
     for path, slot in classes:
         resolve_class(path, allowed_modules, slot)
+    if params.get("output_type") is not None:
+        resolve_output_type(params["output_type"], allowed_modules)
     for path in callables:
         import_path(path, allowed_modules, expect="callable")
 

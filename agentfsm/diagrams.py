@@ -45,7 +45,7 @@ from agentfsm.machine import (
 )
 
 if TYPE_CHECKING:
-    from agentfsm.agent import Agent
+    from agentfsm.agent import Agent, AgentOutline
     from agentfsm.limits import UsageLimits
     from agentfsm.snapshot import AgentSnapshot
 
@@ -55,7 +55,7 @@ _INTERRUPTS = ("pause", "fail", "resume", "cancel")
 #: The edges a usage limit ends a run by: an agent's drawing names its limits there.
 _LIMIT_EDGES = frozenset({"usage_limit", "continue_limited"})
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
-LABEL_WIDTH = 28
+LABEL_WIDTH = 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,45 @@ def reachable(transitions: Iterable[Transition]) -> list[Transition]:
     return [t for t in edges if t.source in seen and t.dest in seen]
 
 
+def _agent_labels(agent: Agent, outline: AgentOutline, edges: Iterable[Edge]) -> dict[Edge, str]:
+    """The labels of an agent's edges that say more than their guard: its exit conditions, step and usage limits."""
+    labels: dict[Edge, str] = {}
+    for edge in edges:
+        if edge.trigger == "exit":
+            conditions = " | ".join("text reply" if c == "text" else f"{c} ran" for c in agent.exit_conditions)
+            labels[edge] = f"exit [{conditions}]"
+        elif edge.trigger == "max_steps":
+            labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
+        elif edge.trigger in _LIMIT_EDGES and agent.usage_limits is not None:
+            labels[edge] = f"{edge.trigger} [{edge.condition}: {_limits_text(agent.usage_limits)}]"
+        elif edge.trigger == "tool_calls" and not outline.tools:
+            labels[edge] = "tool_calls [never: the agent has no tools]"
+    return labels
+
+
+def _agent_notes(agent: Agent, outline: AgentOutline) -> dict[str, str]:
+    """The notes on an agent's phases: its model, tools, timeouts, exit conditions, strategies and hooks."""
+    notes: dict[str, str] = {}
+    tools = ", ".join(t.name for t in outline.tools) or "none"
+    notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
+    timeouts = {t.name: t.timeout if t.timeout is not None else agent.tool_timeout for t in outline.tools}
+    if any(timeout is not None for timeout in timeouts.values()):
+        timed = ", ".join(f"{name} {timeout:g} s" for name, timeout in timeouts.items() if timeout is not None)
+        notes[Phase.TOOL_RUN.value] += f"; timeouts: {timed}"
+    notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
+    notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
+    if agent.model_timeout is not None:
+        notes[Phase.LLM_CALL.value] += f"; timeout {agent.model_timeout:g} s"
+    if outline.confirmation:
+        covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in outline.confirmation.entries())
+        notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
+    for phase, work in PHASE_WORK.items():
+        hooks = [f"{p.value}: {', '.join(hook_name(h) for h in outline.hooks[p])}" for p in work if p in outline.hooks]
+        if hooks:
+            notes[phase.value] = "; ".join([*filter(None, [notes.get(phase.value)]), f"hooks {'; '.join(hooks)}"])
+    return notes
+
+
 def build_model(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
@@ -161,29 +200,8 @@ def build_model(
     for edge in edges:
         labels[edge] = f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger
     if agent is not None and outline is not None:
-        for edge in edges:
-            if edge.trigger == "exit":
-                conditions = " | ".join("text reply" if c == "text" else f"{c} ran" for c in agent.exit_conditions)
-                labels[edge] = f"exit [{conditions}]"
-            elif edge.trigger == "max_steps":
-                labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
-            elif edge.trigger in _LIMIT_EDGES and agent.usage_limits is not None:
-                labels[edge] = f"{edge.trigger} [{edge.condition}: {_limits_text(agent.usage_limits)}]"
-            elif edge.trigger == "tool_calls" and not outline.tools:
-                labels[edge] = "tool_calls [never: the agent has no tools]"
-        tools = ", ".join(t.name for t in outline.tools) or "none"
-        notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
-        notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
-        notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
-        if outline.confirmation:
-            covered = ", ".join(f"{name} ({type(s).__name__})" for name, s in outline.confirmation.entries())
-            notes[Phase.CONFIRM.value] = f"confirmation: {covered}"
-        for phase, work in PHASE_WORK.items():
-            hooks = [
-                f"{p.value}: {', '.join(hook_name(h) for h in outline.hooks[p])}" for p in work if p in outline.hooks
-            ]
-            if hooks:
-                notes[phase.value] = "; ".join([*filter(None, [notes.get(phase.value)]), f"hooks {'; '.join(hooks)}"])
+        labels.update(_agent_labels(agent, outline, edges))
+        notes = _agent_notes(agent, outline)
     states = [p.value for p in Phase if p in phases]
     states.insert(states.index(Phase.DONE.value), ANY_ACTIVE)
 

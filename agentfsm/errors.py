@@ -29,7 +29,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
     │   ├── ToolCallLimitError                           the call would go past UsageLimits(tool_calls=...)
     │   └── ToolInvocationError (RuntimeError)           the tool's function raised
-    │       └── MCPToolError                             the MCP tool ran and reported an error
+    │       ├── MCPToolError                             the MCP tool ran and reported an error
+    │       └── ToolTimeoutError (TimeoutError)          the tool did not finish within its timeout
     ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
     │   └── MCPConnectionLostError                       the connection dropped while a call was in flight
     ├── MCPTimeoutError (TimeoutError)                   connecting, listing tools or an MCP call took too long
@@ -47,6 +48,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   ├── AllChatGeneratorsFailedError                 every generator of a fallback failed
     │   ├── ScriptExhaustedError                         a scripted model ran out of replies
     │   └── CassetteMismatchError                        a replayed request differs from the recorded one
+    ├── OutputValidationError (ValueError)               the final answer did not fit output_type, retries spent
     ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)
     ├── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
     ├── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
@@ -115,6 +117,15 @@ def check_int(name: str, value: Any, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}.")
     return value
+
+
+def check_timeout(name: str, value: Any) -> float | None:
+    """``value`` as seconds when it is ``None`` or a finite number above 0; else ``ConfigurationError`` naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ConfigurationError(f"{name} must be a number of seconds above 0, or None for no limit; got {value!r}.")
+    return float(value)
 
 
 class SnapshotError(AgentFSMError, ValueError):
@@ -335,6 +346,43 @@ class ScriptExhaustedError(ModelClientError):
 
 class CassetteMismatchError(ModelClientError):
     """A replayed request differs from the recorded one, or asks for more exchanges than were recorded."""
+
+
+class ToolTimeoutError(ToolInvocationError, TimeoutError):
+    """A tool call did not finish within its timeout: an async tool was cancelled, a sync one abandoned.
+
+    ``tool_name`` and ``timeout`` (seconds) say which call and how long it had.
+    """
+
+    def __init__(self, message: str, tool_name: str, timeout: float) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.timeout = timeout
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.tool_name, self.timeout)
+
+
+class OutputValidationError(AgentFSMError, ValueError):
+    """The final answer did not fit the agent's ``output_type``, and the model's tries ran out.
+
+    ``output_name`` names the type, ``problems`` lists what was wrong with the last answer (one
+    line each), ``answer`` is that answer, and ``retries`` how often the model was sent back first.
+    """
+
+    def __init__(self, output_name: str, problems: Sequence[str], answer: str, retries: int) -> None:
+        listed = "; ".join(problems)
+        super().__init__(
+            f"The final answer does not fit output_type {output_name} after {retries} retries: {listed}. "
+            "Raise output_retries, or describe the expected answer in the system prompt."
+        )
+        self.output_name = output_name
+        self.problems = list(problems)
+        self.answer = answer
+        self.retries = retries
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.output_name, self.problems, self.answer, self.retries)
 
 
 class MachineError(AgentFSMError, RuntimeError):

@@ -224,6 +224,10 @@ class Facts(NamedTuple):
     cancel_requested: bool = False
     #: The model repeats itself: its last tool calls are the same call with the same result (``LoopDetection``).
     loop_detected: bool = False
+    #: The run ends on an answer (a text reply, or a call of the final-answer tool) that does not fit ``output_type``.
+    output_invalid: bool = False
+    #: The model was sent back with an answer that did not fit fewer than ``output_retries`` times.
+    output_retries_left: bool = False
 
 
 #: The names of the facts a guard may read.
@@ -243,6 +247,8 @@ FACT_WORDS: dict[str, dict[bool, str]] = {
     "usage_limit_reached": {True: "a usage limit reached", False: "within usage limits"},
     "cancel_requested": {True: "cancellation requested", False: "not cancelled"},
     "loop_detected": {True: "the model repeats itself", False: "no repeated call"},
+    "output_invalid": {True: "answer does not fit output_type", False: "answer fits"},
+    "output_retries_left": {True: "output retries left", False: "output_retries used up"},
 }
 if set(FACT_WORDS) != set(FACT_NAMES):
     raise MachineError(f"FACT_WORDS must describe exactly the facts {FACT_NAMES}, not {sorted(FACT_WORDS)}.")
@@ -335,6 +341,54 @@ TRANSITIONS: tuple[Transition, ...] = (
         stop_requested=False,
         exit_reached=True,
         continue_requested=False,
+        output_invalid=False,
+    ),
+    # An answer that does not fit output_type goes back to the model with the problems, on a budget of
+    # its own (output_retries), within max_agent_steps and the usage limits; past any, the run fails with them.
+    _edge(
+        "output_retry",
+        P.EXIT_CHECK,
+        P.LLM_CALL,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=True,
+        steps_left=True,
+        usage_limit_reached=False,
+    ),
+    _edge(
+        "output_limited",
+        P.EXIT_CHECK,
+        P.FAILED,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=True,
+        steps_left=True,
+        usage_limit_reached=True,
+    ),
+    _edge(
+        "output_failed",
+        P.EXIT_CHECK,
+        P.FAILED,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=False,
+    ),
+    _edge(
+        "output_capped",
+        P.EXIT_CHECK,
+        P.FAILED,
+        stop_requested=False,
+        exit_reached=True,
+        continue_requested=False,
+        output_invalid=True,
+        output_retries_left=True,
+        steps_left=False,
     ),
     _edge(
         "continue_run",
@@ -482,6 +536,7 @@ CALL_TRANSITIONS: tuple[CallTransition, ...] = (
     CallTransition("modify_refused", C.UNDECIDED, C.FAILED, "execute=True with new arguments that do not fit"),
     CallTransition("reject", C.UNDECIDED, C.REJECTED, "decision execute=False"),
     CallTransition("finish", C.READY, C.DONE, "the tool returned or raised"),
+    CallTransition("time_out", C.READY, C.DONE, "no result within its timeout: a timeout error, a late result dropped"),
     CallTransition("restore", C.READY, C.DONE, "its result is recorded in the snapshot"),
     CallTransition("in_doubt", C.READY, C.UNKNOWN, "started before a crash, result not recorded"),
     CallTransition("rerun", C.UNKNOWN, C.READY, "idempotent tool, or decision execute=True"),

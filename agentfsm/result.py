@@ -18,6 +18,8 @@ class AgentResult(dict[str, Any]):
     agent's ``state_schema`` declares a key of the same name: the key then holds the user's State
     value, as Haystack's Agent documents ("any additional keys defined in the state_schema"). Whatever the
     schema, the attributes ``exit_reason``, ``trace`` and ``last_message`` are always agentfsm's.
+    An agent with an ``output_type`` adds ``output``: the final answer as a value of that type
+    (``None`` when the run ended without an answer, say at ``max_agent_steps``), under the same rule.
 
     >>> from agentfsm import Agent, ChatMessage
     >>> from agentfsm.generators import ScriptedChatGenerator
@@ -27,9 +29,12 @@ class AgentResult(dict[str, Any]):
     (['mine'], 'text', 3)
     """
 
-    __slots__ = ("exit_reason", "last_message", "trace")
+    __slots__ = ("exit_reason", "has_output", "last_message", "output", "trace")
 
-    def __init__(self, data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> None:
+    def __init__(
+        self, data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord], *output: Any
+    ) -> None:
+        """The result of a run with this State ``data``; ``output``: its parsed answer, when the agent has an output type."""
         messages = data.get("messages") or []
         #: The last message of the conversation (None when it is empty).
         self.last_message: ChatMessage | None = messages[-1] if messages else None
@@ -37,11 +42,18 @@ class AgentResult(dict[str, Any]):
         self.exit_reason = exit_reason
         #: Every edge the run took, in order.
         self.trace = list(trace)
+        #: Whether the agent has an output type (and so the result an ``output``).
+        self.has_output = bool(output)
+        #: The final answer as a value of the agent's ``output_type`` (``None`` without one).
+        self.output: Any = output[0] if output else None
         super().__init__(data)
         # The State's keys win: agentfsm's values fill only the names the schema left free.
         for key, value in (("last_message", self.last_message), ("exit_reason", exit_reason), ("trace", self.trace)):
             self.setdefault(key, value)
+        if output:
+            self.setdefault("output", self.output)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A key that is the user's keeps its value, one that is agentfsm's is rebuilt equal.
-        return type(self), (dict(self), self.exit_reason, self.trace)
+        output = (self.output,) if self.has_output else ()
+        return type(self), (dict(self), self.exit_reason, self.trace, *output)

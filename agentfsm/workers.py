@@ -9,11 +9,13 @@ once. Like ``asyncio.to_thread``, each call runs in a copy of the caller's ``con
 The workers are daemon threads shared by the whole process, started as needed up to
 ``DEFAULT_MAX_WORKERS`` (``set_max_workers`` changes it; the event loop's default executor is not
 used). A call still running when the interpreter exits (its run was cancelled) stops with it.
+``run_in_own_thread`` starts a call that may be abandoned at a timeout in a thread of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import os
@@ -155,6 +157,37 @@ def set_max_workers(count: int) -> None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ConfigurationError(f"The number of worker threads must be an int >= 1, got {count!r}.")
     _pool.max_workers = count
+
+
+def run_in_own_thread(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+    """Start ``function(*args, **kwargs)`` in a daemon thread of its own; its future gives the result.
+
+    For calls that may be abandoned at a timeout (a sync tool, a sync model call): a pool's worker
+    would stay taken by a call nobody waits for any more. The thread runs to the call's end, in a
+    copy of the caller's ``contextvars`` context; a result nobody waits for is dropped.
+    """
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(function, *args, **kwargs))
+        except BaseException as error:  # handed to whoever still waits, as a pool's future does
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="agentfsm-timed-call", daemon=True).start()
+    return future
+
+
+def result_within(future: concurrent.futures.Future[T], timeout: float) -> tuple[bool, T | None]:
+    """``(True, result)`` once ``future`` is done within ``timeout`` seconds (its error raised), else ``(False, None)``.
+
+    Unlike ``future.result(timeout)``, a ``TimeoutError`` the call raised itself is raised as its own.
+    """
+    done, _ = concurrent.futures.wait([future], timeout)
+    return (True, future.result()) if done else (False, None)
 
 
 def run_in_worker(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> asyncio.Future[T]:

@@ -120,7 +120,7 @@ def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
     assert "tool_calls [reply has tool calls] \u00d72" in mermaid  # type: ignore[operator]
     dot = demo_agent().draw("dot", trace=[r.to_dict() for r in result["trace"]])
     assert (
-        'EXIT_CHECK -> LLM_CALL [label="continue\\n[no exit condition met,\\nsteps left] \u00d72", color="#1565c0", penwidth=2];'
+        'EXIT_CHECK -> LLM_CALL [label="continue\\n[no exit condition\\nmet, steps left] \u00d72", color="#1565c0", penwidth=2];'
         in dot
     )  # type: ignore[operator]
 

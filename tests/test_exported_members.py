@@ -45,6 +45,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "ImageContent",
         "LoopDetection",
         "ModelClientError",
+        "OutputValidationError",
         "Phase",
         "PipelineTool",
         "ReasoningContent",

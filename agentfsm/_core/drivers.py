@@ -31,7 +31,7 @@ from agentfsm._core.runtime import (
     RunObserver,
     RunTools,
 )
-from agentfsm.errors import BreakpointException, HITLBreakpointException, RunCancelled
+from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelDeadlineError, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hitl.types import ToolExecutionDecision
@@ -43,7 +43,7 @@ from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeU
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
-from agentfsm.workers import run_in_worker
+from agentfsm.workers import result_within, run_in_own_thread, run_in_worker
 
 #: Keeps the snapshot of a paused run (a snapshot store's ``save``): says where it is kept.
 SavePause = Callable[[AgentSnapshot], SnapshotInfo]
@@ -104,7 +104,53 @@ def model_arguments(action: CallModel, streaming_callback: Any) -> dict[str, Any
     arguments: dict[str, Any] = {"messages": action.messages, "tools": action.tools or None}
     if streaming_callback is not None:
         arguments["streaming_callback"] = streaming_callback
+    if action.generation_kwargs is not None:  # only to generators that declare they take them
+        arguments["generation_kwargs"] = action.generation_kwargs
     return arguments
+
+
+def _model_timed_out(timeout: float) -> ModelDeadlineError:
+    return ModelDeadlineError(
+        f"The chat generator did not answer within the agent's model_timeout of {timeout:g} s; the run stopped "
+        "waiting for it. Give the agent a larger model_timeout (an HTTP client's own deadline= cancels its request)."
+    )
+
+
+def call_model(generator: ChatGenerator, action: CallModel, streaming_callback: Any) -> Any:
+    """The generator's output for a model call, in this thread; with a timeout, waited for that long.
+
+    A timed call runs in a thread of its own: past the timeout the run stops waiting (the call,
+    which cannot be stopped, runs on and its reply is dropped) and ``ModelDeadlineError`` is raised.
+    """
+    arguments = model_arguments(action, streaming_callback)
+    if action.timeout is None:
+        return generator.run(**arguments)
+    done, output = result_within(run_in_own_thread(generator.run, **arguments), action.timeout)
+    if not done:
+        raise _model_timed_out(action.timeout)
+    return output
+
+
+async def call_model_async(generator: ChatGenerator, action: CallModel, streaming_callback: Any) -> Any:
+    """Like ``call_model`` on the event loop: ``run_async`` when the generator has it (cancelled at the timeout)."""
+    arguments = model_arguments(action, streaming_callback)
+    run_async = getattr(generator, "run_async", None)
+    if action.timeout is None:
+        return (
+            await run_async(**arguments) if run_async is not None else await run_in_worker(generator.run, **arguments)
+        )
+    call = (
+        run_async(**arguments)
+        if run_async is not None
+        else asyncio.wrap_future(run_in_own_thread(generator.run, **arguments))
+    )
+    try:
+        async with asyncio.timeout(action.timeout) as bound:
+            return await call
+    except TimeoutError:
+        if not bound.expired():
+            raise  # the generator's own TimeoutError
+        raise _model_timed_out(action.timeout) from None
 
 
 def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:
@@ -304,10 +350,10 @@ def drive_sync(
                 emitter.announce(action)
             match action:
                 case CallModel() if emitter is not None:
-                    arguments = model_arguments(action, emitter.streaming(streaming_callback))
-                    run.model_replied(emitter.call_model(functools.partial(generator.run, **arguments), action))
+                    call = functools.partial(call_model, generator, action, emitter.streaming(streaming_callback))
+                    run.model_replied(emitter.call_model(call, action))
                 case CallModel():
-                    run.model_replied(generator.run(**model_arguments(action, streaming_callback)))
+                    run.model_replied(call_model(generator, action, streaming_callback))
                 case RunTools():
                     invoker.execute_sync(action.calls, streaming_callback, on_complete)
                     results = run.tools_ran()
@@ -339,11 +385,7 @@ async def _call_model_with_events(
     generator: ChatGenerator, action: CallModel, streaming_callback: StreamingCallback | None, emitter: Emitter
 ) -> Any:
     """The model's output under ``drive_async``, its start, chunks and end sent as events."""
-    kwargs = model_arguments(action, emitter.streaming_async(streaming_callback))
-    run_async = getattr(generator, "run_async", None)
-    call = functools.partial(run_in_worker, generator.run, **kwargs)
-    if run_async is not None:
-        call = functools.partial(run_async, **kwargs)
+    call = functools.partial(call_model_async, generator, action, emitter.streaming_async(streaming_callback))
     return await emitter.call_model_async(call, action)
 
 
@@ -392,7 +434,7 @@ async def drive_async(
                 case CallModel() if emitter is not None:
                     run.model_replied(await _call_model_with_events(generator, action, streaming_callback, emitter))
                 case CallModel():
-                    run.model_replied(await _call_model_async(generator, action, streaming_callback))
+                    run.model_replied(await call_model_async(generator, action, streaming_callback))
                 case RunTools():
                     await _execute_async(run, action, streaming_callback, writer, emitter)
                     results = run.tools_ran()
@@ -428,15 +470,6 @@ async def drive_async(
         except BaseException as exc:
             if not run.fail(exc):
                 raise
-
-
-async def _call_model_async(generator: ChatGenerator, action: CallModel, streaming_callback: Any) -> Any:
-    """The generator's output for a model call: ``run_async`` when it has one, else ``run`` in a worker thread."""
-    kwargs = model_arguments(action, streaming_callback)
-    run_async = getattr(generator, "run_async", None)
-    if run_async is not None:
-        return await run_async(**kwargs)
-    return await run_in_worker(generator.run, **kwargs)
 
 
 async def _keep_cancelled(run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError, ToolCallLimitError
+from agentfsm.errors import MachineError, ModelClientError, OutputValidationError, ToolCallLimitError
 from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
@@ -50,12 +50,13 @@ from agentfsm.machine import (
     work_plan,
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
+from agentfsm.output import FINAL_ANSWER_TOOL, OutputType, answer_of, retries_made, retry_message
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown, PauseReason
 from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.snapshot import AgentSnapshot, now_iso
 from agentfsm.state import State
-from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker
+from agentfsm.tools.invoker import CallOutcome, PreparedCall, ToolInvoker, timed_out
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 from agentfsm.tools.toolset import Toolset
 
@@ -75,6 +76,8 @@ _CALL_MOVES = CALL_DISPATCH.moves
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
+#: What an agent without an output type has instead of an ``output``: its result has no such key.
+_NO_OUTPUT: Any = object()
 #: The phase whose work each work item is.
 _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items() for item in items}
 
@@ -195,6 +198,13 @@ class RunConfig:
     cancel: RunHandle | None = None
     #: Detects a model that repeats itself (``Agent(loop_detection=...)``); its consequence is in ``hooks``.
     loop_detection: LoopDetection | None = None
+    #: The type the final answer must fit (``Agent(output_type=...)``), and how often the model may try again.
+    output: OutputType | None = None
+    output_retries: int = 0
+    #: Given to the chat generator with every call (the output type's ``response_format``).
+    generation_kwargs: dict[str, Any] | None = None
+    #: Seconds a model call may take before the run stops waiting for it (``Agent(model_timeout=...)``).
+    model_timeout: float | None = None
 
 
 # -- actions: what the driver must do next ---------------------------------------------------------
@@ -210,6 +220,10 @@ class CallModel:
 
     messages: list[ChatMessage]
     tools: list[Tool]
+    #: Passed to the generator as ``generation_kwargs`` (a ``response_format``), when the run has some.
+    generation_kwargs: dict[str, Any] | None = None
+    #: Seconds the driver waits for the reply (``None``: as long as the generator takes).
+    timeout: float | None = None
 
 
 @dataclass(slots=True)
@@ -311,6 +325,7 @@ class AgentRun:
             state=state.data,
             usage_limits=config.usage_limits,
             loop_detection=config.loop_detection,
+            output_retries=None if config.output is None else config.output_retries,
         )
         #: The facts this run cannot change; until a call goes in doubt, ``calls_in_doubt`` is false too.
         self._constants = constants
@@ -353,6 +368,9 @@ class AgentRun:
             self._start_clock()
         #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
         self._task_cancelled = False
+        #: The check of the conversation's final answer against the output type, for the conversation's
+        #: version it was made for: (version, (parsed value, problems)).
+        self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -498,6 +516,56 @@ class AgentRun:
             usage = self._data.get(RUN_USAGE_KEY) or {}
             self.state.set(RUN_USAGE_KEY, {**usage, "refused_tool_calls": usage.get("refused_tool_calls", 0) + refused})
 
+    @property
+    def output_invalid(self) -> bool:
+        """Fact: the run ends on an answer that does not fit the output type."""
+        checked = self.checked_output()
+        return checked is not None and bool(checked[1])
+
+    @property
+    def output_retries_left(self) -> bool:
+        """Fact: the model was sent back fewer than ``output_retries`` times for this answer."""
+        return retries_made(self._data["messages"]) < self.config.output_retries
+
+    def checked_output(self) -> tuple[Any, list[str]] | None:
+        """The final answer checked against the output type: (parsed value, problems); ``None`` when there is none.
+
+        The conversation must end on an answer: a text reply, or a call of the final-answer tool.
+        """
+        output = self.config.output
+        if output is None:
+            return None
+        version = self._conversation_version()
+        if self._checked_output is None or self._checked_output[0] != version:
+            answer = answer_of(self._data["messages"], self.exit_condition())
+            self._checked_output = (version, None if answer is None else output.check(answer))
+        return self._checked_output[1]
+
+    def output(self) -> Any:
+        """The final answer as the output type's value (``None``: the run ended without a fitting answer)."""
+        checked = self.checked_output()
+        return None if checked is None or checked[1] else checked[0]
+
+    def _send_output_back(self) -> None:
+        """The ``output_retry`` edge's work: tell the model what is wrong with its answer."""
+        checked = self.checked_output()
+        assert checked is not None
+        number = retries_made(self._data["messages"]) + 1
+        tool = FINAL_ANSWER_TOOL in self.config.tools
+        self.state.append("messages", [retry_message(checked[1], number, tool)])
+
+    def _output_failed(self) -> None:
+        """The ``output_failed`` / ``output_capped`` / ``output_limited`` edges' work: the error the failed run raises."""
+        checked = self.checked_output()
+        assert checked is not None and self.config.output is not None
+        answer = answer_of(self._data["messages"], self.exit_condition())
+        self.error = OutputValidationError(
+            self.config.output.name,
+            checked[1],
+            answer if isinstance(answer, str) else repr(answer),
+            retries_made(self._data["messages"]),
+        )
+
     def exit_condition(self) -> str | None:
         """The exit condition the end of the conversation meets: ``"text"``, ``"tool:<name>"`` or ``None``.
 
@@ -551,7 +619,8 @@ class AgentRun:
         tools = self._static_tools
         if tools is None:
             tools = list(self.current_tools().values())
-        return CallModel(list(self._data["messages"]), tools)
+        config = self.config
+        return CallModel(list(self._data["messages"]), tools, config.generation_kwargs, config.model_timeout)
 
     def _prepare_calls(self, item: Work) -> None:
         self.prepare_calls()
@@ -688,7 +757,7 @@ class AgentRun:
         """
         if call.outcome is None:
             raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
-        self.move_call(call, "finish")
+        self.move_call(call, "time_out" if timed_out(call.outcome) else "finish")
         if self.config.observers:
             self._tell(None)
 
@@ -830,6 +899,9 @@ class AgentRun:
             self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
         )
         self.trace.append(record)
+        effect = _EDGE_WORK.get(transition.trigger) if self.config.output is not None else None
+        if effect is not None:
+            effect(self)
         self.phase, self.stage, self._entered = transition.dest, stage, now
         if transition.exit_reason is not None:
             self.exit_reason = transition.exit_reason.format(
@@ -996,7 +1068,7 @@ class AgentRun:
 
     def result(self) -> AgentResult:
         """The documented result: state data, ``last_message``, plus ``exit_reason`` and ``trace``."""
-        return run_result(self._data, self.exit_reason, self.trace)
+        return run_result(self._data, self.exit_reason, self.trace, self.output() if self.config.output else _NO_OUTPUT)
 
 
 def result_record(run: AgentRun) -> dict[str, Any]:
@@ -1010,10 +1082,16 @@ def result_record(run: AgentRun) -> dict[str, Any]:
     }
 
 
-def result_from_record(record: dict[str, Any]) -> AgentResult:
-    """``Agent.run``'s result for a finished run's record."""
+def result_from_record(record: dict[str, Any], output: OutputType | None = None) -> AgentResult:
+    """``Agent.run``'s result for a finished run's record (``output``: the agent's output type, if it has one)."""
     data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
-    return run_result(data, record["exit_reason"], [TransitionRecord.from_dict(r) for r in record["trace"]])
+    trace = [TransitionRecord.from_dict(r) for r in record["trace"]]
+    if output is None:
+        return run_result(data, record["exit_reason"], trace)
+    # A run that ended on an answer ended on the exit condition its exit reason names.
+    answer = answer_of(data["messages"], record["exit_reason"])
+    value, problems = (None, [""]) if answer is None else output.check(answer)
+    return run_result(data, record["exit_reason"], trace, None if problems else value)
 
 
 def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
@@ -1041,9 +1119,13 @@ def runs_again_after_crash(call: PreparedCall) -> bool:
     return call.tool is not None and call.tool.idempotent
 
 
-def run_result(data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord]) -> AgentResult:
-    """What ``Agent.run`` returns for a run with this State data, exit reason and trace."""
-    return AgentResult(data, exit_reason, trace)
+def run_result(
+    data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord], output: Any = _NO_OUTPUT
+) -> AgentResult:
+    """What ``Agent.run`` returns for a run with this State data, exit reason, trace (and ``output``, if it has one)."""
+    return (
+        AgentResult(data, exit_reason, trace) if output is _NO_OUTPUT else AgentResult(data, exit_reason, trace, output)
+    )
 
 
 def constant_facts(
@@ -1056,6 +1138,7 @@ def constant_facts(
     state: Mapping[str, Any] | None = None,
     usage_limits: UsageLimits | None = None,
     loop_detection: LoopDetection | None = None,
+    output_retries: int | None = None,
 ) -> ConstantFacts:
     """The facts runs of a configuration can never change (see ``ConstantFacts``).
 
@@ -1066,7 +1149,8 @@ def constant_facts(
     whether the model is called at all; without ``usage_limits`` (or with prices only) no usage
     limit is ever reached; without ``loop_detection`` no loop is.
     ``state``: a run's starting State values (a resumed run's may hold
-    either key); ``None`` for any new run, which starts without them.
+    either key); ``None`` for any new run, which starts without them. ``output_retries``: ``None``
+    without an output type (no answer is ever checked), else how often the model may try again.
     """
     start = state or {}
 
@@ -1087,6 +1171,10 @@ def constant_facts(
         constants.append(("usage_limit_reached", False))
     if loop_detection is None:
         constants.append(("loop_detected", False))
+    if output_retries is None:
+        constants += [("output_invalid", False), ("output_retries_left", False)]
+    elif output_retries == 0:
+        constants.append(("output_retries_left", False))
     return frozenset(constants)
 
 
@@ -1101,6 +1189,13 @@ def check_facts_readable(run_class: type) -> None:
 
 
 check_facts_readable(AgentRun)
+#: The work of edges that change the run's data as they are taken (runs with an output type only).
+_EDGE_WORK: dict[str, Callable[[AgentRun], None]] = {
+    "output_retry": AgentRun._send_output_back,
+    "output_failed": AgentRun._output_failed,
+    "output_capped": AgentRun._output_failed,
+    "output_limited": AgentRun._output_failed,
+}
 
 #: Which method does each work item: an action for the driver, or ``None`` once done in the run.
 _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {

@@ -17,7 +17,7 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm._core.drivers import ask_strategies, model_arguments, run_hooks, write_deltas
+from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.runtime import (
     AgentRun,
@@ -98,7 +98,7 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
 
 
 def _call_model(generator: ChatGenerator, action: CallModel, emitter: Emitter | None) -> dict[str, Any]:
-    call = functools.partial(generator.run, **model_arguments(action, None))
+    call = functools.partial(call_model, generator, action, None)
     output = call() if emitter is None else emitter.call_model(call, action)
     replies = output.get("replies") if isinstance(output, dict) else None
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):

@@ -60,6 +60,14 @@ class FallbackChatGenerator:
                 )
         self.chat_generators = list(chat_generators)
 
+    @property
+    def supports_response_format(self) -> bool:
+        """Whether each generator takes an output type's ``response_format`` (the agent then passes it on).
+
+        Otherwise the agent shows the final-answer tool, which every generator can call.
+        """
+        return all(getattr(g, "supports_response_format", False) is True for g in self.chat_generators)
+
     # -- lifecycle --------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:

@@ -191,6 +191,8 @@ class OpenAIChatGenerator(HTTPChatGenerator):
     """
 
     path = "/chat/completions"
+    #: The agent gives an output type's schema as ``generation_kwargs={"response_format": ...}`` (``agentfsm.output``).
+    supports_response_format = True
     default_model = "gpt-4o-mini"
     api_key_env_var = "OPENAI_API_KEY"
     default_base_url = DEFAULT_BASE_URL

@@ -44,6 +44,9 @@ class ScriptedChatGenerator:
         'Hello!'
     """
 
+    #: An agent with an output type passes its ``response_format``; the script answers as it is written.
+    supports_response_format = True
+
     def __init__(self, replies: Sequence[ChatMessage | str], position: int = 0) -> None:
         script: list[ChatMessage] = []
         for i, reply in enumerate(replies):

@@ -103,6 +103,7 @@ def create_tool_from_function(
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Tool:
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
@@ -120,6 +121,7 @@ def create_tool_from_function(
         outputs_to_state=outputs_to_state,
         outputs_to_string=outputs_to_string,
         idempotent=idempotent,
+        timeout=timeout,
     )
 
 
@@ -137,6 +139,7 @@ def tool(
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -149,6 +152,7 @@ def tool(
     outputs_to_state: dict[str, dict[str, Any]] | None = None,
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator that turns a typed function into a Tool; use bare (``@tool``) or with options."""
 
@@ -161,6 +165,7 @@ def tool(
             outputs_to_state=outputs_to_state,
             outputs_to_string=outputs_to_string,
             idempotent=idempotent,
+            timeout=timeout,
         )
 
     return decorate(function) if function is not None else decorate

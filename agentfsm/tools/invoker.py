@@ -23,6 +23,8 @@ from agentfsm.errors import (
     ToolError,
     ToolInvocationError,
     ToolNotFoundError,
+    ToolTimeoutError,
+    check_timeout,
 )
 from agentfsm.machine import CALL_DISPATCH, CallStatus
 from agentfsm.messages import (
@@ -41,6 +43,7 @@ from agentfsm.signatures import names_keyword
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
+from agentfsm.workers import result_within, run_in_own_thread
 
 
 @dataclass(slots=True)
@@ -93,6 +96,20 @@ def error_type_name(error: Exception) -> str:
     return error.type_name if isinstance(error, RecordedToolError) else type(error).__name__
 
 
+def timed_out(outcome: CallOutcome | None) -> bool:
+    """Whether a call's outcome is that it did not finish within its timeout (also as restored from a snapshot)."""
+    return outcome is not None and outcome.error is not None and error_type_name(outcome.error) == "ToolTimeoutError"
+
+
+def _timeout_error(tool: Tool, timeout: float) -> ToolTimeoutError:
+    return ToolTimeoutError(
+        f"Tool {tool.name!r} did not finish within its timeout of {timeout:g} s; the run stopped waiting for it "
+        "(a call that cannot be cancelled may still finish: its result is dropped).",
+        tool.name,
+        timeout,
+    )
+
+
 def call_key(call: ToolCall, position: int) -> str:
     """How a call is known in ``completed_tool_results``: its id, or its position in the reply."""
     return key_of(call.id, position)
@@ -130,7 +147,9 @@ class ToolInvoker:
     tool with an ``invoke_async`` of its own, such as an MCP tool, is awaited either way).
     A result without ``outputs_to_string`` reaches the model as itself when it is a string, else
     as JSON; ``convert_result_to_json_string=False`` makes it ``str(result)``, as Haystack's
-    ToolInvoker does by default.
+    ToolInvoker does by default. ``tool_timeout`` (seconds) bounds each call of a tool without a
+    ``timeout`` of its own: past it, an awaitable tool is cancelled and a sync one abandoned in its
+    thread, and the call's outcome is a ``ToolTimeoutError``.
     """
 
     def __init__(
@@ -141,6 +160,7 @@ class ToolInvoker:
         tool_streaming_callback_passthrough: bool = False,
         sync_tools_in_threads: bool = True,
         convert_result_to_json_string: bool = True,
+        tool_timeout: float | None = None,
     ) -> None:
         if not isinstance(tool_concurrency, int) or tool_concurrency < 1:
             raise ConfigurationError(f"tool_concurrency must be an int >= 1, got {tool_concurrency!r}.")
@@ -153,6 +173,8 @@ class ToolInvoker:
         self.tool_streaming_callback_passthrough = tool_streaming_callback_passthrough
         self.sync_tools_in_threads = sync_tools_in_threads
         self.convert_result_to_json_string = convert_result_to_json_string
+        #: Seconds a call of a tool without a ``timeout`` of its own may take (``None``: no limit).
+        self.tool_timeout = check_timeout("tool_timeout", tool_timeout)
         self._to_text: Callable[[Any], str] = default_output_to_string if convert_result_to_json_string else str
         self._by_name = {t.name: t for t in self.tools}
         self._executor: ThreadPoolExecutor | None = None
@@ -250,16 +272,28 @@ class ToolInvoker:
             return {**prepared.arguments, "streaming_callback": streaming_callback}
         return prepared.arguments
 
+    def timeout_of(self, tool: Tool) -> float | None:
+        """Seconds a call of ``tool`` may take: its own ``timeout``, else the invoker's ``tool_timeout``."""
+        return tool.timeout if tool.timeout is not None else self.tool_timeout
+
     def invoke(self, prepared: PreparedCall, streaming_callback: StreamingCallback | None = None) -> CallOutcome:
-        """Run one ready call: what its tool returned, or the exception it raised."""
+        """Run one ready call: what its tool returned, or the exception it raised.
+
+        A call with a timeout runs in a thread of its own, waited for that long: past it, the outcome
+        is a ``ToolTimeoutError`` and the thread is abandoned (its result, if it comes, is dropped).
+        """
         tool = prepared.tool
         assert tool is not None
         # Without a streaming callback there is nothing to pass through: the call's own arguments.
         arguments = (
             prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
         )
+        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
         try:
-            return CallOutcome(tool.invoke(**arguments))
+            if timeout is None:
+                return CallOutcome(tool.invoke(**arguments))
+            done, value = result_within(run_in_own_thread(tool.invoke, **arguments), timeout)
+            return CallOutcome(value) if done else CallOutcome(None, _timeout_error(tool, timeout))
         except Exception as exc:
             return CallOutcome(None, exc)
 
@@ -274,12 +308,28 @@ class ToolInvoker:
         tool = prepared.tool
         assert tool is not None
         arguments = self._arguments(tool, prepared, streaming_callback)
+        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
         try:
-            if inline and not tool.awaitable:
-                return CallOutcome(tool.invoke(**arguments))
-            return CallOutcome(await tool.invoke_async(**arguments))
+            if timeout is None:
+                if inline and not tool.awaitable:
+                    return CallOutcome(tool.invoke(**arguments))
+                return CallOutcome(await tool.invoke_async(**arguments))
+            # A timed call never runs inline (the loop could not stop waiting): an awaitable tool is
+            # cancelled at the timeout, a sync one runs in a thread of its own that is abandoned then.
+            running = tool.invoke_async(**arguments) if tool.awaitable else self._wrapped(tool, arguments)
+            try:
+                async with asyncio.timeout(timeout) as bound:
+                    return CallOutcome(await running)
+            except TimeoutError:
+                if not bound.expired():
+                    raise  # the tool's own: its outcome, as any error it raises
+                return CallOutcome(None, _timeout_error(tool, timeout))
         except Exception as exc:
             return CallOutcome(None, exc)
+
+    @staticmethod
+    async def _wrapped(tool: Tool, arguments: dict[str, Any]) -> Any:
+        return await asyncio.wrap_future(run_in_own_thread(tool.invoke, **arguments))
 
     @staticmethod
     def _done(call: PreparedCall, outcome: CallOutcome, on_complete: OnComplete) -> None:
@@ -397,6 +447,8 @@ class ToolInvoker:
         if c.status is not CallStatus.DONE or c.outcome is None or c.tool is None:
             return self._result_without_run(c)  # most calls ran: theirs is read below
         tool, outcome = c.tool, c.outcome
+        if outcome.error is not None and self.raise_on_failure and isinstance(outcome.error, ToolTimeoutError):
+            raise outcome.error
         if outcome.error is not None:
             error = ToolInvocationError(
                 f"Failed to invoke tool {tool.name!r} with arguments {c.call.arguments}: "

@@ -17,6 +17,7 @@ from agentfsm.errors import (
     SchemaError,
     ToolArgumentsError,
     ToolConfigurationError,
+    check_timeout,
 )
 from agentfsm.serialization import (
     MAX_VALUE_DEPTH,
@@ -188,6 +189,10 @@ class Tool:
     #: Running a call twice has the effect of running it once: a call interrupted by a crash runs again
     #: on resume (otherwise its outcome is unknown, and the run waits for a decision).
     idempotent: bool = False
+    #: Seconds a call may take (``None``: the agent's ``tool_timeout``, if any). Past it, the run stops
+    #: waiting: the call's result is a ``ToolTimeoutError`` (a sync function keeps running in its
+    #: thread, and what it returns then is dropped).
+    timeout: float | None = None
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
     _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
     #: The function has an ``idempotency_key`` parameter: each call is given a key of its own, the
@@ -214,6 +219,7 @@ class Tool:
         if self.parameters.get("type", "object") != "object":
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
+        self.timeout = check_timeout(f"Tool {self.name!r}: timeout", self.timeout)
         self._check_inputs_from_state()
         self._validator = Draft202012Validator(self.parameters)
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
@@ -290,6 +296,7 @@ class Tool:
                 "inputs_from_state": self.inputs_from_state,
                 "outputs_to_state": _serialize_specs(self.outputs_to_state),
                 "idempotent": self.idempotent,
+                **({"timeout": self.timeout} if self.timeout is not None else {}),
             },
         }
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,16 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
             agent.run([ChatMessage.from_user("go")], break_point=Breakpoint(phase=phase, step=step))
         edges |= _logged_edges(caplog)  # the pause edge is taken after the snapshot, so it is not in its trace
         edges |= _edges_of(agent.run(snapshot=paused.value.snapshot))
+    # An output type: an answer that does not fit is sent back, then fails on spent retries or steps.
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    retried = Agent(chat_generator=ScriptedChatGenerator(["{}", '{"n": 1}']), output_type=schema)
+    edges |= _edges_of(retried.run(USER))
+    edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, output_retries=0))
+    edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, max_agent_steps=1))
+    limited = UsageLimits(requests=1)
+    edges |= _failed_edges(
+        Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, usage_limits=limited)
+    )
     return edges
 
 
@@ -371,6 +382,17 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, mon
     monkeypatch.setattr(AgentRun, "move_call", recording)
     in_doubt_runs(caplog)
     confirmed_runs()
+    released = threading.Event()
+
+    @tool(timeout=0.05)
+    def stalls() -> str:
+        """Waits until released: past its timeout."""
+        released.wait(5)
+        return "late"
+
+    stalled = Agent(chat_generator=ScriptedChatGenerator([calls(call("stalls")), "done"]), tools=[stalls])
+    assert stalled.run(USER)["last_message"].text == "done"
+    released.set()
     declared = {(t.source, t.trigger, t.dest) for t in CALL_TRANSITIONS}
     assert taken == declared
 

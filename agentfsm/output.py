@@ -1,0 +1,197 @@
+"""Structured output: the final answer of a run, checked against a type the agent declares.
+
+``Agent(output_type=...)`` takes a pydantic model, a dataclass or a JSON schema (a ``dict``).
+``OutputType`` turns it into a JSON schema for the model and a check for its answer: the answer
+(a text reply, or the arguments of a call to the final-answer tool) is parsed as JSON and
+validated (pydantic for classes, ``jsonschema`` for a schema); the result is the parsed value
+(an instance of the class, or the JSON value). How the schema reaches the model depends on the
+chat generator: one that sets ``supports_response_format = True`` (the OpenAI-compatible client,
+the scripted model) is given ``generation_kwargs={"response_format": ...}`` in the Chat
+Completions form; any other is shown a tool, ``final_answer``, whose parameters are the schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+import pydantic
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError as JSONSchemaError
+
+from agentfsm.errors import ConfigurationTypeError, DeserializationError, SchemaError
+from agentfsm.messages import ChatMessage, ChatRole
+from agentfsm.serialization import import_path, object_path
+from agentfsm.tools.tool import Tool
+
+#: The tool a model calls to give its final answer when its client has no native response format.
+FINAL_ANSWER_TOOL = "final_answer"
+#: The ``meta`` key of the message that tells the model why its answer was refused (its value: the try's number).
+RETRY_META_KEY = "output_retry"
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*?)\n?```$", re.DOTALL)
+
+
+class OutputType:
+    """What ``Agent(output_type=...)`` was given, as a JSON schema and a check of answers against it.
+
+    Args:
+        output_type: A pydantic model class, a dataclass, or a JSON schema (a ``dict``).
+    """
+
+    __slots__ = ("_adapter", "_validator", "name", "schema", "source")
+
+    def __init__(self, output_type: Any) -> None:
+        #: The type or schema as given.
+        self.source = output_type
+        self._adapter: pydantic.TypeAdapter[Any] | None = None
+        self._validator: Draft202012Validator | None = None
+        if isinstance(output_type, dict):
+            try:
+                Draft202012Validator.check_schema(output_type)
+            except JSONSchemaError as exc:
+                where = "/".join(str(p) for p in exc.path) or "<root>"
+                raise SchemaError(f"output_type is not a valid JSON schema at {where}: {exc.message}") from None
+            self.schema: dict[str, Any] = output_type
+            self._validator = Draft202012Validator(output_type)
+            title = output_type.get("title")
+            name = title if isinstance(title, str) else "output"
+        elif isinstance(output_type, type) and (
+            issubclass(output_type, pydantic.BaseModel) or dataclasses.is_dataclass(output_type)
+        ):
+            self._adapter = pydantic.TypeAdapter(output_type)
+            self.schema = self._adapter.json_schema()
+            name = output_type.__name__
+        else:
+            raise ConfigurationTypeError(
+                f"output_type must be a pydantic model class, a dataclass or a JSON schema (a dict), got {output_type!r}."
+            )
+        #: A name for the schema, as the APIs take it (letters, digits, ``_`` and ``-``).
+        self.name = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "output"
+
+    def response_format(self) -> dict[str, Any]:
+        """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too)."""
+        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
+
+    def final_answer_tool(self) -> Tool:
+        """The tool the model calls with its final answer as the arguments (for clients without a response format)."""
+        schema = self.schema if self.schema.get("type") == "object" else _wrapped(self.schema)
+        return FinalAnswerTool(
+            FINAL_ANSWER_TOOL,
+            "Give your final answer by calling this tool: its arguments are the answer.",
+            schema,
+            _echo,
+        )
+
+    def check(self, answer: str | Mapping[str, Any]) -> tuple[Any, list[str]]:
+        """The parsed answer and ``[]``, or ``None`` and what is wrong with it (one line per problem).
+
+        ``answer`` is a text reply (JSON, possibly in a Markdown code fence) or a final-answer tool's arguments.
+        """
+        if isinstance(answer, str):
+            text = answer.strip()
+            fenced = _FENCE.match(text)
+            try:
+                value = orjson.loads(fenced.group(1) if fenced else text)
+            except orjson.JSONDecodeError as exc:
+                return None, [f"the answer is not JSON ({exc})"]
+        else:
+            value = dict(answer)
+            if self.schema.get("type") != "object":
+                value = value.get("answer")
+        if self._adapter is not None:
+            try:
+                return self._adapter.validate_python(value), []
+            except pydantic.ValidationError as exc:
+                return None, [_pydantic_problem(e) for e in exc.errors(include_url=False)]
+        assert self._validator is not None
+        problems = [_schema_problem(e) for e in sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))]
+        return (None, problems) if problems else (value, [])
+
+    def to_data(self) -> Any:
+        """The type as data: a class by its import path, a JSON schema as itself."""
+        return dict(self.schema) if self._adapter is None else object_path(self.source)
+
+    @classmethod
+    def from_data(cls, data: Any, allowed_modules: Iterable[str] | None = None) -> OutputType:
+        """Invert ``to_data``: a class path resolves through the allow-list (``agentfsm.serialization``)."""
+        return cls(resolve_output_type(data, allowed_modules))
+
+
+def resolve_output_type(data: Any, allowed_modules: Iterable[str] | None = None) -> Any:
+    """The ``output_type`` that ``OutputType.to_data`` wrote: a schema as itself, a class through the allow-list."""
+    if isinstance(data, dict):
+        return data
+    if not isinstance(data, str):
+        raise DeserializationError(f"output_type is a class path or a JSON schema, got {type(data).__name__}.")
+    cls = import_path(data, allowed_modules)
+    if not (isinstance(cls, type) and (issubclass(cls, pydantic.BaseModel) or dataclasses.is_dataclass(cls))):
+        raise DeserializationError(f"{data!r} is not a pydantic model or a dataclass: it cannot be an output_type.")
+    return cls
+
+
+class FinalAnswerTool(Tool):
+    """The final-answer tool: its arguments are checked as the answer (``output_invalid``), not as a call.
+
+    Arguments that do not fit are not refused when the call is checked: the call runs (and returns
+    them), and the answer's check in EXIT_CHECK sends the model back with the problems, on the
+    agent's ``output_retries``.
+    """
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> None:
+        """Accept any arguments: the answer is checked once the call ran."""
+
+
+def answer_of(messages: list[ChatMessage], exit_condition: str | None) -> str | dict[str, Any] | None:
+    """The final answer a conversation ends with: a text reply's text, or the final-answer tool's arguments."""
+    if exit_condition == "text":
+        return messages[-1].text or ""
+    if exit_condition == f"tool:{FINAL_ANSWER_TOOL}":
+        for message in reversed(messages):
+            if message.role is ChatRole.ASSISTANT:
+                calls = [c for c in message.tool_calls if c.tool_name == FINAL_ANSWER_TOOL]
+                return dict(calls[-1].arguments) if calls else None
+    return None
+
+
+def retries_made(messages: list[ChatMessage]) -> int:
+    """How many times the model was sent back since the last user message of its own (not a retry's)."""
+    count = 0
+    for message in reversed(messages):
+        if message.role is ChatRole.USER:
+            if RETRY_META_KEY not in message.meta:
+                break
+            count += 1
+    return count
+
+
+def retry_message(problems: list[str], number: int, tool: bool) -> ChatMessage:
+    """The user message that sends the model back: what is wrong with its answer, and how to answer."""
+    how = f"Call the {FINAL_ANSWER_TOOL} tool again" if tool else "Answer again with only a JSON value"
+    return ChatMessage.from_user(
+        "Your final answer does not match the required schema:\n"
+        + "\n".join(f"- {p}" for p in problems)
+        + f"\n{how}, fixing these problems.",
+        meta={RETRY_META_KEY: number},
+    )
+
+
+def _wrapped(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema that is not an object's, as the one property of a tool's parameters (tools take objects)."""
+    return {"type": "object", "properties": {"answer": schema}, "required": ["answer"]}
+
+
+def _echo(**arguments: Any) -> dict[str, Any]:
+    return arguments
+
+
+def _pydantic_problem(error: Any) -> str:
+    where = "/".join(str(p) for p in error.get("loc", ()))
+    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))
+
+
+def _schema_problem(error: Any) -> str:
+    where = "/".join(str(p) for p in error.path)
+    return f"{where}: {error.message}" if where else error.message
