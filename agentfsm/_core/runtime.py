@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
+from agentfsm._core import listeners
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError
@@ -327,9 +328,12 @@ class AgentRun:
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
         #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
         #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
-        self.records_events = config.on_event is not None or self._logging
+        self.records_events = config.on_event is not None or self._logging or bool(listeners.consumers)
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
+        #: The run's trace context (W3C ``traceparent``/``tracestate``), kept in its snapshots so that
+        #: the segments of a paused, crashed or moved run join one trace (``agentfsm.telemetry``).
+        self.trace_context: dict[str, str] | None = None
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -858,6 +862,7 @@ class AgentRun:
             "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
             "agent_fingerprint": self.fingerprint,
+            "trace_context": self.trace_context,
         }
 
     def make_snapshot(self, pause: PauseReason | None = None, stage: int | None = None) -> AgentSnapshot:
