@@ -102,6 +102,7 @@ def instrument(
     """
     uninstrument()
     listeners.consumers.append(_Telemetry(tracer_provider, meter_provider, include_content).run_handler)
+    listeners.caller_contexts.append(current_trace_context)
 
 
 def uninstrument() -> None:
@@ -109,6 +110,16 @@ def uninstrument() -> None:
     listeners.consumers[:] = [
         c for c in listeners.consumers if not isinstance(getattr(c, "__self__", None), _Telemetry)
     ]
+    listeners.caller_contexts[:] = [c for c in listeners.caller_contexts if c is not current_trace_context]
+
+
+def current_trace_context() -> dict[str, str] | None:
+    """The W3C trace context (``traceparent``, ``tracestate``) of the active span; ``None`` without a valid one."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier
 
 
 def provider_name(generator: Any) -> str:

@@ -19,3 +19,17 @@ HandlerFactory = Callable[["AgentRun", Any], "EventHandler"]
 
 #: The registered consumers, in the order they were registered (mutated in place: readers keep the list).
 consumers: list[HandlerFactory] = []
+
+#: The trace context (W3C ``traceparent``) of the span active in the caller, ``None`` without one:
+#: a run started here and driven elsewhere (a durable run's workflow) joins the caller's trace.
+#: ``agentfsm.telemetry.instrument`` sets it; each entry is asked in turn.
+caller_contexts: list[Callable[[], dict[str, str] | None]] = []
+
+
+def caller_trace_context() -> dict[str, str] | None:
+    """The caller's trace context, from the first registered source that has one."""
+    for source in caller_contexts:
+        found = source()
+        if found:
+            return found
+    return None
