@@ -4,20 +4,29 @@ one trace across pause, crash and processes, and OTLP/HTTP to a receiver on 127.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -363,3 +372,76 @@ def test_a_resumed_segment_links_to_the_span_that_resumed_it(otel: Captured, tmp
     first, resumed = named(otel.finished(), "invoke_agent")
     assert resumed.context.trace_id == first.context.trace_id
     assert [link.context.span_id for link in resumed.links] == [request.get_span_context().span_id]
+
+
+# -- OTLP/HTTP to a collector ---------------------------------------------------------------------------
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace receiver: decodes each ``ExportTraceServiceRequest`` it is sent."""
+
+    received: ClassVar[list[ExportTraceServiceRequest]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf":
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            self.received.append(request)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(ExportTraceServiceResponse().SerializeToString())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def value(attribute: Any) -> Any:
+    """An OTLP ``AnyValue`` as Python."""
+    kind = attribute.value.WhichOneof("value")
+    if kind == "array_value":
+        return [getattr(v, v.WhichOneof("value")) for v in attribute.value.array_value.values]
+    return getattr(attribute.value, kind)
+
+
+def test_spans_exported_over_otlp_http_reach_a_collector() -> None:
+    Collector.received.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    provider = TracerProvider(resource=Resource.create({"service.name": "weather-bot"}))
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    telemetry.instrument(provider)
+    try:
+        Agent(chat_generator=ScriptedChatGenerator(usage_script()), tools=[add]).run([ChatMessage.from_user("1 + 2?")])
+        provider.shutdown()  # flushes the batch
+    finally:
+        telemetry.uninstrument()
+        server.shutdown()
+        server.server_close()
+    spans = {}
+    for request in Collector.received:
+        for resource_spans in request.resource_spans:
+            resource = {a.key: value(a) for a in resource_spans.resource.attributes}
+            assert resource["service.name"] == "weather-bot"
+            for scope_spans in resource_spans.scope_spans:
+                assert scope_spans.scope.name == "agentfsm"
+                for span in scope_spans.spans:
+                    spans.setdefault(span.name, []).append(span)
+    assert sorted(spans) == ["chat ScriptedChatGenerator", "execute_tool add", "invoke_agent agent"]
+    [agent] = spans["invoke_agent agent"]
+    assert agent.parent_span_id == b"" and agent.kind == Span.SpanKind.SPAN_KIND_INTERNAL
+    chats = spans["chat ScriptedChatGenerator"]
+    assert [c.kind for c in chats] == [Span.SpanKind.SPAN_KIND_CLIENT] * 2
+    assert {c.parent_span_id for c in chats} == {agent.span_id} and {c.trace_id for c in chats} == {agent.trace_id}
+    usage = [{a.key: value(a) for a in c.attributes if a.key.startswith("gen_ai.usage")} for c in chats]
+    assert usage == [
+        {"gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 3},
+        {"gen_ai.usage.input_tokens": 20, "gen_ai.usage.output_tokens": 5},
+    ]
+    [tool_span] = spans["execute_tool add"]
+    assert {a.key: value(a) for a in tool_span.attributes}["gen_ai.tool.call.id"] == "c1"
+    edges = [e for e in agent.events if e.name == "agentfsm.transition"]
+    assert [{a.key: value(a) for a in e.attributes}["agentfsm.dest"] for e in edges][-1] == "DONE"
