@@ -65,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 if TYPE_CHECKING:
     from agentfsm._core.runtime import AgentRun
 
-__all__ = ["instrument", "uninstrument"]
+__all__ = ["current_trace_context", "instrument", "uninstrument"]
 
 #: The ``gen_ai.provider.name`` of agentfsm's chat generators (a generator may name its own in a
 #: ``provider_name`` attribute); any other is ``_OTHER``.
@@ -122,7 +122,7 @@ def current_trace_context() -> dict[str, str] | None:
     return carrier
 
 
-def provider_name(generator: Any) -> str:
+def _provider_name(generator: Any) -> str:
     """The ``gen_ai.provider.name`` of a chat generator: its ``provider_name``, agentfsm's known ones, else ``_OTHER``."""
     named = getattr(generator, "provider_name", None)
     if isinstance(named, str) and named:
@@ -227,7 +227,7 @@ class _RunTrace:
         self._run = run
         self._model = model_name(generator)
         #: The attributes every span and metric of the run's model calls carries.
-        self._base = {"gen_ai.provider.name": provider_name(generator), "gen_ai.request.model": self._model}
+        self._base = {"gen_ai.provider.name": _provider_name(generator), "gen_ai.request.model": self._model}
         self._agent_name = run.config.agent_name
         self._agent: Span | None = None
         self._context: otel_context.Context | None = None
