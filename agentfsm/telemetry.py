@@ -12,7 +12,8 @@ What a run gives (docs/telemetry.md shows it):
 - a span ``chat {model}`` (CLIENT) per model call, with its token counts: token counts are on
   model-call spans only, never summed onto the agent span;
 - a span ``execute_tool {tool name}`` (INTERNAL) per tool call; a failed call has status ERROR and
-  ``error.type``. The edges of the call's machine are its span events;
+  ``error.type``. The edges of the call's machine beyond ``check`` and ``finish`` (asked, approved,
+  rejected, in doubt...) are span events;
 - the metrics ``gen_ai.client.token.usage``, ``gen_ai.client.operation.duration``,
   ``gen_ai.invoke_agent.duration`` and ``gen_ai.execute_tool.duration``.
 
@@ -79,6 +80,10 @@ _PROVIDERS = {
 #: The conventions' advised bucket boundaries: tokens, and seconds.
 _TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
 _SECOND_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+
+#: The call machine's edges that every call takes and its ``execute_tool`` span shows (checked
+#: before it starts, finished when it ends): not repeated as span events.
+_SHOWN_BY_TOOL_SPANS = frozenset({"check", "finish"})
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _INTERNAL = SpanKind.INTERNAL
@@ -298,12 +303,13 @@ class _RunTrace:
                     "agentfsm.source": str(event.source),
                     "agentfsm.dest": self._phase,
                     "agentfsm.trigger": event.trigger,
-                    "agentfsm.step": event.step,
                 },
                 _ns(event.at),
             )
 
     def _call_transition(self, event: CallChanged) -> None:
+        if event.trigger in _SHOWN_BY_TOOL_SPANS:
+            return
         open_call = self._tools.get(event.call)
         span = open_call[0] if open_call is not None else self._agent
         if span is not None:
