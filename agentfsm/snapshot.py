@@ -294,8 +294,12 @@ class AgentSnapshot(BaseModel):
         return pause_reason(self.break_point)
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
-        """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
-        return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None})
+        """The same point of the run under a new run id: resuming it starts a branch, the original stays.
+
+        The branch is a run of its own: it starts a trace of its own (no ``trace_context``).
+        """
+        update = {"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None, "trace_context": None}
+        return self.model_copy(update=update)
 
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""

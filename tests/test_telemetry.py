@@ -445,3 +445,15 @@ def test_spans_exported_over_otlp_http_reach_a_collector() -> None:
     assert {a.key: value(a) for a in tool_span.attributes}["gen_ai.tool.call.id"] == "c1"
     edges = [e for e in agent.events if e.name == "agentfsm.transition"]
     assert [{a.key: value(a) for a in e.attributes}["agentfsm.dest"] for e in edges][-1] == "DONE"
+
+
+def test_a_forked_run_is_a_trace_of_its_own(otel: Captured) -> None:
+    with pytest.raises(BreakpointException) as paused:
+        demo_agent(confirmation_strategies={"calculator": BreakpointConfirmationStrategy("")}).run(QUESTION)
+    branch = paused.value.snapshot.fork()
+    assert branch.trace_context is None
+    later = demo_agent(ScriptedChatGenerator(demo_script(), position=2))
+    later.run(snapshot=branch, decisions=[ToolExecutionDecision("calculator", False, "c1", feedback="no")])
+    original, forked = named(otel.finished(), "invoke_agent")
+    assert forked.context.trace_id != original.context.trace_id and forked.parent is None
+    assert (forked.attributes or {})["gen_ai.conversation.id"] == branch.run_id
