@@ -31,8 +31,8 @@ from agentfsm.tools.invoker import key_of
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
-#: version 3 ``seq`` (``None`` in older files).
-SNAPSHOT_FORMAT_VERSION = 3
+#: version 3 ``seq`` (``None`` in older files), version 4 ``trace_context`` (``None`` in older files).
+SNAPSHOT_FORMAT_VERSION = 4
 
 #: How deep a snapshot's JSON may nest. It holds State values of up to ``MAX_VALUE_DEPTH`` levels
 #: (three JSON levels each, at most, when tagged), and stays within what pydantic-core writes.
@@ -109,6 +109,9 @@ class AgentSnapshot(BaseModel):
     #: The snapshot's number in its run's history, in the store that keeps it (set by the store;
     #: ``None`` for a snapshot that no store gave out). A store resumes only its run's newest one.
     seq: int | None = Field(default=None, ge=0, le=_LARGEST_STEP)
+    #: The run's trace context, W3C ``traceparent`` (and ``tracestate``): every segment of the run
+    #: (resumed, recovered, continued elsewhere) joins the same trace (``agentfsm.telemetry``).
+    trace_context: dict[str, str] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -116,9 +119,6 @@ class AgentSnapshot(BaseModel):
         # Version 1 had no stage: its snapshots were all taken at the start of a phase's work.
         if isinstance(data, dict) and data.get("format_version") == 1:
             data = {**data, "format_version": 2, "stage": 0}
-        # Version 2 had no seq: it says nothing of the snapshot's place in a store.
-        if isinstance(data, dict) and data.get("format_version") == 2:
-            data = {**data, "format_version": SNAPSHOT_FORMAT_VERSION}
         return data
 
     @field_validator("format_version")
@@ -131,7 +131,9 @@ class AgentSnapshot(BaseModel):
             )
         if version < 1:
             raise ValueError(f"snapshot format {version} does not exist")
-        return version
+        # Version 2 had no seq (it says nothing of the snapshot's place in a store), version 3 no trace
+        # context (its run was not traced): their defaults fill them in.
+        return SNAPSHOT_FORMAT_VERSION
 
     @field_validator("phase")
     @classmethod
@@ -292,8 +294,12 @@ class AgentSnapshot(BaseModel):
         return pause_reason(self.break_point)
 
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
-        """The same point of the run under a new run id: resuming it starts a branch, the original stays."""
-        return self.model_copy(update={"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None})
+        """The same point of the run under a new run id: resuming it starts a branch, the original stays.
+
+        The branch is a run of its own: it starts a trace of its own (no ``trace_context``).
+        """
+        update = {"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None, "trace_context": None}
+        return self.model_copy(update=update)
 
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""

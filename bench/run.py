@@ -22,13 +22,18 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from agentfsm import (
     Agent,
@@ -43,6 +48,7 @@ from agentfsm import (
     ToolCall,
     UsageLimits,
     hook,
+    telemetry,
     tool,
 )
 from agentfsm.builtin_hooks import CompactionHook, MessageCount, SlidingWindowCompactor
@@ -183,6 +189,29 @@ def ignore_event(event: Event) -> None:
     """An ``on_event`` handler that does nothing: what remains is the cost of the events."""
 
 
+class NoExport(SpanExporter):
+    """A span exporter that sends nothing: what remains is the cost of building the spans."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Drop the spans."""
+        return SpanExportResult.SUCCESS
+
+
+@contextlib.contextmanager
+def opentelemetry_no_op_export() -> Iterator[None]:
+    """``agentfsm.telemetry`` on, with the SDK (batched spans, metrics aggregated in memory) exporting nothing."""
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(NoExport()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    telemetry.instrument(tracer_provider, meter_provider)
+    try:
+        yield
+    finally:
+        telemetry.uninstrument()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
 @contextlib.contextmanager
 def transition_logging() -> Iterator[None]:
     """``configure_logging()`` on (writing to memory) for the duration."""
@@ -254,6 +283,9 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             ),
             "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
             "loop detection": Configuration(partial(workload_agent, steps, loop_detection=LoopDetection()), user),
+            "OpenTelemetry on, no-op exporter": Configuration(
+                partial(workload_agent, steps), user, opentelemetry_no_op_export
+            ),
             "whole_snapshot_encoded_at_every_transition_in_memory": Configuration(
                 lambda: workload_agent(steps, snapshot_store=WholeSnapshotEveryTransition()), user
             ),
@@ -846,6 +878,10 @@ def target_table(results: dict[str, Any]) -> list[str]:
                 "yes" if all(ours <= v for v in added.values()) else "no",
             )
         )
+    overhead = results["overhead"]
+    if "OpenTelemetry on, no-op exporter" in overhead:  # results written before the row was added lack it
+        traced = overhead["OpenTelemetry on, no-op exporter"]["median_us"] / overhead["plain"]["median_us"]
+        rows.append(("OpenTelemetry on, no-op exporter ≤ 2x plain", f"{traced:.1f}x", "yes" if traced <= 2 else "no"))
     rows.append(
         (
             "a hook firing ≤ 2 µs beyond the hook's own work",

@@ -127,7 +127,7 @@ def mutate(changes: list[tuple[int, str, Any]], base: Any = None) -> Any:
         elif operation == "huge":
             parent[last] = HUGE[payload % len(HUGE)] if isinstance(payload, int) else HUGE[0]
         elif operation == "version" and isinstance(document, dict):
-            document["format_version"] = [0, 1, 2, 4, -1, "3", 3.5, None][selector % 8]
+            document["format_version"] = [0, 1, 2, 5, -1, "3", 3.5, None][selector % 8]
         elif isinstance(document, dict):  # a pending call's id given to another call too
             pending = document.get("pending_tool_calls")
             if isinstance(pending, list) and len(pending) > 1 and all(isinstance(c, dict) for c in pending[:2]):

@@ -30,6 +30,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "events to a no-op handler",
         "all limits on",
         "loop detection",
+        "OpenTelemetry on, no-op exporter",
         "whole_snapshot_encoded_at_every_transition_in_memory",
         "sqlite_durable_in_memory",
         "sqlite_durable",
@@ -109,6 +110,7 @@ def test_target_table_judges_this_run_by_its_medians() -> None:
         overhead = {
             "plain": {"median_us": 18.0},
             "no-op hooks at before_llm, before_tool, on_exit": {"median_us": hooks},
+            "OpenTelemetry on, no-op exporter": {"median_us": 36.0},
         }
         return {"growth": growth, "peers": peers, "overhead": overhead}
 
@@ -127,6 +129,7 @@ def test_target_table_judges_this_run_by_its_medians() -> None:
     assert "| ≥ 25x faster than LangGraph's SqliteSaver, a checkpoint per step | 26.0x | yes |" in met
     assert "from 10 to 1000 messages (≤ 2x; a whole snapshot grows with the history) | 1.05x | yes |" in met
     assert "| a hook firing ≤ 2 µs beyond the hook's own work | 1.5 µs | yes |" in met
+    assert "| OpenTelemetry on, no-op exporter ≤ 2x plain | 2.0x | yes |" in met
 
     missed = "\n".join(bench.target_table(results(2000.0, peers(190.0, 3600.0), hooks=23.0)))
     assert missed.count("| no |") == 4, missed

@@ -192,14 +192,20 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 }
 
 
-@pytest.mark.parametrize("package", sorted(EXPECTED))
+#: Public modules with an ``__all__`` of their own (their imports are not checked for completeness).
+EXPECTED_MODULES: dict[str, tuple[str, ...]] = {
+    "agentfsm.telemetry": ("current_trace_context", "instrument", "uninstrument"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(EXPECTED | EXPECTED_MODULES))
 def test_all_is_sorted_and_the_expected_list(package: str) -> None:
     exported = importlib.import_module(package).__all__
     assert exported == sorted(exported)
-    assert tuple(exported) == EXPECTED[package]
+    assert tuple(exported) == (EXPECTED | EXPECTED_MODULES)[package]
 
 
-@pytest.mark.parametrize("package", sorted(EXPECTED))
+@pytest.mark.parametrize("package", sorted(EXPECTED | EXPECTED_MODULES))
 def test_every_exported_name_imports(package: str) -> None:
     module = importlib.import_module(package)
     for name in module.__all__:

@@ -4,9 +4,10 @@ The run records the events of its own moves (transitions of both machines, decis
 ``AgentRun.take_events``); the drivers add those of the I/O they do (model calls and chunks, tool
 calls, hooks, pause, start and end) through an ``Emitter``. Each event goes out after the run's
 recorded ones, so the handler sees them in the order they happened. A driver builds an
-``Emitter`` only when the run records events (``AgentRun.records_events``: it has a handler, or
-logging is on): nobody listening costs nothing. Logging (``agentfsm.logs``) is a consumer of the
-events like any handler: ``log_event`` writes the transitions of both machines.
+``Emitter`` only when the run records events (``AgentRun.records_events``: it has a handler,
+logging is on, or a process-wide consumer is registered, ``agentfsm._core.listeners``): nobody
+listening costs nothing. Logging (``agentfsm.logs``) and OpenTelemetry (``agentfsm.telemetry``) are
+consumers of the events like any handler: ``log_event`` writes the transitions of both machines.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentfsm._core import listeners
 from agentfsm._core.runtime import Action, AgentRun, CallModel, Fail, Finish, RunTools, add_usage, bad_model_output
 from agentfsm.events import (
     CallChanged,
@@ -67,21 +69,40 @@ def log_event(event: Event) -> None:
 
 
 def emitter_for(run: AgentRun, generator: Any) -> Emitter | None:
-    """The emitter of a run that records events: to its handler, its log, or both; ``None`` when nothing listens."""
+    """The emitter of a run that records events: to its log, the process-wide consumers and its handler; ``None`` when nothing listens."""
     if not run.records_events:
         return None
     handler = run.config.on_event
-    if handler is None:
+    consumers = [make(run, generator) for make in listeners.consumers]
+    if handler is None and not consumers:
         return LogOnly(run, log_event, generator)
     if run.logs:
-        user = handler
+        consumers.insert(0, log_event)
+    if consumers:
+        handler = _chained(consumers, handler)
+    assert handler is not None  # a handler, or consumers
+    return Emitter(run, handler, generator)
+
+
+def _chained(consumers: list[EventHandler], handler: EventHandler | None) -> EventHandler:
+    """Each event to the ``consumers`` (sync, in order), then to ``handler``, whose return (an awaitable) is passed on."""
+    if handler is None and len(consumers) == 1:
+        return consumers[0]
+    if handler is not None and len(consumers) == 1:
+        first = consumers[0]
 
         def both(event: Event) -> Any:
-            log_event(event)
-            return user(event)
+            first(event)
+            return handler(event)
 
-        handler = both
-    return Emitter(run, handler, generator)
+        return both
+
+    def each(event: Event) -> Any:
+        for consumer in consumers:
+            consumer(event)
+        return None if handler is None else handler(event)
+
+    return each
 
 
 def model_name(generator: Any) -> str:

@@ -123,6 +123,7 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     run.trace = [TransitionRecord.from_dict(r) for r in snap.trace]
     run.calls = [ToolCall.from_dict(c) for c in snap.pending_tool_calls]
     run.decisions = [dict(d) for d in snap.decisions]
+    run.trace_context = dict(snap.trace_context) if snap.trace_context else None
     if run.decisions:
         from agentfsm.hitl.types import ToolExecutionDecision
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
+from agentfsm._core import listeners
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import MachineError, ModelClientError, OutputValidationError, ToolCallLimitError
@@ -353,7 +354,7 @@ class AgentRun:
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
         #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
         #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
-        self.records_events = config.on_event is not None or self._logging
+        self.records_events = config.on_event is not None or self._logging or bool(listeners.consumers)
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
         #: The action of each hook point, made once: a point's hooks and context are the same at each firing.
@@ -371,6 +372,9 @@ class AgentRun:
         #: The check of the conversation's final answer against the output type, for the conversation's
         #: version it was made for: (version, (parsed value, problems)).
         self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
+        #: The run's trace context (W3C ``traceparent``/``tracestate``), kept in its snapshots so that
+        #: the segments of a paused, crashed or moved run join one trace (``agentfsm.telemetry``).
+        self.trace_context: dict[str, str] | None = None
 
     # -- facts: what the guards read, worked out from the run's data whenever one is read ---------------
 
@@ -1053,6 +1057,7 @@ class AgentRun:
             "break_point": None if pause is None else pause.to_dict(),
             "decisions": list(self.decisions),
             "agent_fingerprint": self.fingerprint,
+            "trace_context": self.trace_context,
         }
 
     def make_snapshot(self, pause: PauseReason | None = None, stage: int | None = None) -> AgentSnapshot:

@@ -14,6 +14,7 @@ from typing import Any
 from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos import error as dbos_errors
 
+from agentfsm._core import listeners
 from agentfsm._core.drivers import pause_exception
 from agentfsm._core.resume import check_fingerprint
 from agentfsm._core.runtime import AgentRun, final_snapshot, result_from_record
@@ -128,7 +129,7 @@ class DurableAgent:
             )
         check_fingerprint(request["run_id"], request["fingerprint"], self.agent.fingerprint, strict=True)
         break_point = request.get("break_point")
-        return self.agent.new_run(
+        run = self.agent.new_run(
             RunRequest(
                 messages=[ChatMessage.from_dict(m) for m in request["messages"]],
                 system_prompt=request.get("system_prompt"),
@@ -139,6 +140,10 @@ class DurableAgent:
                 agent_name=self.name,
             )
         )
+        # The trace of the span that started the run (``agentfsm.telemetry``), whichever worker runs it,
+        # and again when a worker recovers it.
+        run.trace_context = request.get("trace_context")
+        return run
 
     # -- starting runs -------------------------------------------------------------------------------------
 
@@ -169,6 +174,9 @@ class DurableAgent:
             "break_point": bp.to_dict() if bp is not None else None,
             "fingerprint": self.agent.fingerprint,
         }
+        trace_context = listeners.caller_trace_context()
+        if trace_context:
+            request["trace_context"] = trace_context
         # What the worker builds from it must be a run this agent can start: check it here, now.
         self._run_for(request)
         return request

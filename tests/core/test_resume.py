@@ -176,7 +176,7 @@ def test_snapshot_file_path_writes_a_readable_file(tmp_path: Path) -> None:
     assert exc.snapshot_file_path is not None
     path = Path(exc.snapshot_file_path)
     assert path.parent == tmp_path and path.name.endswith("_0002_TOOL_RUN.json")
-    assert path.read_text().startswith('{\n  "format_version": 3,')
+    assert path.read_text().startswith('{\n  "format_version": 4,')
     assert AgentSnapshot.from_file(path) == exc.snapshot
     assert str(path) in str(exc)
 
@@ -376,7 +376,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "snapshots"
 )
 def test_format_3_snapshots_of_every_pause_load_typed_and_resume(name: str, kind: type, decisions: list[Any]) -> None:
     snapshot = AgentSnapshot.from_file(FIXTURES / name)
-    assert snapshot.format_version == 3 and isinstance(snapshot.pause, kind)
+    assert snapshot.format_version == 4 and isinstance(snapshot.pause, kind)
     assert snapshot.pause.to_dict() == snapshot.break_point, "the typed reason serializes as it was stored"
     confirming = {"add": BreakpointConfirmationStrategy(None)} if kind is AwaitingDecision else {}
     agent = Agent(
