@@ -12,6 +12,7 @@ consumers of the events like any handler: ``log_event`` writes the transitions o
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Awaitable, Callable
@@ -293,6 +294,18 @@ class Emitter:
         return ToolEnded(
             run.run_id, run.step, now(), call.key, call.call.id, call.call.tool_name, result, text, duration
         )
+
+    def tool_ran(self, call: PreparedCall, at: float, started: float) -> tuple[ToolStarted, ToolEnded]:
+        """A call that started at ``at`` (``time.time``; ``started``: ``perf_counter``) and finished, outcome set.
+
+        For a driver that learns only once a call finished whether it ran here (a recovered durable
+        workflow finds some calls recorded): both of its events then go out together.
+        """
+        run = self._run
+        begun = ToolStarted(run.run_id, run.step, at, call.key, call.call.id, call.call.tool_name, dict(call.arguments))
+        ended = self.tool_ended(call)
+        duration = (time.perf_counter() - started) * 1e6
+        return begun, dataclasses.replace(ended, duration_us=duration)
 
     def hook_ran(self, point: Work, name: str, started: float, error: BaseException | None) -> HookRan:
         """A hook that started at ``started`` (``perf_counter``) ran, and raised ``error`` if not ``None``."""

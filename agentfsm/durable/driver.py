@@ -13,6 +13,7 @@ fields, in DONE).
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, assert_never
 
 from dbos import error as dbos_errors
@@ -59,7 +60,9 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
         try:
             action = run.next_action()
             write_deltas(run)
-            if emitter is not None:
+            if emitter is not None and type(action) is RunTools:
+                emitter.send()  # a call's start goes out with its end, once it is known to have run here
+            elif emitter is not None:
                 emitter.announce(action)
             match action:
                 case CallModel():
@@ -168,10 +171,14 @@ def _run_calls(
     may have run: its step records it in doubt instead of running it.
     """
     in_doubt: list[str] = []
+    #: The calls whose steps ran in this attempt (a recovered workflow finds the others recorded), and
+    #: when each started (``time.time``, ``perf_counter``): only they give events.
+    started: dict[str, tuple[float, float]] = {}
 
     def call(c: PreparedCall) -> dict[str, Any]:
         if started_before:
             return {"outcome_unknown": True}
+        started[c.key] = (time.time(), time.perf_counter())
         return run.config.invoker.invoke(c).to_dict()
 
     def done(i: int, output: dict[str, Any]) -> None:
@@ -180,8 +187,9 @@ def _run_calls(
             in_doubt.append(c.key)
             return
         c.outcome = CallOutcome.from_dict(output)
-        if emitter is not None:
-            emitter.send(emitter.tool_ended(c))
+        if emitter is not None and c.key in started:
+            for event in emitter.tool_ran(c, *started[c.key]):
+                emitter.send(event)
         run.tool_completed(c)
         write_deltas(run)
         if emitter is not None:
