@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentfsm.agent import Agent
+from agentfsm.checking.invariants import Invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario
 from agentfsm.messages import ChatMessage
@@ -41,23 +42,34 @@ def scenario_code(scenario: Scenario, indent: str = "    ") -> str:
 
 
 def regression_test(
-    invariant: str,
+    invariant: Invariant,
+    builtin: bool,
     scenario: Scenario,
     messages: list[ChatMessage],
     agent_ref: str | None,
     options: dict[str, str],
+    state: dict[str, Any],
 ) -> str:
-    """A ready-to-paste pytest test that replays ``scenario`` and fails while the invariant is violated."""
-    name = "".join(ch if ch.isalnum() else "_" for ch in invariant.lower()).strip("_") or "invariant"
+    """A ready-to-paste pytest test that replays ``scenario`` and fails while ``invariant`` is violated.
+
+    A built-in invariant is checked by ``replay`` itself; a user invariant is imported where it was
+    defined (or left as ``INVARIANT = ...`` to fill in) and replayed alone.
+    """
+    name = "".join(ch if ch.isalnum() else "_" for ch in invariant.name.lower()).strip("_") or "invariant"
     if agent_ref is not None and ":" in agent_ref:
         module, attribute = agent_ref.split(":", 1)
-        agent_lines = [f"from {module} import {attribute.split('.')[0]}", "", f"AGENT = {attribute}"]
+        setup = [f"from {module} import {attribute.split('.')[0]}", "", f"AGENT = {attribute}"]
     else:
-        agent_lines = ["AGENT = ...  # the agent that was checked"]
-    body = scenario_code(scenario, "    ").replace("\n", "\n    ")
+        setup = ["AGENT = ...  # the agent that was checked"]
     given = "".join(f", {k}={v}" for k, v in options.items())
     if "hook_choices" in options:
-        agent_lines.append("HOOK_CHOICES = ...  # the hook alternatives given to check_agent")
+        setup.append("HOOK_CHOICES = ...  # the hook alternatives given to check_agent")
+    if not builtin:
+        setup += _invariant_lines(invariant)
+        given += ", invariants=[INVARIANT], builtin_invariants=False"
+    if state:
+        given += f", state={state!r}"
+    body = scenario_code(scenario, "    ").replace("\n", "\n    ")
     conversation = ", ".join(
         f"ChatMessage.from_user({m.text!r})" if m.role.value == "user" else repr(m) for m in messages
     )
@@ -67,7 +79,7 @@ def regression_test(
             "from agentfsm.errors import ModelClientError",
             "from agentfsm.testing import Scenario, replay",
             "",
-            *agent_lines,
+            *setup,
             "",
             "",
             f"def test_{name}_regression() -> None:",
@@ -77,6 +89,16 @@ def regression_test(
             "",
         ]
     )
+
+
+def _invariant_lines(invariant: Invariant) -> list[str]:
+    """``INVARIANT = ...``: imported from where the user's check is defined, when it can be."""
+    module = getattr(invariant.check, "__module__", None)
+    qualname = getattr(invariant.check, "__qualname__", "")
+    if module and module != "__main__" and qualname.isidentifier():
+        # ``@invariant`` binds the Invariant to the function's name; a plain function is its own.
+        return [f"from {module} import {qualname}", "", f"INVARIANT = {qualname}"]
+    return [f"INVARIANT = ...  # the invariant {invariant.name!r} that was violated"]
 
 
 def trace_text(run: RecordedRun) -> str:

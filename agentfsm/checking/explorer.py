@@ -188,7 +188,15 @@ class _Checker:
                     message,
                     scenario,
                     run,
-                    regression_test(inv.name, scenario, self.subject.messages, self.agent_ref, self.options),
+                    regression_test(
+                        inv,
+                        inv in BUILTIN_INVARIANTS,
+                        scenario,
+                        self.subject.messages,
+                        self.agent_ref,
+                        self.options,
+                        self.subject.state,
+                    ),
                     path_diagram(self.subject.agent, run),
                 )
         return ok

@@ -61,6 +61,43 @@ def test_a_payment_wrongly_marked_idempotent_charges_twice_after_a_crash() -> No
     assert not again.ok
 
 
+def test_the_regression_test_of_a_user_invariant_fails_until_the_bug_is_fixed() -> None:
+    result = check_agent(
+        agents.double_charge,
+        max_steps=1,
+        replies=["text", "tool"],
+        invariants=[agents.charged_once],
+        agent_ref="tests.checking.agents:double_charge",
+        stop_on_violation=True,
+    )
+    [violation] = result.violations
+    source = violation.regression_test
+    assert "from tests.checking.agents import charged_once" in source
+    broken: dict[str, Any] = {}
+    exec(source, broken)
+    with pytest.raises(AssertionError, match="charges once"):
+        broken["test_each_payment_call_charges_once_regression"]()
+    fixed: dict[str, Any] = {}
+    exec(source.replace("double_charge", "single_charge"), fixed)
+    fixed["test_each_payment_call_charges_once_regression"]()
+
+
+def test_the_regression_test_starts_from_the_checked_state() -> None:
+    def starts_low(run: RecordedRun) -> bool:
+        return (run.state.get("llm_calls") or 0) < 5
+
+    result = check_agent(
+        agents.shop, max_steps=1, crashes=False, breakpoints=False, invariants=[starts_low], state={"llm_calls": 5}
+    )
+    [violation] = result.violations
+    source = violation.regression_test.replace("AGENT = ...", "AGENT = agents.shop")
+    assert "state={'llm_calls': 5}" in source and "INVARIANT = ..." in source
+    namespace: dict[str, Any] = {"agents": agents, "starts_low": starts_low}
+    exec(source.replace("INVARIANT = ...", "INVARIANT = starts_low"), namespace)
+    with pytest.raises(AssertionError, match="starts_low"):
+        namespace["test_starts_low_regression"]()
+
+
 def test_a_runtime_that_forgets_the_in_doubt_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "runs_again_after_crash", lambda call: True)
     result = check_agent(agents.shop, max_steps=1, replies=["tool"], breakpoints=False, stop_on_violation=True)
