@@ -259,7 +259,7 @@ def _segment(
 def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:
     """Drive ``run`` as ``Agent.run`` does; how it stopped, and its result, snapshot or error."""
     try:
-        return "DONE", drive_sync(run, agent.chat_generator, None, agent._save_pause)
+        return "DONE", drive_sync(run, agent.chat_generator, agent.streaming_callback, agent._save_pause)
     except Killed:
         return "crashed", None
     except PathCut as exc:

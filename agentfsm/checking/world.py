@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -481,12 +482,31 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
 #: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
 _CONCURRENCY = frozenset({"max_workers", "tool_concurrency"})
+#: The ``Agent`` parameters the checked copy replaces: every other one is copied from the agent's
+#: attribute of the same name, so a parameter ``Agent`` gains is checked as the user gave it.
+REPLACED_PARAMETERS = frozenset(
+    {
+        "chat_generator",
+        "tools",
+        "tool_concurrency",
+        "tool_invoker_kwargs",
+        "snapshot_store",
+        "hooks",
+        "confirmation_strategies",
+    }
+)
+
+
+def agent_parameters() -> tuple[str, ...]:
+    """The keyword parameters of ``Agent.__init__``, in order."""
+    return tuple(name for name in inspect.signature(Agent.__init__).parameters if name != "self")
 
 
 def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
-    Tools run one at a time, so that which call runs is known; everything else is the agent's own.
+    Tools run one at a time, so that which call runs is known; everything else (exit conditions,
+    limits, loop detection, streaming options...) is the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
     tools = [_wrapped_tool(slot, t, t.name in covered) for t in agent.known_tools()]
@@ -499,14 +519,11 @@ def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: 
         at.append(_ChoiceHook(slot, point, len(at), alternatives))
     by_name = {t.name: t for t in agent.known_tools()}
     strategy = WorldStrategy(slot, by_name)
+    own = {name: getattr(agent, name) for name in agent_parameters() if name not in REPLACED_PARAMETERS}
     return Agent(
+        **own,
         chat_generator=WorldGenerator(slot),
         tools=tools,
-        system_prompt=agent.system_prompt,
-        exit_conditions=list(agent.exit_conditions),
-        state_schema=dict(agent.state_schema),
-        max_agent_steps=agent.max_agent_steps,
-        raise_on_tool_invocation_failure=agent.raise_on_tool_invocation_failure,
         tool_invoker_kwargs={k: v for k, v in agent.tool_invoker_kwargs.items() if k not in _CONCURRENCY},
         tool_concurrency=1,
         snapshot_store=store,
