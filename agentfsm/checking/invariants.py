@@ -8,14 +8,21 @@ model inputs, tool executions, hook firings, decisions, transitions and State), 
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agentfsm.checking.record import RecordedRun
-from agentfsm.errors import MachineError
-from agentfsm.machine import CALL_DISPATCH, DISPATCH, CallStatus
+from agentfsm.events import CallChanged, HookRan, PhaseChanged
+from agentfsm.machine import (
+    CALL_TRANSITIONS,
+    HOOK_POINTS,
+    PHASE_WORK,
+    SKIP_WORK,
+    TRANSITIONS,
+    Phase,
+    Work,
+)
 from agentfsm.messages import ChatMessage, ChatRole
 
 #: A check's verdict: ``True`` or ``None`` (holds), ``False`` or a message saying what is wrong.
@@ -191,29 +198,88 @@ def _transcript(run: RecordedRun) -> Verdict:
     return True
 
 
+#: The declared edges by (source, trigger, dest), read from the tables themselves (not from the
+#: runtime's compiled lookups, which a faulty runtime may have changed).
+_EDGES = {(t.source.value, t.trigger, t.dest.value): t for t in TRANSITIONS}
+#: The call table's edges: (source, trigger) -> dest.
+_CALL_EDGES = {(t.source.value, t.trigger): t.dest.value for t in CALL_TRANSITIONS}
+
+
 def _declared_edges(run: RecordedRun) -> Verdict:
-    for segment in run.segments:
-        for r in segment.trace:
-            try:
-                DISPATCH.check(r.source, r.trigger, r.dest)
-            except MachineError:
-                return f"the run took an undeclared edge {r.source.value} --{r.trigger}--> {r.dest.value}"
-    for (step, key), statuses in run.call_statuses.items():
-        for source, dest in itertools.pairwise(statuses):
-            if not _call_reachable(CallStatus(source), CallStatus(dest)):
-                return f"call {key} (step {step}) went from {source} to {dest}, which no declared call edge leads to"
+    for number, segment in enumerate(run.segments):
+        phase: str | None = None
+        calls: dict[str, str] = {}
+        for event in segment.events:
+            if isinstance(event, PhaseChanged):
+                if phase is not None and event.source != phase:
+                    return f"segment {number}: the run left {event.source} while it was in {phase} (step {event.step})"
+                if (event.source, event.trigger, event.dest) not in _EDGES:
+                    return f"the run took an undeclared edge {event.source} --{event.trigger}--> {event.dest}"
+                phase = event.dest
+            elif isinstance(event, CallChanged):
+                # A resumed run's calls start where the snapshot has them; then each edge starts
+                # where the call's last one ended.
+                source = calls.get(event.call, event.source)
+                declared = _CALL_EDGES.get((source, event.trigger))
+                if event.source != source or declared != event.dest:
+                    return (
+                        f"call {event.call} ({event.tool}, step {event.step}) went {source} --{event.trigger}--> "
+                        f"{event.dest}, which is not an edge of CALL_TRANSITIONS"
+                    )
+                calls[event.call] = event.dest
     return True
 
 
-def _call_reachable(source: CallStatus, dest: CallStatus) -> bool:
-    seen, frontier = {source}, [source]
-    while frontier:
-        status = frontier.pop()
-        for (s, _), d in CALL_DISPATCH.moves.items():
-            if s is status and d not in seen:
-                seen.add(d)
-                frontier.append(d)
-    return dest in seen
+#: The hook points in each phase's work that the run must pass again each time it goes through the
+#: phase (``before_run``, ``after_run`` and ``on_error`` are run-level: ``hooks_once`` checks them).
+_STEP_HOOK_POINTS = {
+    phase: tuple(w for w in work if w in HOOK_POINTS and w not in (Work.BEFORE_RUN, Work.AFTER_RUN, Work.ON_ERROR))
+    for phase, work in PHASE_WORK.items()
+}
+
+
+def _hooks_fire(run: RecordedRun) -> Verdict:
+    for number, segment in enumerate(run.segments):
+        entered: PhaseChanged | None = None
+        fired: Counter[str] = Counter()
+        for event in segment.events:
+            if isinstance(event, HookRan):
+                fired[event.point] += 1
+            if not isinstance(event, PhaseChanged):
+                continue
+            if entered is not None:
+                missed = _missed_hooks(run, entered, event, fired)
+                if missed:
+                    return (
+                        f"segment {number}: the run went through {entered.dest} at step {entered.step} "
+                        f"({entered.source} --{entered.trigger}--> {entered.dest} --{event.trigger}--> {event.dest}) "
+                        f"without firing its {', '.join(missed)} hook(s) ({_segments(run)})"
+                    )
+            entered, fired = event, Counter()
+    return True
+
+
+def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, fired: Counter[str]) -> list[str]:
+    """The hook points of a whole pass through a phase (not resumed into, not interrupted) that did not fire.
+
+    A point that a fact can skip (``SKIP_WORK``) is expected only when the edge the run left by
+    says the fact had the value that does not skip it.
+    """
+    edge = _EDGES.get((left.source, left.trigger, left.dest))
+    if entered.trigger == "resume" or edge is None or edge.interrupt:
+        return []
+    facts = dict(edge.when)
+    missed = []
+    for point in _STEP_HOOK_POINTS.get(Phase(entered.dest), ()):
+        hooks = run.hooked.get(point.value, 0)
+        if not hooks:
+            continue
+        skip = SKIP_WORK.get(point)
+        if skip is not None and facts.get(skip[0], skip[1]) is skip[1]:
+            continue  # skipped, or the edge does not say whether it was
+        if fired[point.value] < hooks:
+            missed.append(point.value)
+    return missed
 
 
 ENDS_WITHIN_BOUND = Invariant(
@@ -252,8 +318,16 @@ VALID_TRANSCRIPT = Invariant(
 )
 DECLARED_EDGES = Invariant(
     "declared_edges",
-    "The run moves only along declared edges: the phase table (TRANSITIONS) and the call table (CALL_TRANSITIONS).",
+    "The run moves only along declared edges, each from where the last one ended: the phase table "
+    "(TRANSITIONS) and, for each call, the call table (CALL_TRANSITIONS), as the run's events report them.",
     _declared_edges,
+)
+HOOKS_FIRE = Invariant(
+    "hooks_fire",
+    "Each time the run goes through a phase's work (PHASE_WORK), the hooks of its hook points fire: "
+    "before_llm and after_llm (when the model was called) in LLM_CALL, before_tool in TOOL_PENDING, "
+    "after_tool in TOOL_RUN, on_exit in EXIT_CHECK when an exit condition is met, on every exit edge.",
+    _hooks_fire,
 )
 
 #: Every built-in invariant, in the order they are checked.
@@ -262,6 +336,7 @@ BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     DECLARED_EDGES,
     VALID_TRANSCRIPT,
     HOOKS_ONCE,
+    HOOKS_FIRE,
     CONFIRMED_CALLS_APPROVED,
     NO_DOUBLE_EFFECT,
     RESUME_EQUIVALENT,

@@ -7,6 +7,7 @@ process died or the run paused. ``execute`` runs an agent through one scenario.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking.record import Segment
 from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
 from agentfsm.errors import BreakpointException, SnapshotError
+from agentfsm.events import Event
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
@@ -218,8 +220,9 @@ def _segment(
     record = world.record
     store = subject.store
     assert store is not None
+    events: list[Event] = []
     try:
-        run = agent.new_run(request)
+        run = agent.new_run(dataclasses.replace(request, on_event=events.append))
     except Exception as exc:  # a resume refused: the run cannot go on
         record.segments.append(Segment(started, [], "FAILED"))
         record.ending, record.error = "FAILED", exc
@@ -229,7 +232,7 @@ def _segment(
     trace = list(run.trace)
     while ended == "crashed" and trace and trace[-1].trigger == "fail":
         trace.pop()  # the dying process's own failure: nothing of it was stored
-    record.segments.append(Segment(started, trace, ended))
+    record.segments.append(Segment(started, trace, ended, events))
     world.segment += 1
     if ended == "crashed":
         store.revive()

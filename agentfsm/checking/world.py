@@ -337,16 +337,6 @@ class World:
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
 
-    def written(self) -> None:
-        """A delta was written: note where each pending call stands (for the call-table invariant)."""
-        run = self.run
-        if run is None:
-            return
-        for c in run.pending:
-            seen = self.record.call_statuses.setdefault((run.step, c.key), [])
-            if not seen or seen[-1] != c.status.value:
-                seen.append(c.status.value)
-
     def committed(self) -> None:
         """The store committed: every hook firing so far is known to a resumed run."""
         self.commits += 1
@@ -455,7 +445,6 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
         """Write ``delta`` unless the process dies first."""
         self.world.writing()
         super().observe(delta)
-        self.world.written()
 
     def _commit(self, run_id: str, cursor: Any) -> None:
         if self.world.dead:

@@ -147,6 +147,20 @@ def test_a_crash_at_every_write_resumes_to_the_same_result() -> None:
         assert report.ok, report.text()
 
 
+def test_user_invariants_see_the_runs_events() -> None:
+    from agentfsm.events import CallChanged, HookRan, PhaseChanged
+
+    seen: list[str] = []
+
+    def reads_events(run: RecordedRun) -> bool:
+        seen.extend(type(e).__name__ for e in run.events)
+        return True
+
+    result = check_agent(agents.shop, max_steps=1, replies=["tool"], invariants=[reads_events], breakpoints=False)
+    assert result.ok, result.text()
+    assert {PhaseChanged.__name__, CallChanged.__name__, HookRan.__name__} <= set(seen)
+
+
 def test_the_transcript_check() -> None:
     call = ToolCall("add", {"a": 1, "b": 2}, id="c1")
     answer = ChatMessage.from_tool("3", call)
