@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentfsm.checking.record import RecordedRun
 from agentfsm.events import CallChanged, HookRan, PhaseChanged
@@ -145,15 +146,26 @@ def _no_double_effect(run: RecordedRun) -> Verdict:
 def _resume_equivalent(run: RecordedRun) -> Verdict:
     if run.baseline is None or run.ending == "cut":
         return True
-    if any(d.verb == "settle" for d in run.decisions):
-        return True  # a settled call's result is the decision's feedback, not the tool's
-    if run.comparable == run.baseline:
+    base, got = run.baseline, run.comparable or {}
+    settled = {d.call_key for d in run.decisions if d.verb == "settle"}
+    if settled:
+        # A settled call's result is the decision's feedback, not the tool's, and what follows may
+        # rightly differ (the model, a loop detection, read it): compare the conversation up to it.
+        base, got = _until_settled(base, settled), _until_settled(got, settled)
+    if base == got:
         return True
-    return f"{run.interruption}: the resumed run differs from the uninterrupted one:\n{_difference(run)}"
+    return f"{run.interruption}: the resumed run differs from the uninterrupted one:\n{_difference(base, got)}"
 
 
-def _difference(run: RecordedRun) -> str:
-    base, got = run.baseline or {}, run.comparable or {}
+def _until_settled(comparable: dict[str, Any], settled: set[str]) -> dict[str, Any]:
+    """The conversation of ``comparable`` up to the last result of a ``settled`` call, that result masked."""
+    messages = list(comparable.get("messages") or [])
+    ends = [i for i, m in enumerate(messages) if isinstance(m, ChatMessage) and _origin(m) in settled]
+    kept = messages[: ends[-1] + 1] if ends else messages
+    return {"messages": ["<result given by a settle decision>" if i in ends else m for i, m in enumerate(kept)]}
+
+
+def _difference(base: dict[str, Any], got: dict[str, Any]) -> str:
     lines = []
     for key in sorted(set(base) | set(got), key=str):
         if base.get(key) != got.get(key):

@@ -16,7 +16,7 @@ from agentfsm._core.drivers import drive_sync
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.checking.record import Segment
+from agentfsm.checking.record import RecordedRun, Segment
 from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
 from agentfsm.errors import BreakpointException, SnapshotError
 from agentfsm.events import Event
@@ -169,7 +169,20 @@ def comparable(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result without what legitimately differs after an interruption (timings, pause/resume/in-doubt edges)."""
     trace = [(r.step, r.source.value, r.dest.value, r.trigger) for r in result["trace"]]
     kept = [r for r in trace if r[3] not in _INTERRUPTION_EDGES]
-    return {**{k: v for k, v in result.items() if k != "trace"}, "trace": kept}
+    return {"ending": "DONE", **{k: v for k, v in result.items() if k != "trace"}, "trace": kept}
+
+
+def comparable_ending(record: RecordedRun, run: AgentRun) -> dict[str, Any]:
+    """A run that ended FAILED or PAUSED, as far as it compares: ending, error type, step, conversation.
+
+    There is no result to compare; an error's message and State's timings may rightly differ.
+    """
+    return {
+        "ending": record.ending,
+        "error": None if record.error is None else type(record.error).__name__,
+        "step": run.step,
+        "messages": list(run.state.data.get("messages") or []),
+    }
 
 
 def execute(
@@ -202,6 +215,8 @@ def execute(
                 world.record.ending = "cut"
                 break
             request, started = _segment(subject, world, agent, request, started)
+        if world.record.ending in ("FAILED", "PAUSED") and world.run is not None:
+            world.record.comparable = comparable_ending(world.record, world.run)
     finally:
         if world.run is not None:
             world.record.state = dict(world.run.state.data)

@@ -254,3 +254,31 @@ def test_hook_alternatives_are_each_tried() -> None:
     assert "hook_choices=HOOK_CHOICES" in violation.regression_test
     again = replay(agents.plain, violation.scenario, hook_choices={"on_exit": [leave_it, go_on]})
     assert [v.invariant for v in again.violations] == ["ends_within_bound"]
+
+
+#: The calls of ``flaky``: it fails on every other call, in process memory.
+FLAKY_CALLS: list[int] = []
+
+
+def test_a_crash_that_heals_a_failed_run_is_caught() -> None:
+    from agentfsm import tool
+
+    @tool(idempotent=True)
+    def flaky() -> str:
+        """Fail on every other call."""
+        FLAKY_CALLS.append(1)
+        if len(FLAKY_CALLS) % 2:
+            raise RuntimeError("flaky failed")
+        return "ok"
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), tools=[flaky], raise_on_tool_invocation_failure=True)
+    script: list[ChatMessage | Exception] = [
+        ChatMessage.from_assistant(tool_calls=[ToolCall("flaky", {}, id="call_1_0")]),
+        ChatMessage.from_assistant("final answer"),
+    ]
+    messages = []
+    for crash_at in range(8):
+        FLAKY_CALLS.clear()
+        report = replay(agent, Scenario(script=script, crash_at=crash_at))
+        messages += [v.message for v in report.violations if v.invariant == "resume_equivalent"]
+    assert any("ending: uninterrupted 'FAILED', resumed 'DONE'" in m for m in messages), messages
