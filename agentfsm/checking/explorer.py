@@ -25,7 +25,7 @@ from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict,
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario, Subject, execute
 from agentfsm.checking.world import REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
-from agentfsm.errors import AgentCheckFailed, ConfigurationError
+from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.logs import stdlib_logger
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.messages import ChatMessage
@@ -177,6 +177,8 @@ class _Checker:
         for inv in self.invariants:
             try:
                 message = inv.violation(run)
+            except ConfigurationTypeError:
+                raise  # the invariant is written wrong: no path can be judged by it
             except Exception as exc:  # an invariant that raises is violated: say how
                 message = f"the invariant raised {exc!r}"
             if message is None:

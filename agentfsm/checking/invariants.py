@@ -3,7 +3,8 @@
 Each built-in invariant is a property every path of every agent must have; ``check_agent`` checks
 all of them unless told otherwise. User invariants are plain predicates over the recorded run (its
 model inputs, tool executions, hook firings, decisions, transitions and State), wrapped with
-``invariant``: a predicate returns ``True`` (holds), ``False`` or a message (violated).
+``invariant``: a predicate returns ``None`` or a true value (holds), a false value or a message
+(violated).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from agentfsm.checking.record import RecordedRun
+from agentfsm.errors import ConfigurationTypeError
 from agentfsm.events import CallChanged, HookRan, PhaseChanged
 from agentfsm.machine import (
     CALL_TRANSITIONS,
@@ -26,36 +28,64 @@ from agentfsm.machine import (
 )
 from agentfsm.messages import ChatMessage, ChatRole
 
-#: A check's verdict: ``True`` or ``None`` (holds), ``False`` or a message saying what is wrong.
+#: A check's verdict: ``None`` or a true value (holds), a false value or a message (a ``str``: violated).
 Verdict = bool | str | None
 
 
 @dataclass(frozen=True, slots=True)
 class Invariant:
-    """A named check over a recorded run: ``check(run)`` returns ``True``/``None`` when it holds."""
+    """A named check over a recorded run: ``check(run)`` returns ``None`` or a true value when it holds."""
 
     name: str
     description: str
     check: Callable[[RecordedRun], Verdict]
 
     def violation(self, run: RecordedRun) -> str | None:
-        """What is wrong with ``run``, or ``None`` when the invariant holds."""
-        verdict = self.check(run)
-        if verdict is True or verdict is None:
-            return None
-        return verdict if isinstance(verdict, str) and verdict else f"{self.name} does not hold"
+        """What is wrong with ``run``, or ``None`` when the invariant holds.
+
+        A ``str`` verdict is a violation (the message); any other is read as a truth value, as
+        ``assert`` does (``None``: holds). A check that returns an ``Invariant`` or a function was
+        written wrong (a decorator applied twice, a missing call): ``ConfigurationTypeError``.
+        """
+        verdict: object = self.check(run)
+        if isinstance(verdict, str):
+            return verdict or f"{self.name} does not hold"
+        if isinstance(verdict, Invariant) or callable(verdict):
+            raise ConfigurationTypeError(
+                f"Invariant {self.name!r} returned {verdict!r}, not a verdict: return True, None, False or a "
+                "message (is @invariant applied twice, or a function returned instead of called?)."
+            )
+        return None if verdict is None or verdict else f"{self.name} does not hold"
 
 
-def invariant(name: str, description: str = "") -> Callable[[Callable[[RecordedRun], Verdict]], Invariant]:
-    """Make a predicate over a ``RecordedRun`` an ``Invariant`` named ``name``.
+@overload
+def invariant(name: Callable[[RecordedRun], Verdict], /) -> Invariant: ...
+
+
+@overload
+def invariant(
+    name: str | None = None, description: str = ""
+) -> Callable[[Callable[[RecordedRun], Verdict]], Invariant]: ...
+
+
+def invariant(
+    name: str | Callable[[RecordedRun], Verdict] | None = None, description: str = ""
+) -> Invariant | Callable[[Callable[[RecordedRun], Verdict]], Invariant]:
+    """Make a predicate over a ``RecordedRun`` an ``Invariant``, named ``name`` (default: the function's name).
+
+    Used bare (``@invariant``) or called (``@invariant("answers politely")``), like ``@tool``:
 
     >>> @invariant("answers politely")
     ... def polite(run):
     ...     return run.ending != "DONE" or "please" in run.state["messages"][-1].text
     """
+    if callable(name):
+        return as_invariant(name)
+    if name is not None and not isinstance(name, str):
+        raise ConfigurationTypeError(f"@invariant takes a name (a string) or a function, got {name!r}.")
 
     def wrap(check: Callable[[RecordedRun], Verdict]) -> Invariant:
-        return Invariant(name, description or (check.__doc__ or "").strip(), check)
+        return Invariant(name or _name_of(check), description or (check.__doc__ or "").strip(), check)
 
     return wrap
 
@@ -65,8 +95,12 @@ def as_invariant(given: Invariant | Callable[[RecordedRun], Verdict]) -> Invaria
     if isinstance(given, Invariant):
         return given
     if not callable(given):
-        raise TypeError(f"An invariant is an Invariant or a function of a RecordedRun, got {given!r}.")
-    return Invariant(getattr(given, "__name__", "user invariant"), (given.__doc__ or "").strip(), given)
+        raise ConfigurationTypeError(f"An invariant is an Invariant or a function of a RecordedRun, got {given!r}.")
+    return Invariant(_name_of(given), (given.__doc__ or "").strip(), given)
+
+
+def _name_of(check: Callable[..., object]) -> str:
+    return str(getattr(check, "__name__", "user invariant"))
 
 
 # -- the built-in invariants ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from agentfsm import Agent, ChatMessage, ToolCall, hook
 from agentfsm._core import runtime
 from agentfsm.checking.invariants import transcript_problem
-from agentfsm.errors import AgentCheckFailed, ConfigurationError
+from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.testing import RecordedRun, Scenario, check_agent, invariant, replay
 from tests.checking import agents
@@ -282,3 +282,27 @@ def test_a_crash_that_heals_a_failed_run_is_caught() -> None:
         report = replay(agent, Scenario(script=script, crash_at=crash_at))
         messages += [v.message for v in report.violations if v.invariant == "resume_equivalent"]
     assert any("ending: uninterrupted 'FAILED', resumed 'DONE'" in m for m in messages), messages
+
+
+def test_invariant_is_used_bare_or_named() -> None:
+    @invariant
+    def ends(run: RecordedRun) -> bool:
+        """The run ends."""
+        return run.ending in ("DONE", "PAUSED", "FAILED")
+
+    assert ends.name == "ends" and ends.description == "The run ends."
+    result = check_agent(agents.plain, max_steps=1, crashes=False, breakpoints=False, invariants=[ends])
+    assert result.ok, result.text()
+
+
+def test_a_verdict_is_read_as_a_truth_value_and_a_string_is_a_violation() -> None:
+    def holds(verdict: Any) -> bool:
+        result = check_agent(
+            agents.plain, max_steps=1, crashes=False, breakpoints=False, invariants=[lambda run: verdict]
+        )
+        return result.ok
+
+    assert all(holds(verdict) for verdict in (1, [0], None, True))
+    assert not any(holds(verdict) for verdict in (0, [], False, "", "went wrong"))
+    with pytest.raises(ConfigurationTypeError, match="applied twice"):
+        check_agent(agents.plain, max_steps=1, invariants=[lambda run: invariant(lambda r: True)])
