@@ -184,7 +184,8 @@ class _Checker:
             if message is None:
                 continue
             ok = False
-            if inv.name not in self.found:
+            known = self.found.get(inv.name)
+            if known is None or _length(scenario) < _length(known.scenario):
                 self.found[inv.name] = Violation(
                     inv.name,
                     message,
@@ -225,10 +226,8 @@ class _Checker:
                 self._variant(answers, baseline, f"killed before write {index} to the store", crash_at=index)
                 if self.done():
                     return
-        if self.breakpoints and base.record.segments:
-            records = base.record.segments[0].trace
-            points = {(r.dest.value, r.step) for r in records if r.dest in ACTIVE_PHASES and r.trigger != "resume"}
-            for phase, step in sorted(points, key=lambda p: (p[1], p[0])):
+        if self.breakpoints:
+            for phase, step in sorted(_pause_points(base), key=lambda p: (p[1], p[0])):
                 self._variant(answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
                 if self.done():
                     return
@@ -297,7 +296,11 @@ class _Checker:
                 self.variants(world)
 
     def sample(self, samples: int) -> None:
-        """Paths drawn with hypothesis (answers, crash point), checked with the same invariants."""
+        """Paths drawn with hypothesis, each run as it is, killed and paused at drawn points, then resumed.
+
+        The answers an interruption asks (a call in doubt, a deferred decision) are drawn too, and the
+        same invariants checked. Every sample is drawn (unless ``stop_on_violation``): the shortest violation found is kept.
+        """
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
 
@@ -310,23 +313,41 @@ class _Checker:
         )
         @given(st.data())
         def draw(data: st.DataObject) -> None:
+            if self.done():
+                return
+
             def choose(options: tuple[Any, ...]) -> Any:
                 return options[data.draw(st.integers(0, len(options) - 1))]
 
             base = execute(self.subject, {}, choose=choose, fingerprints=False)
             self.result.sampled += 1
-            ok = self.judge(base, Scenario.from_answers(base.answers, max_steps=self.max_steps))
-            if ok and self.crashes and base.write_points:
+            self.judge(base, Scenario.from_answers(base.answers, max_steps=self.max_steps))
+            baseline = base.record.comparable
+            if self.crashes and base.write_points and not self.done():
                 crash = data.draw(st.integers(0, len(base.write_points) - 1))
-                world = execute(self.subject, base.answers, crash_at=crash, fingerprints=False)
-                world.record.baseline = base.record.comparable
-                world.record.interruption = f"killed before write {crash} to the store"
-                ok = self.judge(world, Scenario.from_answers(world.answers, crash, max_steps=self.max_steps))
-            if not ok:
-                raise AssertionError("an invariant is violated")
+                world = execute(self.subject, base.answers, crash_at=crash, choose=choose, fingerprints=False)
+                self._judge_variant(world, baseline, f"killed before write {crash} to the store", crash, None)
+            points = sorted(_pause_points(base))
+            if self.breakpoints and points and not self.done():
+                pause = points[data.draw(st.integers(0, len(points) - 1))]
+                world = execute(self.subject, base.answers, pause_at=pause, choose=choose, fingerprints=False)
+                self._judge_variant(world, baseline, f"paused at {pause[0]}, step {pause[1]}", None, pause)
 
-        with contextlib.suppress(AssertionError):  # the violations are in ``found``
-            draw()
+        draw()
+
+
+def _pause_points(base: World) -> set[tuple[str, int]]:
+    """Where a breakpoint can pause the path of ``base``: each active phase it entered, at its step."""
+    if not base.record.segments:
+        return set()
+    records = base.record.segments[0].trace
+    return {(r.dest.value, r.step) for r in records if r.dest in ACTIVE_PHASES and r.trigger != "resume"}
+
+
+def _length(scenario: Scenario) -> tuple[int, int]:
+    """How long a path is, to keep the shortest: model replies, then answers other than each question's first."""
+    answers = (scenario.tool_outcomes, scenario.decisions, scenario.resume_decisions, scenario.in_doubt)
+    return len(scenario.script), sum(map(len, answers)) + len(scenario.hook_choices)
 
 
 def check_agent(

@@ -306,3 +306,31 @@ def test_a_verdict_is_read_as_a_truth_value_and_a_string_is_a_violation() -> Non
     assert not any(holds(verdict) for verdict in (0, [], False, "", "went wrong"))
     with pytest.raises(ConfigurationTypeError, match="applied twice"):
         check_agent(agents.plain, max_steps=1, invariants=[lambda run: invariant(lambda r: True)])
+
+
+def test_sampling_keeps_going_and_keeps_the_shortest_violation() -> None:
+    def one_execution_at_most(run: RecordedRun) -> bool | str:
+        return len(run.tool_executions) < 2 or "two executions"
+
+    result = check_agent(
+        agents.plain, max_paths=1, samples=60, crashes=False, breakpoints=False, invariants=[one_execution_at_most]
+    )
+    assert result.sampled >= 60, "a violation does not stop the sampling"
+    [violation] = result.violations
+    exhaustive = check_agent(
+        agents.plain, crashes=False, breakpoints=False, invariants=[one_execution_at_most], stop_on_violation=True
+    )
+    assert len(violation.scenario.script) == len(exhaustive.violations[0].scenario.script)
+
+
+def test_sampling_draws_crashes_with_their_in_doubt_answers_and_breakpoints() -> None:
+    settled: list[str] = []
+    paused: list[str] = []
+
+    def notes(run: RecordedRun) -> bool:
+        settled.extend(d.verb for d in run.decisions if d.verb == "settle")
+        paused.extend(s.started for s in run.segments if s.started == "resume after pause")
+        return True
+
+    check_agent(agents.single_charge, max_steps=1, max_paths=1, samples=80, replies=["tool"], invariants=[notes])
+    assert settled and paused
