@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from agentfsm.agent import Agent
 from agentfsm.checking.invariants import Invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario
+from agentfsm.events import (
+    CallChanged,
+    DecisionTaken,
+    Event,
+    HookRan,
+    ModelFailed,
+    PhaseChanged,
+    RunEnded,
+    RunPaused,
+    ToolEnded,
+)
 from agentfsm.messages import ChatMessage
 
 
@@ -102,25 +114,74 @@ def _invariant_lines(invariant: Invariant) -> list[str]:
 
 
 def trace_text(run: RecordedRun) -> str:
-    """The path's transitions, segment by segment, with what the world did at each step."""
+    """The path in words, segment by segment: its events in order (transitions, hooks, tools, decisions)."""
     lines = []
+    # The checked agent's hooks are wrappers: the world recorded which of the user's hooks each one ran.
+    names: dict[tuple[int, str], list[str]] = {}
+    for firing in run.hook_firings:
+        names.setdefault((firing.segment, firing.point), []).append(firing.hook)
     for number, segment in enumerate(run.segments):
         lines.append(f"segment {number} ({segment.started}, ended {segment.ended}):")
-        for r in segment.trace:
-            lines.append(f"  step {r.step}: {r.source.value} --{r.trigger}--> {r.dest.value}")
-    for e in run.tool_executions:
-        lines.append(f"tool {e.tool_name}({e.arguments}) for {e.call_key} at step {e.step}: {e.outcome}")
-    for d in run.decisions:
-        lines.append(f"decision {d.verb} for {d.tool_name} ({d.call_key}) at step {d.step}")
+        for given in segment.events:
+            event = given
+            if isinstance(given, HookRan) and names.get((number, given.point)):
+                event = dataclasses.replace(given, hook=names[(number, given.point)].pop(0))
+            line = _event_line(event)
+            if line is not None:
+                lines.append(f"  {line}")
+        if segment.ended == "crashed":
+            lines.append(f"  the process died here ({run.interruption or 'killed before a write to the store'})")
+        elif segment.ended == "cut":
+            lines.append("  cut here by the checker: the run had not ended at the bound (see ends_within_bound)")
+    if run.error is not None:
+        lines.append(f"the run failed with {type(run.error).__name__}: {run.error}")
     return "\n".join(lines)
 
 
+def _event_line(event: Event) -> str | None:
+    """One event in words (``None``: not worth a line: model and tool starts, chunks)."""
+    at = f"step {event.step}:"
+    match event:
+        case PhaseChanged():
+            return f"{at} {event.source} --{event.trigger}--> {event.dest}"
+        case CallChanged():
+            return f"{at} call {event.call} ({event.tool}) {event.source} --{event.trigger}--> {event.dest}"
+        case HookRan():
+            raised = f", raised {event.error}" if event.error else ""
+            return f"{at} hook {event.hook} at {event.point}{raised}"
+        case ModelFailed():
+            return f"{at} the model call failed: {event.error}"
+        case ToolEnded():
+            return f"{at} tool {event.tool} for {event.call} " + (
+                f"raised {event.error}" if event.error else "returned"
+            )
+        case DecisionTaken():
+            verb = "execute" if event.decision.get("execute") else "do not execute"
+            return f"{at} decision for {event.call}: {verb} {_decision_details(event.decision)}".rstrip()
+        case RunPaused():
+            return f"{at} paused ({event.reason})"
+        case RunEnded() if event.error:
+            return f"{at} the run failed: {event.error}"
+    return None
+
+
+def _decision_details(decision: dict[str, Any]) -> str:
+    shown = {k: decision[k] for k in ("final_tool_params", "feedback") if decision.get(k)}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items())
+
+
 def path_diagram(agent: Agent, run: RecordedRun) -> str:
-    """The agent's Mermaid diagram with the path's edges numbered in the order they were taken."""
+    """The agent's Mermaid diagram with the path's edges numbered in the order they were taken.
+
+    A path the checker cut is drawn ending where it was cut, with a note saying so (not "ended").
+    """
     from agentfsm.diagrams import machine_diagram
 
     trace = [r for segment in run.segments for r in segment.trace[_shared(run, segment) :]]
-    return str(machine_diagram("mermaid", agent=agent, trace=trace, path=True))
+    drawn = str(machine_diagram("mermaid", agent=agent, trace=trace, path=True))
+    if run.ending == "cut" and trace:
+        drawn = drawn.replace(f"ended here, step {trace[-1].step}", f"cut here by the checker, step {trace[-1].step}")
+    return drawn
 
 
 def _shared(run: RecordedRun, segment: Any) -> int:

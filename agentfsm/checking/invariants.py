@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from agentfsm.checking.record import RecordedRun
+from agentfsm.checking.scenario import MAX_SEGMENTS
 from agentfsm.errors import ConfigurationTypeError
 from agentfsm.events import CallChanged, HookRan, PhaseChanged
 from agentfsm.machine import (
@@ -107,8 +108,16 @@ def _name_of(check: Callable[..., object]) -> str:
 
 
 def _ends(run: RecordedRun) -> Verdict:
-    if run.ending not in ("DONE", "PAUSED", "FAILED"):
-        return f"the run did not end (DONE, PAUSED or FAILED) within the bound: {run.ending}"
+    if run.ending == "cut" and len(run.segments) >= MAX_SEGMENTS:
+        return f"the run was still going after {len(run.segments)} segments ({_segments(run)}): the checker cut it"
+    if run.ending == "cut":
+        called = max((m.step for m in run.model_inputs), default=0)
+        back = [r.trigger for r in run.trace if r.source is Phase.EXIT_CHECK and r.dest is Phase.LLM_CALL]
+        return (
+            f"the run did not end: from step {called - 2} on the model only answered with a closing text, "
+            f"and the run asked it again each time ({', '.join(back[-2:]) or 'no exit edge'}); "
+            f"the checker cut the path at model call {called} (max_steps plus 2 closing texts)"
+        )
     steps = max((m.step for m in run.model_inputs), default=0)
     if steps > run.max_agent_steps:
         return f"the run called the model {steps} times; its max_agent_steps is {run.max_agent_steps}"

@@ -19,7 +19,7 @@ from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking.record import RecordedRun, Segment
 from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
 from agentfsm.errors import BreakpointException, SnapshotError
-from agentfsm.events import Event
+from agentfsm.events import Event, ModelFailed
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
@@ -245,8 +245,10 @@ def _segment(
     world.run = run
     ended, outcome = _drive(agent, run, world)
     trace = list(run.trace)
-    while ended == "crashed" and trace and trace[-1].trigger == "fail":
-        trace.pop()  # the dying process's own failure: nothing of it was stored
+    while ended in ("crashed", "cut") and trace and trace[-1].trigger == "fail":
+        trace.pop()  # the dying process's own failure, or the checker's cut: not the run's doing
+    if ended == "cut":
+        events = events[: next((i for i, e in enumerate(events) if isinstance(e, ModelFailed)), len(events))]
     record.segments.append(Segment(started, trace, ended, events))
     world.segment += 1
     if ended == "crashed":
@@ -269,7 +271,7 @@ def _segment(
         assert isinstance(outcome, dict)
         record.result = outcome
         record.comparable = comparable(outcome)
-    elif isinstance(outcome, BaseException):
+    elif ended == "FAILED":
         record.error = outcome
     return None, started
 

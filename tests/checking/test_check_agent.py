@@ -32,6 +32,11 @@ def test_an_on_exit_hook_that_keeps_going_is_found() -> None:
     # The shortest path: the model answers text at once, and the hook keeps the run going.
     assert violation.scenario.script[0].text == "final answer"
     assert "EXIT_CHECK --> LLM_CALL : continue_run" in violation.diagram and "\u27e8" in violation.diagram
+    # Drawn and traced as cut by the checker, not as a failure; the hook's firings are in the trace.
+    assert "cut here by the checker" in violation.diagram and "ended here" not in violation.diagram
+    assert "FAILED" not in violation.trace and "cut here by the checker" in violation.trace
+    assert "hook keep_going at on_exit" in violation.trace
+    assert "continue_run" in violation.message and "max_steps plus 2" in violation.message
 
 
 def test_the_regression_test_replays_the_counterexample() -> None:
@@ -119,6 +124,19 @@ def test_a_runtime_that_skips_after_run_is_caught(monkeypatch: pytest.MonkeyPatc
     result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
     [violation] = result.violations
     assert violation.invariant == "hooks_once" and "after_run" in violation.message
+
+
+def test_a_failed_runs_error_is_in_the_trace() -> None:
+    @hook
+    def failing(state: Any) -> None:
+        """Fail."""
+        raise RuntimeError("after_run failed")
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), hooks={"after_run": [failing]})
+    result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False, stop_on_violation=True)
+    trace = result.violations[0].trace
+    assert "hook failing at after_run, raised RuntimeError: after_run failed" in trace
+    assert "the run failed with RuntimeError: after_run failed" in trace
 
 
 def test_user_invariants_are_plain_predicates() -> None:
