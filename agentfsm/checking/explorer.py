@@ -110,16 +110,23 @@ class CheckResult:
 
     @property
     def paths_per_second(self) -> float:
-        """Runs made per second (paths with their crash and breakpoint variants)."""
+        """Paths explored (exhaustively, or sampled) per second of wall time, each with its variants."""
+        return (self.paths + self.sampled) / self.seconds if self.seconds else 0.0
+
+    @property
+    def runs_per_second(self) -> float:
+        """Runs made per second of wall time (each path run as it is, and killed and paused and resumed)."""
         return self.runs / self.seconds if self.seconds else 0.0
 
     def summary(self) -> str:
         """One line: how much was explored, how fast, and the verdict."""
         how = "exhaustively" if self.exhaustive else f"up to the path bound, then {self.sampled} sampled"
         verdict = "no violation" if self.ok else f"{len(self.violations)} invariant(s) violated"
+        variants = " with crashes and breakpoints" if self.runs > self.paths + self.sampled else ""
         return (
-            f"{self.paths} paths ({self.runs} runs with crashes and breakpoints) explored {how} in "
-            f"{self.seconds:.1f}s, {self.cpu_seconds:.1f}s of CPU ({self.paths_per_second:.0f} runs/s); "
+            f"{self.paths} paths ({self.runs} runs{variants}) explored {how} in "
+            f"{self.seconds:.1f}s, {self.cpu_seconds:.1f}s of CPU ({self.paths_per_second:.0f} paths/s, "
+            f"{self.runs_per_second:.0f} runs/s); "
             f"{self.states} states, "
             f"{self.deduplicated} deduplicated: {verdict}"
         )
@@ -141,6 +148,7 @@ class CheckResult:
             "seconds": round(self.seconds, 3),
             "cpu_seconds": round(self.cpu_seconds, 3),
             "paths_per_second": round(self.paths_per_second, 1),
+            "runs_per_second": round(self.runs_per_second, 1),
             "invariants": self.invariants,
             "violations": [v.to_dict() for v in self.violations],
         }
@@ -422,7 +430,7 @@ def check_agent(
     checker.result.invariants = [i.name for i in checks]
     started, cpu = time.perf_counter(), time.process_time()
     try:
-        with _quiet(), _progress_bar(progress, max_paths) as advance:
+        with _quiet(), _progress_bar(progress) as advance:
             checker.explore(max_paths, advance)
             if not checker.result.exhaustive and not checker.done() and samples > 0:
                 checker.sample(samples)
@@ -501,8 +509,8 @@ def _quiet() -> Iterator[None]:
 class _progress_bar:
     """A rich progress bar of explored paths, or nothing (no rich, not a terminal, or not wanted)."""
 
-    def __init__(self, wanted: bool | None, total: int) -> None:
-        self.wanted, self.total = wanted, total
+    def __init__(self, wanted: bool | None) -> None:
+        self.wanted = wanted
         self.bar: Any = None
 
     def __enter__(self) -> Callable[[int], None] | None:
@@ -516,7 +524,8 @@ class _progress_bar:
             TextColumn("checking paths"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
         )
         self.bar.start()
-        task = self.bar.add_task("paths", total=self.total)
+        # How many paths the bounds hold is not known before they are explored: no total.
+        task = self.bar.add_task("paths", total=None)
         return lambda done: self.bar.update(task, completed=done)
 
     def __exit__(self, *exc_info: object) -> None:
