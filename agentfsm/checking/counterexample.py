@@ -9,6 +9,7 @@ from agentfsm.agent import Agent
 from agentfsm.checking.invariants import Invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario
+from agentfsm.checking.world import CALL_QUESTIONS
 from agentfsm.events import (
     CallChanged,
     DecisionTaken,
@@ -39,7 +40,7 @@ def scenario_code(scenario: Scenario, indent: str = "    ") -> str:
     lines = ["Scenario(", f"{indent}script=["]
     lines += [f"{indent}{indent}{message_code(r)}," for r in scenario.script]
     lines.append(f"{indent}],")
-    for name in ("tool_outcomes", "decisions", "resume_decisions", "in_doubt", "hook_choices"):
+    for name in (*(question.field for question in CALL_QUESTIONS), "hook_choices"):
         value = getattr(scenario, name)
         if value:
             lines.append(f"{indent}{name}={value!r},")

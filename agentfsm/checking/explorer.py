@@ -24,7 +24,7 @@ from agentfsm.checking.counterexample import path_diagram, regression_test, trac
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario, Subject, execute
-from agentfsm.checking.world import REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
+from agentfsm.checking.world import CALL_QUESTIONS, REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
 from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.logs import stdlib_logger
 from agentfsm.machine import ACTIVE_PHASES
@@ -354,8 +354,8 @@ def _pause_points(base: World) -> set[tuple[str, int]]:
 
 def _length(scenario: Scenario) -> tuple[int, int]:
     """How long a path is, to keep the shortest: model replies, then answers other than each question's first."""
-    answers = (scenario.tool_outcomes, scenario.decisions, scenario.resume_decisions, scenario.in_doubt)
-    return len(scenario.script), sum(map(len, answers)) + len(scenario.hook_choices)
+    answers = sum(len(getattr(scenario, question.field)) for question in CALL_QUESTIONS)
+    return len(scenario.script), answers + len(scenario.hook_choices)
 
 
 def check_agent(

@@ -17,7 +17,18 @@ from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking.record import RecordedRun, Segment
-from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
+from agentfsm.checking.world import (
+    CALL_QUESTIONS,
+    RESUME_DECISION,
+    Bounds,
+    Key,
+    Killed,
+    PathCut,
+    World,
+    WorldSlot,
+    WorldStore,
+    build_agent,
+)
 from agentfsm.errors import BreakpointException, SnapshotError
 from agentfsm.events import Event, ModelFailed
 from agentfsm.hitl.types import ToolExecutionDecision
@@ -73,17 +84,12 @@ class Scenario:
         steps = sorted(key[1] for key in answers if key[0] == "model")
         replies = {key[1]: value for key, value in answers.items() if key[0] == "model"}
         scenario.script.extend(replies[s] for s in steps)
-        named = {
-            "tool": (scenario.tool_outcomes, "returns"),
-            "decide": (scenario.decisions, "approve"),
-            "resume": (scenario.resume_decisions, "approve"),
-            "in_doubt": (scenario.in_doubt, "rerun"),
-        }
+        by_prefix = {question.prefix: question for question in CALL_QUESTIONS}
         for key, value in answers.items():
-            if key[0] in named:
-                target, default = named[key[0]]
-                if value != default:
-                    target[f"{key[1]}/{key[2]}"] = value
+            question = by_prefix.get(key[0])
+            if question is not None:
+                if value != question.default:
+                    getattr(scenario, question.field)[f"{key[1]}/{key[2]}"] = value
             elif key[0] == "hook" and value != 0:
                 scenario.hook_choices[f"{key[1]}@{key[2]}"] = value
         return scenario
@@ -91,15 +97,10 @@ class Scenario:
     def answers(self) -> dict[Key, Any]:
         """The world's answers for this scenario (questions it does not name get their first option)."""
         answers: dict[Key, Any] = {("model", i + 1): reply for i, reply in enumerate(self.script)}
-        for kind, given in (
-            ("tool", self.tool_outcomes),
-            ("decide", self.decisions),
-            ("resume", self.resume_decisions),
-            ("in_doubt", self.in_doubt),
-        ):
-            for where, value in given.items():
+        for question in CALL_QUESTIONS:
+            for where, value in getattr(self, question.field).items():
                 step, call = where.split("/", 1)
-                answers[(kind, int(step), call)] = value
+                answers[question.key(int(step), call)] = value
         for where, index in self.hook_choices.items():
             point, step = where.rsplit("@", 1)
             answers[("hook", point, int(step))] = index
@@ -305,7 +306,7 @@ def _decisions(world: World, snapshot: AgentSnapshot) -> list[ToolExecutionDecis
         for key in pause.waiting:
             call = calls[key]
             name = call["tool_name"]
-            decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, "resume")
+            decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, RESUME_DECISION)
             decisions.append(decided)
         # Decisions name their calls: a person's answers may come in any order, so give them backwards.
         return decisions[::-1]

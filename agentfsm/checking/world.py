@@ -53,6 +53,40 @@ UNKNOWN_TOOL = "no_such_tool"
 Key = tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class CallQuestion:
+    """A kind of question the world is asked about one call: the one place that names it.
+
+    Its answers are keyed ``(prefix, step, call key)`` in a world and ``"<step>/<call key>"`` in
+    the ``Scenario`` field ``field``; ``options[0]`` is the answer given when a path names none.
+    """
+
+    prefix: str
+    field: str
+    options: tuple[str, ...]
+
+    @property
+    def default(self) -> str:
+        """The answer a path that names none gets."""
+        return self.options[0]
+
+    def key(self, step: int, call_key: str) -> Key:
+        """The world's key of this question for one call."""
+        return (self.prefix, step, call_key)
+
+
+#: What a tool execution does.
+TOOL_OUTCOME = CallQuestion("tool", "tool_outcomes", TOOL_OUTCOMES)
+#: The decision for a call a confirmation strategy covers.
+DECISION = CallQuestion("decide", "decisions", DECISIONS)
+#: The decision for a deferred call when the run is resumed.
+RESUME_DECISION = CallQuestion("resume", "resume_decisions", RESUME_DECISIONS)
+#: The decision for a call in doubt after a crash.
+IN_DOUBT = CallQuestion("in_doubt", "in_doubt", IN_DOUBT_DECISIONS)
+#: Every kind of question about a call: ``Scenario`` and its code read them from here.
+CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT)
+
+
 class Killed(BaseException):
     """The simulated ``kill -9``: the run's process dies before a write to its store.
 
@@ -279,7 +313,8 @@ class World:
         # Tools run one at a time (the checked agent has tool_concurrency=1): the call under way is
         # the first of this tool that is ready; finished ones are done.
         call = next(c for c in run.pending if c.status is CallStatus.READY and c.call.tool_name == tool.name)
-        outcome = str(self.answer(("tool", run.step, call.key), self.bounds.tool_outcomes or ("returns",)))
+        options = self.bounds.tool_outcomes or (TOOL_OUTCOME.default,)
+        outcome = str(self.answer(TOOL_OUTCOME.key(run.step, call.key), options))
         shown = {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
         self.record.tool_executions.append(
             ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
@@ -298,17 +333,17 @@ class World:
         assert run is not None
         return int(self.answer(("hook", point, run.step), tuple(range(count))))
 
-    def decide(self, tool: Tool | None, tool_name: str, params: dict[str, Any], call_key: str, kind: str) -> Any:
-        """The world's decision for a call: a ``ToolExecutionDecision``, or ``None`` to defer it."""
+    def decide(
+        self, tool: Tool | None, tool_name: str, params: dict[str, Any], call_key: str, question: CallQuestion
+    ) -> Any:
+        """The world's decision (``DECISION`` or ``RESUME_DECISION``): a ``ToolExecutionDecision``, or ``None`` to defer."""
         run = self.run
         assert run is not None
-        verbs: tuple[str, ...] = DECISIONS if kind == "decide" else RESUME_DECISIONS
-        if not self.bounds.decisions:
-            verbs = ("approve",)
+        verbs = question.options if self.bounds.decisions else (question.default,)
         other = valid_arguments(tool, 1) if tool is not None else None
         if other is None or other == {k: v for k, v in params.items() if k != IDEMPOTENCY_KEY}:
             verbs = tuple(v for v in verbs if v != "modify")
-        verb = str(self.answer((kind, run.step, call_key), verbs))
+        verb = str(self.answer(question.key(run.step, call_key), verbs))
         arguments = {"approve": params, "modify": other}.get(verb)
         self.record.decisions.append(Decision(run.step, call_key, tool_name, verb, arguments, self.segment))
         if verb == "defer":
@@ -319,7 +354,7 @@ class World:
 
     def in_doubt(self, step: int, call_key: str, tool_name: str) -> ToolExecutionDecision:
         """The decision for a call in doubt after a crash: run it again, or settle it with a result."""
-        verb = str(self.answer(("in_doubt", step, call_key), IN_DOUBT_DECISIONS))
+        verb = str(self.answer(IN_DOUBT.key(step, call_key), IN_DOUBT.options))
         self.record.decisions.append(Decision(step, call_key, tool_name, verb, None, self.segment))
         if verb == "rerun":
             return ToolExecutionDecision(tool_name, True, call_key)
@@ -424,7 +459,7 @@ class WorldStrategy(_InWorld):
     ) -> ToolExecutionDecision:
         """The world's decision; deferring raises ``HITLBreakpointException``, as a breakpoint strategy does."""
         key = tool_call_id or tool_name
-        decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, "decide")
+        decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, DECISION)
         if decision is None:
             raise HITLBreakpointException(f"{tool_name} deferred by the checker", tool_name, tool_call_id=key)
         return decision  # type: ignore[no-any-return]
