@@ -458,7 +458,10 @@ class WorldStrategy(_InWorld):
         self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str | None = None
     ) -> ToolExecutionDecision:
         """The world's decision; deferring raises ``HITLBreakpointException``, as a breakpoint strategy does."""
-        key = tool_call_id or tool_name
+        # The world's model gives every call an id: a decision keyed by the tool's name could be
+        # bound to two parallel calls of it.
+        assert tool_call_id is not None, f"the checked run asked about a call of {tool_name} without an id"
+        key = tool_call_id
         decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, DECISION)
         if decision is None:
             raise HITLBreakpointException(f"{tool_name} deferred by the checker", tool_name, tool_call_id=key)
