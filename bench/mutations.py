@@ -534,6 +534,9 @@ def report(
         f"**{caught} of {len(outcomes)} mutants caught** ({runtime_count} in agentfsm's runtime, "
         f"{len(outcomes) - runtime_count} in agents) in {seconds:.1f}s ({cpu:.1f}s of CPU).",
         "",
+        "A runtime mutant is caught by a built-in invariant; an agent mutant is caught by the invariants",
+        "a user of that agent would state (a named one in the table is the user's, written for it).",
+        "",
         "Unmutated, every fixed agent passes: "
         + ", ".join(f"`{n}` {'passes' if v is None else 'FAILS: ' + v}" for n, v in clean.items())
         + ".",
