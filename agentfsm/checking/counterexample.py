@@ -131,7 +131,7 @@ def trace_text(run: RecordedRun) -> str:
             if line is not None:
                 lines.append(f"  {line}")
         if segment.ended == "crashed":
-            lines.append(f"  the process died here ({run.interruption or 'killed before a write to the store'})")
+            lines.append(f"  the process died here, before {run.died_before or 'a write to the store'}")
         elif segment.ended == "cut":
             lines.append("  cut here by the checker: the run had not ended at the bound (see ends_within_bound)")
     if run.error is not None:

@@ -113,6 +113,8 @@ class RecordedRun:
     error: BaseException | None = None
     #: Where the run was interrupted, in words (``None``: it was not).
     interruption: str | None = None
+    #: The write to the store the process died before, and what it records (``None``: no crash).
+    died_before: str | None = None
     #: The checked agent's ``max_agent_steps``.
     max_agent_steps: int = 0
     #: How many hooks the checked agent has at each hook point.

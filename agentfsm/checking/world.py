@@ -360,8 +360,8 @@ class World:
             return ToolExecutionDecision(tool_name, True, call_key)
         return ToolExecutionDecision(tool_name, False, call_key, feedback="settled by the checker")
 
-    def writing(self) -> None:
-        """The run is about to write a delta to its store: the process dies here if the path says so."""
+    def writing(self, delta: RunDelta) -> None:
+        """The run is about to write ``delta`` to its store: the process dies here if the path says so."""
         if self.dead:
             raise Killed("the process is gone")
         if self.segment == 0:
@@ -369,6 +369,7 @@ class World:
             self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
             if self.crash_at == self.writes:
                 self.dead = True
+                self.record.died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
 
@@ -378,6 +379,16 @@ class World:
         for f in self.record.hook_firings:
             if f.segment == self.segment:
                 f.committed = True
+
+
+def _what_is_written(delta: RunDelta) -> str:
+    """What a delta records, in words (for the trace of a run killed before writing it)."""
+    if delta.record is not None:
+        r = delta.record
+        return f"which records the edge {r.source.value} --{r.trigger}--> {r.dest.value} (step {r.step})"
+    if delta.messages:
+        return f"which records {len(delta.messages)} new message(s) (a finished call's result, or a hook's)"
+    return "which records progress within the phase (a call that finished, hooks that ran, decisions taken)"
 
 
 # -- the agent's parts, wrapped -----------------------------------------------------------------------
@@ -481,7 +492,7 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
     def observe(self, delta: RunDelta) -> None:
         """Write ``delta`` unless the process dies first."""
-        self.world.writing()
+        self.world.writing(delta)
         super().observe(delta)
 
     def _commit(self, run_id: str, cursor: Any) -> None:

@@ -62,6 +62,9 @@ def test_a_payment_wrongly_marked_idempotent_charges_twice_after_a_crash() -> No
     assert violation.invariant == "charged once per call"
     assert violation.scenario.crash_at is not None, "only a crash shows it"
     assert violation.run.crashed
+    assert f"the process died here, before write {violation.scenario.crash_at} to the store, which records" in (
+        violation.trace
+    )
     again = replay(agents.double_charge, violation.scenario, invariants=[charged_once])
     assert not again.ok
 
