@@ -74,3 +74,13 @@ def test_loop_detection_is_explored_with_its_on_loop_hooks() -> None:
     result = check_agent(agent, max_steps=2, replies=["text", "tool"], invariants=[_exit_reasons(reasons)])
     assert result.ok, result.text()
     assert any("loop" in reason for reason in reasons), reasons
+
+
+def test_a_tool_call_limit_counts_a_refused_call_once_across_resumes() -> None:
+    agent = Agent(
+        chat_generator=agents.plain.chat_generator,
+        tools=[agents.add, agents.search],
+        usage_limits=UsageLimits(tool_calls=1),
+    )
+    result = check_agent(agent, max_steps=1, replies=["parallel", "text"])
+    assert result.ok, result.text()
