@@ -43,9 +43,21 @@ class CLIError(Exception):
 
 def _load(spec: str, kind: type, article: str) -> Any:
     """``module:attr`` -> a ``kind`` (``attr`` may also be a function that returns one)."""
+    obj = _import_attribute(spec, "--agent")
+    if callable(obj) and not isinstance(obj, kind):
+        obj = obj()
+    if not isinstance(obj, kind):
+        raise CLIError(
+            f"{spec} is a {type(obj).__name__}, not {article} {kind.__name__} (or a function returning one)."
+        )
+    return obj
+
+
+def _import_attribute(spec: str, option: str) -> Any:
+    """The attribute ``module:attr`` names, imported from the current directory."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise CLIError(f"--agent takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
+        raise CLIError(f"{option} takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
     sys.path.insert(0, os.getcwd())
     try:
         module = import_named_module(module_name)
@@ -54,16 +66,9 @@ def _load(spec: str, kind: type, article: str) -> Any:
     finally:
         sys.path.pop(0)
     try:
-        obj = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
         raise CLIError(f"module {module_name!r} has no attribute {attr!r}.") from None
-    if callable(obj) and not isinstance(obj, kind):
-        obj = obj()
-    if not isinstance(obj, kind):
-        raise CLIError(
-            f"{spec} is a {type(obj).__name__}, not {article} {kind.__name__} (or a function returning one)."
-        )
-    return obj
 
 
 def load_agent(spec: str) -> Any:
@@ -143,12 +148,19 @@ def model_from_args(model: str | None, base_url: str | None) -> Any:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from agentfsm.checking import check_agent
+    from agentfsm.checking import Invariant, check_agent
 
+    invariants = []
+    for spec in args.invariant:
+        found = _import_attribute(spec, "--invariant")
+        if not isinstance(found, Invariant) and not callable(found):
+            raise CLIError(f"{spec} is a {type(found).__name__}, not an Invariant or a function of a RecordedRun.")
+        invariants.append(found)
     bounds = {"max_steps": args.max_steps, "max_paths": args.max_paths}
     result = check_agent(
         load_agent(args.agent),
         **{name: value for name, value in bounds.items() if value is not None},
+        invariants=invariants,
         crashes=not args.no_crashes,
         breakpoints=not args.no_breakpoints,
         progress=None if args.format == "text" else False,
@@ -663,6 +675,13 @@ def _add_check_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--max-steps", type=int, default=None, metavar="N", help="model calls explored with every kind of reply"
     )
     check.add_argument("--max-paths", type=int, default=None, metavar="N", help="paths explored before sampling")
+    check.add_argument(
+        "--invariant",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="a user invariant (an Invariant, or a function of a RecordedRun) to check too; repeatable",
+    )
     check.add_argument("--no-crashes", action="store_true", help="do not kill and resume the run at each write")
     check.add_argument("--no-breakpoints", action="store_true", help="do not pause and resume at each transition")
     check.add_argument("--format", choices=["text", "json"], default="text", help="(default text)")

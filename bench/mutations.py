@@ -34,7 +34,7 @@ from agentfsm._core import runtime  # noqa: E402
 from agentfsm.checking import RecordedRun, check_agent, invariant  # noqa: E402
 from agentfsm.generators import ScriptedChatGenerator  # noqa: E402
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI  # noqa: E402
-from agentfsm.machine import Phase, Transition, Work  # noqa: E402
+from agentfsm.machine import CallStatus, Phase, Transition, Work  # noqa: E402
 from agentfsm.messages import ChatMessage, ToolCall  # noqa: E402
 from agentfsm.stores import sqlite as sqlite_store  # noqa: E402
 from agentfsm.tools.invoker import ToolInvoker  # noqa: E402
@@ -98,6 +98,12 @@ def runtime_agents() -> dict[str, Agent]:
         ),
         "payments": Agent(chat_generator=_model(), tools=[pay], confirmation_strategies={"pay": _confirm()}),
         "one_step": Agent(chat_generator=_model(), tools=[add], max_agent_steps=1),
+        "hooked": Agent(
+            chat_generator=_model(),
+            tools=[add, pay],
+            hooks={point: [noted] for point in ("before_llm", "after_llm", "before_tool", "after_tool", "on_exit")},
+            confirmation_strategies={"pay": _confirm()},
+        ),
     }
 
 
@@ -239,6 +245,24 @@ def _resume_from_the_phase_start(stack: contextlib.ExitStack) -> None:
     _set(stack, runtime.AgentRun, "interrupt", interrupt)
 
 
+def _skip_on_exit_after_a_tool_step(stack: contextlib.ExitStack) -> None:
+    original = runtime._DO[Work.ON_EXIT]
+
+    def on_exit(run: runtime.AgentRun, work: Work) -> Any:
+        if run.step > 1:  # the exit after a tool's result only
+            run.stage += 1
+            return None
+        return original(run, work)
+
+    _set_item(stack, runtime._DO, Work.ON_EXIT, on_exit)
+
+
+def _skip_the_ask_edge(stack: contextlib.ExitStack) -> None:
+    moves = dict(runtime._CALL_MOVES)
+    moves[(CallStatus.READY, "ask")] = CallStatus.READY  # a covered call is decided while still ready
+    _set(stack, runtime, "_CALL_MOVES", moves)
+
+
 RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R1": ("skip the after_run hooks", _skip_work(Work.AFTER_RUN)),
     "R2": ("skip the before_run hooks", _skip_work(Work.BEFORE_RUN)),
@@ -256,6 +280,13 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R14": ("ignore the arguments of a modify decision", _ignore_modified_arguments),
     "R15": ("lose a State value on resume", _lose_state_on_resume),
     "R16": ("resume at the start of the phase's work", _resume_from_the_phase_start),
+    "R17": ("skip the before_llm hooks", _skip_work(Work.BEFORE_LLM)),
+    "R18": ("skip the after_llm hooks", _skip_work(Work.AFTER_LLM)),
+    "R19": ("skip the before_tool hooks", _skip_work(Work.BEFORE_TOOL)),
+    "R20": ("skip the after_tool hooks", _skip_work(Work.AFTER_TOOL)),
+    "R21": ("skip the on_exit hooks", _skip_work(Work.ON_EXIT)),
+    "R22": ("skip on_exit on one exit (after a tool's result)", _skip_on_exit_after_a_tool_step),
+    "R23": ("skip a call edge (a covered call is asked about without leaving ready)", _skip_the_ask_edge),
 }
 
 
@@ -502,6 +533,9 @@ def report(
         "",
         f"**{caught} of {len(outcomes)} mutants caught** ({runtime_count} in agentfsm's runtime, "
         f"{len(outcomes) - runtime_count} in agents) in {seconds:.1f}s ({cpu:.1f}s of CPU).",
+        "",
+        "A runtime mutant is caught by a built-in invariant; an agent mutant is caught by the invariants",
+        "a user of that agent would state (a named one in the table is the user's, written for it).",
         "",
         "Unmutated, every fixed agent passes: "
         + ", ".join(f"`{n}` {'passes' if v is None else 'FAILS: ' + v}" for n, v in clean.items())

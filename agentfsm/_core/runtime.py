@@ -505,9 +505,11 @@ class AgentRun:
             return
         refused = 0
         for c in self.pending:
-            if c.status is not CallStatus.READY or (completed and c.key in completed):
+            if c.status is not CallStatus.READY:
                 continue
-            if left > 0:
+            # A call that finished before a resume took its place under the limit (the step's calls
+            # are counted in tool_call_counts only once all of them are done).
+            if left > 0 or (completed and c.key in completed):
                 left -= 1
                 continue
             c.error = ToolCallLimitError(
@@ -516,7 +518,7 @@ class AgentRun:
             )
             self.move_call(c, "over_limit")
             refused += 1
-        if refused:
+        if refused and completed is None:  # a resumed run's State counted them when they were first refused
             usage = self._data.get(RUN_USAGE_KEY) or {}
             self.state.set(RUN_USAGE_KEY, {**usage, "refused_tool_calls": usage.get("refused_tool_calls", 0) + refused})
 

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from agentfsm.agent import Agent
+from agentfsm.checking.invariants import Invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario
+from agentfsm.checking.world import CALL_QUESTIONS
+from agentfsm.events import (
+    CallChanged,
+    DecisionTaken,
+    Event,
+    HookRan,
+    ModelFailed,
+    PhaseChanged,
+    RunEnded,
+    RunPaused,
+    ToolEnded,
+)
 from agentfsm.messages import ChatMessage
 
 
@@ -26,7 +40,7 @@ def scenario_code(scenario: Scenario, indent: str = "    ") -> str:
     lines = ["Scenario(", f"{indent}script=["]
     lines += [f"{indent}{indent}{message_code(r)}," for r in scenario.script]
     lines.append(f"{indent}],")
-    for name in ("tool_outcomes", "decisions", "resume_decisions", "in_doubt", "hook_choices"):
+    for name in (*(question.field for question in CALL_QUESTIONS), "hook_choices"):
         value = getattr(scenario, name)
         if value:
             lines.append(f"{indent}{name}={value!r},")
@@ -41,23 +55,34 @@ def scenario_code(scenario: Scenario, indent: str = "    ") -> str:
 
 
 def regression_test(
-    invariant: str,
+    invariant: Invariant,
+    builtin: bool,
     scenario: Scenario,
     messages: list[ChatMessage],
     agent_ref: str | None,
     options: dict[str, str],
+    state: dict[str, Any],
 ) -> str:
-    """A ready-to-paste pytest test that replays ``scenario`` and fails while the invariant is violated."""
-    name = "".join(ch if ch.isalnum() else "_" for ch in invariant.lower()).strip("_") or "invariant"
+    """A ready-to-paste pytest test that replays ``scenario`` and fails while ``invariant`` is violated.
+
+    A built-in invariant is checked by ``replay`` itself; a user invariant is imported where it was
+    defined (or left as ``INVARIANT = ...`` to fill in) and replayed alone.
+    """
+    name = "".join(ch if ch.isalnum() else "_" for ch in invariant.name.lower()).strip("_") or "invariant"
     if agent_ref is not None and ":" in agent_ref:
         module, attribute = agent_ref.split(":", 1)
-        agent_lines = [f"from {module} import {attribute.split('.')[0]}", "", f"AGENT = {attribute}"]
+        setup = [f"from {module} import {attribute.split('.')[0]}", "", f"AGENT = {attribute}"]
     else:
-        agent_lines = ["AGENT = ...  # the agent that was checked"]
-    body = scenario_code(scenario, "    ").replace("\n", "\n    ")
+        setup = ["AGENT = ...  # the agent that was checked"]
     given = "".join(f", {k}={v}" for k, v in options.items())
     if "hook_choices" in options:
-        agent_lines.append("HOOK_CHOICES = ...  # the hook alternatives given to check_agent")
+        setup.append("HOOK_CHOICES = ...  # the hook alternatives given to check_agent")
+    if not builtin:
+        setup += _invariant_lines(invariant)
+        given += ", invariants=[INVARIANT], builtin_invariants=False"
+    if state:
+        given += f", state={state!r}"
+    body = scenario_code(scenario, "    ").replace("\n", "\n    ")
     conversation = ", ".join(
         f"ChatMessage.from_user({m.text!r})" if m.role.value == "user" else repr(m) for m in messages
     )
@@ -67,7 +92,7 @@ def regression_test(
             "from agentfsm.errors import ModelClientError",
             "from agentfsm.testing import Scenario, replay",
             "",
-            *agent_lines,
+            *setup,
             "",
             "",
             f"def test_{name}_regression() -> None:",
@@ -79,26 +104,85 @@ def regression_test(
     )
 
 
+def _invariant_lines(invariant: Invariant) -> list[str]:
+    """``INVARIANT = ...``: imported from where the user's check is defined, when it can be."""
+    module = getattr(invariant.check, "__module__", None)
+    qualname = getattr(invariant.check, "__qualname__", "")
+    if module and module != "__main__" and qualname.isidentifier():
+        # ``@invariant`` binds the Invariant to the function's name; a plain function is its own.
+        return [f"from {module} import {qualname}", "", f"INVARIANT = {qualname}"]
+    return [f"INVARIANT = ...  # the invariant {invariant.name!r} that was violated"]
+
+
 def trace_text(run: RecordedRun) -> str:
-    """The path's transitions, segment by segment, with what the world did at each step."""
+    """The path in words, segment by segment: its events in order (transitions, hooks, tools, decisions)."""
     lines = []
+    # The checked agent's hooks are wrappers: the world recorded which of the user's hooks each one ran.
+    names: dict[tuple[int, str], list[str]] = {}
+    for firing in run.hook_firings:
+        names.setdefault((firing.segment, firing.point), []).append(firing.hook)
     for number, segment in enumerate(run.segments):
         lines.append(f"segment {number} ({segment.started}, ended {segment.ended}):")
-        for r in segment.trace:
-            lines.append(f"  step {r.step}: {r.source.value} --{r.trigger}--> {r.dest.value}")
-    for e in run.tool_executions:
-        lines.append(f"tool {e.tool_name}({e.arguments}) for {e.call_key} at step {e.step}: {e.outcome}")
-    for d in run.decisions:
-        lines.append(f"decision {d.verb} for {d.tool_name} ({d.call_key}) at step {d.step}")
+        for given in segment.events:
+            event = given
+            if isinstance(given, HookRan) and names.get((number, given.point)):
+                event = dataclasses.replace(given, hook=names[(number, given.point)].pop(0))
+            line = _event_line(event)
+            if line is not None:
+                lines.append(f"  {line}")
+        if segment.ended == "crashed":
+            lines.append(f"  the process died here, before {run.died_before or 'a write to the store'}")
+        elif segment.ended == "cut":
+            lines.append("  cut here by the checker: the run had not ended at the bound (see ends_within_bound)")
+    if run.error is not None:
+        lines.append(f"the run failed with {type(run.error).__name__}: {run.error}")
     return "\n".join(lines)
 
 
+def _event_line(event: Event) -> str | None:
+    """One event in words (``None``: not worth a line: model and tool starts, chunks)."""
+    at = f"step {event.step}:"
+    match event:
+        case PhaseChanged():
+            return f"{at} {event.source} --{event.trigger}--> {event.dest}"
+        case CallChanged():
+            return f"{at} call {event.call} ({event.tool}) {event.source} --{event.trigger}--> {event.dest}"
+        case HookRan():
+            raised = f", raised {event.error}" if event.error else ""
+            return f"{at} hook {event.hook} at {event.point}{raised}"
+        case ModelFailed():
+            return f"{at} the model call failed: {event.error}"
+        case ToolEnded():
+            return f"{at} tool {event.tool} for {event.call} " + (
+                f"raised {event.error}" if event.error else "returned"
+            )
+        case DecisionTaken():
+            verb = "execute" if event.decision.get("execute") else "do not execute"
+            return f"{at} decision for {event.call}: {verb} {_decision_details(event.decision)}".rstrip()
+        case RunPaused():
+            return f"{at} paused ({event.reason})"
+        case RunEnded() if event.error:
+            return f"{at} the run failed: {event.error}"
+    return None
+
+
+def _decision_details(decision: dict[str, Any]) -> str:
+    shown = {k: decision[k] for k in ("final_tool_params", "feedback") if decision.get(k)}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items())
+
+
 def path_diagram(agent: Agent, run: RecordedRun) -> str:
-    """The agent's Mermaid diagram with the path's edges numbered in the order they were taken."""
+    """The agent's Mermaid diagram with the path's edges numbered in the order they were taken.
+
+    A path the checker cut is drawn ending where it was cut, with a note saying so (not "ended").
+    """
     from agentfsm.diagrams import machine_diagram
 
     trace = [r for segment in run.segments for r in segment.trace[_shared(run, segment) :]]
-    return str(machine_diagram("mermaid", agent=agent, trace=trace, path=True))
+    drawn = str(machine_diagram("mermaid", agent=agent, trace=trace, path=True))
+    if run.ending == "cut" and trace:
+        drawn = drawn.replace(f"ended here, step {trace[-1].step}", f"cut here by the checker, step {trace[-1].step}")
+    return drawn
 
 
 def _shared(run: RecordedRun, segment: Any) -> int:

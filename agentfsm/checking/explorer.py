@@ -24,8 +24,8 @@ from agentfsm.checking.counterexample import path_diagram, regression_test, trac
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario, Subject, execute
-from agentfsm.checking.world import REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
-from agentfsm.errors import AgentCheckFailed, ConfigurationError
+from agentfsm.checking.world import CALL_QUESTIONS, REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
+from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.logs import stdlib_logger
 from agentfsm.machine import ACTIVE_PHASES
 from agentfsm.messages import ChatMessage
@@ -110,16 +110,23 @@ class CheckResult:
 
     @property
     def paths_per_second(self) -> float:
-        """Runs made per second (paths with their crash and breakpoint variants)."""
+        """Paths explored (exhaustively, or sampled) per second of wall time, each with its variants."""
+        return (self.paths + self.sampled) / self.seconds if self.seconds else 0.0
+
+    @property
+    def runs_per_second(self) -> float:
+        """Runs made per second of wall time (each path run as it is, and killed and paused and resumed)."""
         return self.runs / self.seconds if self.seconds else 0.0
 
     def summary(self) -> str:
         """One line: how much was explored, how fast, and the verdict."""
         how = "exhaustively" if self.exhaustive else f"up to the path bound, then {self.sampled} sampled"
         verdict = "no violation" if self.ok else f"{len(self.violations)} invariant(s) violated"
+        variants = " with crashes and breakpoints" if self.runs > self.paths + self.sampled else ""
         return (
-            f"{self.paths} paths ({self.runs} runs with crashes and breakpoints) explored {how} in "
-            f"{self.seconds:.1f}s, {self.cpu_seconds:.1f}s of CPU ({self.paths_per_second:.0f} runs/s); "
+            f"{self.paths} paths ({self.runs} runs{variants}) explored {how} in "
+            f"{self.seconds:.1f}s, {self.cpu_seconds:.1f}s of CPU ({self.paths_per_second:.0f} paths/s, "
+            f"{self.runs_per_second:.0f} runs/s); "
             f"{self.states} states, "
             f"{self.deduplicated} deduplicated: {verdict}"
         )
@@ -141,6 +148,7 @@ class CheckResult:
             "seconds": round(self.seconds, 3),
             "cpu_seconds": round(self.cpu_seconds, 3),
             "paths_per_second": round(self.paths_per_second, 1),
+            "runs_per_second": round(self.runs_per_second, 1),
             "invariants": self.invariants,
             "violations": [v.to_dict() for v in self.violations],
         }
@@ -177,18 +185,29 @@ class _Checker:
         for inv in self.invariants:
             try:
                 message = inv.violation(run)
+            except ConfigurationTypeError:
+                raise  # the invariant is written wrong: no path can be judged by it
             except Exception as exc:  # an invariant that raises is violated: say how
                 message = f"the invariant raised {exc!r}"
             if message is None:
                 continue
             ok = False
-            if inv.name not in self.found:
+            known = self.found.get(inv.name)
+            if known is None or _length(scenario) < _length(known.scenario):
                 self.found[inv.name] = Violation(
                     inv.name,
                     message,
                     scenario,
                     run,
-                    regression_test(inv.name, scenario, self.subject.messages, self.agent_ref, self.options),
+                    regression_test(
+                        inv,
+                        inv in BUILTIN_INVARIANTS,
+                        scenario,
+                        self.subject.messages,
+                        self.agent_ref,
+                        self.options,
+                        self.subject.state,
+                    ),
                     path_diagram(self.subject.agent, run),
                 )
         return ok
@@ -215,10 +234,8 @@ class _Checker:
                 self._variant(answers, baseline, f"killed before write {index} to the store", crash_at=index)
                 if self.done():
                     return
-        if self.breakpoints and base.record.segments:
-            records = base.record.segments[0].trace
-            points = {(r.dest.value, r.step) for r in records if r.dest in ACTIVE_PHASES and r.trigger != "resume"}
-            for phase, step in sorted(points, key=lambda p: (p[1], p[0])):
+        if self.breakpoints:
+            for phase, step in sorted(_pause_points(base), key=lambda p: (p[1], p[0])):
                 self._variant(answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
                 if self.done():
                     return
@@ -287,7 +304,11 @@ class _Checker:
                 self.variants(world)
 
     def sample(self, samples: int) -> None:
-        """Paths drawn with hypothesis (answers, crash point), checked with the same invariants."""
+        """Paths drawn with hypothesis, each run as it is, killed and paused at drawn points, then resumed.
+
+        The answers an interruption asks (a call in doubt, a deferred decision) are drawn too, and the
+        same invariants checked. Every sample is drawn (unless ``stop_on_violation``): the shortest violation found is kept.
+        """
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
 
@@ -300,23 +321,41 @@ class _Checker:
         )
         @given(st.data())
         def draw(data: st.DataObject) -> None:
+            if self.done():
+                return
+
             def choose(options: tuple[Any, ...]) -> Any:
                 return options[data.draw(st.integers(0, len(options) - 1))]
 
             base = execute(self.subject, {}, choose=choose, fingerprints=False)
             self.result.sampled += 1
-            ok = self.judge(base, Scenario.from_answers(base.answers, max_steps=self.max_steps))
-            if ok and self.crashes and base.write_points:
+            self.judge(base, Scenario.from_answers(base.answers, max_steps=self.max_steps))
+            baseline = base.record.comparable
+            if self.crashes and base.write_points and not self.done():
                 crash = data.draw(st.integers(0, len(base.write_points) - 1))
-                world = execute(self.subject, base.answers, crash_at=crash, fingerprints=False)
-                world.record.baseline = base.record.comparable
-                world.record.interruption = f"killed before write {crash} to the store"
-                ok = self.judge(world, Scenario.from_answers(world.answers, crash, max_steps=self.max_steps))
-            if not ok:
-                raise AssertionError("an invariant is violated")
+                world = execute(self.subject, base.answers, crash_at=crash, choose=choose, fingerprints=False)
+                self._judge_variant(world, baseline, f"killed before write {crash} to the store", crash, None)
+            points = sorted(_pause_points(base))
+            if self.breakpoints and points and not self.done():
+                pause = points[data.draw(st.integers(0, len(points) - 1))]
+                world = execute(self.subject, base.answers, pause_at=pause, choose=choose, fingerprints=False)
+                self._judge_variant(world, baseline, f"paused at {pause[0]}, step {pause[1]}", None, pause)
 
-        with contextlib.suppress(AssertionError):  # the violations are in ``found``
-            draw()
+        draw()
+
+
+def _pause_points(base: World) -> set[tuple[str, int]]:
+    """Where a breakpoint can pause the path of ``base``: each active phase it entered, at its step."""
+    if not base.record.segments:
+        return set()
+    records = base.record.segments[0].trace
+    return {(r.dest.value, r.step) for r in records if r.dest in ACTIVE_PHASES and r.trigger != "resume"}
+
+
+def _length(scenario: Scenario) -> tuple[int, int]:
+    """How long a path is, to keep the shortest: model replies, then answers other than each question's first."""
+    answers = sum(len(getattr(scenario, question.field)) for question in CALL_QUESTIONS)
+    return len(scenario.script), answers + len(scenario.hook_choices)
 
 
 def check_agent(
@@ -391,7 +430,7 @@ def check_agent(
     checker.result.invariants = [i.name for i in checks]
     started, cpu = time.perf_counter(), time.process_time()
     try:
-        with _quiet(), _progress_bar(progress, max_paths) as advance:
+        with _quiet(), _progress_bar(progress) as advance:
             checker.explore(max_paths, advance)
             if not checker.result.exhaustive and not checker.done() and samples > 0:
                 checker.sample(samples)
@@ -470,8 +509,8 @@ def _quiet() -> Iterator[None]:
 class _progress_bar:
     """A rich progress bar of explored paths, or nothing (no rich, not a terminal, or not wanted)."""
 
-    def __init__(self, wanted: bool | None, total: int) -> None:
-        self.wanted, self.total = wanted, total
+    def __init__(self, wanted: bool | None) -> None:
+        self.wanted = wanted
         self.bar: Any = None
 
     def __enter__(self) -> Callable[[int], None] | None:
@@ -485,7 +524,8 @@ class _progress_bar:
             TextColumn("checking paths"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
         )
         self.bar.start()
-        task = self.bar.add_task("paths", total=self.total)
+        # How many paths the bounds hold is not known before they are explored: no total.
+        task = self.bar.add_task("paths", total=None)
         return lambda done: self.bar.update(task, completed=done)
 
     def __exit__(self, *exc_info: object) -> None:

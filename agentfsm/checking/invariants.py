@@ -3,51 +3,90 @@
 Each built-in invariant is a property every path of every agent must have; ``check_agent`` checks
 all of them unless told otherwise. User invariants are plain predicates over the recorded run (its
 model inputs, tool executions, hook firings, decisions, transitions and State), wrapped with
-``invariant``: a predicate returns ``True`` (holds), ``False`` or a message (violated).
+``invariant``: a predicate returns ``None`` or a true value (holds), a false value or a message
+(violated).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 from agentfsm.checking.record import RecordedRun
-from agentfsm.errors import MachineError
-from agentfsm.machine import CALL_DISPATCH, DISPATCH, CallStatus
+from agentfsm.checking.scenario import MAX_SEGMENTS
+from agentfsm.errors import ConfigurationTypeError
+from agentfsm.events import CallChanged, HookRan, PhaseChanged
+from agentfsm.machine import (
+    CALL_TRANSITIONS,
+    HOOK_POINTS,
+    PHASE_WORK,
+    SKIP_WORK,
+    TRANSITIONS,
+    Phase,
+    Work,
+)
 from agentfsm.messages import ChatMessage, ChatRole
 
-#: A check's verdict: ``True`` or ``None`` (holds), ``False`` or a message saying what is wrong.
+#: A check's verdict: ``None`` or a true value (holds), a false value or a message (a ``str``: violated).
 Verdict = bool | str | None
 
 
 @dataclass(frozen=True, slots=True)
 class Invariant:
-    """A named check over a recorded run: ``check(run)`` returns ``True``/``None`` when it holds."""
+    """A named check over a recorded run: ``check(run)`` returns ``None`` or a true value when it holds."""
 
     name: str
     description: str
     check: Callable[[RecordedRun], Verdict]
 
     def violation(self, run: RecordedRun) -> str | None:
-        """What is wrong with ``run``, or ``None`` when the invariant holds."""
-        verdict = self.check(run)
-        if verdict is True or verdict is None:
-            return None
-        return verdict if isinstance(verdict, str) and verdict else f"{self.name} does not hold"
+        """What is wrong with ``run``, or ``None`` when the invariant holds.
+
+        A ``str`` verdict is a violation (the message); any other is read as a truth value, as
+        ``assert`` does (``None``: holds). A check that returns an ``Invariant`` or a function was
+        written wrong (a decorator applied twice, a missing call): ``ConfigurationTypeError``.
+        """
+        verdict: object = self.check(run)
+        if isinstance(verdict, str):
+            return verdict or f"{self.name} does not hold"
+        if isinstance(verdict, Invariant) or callable(verdict):
+            raise ConfigurationTypeError(
+                f"Invariant {self.name!r} returned {verdict!r}, not a verdict: return True, None, False or a "
+                "message (is @invariant applied twice, or a function returned instead of called?)."
+            )
+        return None if verdict is None or verdict else f"{self.name} does not hold"
 
 
-def invariant(name: str, description: str = "") -> Callable[[Callable[[RecordedRun], Verdict]], Invariant]:
-    """Make a predicate over a ``RecordedRun`` an ``Invariant`` named ``name``.
+@overload
+def invariant(name: Callable[[RecordedRun], Verdict], /) -> Invariant: ...
+
+
+@overload
+def invariant(
+    name: str | None = None, description: str = ""
+) -> Callable[[Callable[[RecordedRun], Verdict]], Invariant]: ...
+
+
+def invariant(
+    name: str | Callable[[RecordedRun], Verdict] | None = None, description: str = ""
+) -> Invariant | Callable[[Callable[[RecordedRun], Verdict]], Invariant]:
+    """Make a predicate over a ``RecordedRun`` an ``Invariant``, named ``name`` (default: the function's name).
+
+    Used bare (``@invariant``) or called (``@invariant("answers politely")``), like ``@tool``:
 
     >>> @invariant("answers politely")
     ... def polite(run):
     ...     return run.ending != "DONE" or "please" in run.state["messages"][-1].text
     """
+    if callable(name):
+        return as_invariant(name)
+    if name is not None and not isinstance(name, str):
+        raise ConfigurationTypeError(f"@invariant takes a name (a string) or a function, got {name!r}.")
 
     def wrap(check: Callable[[RecordedRun], Verdict]) -> Invariant:
-        return Invariant(name, description or (check.__doc__ or "").strip(), check)
+        return Invariant(name or _name_of(check), description or (check.__doc__ or "").strip(), check)
 
     return wrap
 
@@ -57,16 +96,28 @@ def as_invariant(given: Invariant | Callable[[RecordedRun], Verdict]) -> Invaria
     if isinstance(given, Invariant):
         return given
     if not callable(given):
-        raise TypeError(f"An invariant is an Invariant or a function of a RecordedRun, got {given!r}.")
-    return Invariant(getattr(given, "__name__", "user invariant"), (given.__doc__ or "").strip(), given)
+        raise ConfigurationTypeError(f"An invariant is an Invariant or a function of a RecordedRun, got {given!r}.")
+    return Invariant(_name_of(given), (given.__doc__ or "").strip(), given)
+
+
+def _name_of(check: Callable[..., object]) -> str:
+    return str(getattr(check, "__name__", "user invariant"))
 
 
 # -- the built-in invariants ----------------------------------------------------------------------------
 
 
 def _ends(run: RecordedRun) -> Verdict:
-    if run.ending not in ("DONE", "PAUSED", "FAILED"):
-        return f"the run did not end (DONE, PAUSED or FAILED) within the bound: {run.ending}"
+    if run.ending == "cut" and len(run.segments) >= MAX_SEGMENTS:
+        return f"the run was still going after {len(run.segments)} segments ({_segments(run)}): the checker cut it"
+    if run.ending == "cut":
+        called = max((m.step for m in run.model_inputs), default=0)
+        back = [r.trigger for r in run.trace if r.source is Phase.EXIT_CHECK and r.dest is Phase.LLM_CALL]
+        return (
+            f"the run did not end: from step {called - 2} on the model only answered with a closing text, "
+            f"and the run asked it again each time ({', '.join(back[-2:]) or 'no exit edge'}); "
+            f"the checker cut the path at model call {called} (max_steps plus 2 closing texts)"
+        )
     steps = max((m.step for m in run.model_inputs), default=0)
     if steps > run.max_agent_steps:
         return f"the run called the model {steps} times; its max_agent_steps is {run.max_agent_steps}"
@@ -138,15 +189,26 @@ def _no_double_effect(run: RecordedRun) -> Verdict:
 def _resume_equivalent(run: RecordedRun) -> Verdict:
     if run.baseline is None or run.ending == "cut":
         return True
-    if any(d.verb == "settle" for d in run.decisions):
-        return True  # a settled call's result is the decision's feedback, not the tool's
-    if run.comparable == run.baseline:
+    base, got = run.baseline, run.comparable or {}
+    settled = {d.call_key for d in run.decisions if d.verb == "settle"}
+    if settled:
+        # A settled call's result is the decision's feedback, not the tool's, and what follows may
+        # rightly differ (the model, a loop detection, read it): compare the conversation up to it.
+        base, got = _until_settled(base, settled), _until_settled(got, settled)
+    if base == got:
         return True
-    return f"{run.interruption}: the resumed run differs from the uninterrupted one:\n{_difference(run)}"
+    return f"{run.interruption}: the resumed run differs from the uninterrupted one:\n{_difference(base, got)}"
 
 
-def _difference(run: RecordedRun) -> str:
-    base, got = run.baseline or {}, run.comparable or {}
+def _until_settled(comparable: dict[str, Any], settled: set[str]) -> dict[str, Any]:
+    """The conversation of ``comparable`` up to the last result of a ``settled`` call, that result masked."""
+    messages = list(comparable.get("messages") or [])
+    ends = [i for i, m in enumerate(messages) if isinstance(m, ChatMessage) and _origin(m) in settled]
+    kept = messages[: ends[-1] + 1] if ends else messages
+    return {"messages": ["<result given by a settle decision>" if i in ends else m for i, m in enumerate(kept)]}
+
+
+def _difference(base: dict[str, Any], got: dict[str, Any]) -> str:
     lines = []
     for key in sorted(set(base) | set(got), key=str):
         if base.get(key) != got.get(key):
@@ -191,29 +253,88 @@ def _transcript(run: RecordedRun) -> Verdict:
     return True
 
 
+#: The declared edges by (source, trigger, dest), read from the tables themselves (not from the
+#: runtime's compiled lookups, which a faulty runtime may have changed).
+_EDGES = {(t.source.value, t.trigger, t.dest.value): t for t in TRANSITIONS}
+#: The call table's edges: (source, trigger) -> dest.
+_CALL_EDGES = {(t.source.value, t.trigger): t.dest.value for t in CALL_TRANSITIONS}
+
+
 def _declared_edges(run: RecordedRun) -> Verdict:
-    for segment in run.segments:
-        for r in segment.trace:
-            try:
-                DISPATCH.check(r.source, r.trigger, r.dest)
-            except MachineError:
-                return f"the run took an undeclared edge {r.source.value} --{r.trigger}--> {r.dest.value}"
-    for (step, key), statuses in run.call_statuses.items():
-        for source, dest in itertools.pairwise(statuses):
-            if not _call_reachable(CallStatus(source), CallStatus(dest)):
-                return f"call {key} (step {step}) went from {source} to {dest}, which no declared call edge leads to"
+    for number, segment in enumerate(run.segments):
+        phase: str | None = None
+        calls: dict[str, str] = {}
+        for event in segment.events:
+            if isinstance(event, PhaseChanged):
+                if phase is not None and event.source != phase:
+                    return f"segment {number}: the run left {event.source} while it was in {phase} (step {event.step})"
+                if (event.source, event.trigger, event.dest) not in _EDGES:
+                    return f"the run took an undeclared edge {event.source} --{event.trigger}--> {event.dest}"
+                phase = event.dest
+            elif isinstance(event, CallChanged):
+                # A resumed run's calls start where the snapshot has them; then each edge starts
+                # where the call's last one ended.
+                source = calls.get(event.call, event.source)
+                declared = _CALL_EDGES.get((source, event.trigger))
+                if event.source != source or declared != event.dest:
+                    return (
+                        f"call {event.call} ({event.tool}, step {event.step}) went {source} --{event.trigger}--> "
+                        f"{event.dest}, which is not an edge of CALL_TRANSITIONS"
+                    )
+                calls[event.call] = event.dest
     return True
 
 
-def _call_reachable(source: CallStatus, dest: CallStatus) -> bool:
-    seen, frontier = {source}, [source]
-    while frontier:
-        status = frontier.pop()
-        for (s, _), d in CALL_DISPATCH.moves.items():
-            if s is status and d not in seen:
-                seen.add(d)
-                frontier.append(d)
-    return dest in seen
+#: The hook points in each phase's work that the run must pass again each time it goes through the
+#: phase (``before_run``, ``after_run`` and ``on_error`` are run-level: ``hooks_once`` checks them).
+_STEP_HOOK_POINTS = {
+    phase: tuple(w for w in work if w in HOOK_POINTS and w not in (Work.BEFORE_RUN, Work.AFTER_RUN, Work.ON_ERROR))
+    for phase, work in PHASE_WORK.items()
+}
+
+
+def _hooks_fire(run: RecordedRun) -> Verdict:
+    for number, segment in enumerate(run.segments):
+        entered: PhaseChanged | None = None
+        fired: Counter[str] = Counter()
+        for event in segment.events:
+            if isinstance(event, HookRan):
+                fired[event.point] += 1
+            if not isinstance(event, PhaseChanged):
+                continue
+            if entered is not None:
+                missed = _missed_hooks(run, entered, event, fired)
+                if missed:
+                    return (
+                        f"segment {number}: the run went through {entered.dest} at step {entered.step} "
+                        f"({entered.source} --{entered.trigger}--> {entered.dest} --{event.trigger}--> {event.dest}) "
+                        f"without firing its {', '.join(missed)} hook(s) ({_segments(run)})"
+                    )
+            entered, fired = event, Counter()
+    return True
+
+
+def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, fired: Counter[str]) -> list[str]:
+    """The hook points of a whole pass through a phase (not resumed into, not interrupted) that did not fire.
+
+    A point that a fact can skip (``SKIP_WORK``) is expected only when the edge the run left by
+    says the fact had the value that does not skip it.
+    """
+    edge = _EDGES.get((left.source, left.trigger, left.dest))
+    if entered.trigger == "resume" or edge is None or edge.interrupt:
+        return []
+    facts = dict(edge.when)
+    missed = []
+    for point in _STEP_HOOK_POINTS.get(Phase(entered.dest), ()):
+        hooks = run.hooked.get(point.value, 0)
+        if not hooks:
+            continue
+        skip = SKIP_WORK.get(point)
+        if skip is not None and facts.get(skip[0], skip[1]) is skip[1]:
+            continue  # skipped, or the edge does not say whether it was
+        if fired[point.value] < hooks:
+            missed.append(point.value)
+    return missed
 
 
 ENDS_WITHIN_BOUND = Invariant(
@@ -252,8 +373,16 @@ VALID_TRANSCRIPT = Invariant(
 )
 DECLARED_EDGES = Invariant(
     "declared_edges",
-    "The run moves only along declared edges: the phase table (TRANSITIONS) and the call table (CALL_TRANSITIONS).",
+    "The run moves only along declared edges, each from where the last one ended: the phase table "
+    "(TRANSITIONS) and, for each call, the call table (CALL_TRANSITIONS), as the run's events report them.",
     _declared_edges,
+)
+HOOKS_FIRE = Invariant(
+    "hooks_fire",
+    "Each time the run goes through a phase's work (PHASE_WORK), the hooks of its hook points fire: "
+    "before_llm and after_llm (when the model was called) in LLM_CALL, before_tool in TOOL_PENDING, "
+    "after_tool in TOOL_RUN, on_exit in EXIT_CHECK when an exit condition is met, on every exit edge.",
+    _hooks_fire,
 )
 
 #: Every built-in invariant, in the order they are checked.
@@ -262,6 +391,7 @@ BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     DECLARED_EDGES,
     VALID_TRANSCRIPT,
     HOOKS_ONCE,
+    HOOKS_FIRE,
     CONFIRMED_CALLS_APPROVED,
     NO_DOUBLE_EFFECT,
     RESUME_EQUIVALENT,

@@ -2,7 +2,8 @@
 
 A ``RecordedRun`` is one logical run of the agent (its first start and every resume after a pause
 or a crash), with everything the world around it saw: the model's inputs, each tool execution,
-each hook firing, each decision, the transitions of every segment, how it ended and its State.
+each hook firing, each decision, the transitions and events of every segment, how it ended and
+its State.
 User invariants are predicates over it.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfsm._core.runtime import TransitionRecord
+from agentfsm.events import Event
 from agentfsm.messages import ChatMessage
 
 #: The comparable form of a result (``agentfsm.testing.comparable_result``), without the edges a
@@ -83,6 +85,9 @@ class Segment:
     trace: list[TransitionRecord]
     #: How it stopped: ``DONE``, ``PAUSED``, ``FAILED``, ``crashed``, ``cut`` (the bound was hit).
     ended: str
+    #: The segment's events (``agentfsm.events``), as an ``on_event`` handler got them: a crashed
+    #: process's last events may be missing, as they would be from a real one's.
+    events: list[Event] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -99,8 +104,6 @@ class RecordedRun:
     hook_firings: list[HookFiring] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
-    #: Call statuses seen at each write to the store: (step, call key) -> the statuses in order.
-    call_statuses: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     #: ``DONE``, ``PAUSED``, ``FAILED`` or ``cut`` (the path went past the exploration's bound).
     ending: str = ""
     state: dict[str, Any] = field(default_factory=dict)
@@ -110,6 +113,8 @@ class RecordedRun:
     error: BaseException | None = None
     #: Where the run was interrupted, in words (``None``: it was not).
     interruption: str | None = None
+    #: The write to the store the process died before, and what it records (``None``: no crash).
+    died_before: str | None = None
     #: The checked agent's ``max_agent_steps``.
     max_agent_steps: int = 0
     #: How many hooks the checked agent has at each hook point.
@@ -119,6 +124,11 @@ class RecordedRun:
     def trace(self) -> list[TransitionRecord]:
         """The transitions of the last segment: the whole run as its last process saw it (snapshots carry the trace)."""
         return self.segments[-1].trace if self.segments else []
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event of the run, segment after segment (``agentfsm.events``: transitions, hooks, calls...)."""
+        return [event for segment in self.segments for event in segment.events]
 
     @property
     def crashed(self) -> bool:

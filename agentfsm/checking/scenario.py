@@ -7,6 +7,7 @@ process died or the run paused. ``execute`` runs an agent through one scenario.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +16,21 @@ from agentfsm._core.drivers import drive_sync
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.checking.record import Segment
-from agentfsm.checking.world import Bounds, Key, Killed, PathCut, World, WorldSlot, WorldStore, build_agent
+from agentfsm.checking.record import RecordedRun, Segment
+from agentfsm.checking.world import (
+    CALL_QUESTIONS,
+    RESUME_DECISION,
+    Bounds,
+    Key,
+    Killed,
+    PathCut,
+    World,
+    WorldSlot,
+    WorldStore,
+    build_agent,
+)
 from agentfsm.errors import BreakpointException, SnapshotError
+from agentfsm.events import Event, ModelFailed
 from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
@@ -71,17 +84,12 @@ class Scenario:
         steps = sorted(key[1] for key in answers if key[0] == "model")
         replies = {key[1]: value for key, value in answers.items() if key[0] == "model"}
         scenario.script.extend(replies[s] for s in steps)
-        named = {
-            "tool": (scenario.tool_outcomes, "returns"),
-            "decide": (scenario.decisions, "approve"),
-            "resume": (scenario.resume_decisions, "approve"),
-            "in_doubt": (scenario.in_doubt, "rerun"),
-        }
+        by_prefix = {question.prefix: question for question in CALL_QUESTIONS}
         for key, value in answers.items():
-            if key[0] in named:
-                target, default = named[key[0]]
-                if value != default:
-                    target[f"{key[1]}/{key[2]}"] = value
+            question = by_prefix.get(key[0])
+            if question is not None:
+                if value != question.default:
+                    getattr(scenario, question.field)[f"{key[1]}/{key[2]}"] = value
             elif key[0] == "hook" and value != 0:
                 scenario.hook_choices[f"{key[1]}@{key[2]}"] = value
         return scenario
@@ -89,15 +97,10 @@ class Scenario:
     def answers(self) -> dict[Key, Any]:
         """The world's answers for this scenario (questions it does not name get their first option)."""
         answers: dict[Key, Any] = {("model", i + 1): reply for i, reply in enumerate(self.script)}
-        for kind, given in (
-            ("tool", self.tool_outcomes),
-            ("decide", self.decisions),
-            ("resume", self.resume_decisions),
-            ("in_doubt", self.in_doubt),
-        ):
-            for where, value in given.items():
+        for question in CALL_QUESTIONS:
+            for where, value in getattr(self, question.field).items():
                 step, call = where.split("/", 1)
-                answers[(kind, int(step), call)] = value
+                answers[question.key(int(step), call)] = value
         for where, index in self.hook_choices.items():
             point, step = where.rsplit("@", 1)
             answers[("hook", point, int(step))] = index
@@ -167,7 +170,20 @@ def comparable(result: Mapping[str, Any]) -> dict[str, Any]:
     """A result without what legitimately differs after an interruption (timings, pause/resume/in-doubt edges)."""
     trace = [(r.step, r.source.value, r.dest.value, r.trigger) for r in result["trace"]]
     kept = [r for r in trace if r[3] not in _INTERRUPTION_EDGES]
-    return {**{k: v for k, v in result.items() if k != "trace"}, "trace": kept}
+    return {"ending": "DONE", **{k: v for k, v in result.items() if k != "trace"}, "trace": kept}
+
+
+def comparable_ending(record: RecordedRun, run: AgentRun) -> dict[str, Any]:
+    """A run that ended FAILED or PAUSED, as far as it compares: ending, error type, step, conversation.
+
+    There is no result to compare; an error's message and State's timings may rightly differ.
+    """
+    return {
+        "ending": record.ending,
+        "error": None if record.error is None else type(record.error).__name__,
+        "step": run.step,
+        "messages": list(run.state.data.get("messages") or []),
+    }
 
 
 def execute(
@@ -200,6 +216,8 @@ def execute(
                 world.record.ending = "cut"
                 break
             request, started = _segment(subject, world, agent, request, started)
+        if world.record.ending in ("FAILED", "PAUSED") and world.run is not None:
+            world.record.comparable = comparable_ending(world.record, world.run)
     finally:
         if world.run is not None:
             world.record.state = dict(world.run.state.data)
@@ -218,8 +236,9 @@ def _segment(
     record = world.record
     store = subject.store
     assert store is not None
+    events: list[Event] = []
     try:
-        run = agent.new_run(request)
+        run = agent.new_run(dataclasses.replace(request, on_event=events.append))
     except Exception as exc:  # a resume refused: the run cannot go on
         record.segments.append(Segment(started, [], "FAILED"))
         record.ending, record.error = "FAILED", exc
@@ -227,9 +246,11 @@ def _segment(
     world.run = run
     ended, outcome = _drive(agent, run, world)
     trace = list(run.trace)
-    while ended == "crashed" and trace and trace[-1].trigger == "fail":
-        trace.pop()  # the dying process's own failure: nothing of it was stored
-    record.segments.append(Segment(started, trace, ended))
+    while ended in ("crashed", "cut") and trace and trace[-1].trigger == "fail":
+        trace.pop()  # the dying process's own failure, or the checker's cut: not the run's doing
+    if ended == "cut":
+        events = events[: next((i for i, e in enumerate(events) if isinstance(e, ModelFailed)), len(events))]
+    record.segments.append(Segment(started, trace, ended, events))
     world.segment += 1
     if ended == "crashed":
         store.revive()
@@ -251,7 +272,7 @@ def _segment(
         assert isinstance(outcome, dict)
         record.result = outcome
         record.comparable = comparable(outcome)
-    elif isinstance(outcome, BaseException):
+    elif ended == "FAILED":
         record.error = outcome
     return None, started
 
@@ -259,7 +280,7 @@ def _segment(
 def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:
     """Drive ``run`` as ``Agent.run`` does; how it stopped, and its result, snapshot or error."""
     try:
-        return "DONE", drive_sync(run, agent.chat_generator, None, agent._save_pause)
+        return "DONE", drive_sync(run, agent.chat_generator, agent.streaming_callback, agent._save_pause)
     except Killed:
         return "crashed", None
     except PathCut as exc:
@@ -285,7 +306,7 @@ def _decisions(world: World, snapshot: AgentSnapshot) -> list[ToolExecutionDecis
         for key in pause.waiting:
             call = calls[key]
             name = call["tool_name"]
-            decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, "resume")
+            decided = world.decide(by_name.get(name), name, dict(call["arguments"]), key, RESUME_DECISION)
             decisions.append(decided)
         # Decisions name their calls: a person's answers may come in any order, so give them backwards.
         return decisions[::-1]

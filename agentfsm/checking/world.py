@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,40 @@ CLOSING_TEXT = "final answer"
 UNKNOWN_TOOL = "no_such_tool"
 
 Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallQuestion:
+    """A kind of question the world is asked about one call: the one place that names it.
+
+    Its answers are keyed ``(prefix, step, call key)`` in a world and ``"<step>/<call key>"`` in
+    the ``Scenario`` field ``field``; ``options[0]`` is the answer given when a path names none.
+    """
+
+    prefix: str
+    field: str
+    options: tuple[str, ...]
+
+    @property
+    def default(self) -> str:
+        """The answer a path that names none gets."""
+        return self.options[0]
+
+    def key(self, step: int, call_key: str) -> Key:
+        """The world's key of this question for one call."""
+        return (self.prefix, step, call_key)
+
+
+#: What a tool execution does.
+TOOL_OUTCOME = CallQuestion("tool", "tool_outcomes", TOOL_OUTCOMES)
+#: The decision for a call a confirmation strategy covers.
+DECISION = CallQuestion("decide", "decisions", DECISIONS)
+#: The decision for a deferred call when the run is resumed.
+RESUME_DECISION = CallQuestion("resume", "resume_decisions", RESUME_DECISIONS)
+#: The decision for a call in doubt after a crash.
+IN_DOUBT = CallQuestion("in_doubt", "in_doubt", IN_DOUBT_DECISIONS)
+#: Every kind of question about a call: ``Scenario`` and its code read them from here.
+CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT)
 
 
 class Killed(BaseException):
@@ -278,7 +313,8 @@ class World:
         # Tools run one at a time (the checked agent has tool_concurrency=1): the call under way is
         # the first of this tool that is ready; finished ones are done.
         call = next(c for c in run.pending if c.status is CallStatus.READY and c.call.tool_name == tool.name)
-        outcome = str(self.answer(("tool", run.step, call.key), self.bounds.tool_outcomes or ("returns",)))
+        options = self.bounds.tool_outcomes or (TOOL_OUTCOME.default,)
+        outcome = str(self.answer(TOOL_OUTCOME.key(run.step, call.key), options))
         shown = {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
         self.record.tool_executions.append(
             ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
@@ -297,17 +333,17 @@ class World:
         assert run is not None
         return int(self.answer(("hook", point, run.step), tuple(range(count))))
 
-    def decide(self, tool: Tool | None, tool_name: str, params: dict[str, Any], call_key: str, kind: str) -> Any:
-        """The world's decision for a call: a ``ToolExecutionDecision``, or ``None`` to defer it."""
+    def decide(
+        self, tool: Tool | None, tool_name: str, params: dict[str, Any], call_key: str, question: CallQuestion
+    ) -> Any:
+        """The world's decision (``DECISION`` or ``RESUME_DECISION``): a ``ToolExecutionDecision``, or ``None`` to defer."""
         run = self.run
         assert run is not None
-        verbs: tuple[str, ...] = DECISIONS if kind == "decide" else RESUME_DECISIONS
-        if not self.bounds.decisions:
-            verbs = ("approve",)
+        verbs = question.options if self.bounds.decisions else (question.default,)
         other = valid_arguments(tool, 1) if tool is not None else None
         if other is None or other == {k: v for k, v in params.items() if k != IDEMPOTENCY_KEY}:
             verbs = tuple(v for v in verbs if v != "modify")
-        verb = str(self.answer((kind, run.step, call_key), verbs))
+        verb = str(self.answer(question.key(run.step, call_key), verbs))
         arguments = {"approve": params, "modify": other}.get(verb)
         self.record.decisions.append(Decision(run.step, call_key, tool_name, verb, arguments, self.segment))
         if verb == "defer":
@@ -318,14 +354,14 @@ class World:
 
     def in_doubt(self, step: int, call_key: str, tool_name: str) -> ToolExecutionDecision:
         """The decision for a call in doubt after a crash: run it again, or settle it with a result."""
-        verb = str(self.answer(("in_doubt", step, call_key), IN_DOUBT_DECISIONS))
+        verb = str(self.answer(IN_DOUBT.key(step, call_key), IN_DOUBT.options))
         self.record.decisions.append(Decision(step, call_key, tool_name, verb, None, self.segment))
         if verb == "rerun":
             return ToolExecutionDecision(tool_name, True, call_key)
         return ToolExecutionDecision(tool_name, False, call_key, feedback="settled by the checker")
 
-    def writing(self) -> None:
-        """The run is about to write a delta to its store: the process dies here if the path says so."""
+    def writing(self, delta: RunDelta) -> None:
+        """The run is about to write ``delta`` to its store: the process dies here if the path says so."""
         if self.dead:
             raise Killed("the process is gone")
         if self.segment == 0:
@@ -333,18 +369,9 @@ class World:
             self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
             if self.crash_at == self.writes:
                 self.dead = True
+                self.record.died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
-
-    def written(self) -> None:
-        """A delta was written: note where each pending call stands (for the call-table invariant)."""
-        run = self.run
-        if run is None:
-            return
-        for c in run.pending:
-            seen = self.record.call_statuses.setdefault((run.step, c.key), [])
-            if not seen or seen[-1] != c.status.value:
-                seen.append(c.status.value)
 
     def committed(self) -> None:
         """The store committed: every hook firing so far is known to a resumed run."""
@@ -352,6 +379,16 @@ class World:
         for f in self.record.hook_firings:
             if f.segment == self.segment:
                 f.committed = True
+
+
+def _what_is_written(delta: RunDelta) -> str:
+    """What a delta records, in words (for the trace of a run killed before writing it)."""
+    if delta.record is not None:
+        r = delta.record
+        return f"which records the edge {r.source.value} --{r.trigger}--> {r.dest.value} (step {r.step})"
+    if delta.messages:
+        return f"which records {len(delta.messages)} new message(s) (a finished call's result, or a hook's)"
+    return "which records progress within the phase (a call that finished, hooks that ran, decisions taken)"
 
 
 # -- the agent's parts, wrapped -----------------------------------------------------------------------
@@ -432,8 +469,11 @@ class WorldStrategy(_InWorld):
         self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str | None = None
     ) -> ToolExecutionDecision:
         """The world's decision; deferring raises ``HITLBreakpointException``, as a breakpoint strategy does."""
-        key = tool_call_id or tool_name
-        decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, "decide")
+        # The world's model gives every call an id: a decision keyed by the tool's name could be
+        # bound to two parallel calls of it.
+        assert tool_call_id is not None, f"the checked run asked about a call of {tool_name} without an id"
+        key = tool_call_id
+        decision = self.world.decide(self.tools.get(tool_name), tool_name, tool_params, key, DECISION)
         if decision is None:
             raise HITLBreakpointException(f"{tool_name} deferred by the checker", tool_name, tool_call_id=key)
         return decision  # type: ignore[no-any-return]
@@ -452,9 +492,8 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
     def observe(self, delta: RunDelta) -> None:
         """Write ``delta`` unless the process dies first."""
-        self.world.writing()
+        self.world.writing(delta)
         super().observe(delta)
-        self.world.written()
 
     def _commit(self, run_id: str, cursor: Any) -> None:
         if self.world.dead:
@@ -481,12 +520,31 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
 #: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
 _CONCURRENCY = frozenset({"max_workers", "tool_concurrency"})
+#: The ``Agent`` parameters the checked copy replaces: every other one is copied from the agent's
+#: attribute of the same name, so a parameter ``Agent`` gains is checked as the user gave it.
+REPLACED_PARAMETERS = frozenset(
+    {
+        "chat_generator",
+        "tools",
+        "tool_concurrency",
+        "tool_invoker_kwargs",
+        "snapshot_store",
+        "hooks",
+        "confirmation_strategies",
+    }
+)
+
+
+def agent_parameters() -> tuple[str, ...]:
+    """The keyword parameters of ``Agent.__init__``, in order."""
+    return tuple(name for name in inspect.signature(Agent.__init__).parameters if name != "self")
 
 
 def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
-    Tools run one at a time, so that which call runs is known; everything else is the agent's own.
+    Tools run one at a time, so that which call runs is known; everything else (exit conditions,
+    limits, loop detection, streaming options...) is the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
     tools = [_wrapped_tool(slot, t, t.name in covered) for t in agent.known_tools()]
@@ -499,14 +557,11 @@ def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: 
         at.append(_ChoiceHook(slot, point, len(at), alternatives))
     by_name = {t.name: t for t in agent.known_tools()}
     strategy = WorldStrategy(slot, by_name)
+    own = {name: getattr(agent, name) for name in agent_parameters() if name not in REPLACED_PARAMETERS}
     return Agent(
+        **own,
         chat_generator=WorldGenerator(slot),
         tools=tools,
-        system_prompt=agent.system_prompt,
-        exit_conditions=list(agent.exit_conditions),
-        state_schema=dict(agent.state_schema),
-        max_agent_steps=agent.max_agent_steps,
-        raise_on_tool_invocation_failure=agent.raise_on_tool_invocation_failure,
         tool_invoker_kwargs={k: v for k, v in agent.tool_invoker_kwargs.items() if k not in _CONCURRENCY},
         tool_concurrency=1,
         snapshot_store=store,

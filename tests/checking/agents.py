@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from agentfsm import Agent, State, hook, tool
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI
+from agentfsm.testing import RecordedRun, invariant
 
 #: What the payment tools charged, by call: the external system a payment changes.
 CHARGES: list[int] = []
@@ -74,3 +77,15 @@ endless = Agent(chat_generator=_model(), tools=[add], hooks={"on_exit": [keep_go
 
 #: A payment tool marked idempotent that is not.
 double_charge = Agent(chat_generator=_model(), tools=[pay_marked_idempotent])
+
+#: The same shop with its payment tool not marked idempotent: a call in doubt waits for a decision.
+single_charge = Agent(chat_generator=_model(), tools=[pay])
+
+
+@invariant("each payment call charges once")
+def charged_once(run: RecordedRun) -> bool | str:
+    """A payment call charges once, whatever crashes happen, unless a decision said to charge again."""
+    charged = Counter((e.step, e.call_key) for e in run.tool_executions if e.outcome == "returns")
+    again = {(d.step, d.call_key) for d in run.decisions if d.verb == "rerun"}
+    twice = [call for call, count in charged.items() if count > 1 and call not in again]
+    return not twice or f"charged twice without a decision: {twice}"

@@ -9,7 +9,7 @@ import pytest
 from agentfsm import Agent, ChatMessage, ToolCall, hook
 from agentfsm._core import runtime
 from agentfsm.checking.invariants import transcript_problem
-from agentfsm.errors import AgentCheckFailed, ConfigurationError
+from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.testing import RecordedRun, Scenario, check_agent, invariant, replay
 from tests.checking import agents
@@ -32,6 +32,11 @@ def test_an_on_exit_hook_that_keeps_going_is_found() -> None:
     # The shortest path: the model answers text at once, and the hook keeps the run going.
     assert violation.scenario.script[0].text == "final answer"
     assert "EXIT_CHECK --> LLM_CALL : continue_run" in violation.diagram and "\u27e8" in violation.diagram
+    # Drawn and traced as cut by the checker, not as a failure; the hook's firings are in the trace.
+    assert "cut here by the checker" in violation.diagram and "ended here" not in violation.diagram
+    assert "FAILED" not in violation.trace and "cut here by the checker" in violation.trace
+    assert "hook keep_going at on_exit" in violation.trace
+    assert "continue_run" in violation.message and "max_steps plus 2" in violation.message
 
 
 def test_the_regression_test_replays_the_counterexample() -> None:
@@ -57,8 +62,48 @@ def test_a_payment_wrongly_marked_idempotent_charges_twice_after_a_crash() -> No
     assert violation.invariant == "charged once per call"
     assert violation.scenario.crash_at is not None, "only a crash shows it"
     assert violation.run.crashed
+    assert f"the process died here, before write {violation.scenario.crash_at} to the store, which records" in (
+        violation.trace
+    )
     again = replay(agents.double_charge, violation.scenario, invariants=[charged_once])
     assert not again.ok
+
+
+def test_the_regression_test_of_a_user_invariant_fails_until_the_bug_is_fixed() -> None:
+    result = check_agent(
+        agents.double_charge,
+        max_steps=1,
+        replies=["text", "tool"],
+        invariants=[agents.charged_once],
+        agent_ref="tests.checking.agents:double_charge",
+        stop_on_violation=True,
+    )
+    [violation] = result.violations
+    source = violation.regression_test
+    assert "from tests.checking.agents import charged_once" in source
+    broken: dict[str, Any] = {}
+    exec(source, broken)
+    with pytest.raises(AssertionError, match="charges once"):
+        broken["test_each_payment_call_charges_once_regression"]()
+    fixed: dict[str, Any] = {}
+    exec(source.replace("double_charge", "single_charge"), fixed)
+    fixed["test_each_payment_call_charges_once_regression"]()
+
+
+def test_the_regression_test_starts_from_the_checked_state() -> None:
+    def starts_low(run: RecordedRun) -> bool:
+        return (run.state.get("llm_calls") or 0) < 5
+
+    result = check_agent(
+        agents.shop, max_steps=1, crashes=False, breakpoints=False, invariants=[starts_low], state={"llm_calls": 5}
+    )
+    [violation] = result.violations
+    source = violation.regression_test.replace("AGENT = ...", "AGENT = agents.shop")
+    assert "state={'llm_calls': 5}" in source and "INVARIANT = ..." in source
+    namespace: dict[str, Any] = {"agents": agents, "starts_low": starts_low}
+    exec(source.replace("INVARIANT = ...", "INVARIANT = starts_low"), namespace)
+    with pytest.raises(AssertionError, match="starts_low"):
+        namespace["test_starts_low_regression"]()
 
 
 def test_a_runtime_that_forgets_the_in_doubt_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,6 +127,19 @@ def test_a_runtime_that_skips_after_run_is_caught(monkeypatch: pytest.MonkeyPatc
     result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
     [violation] = result.violations
     assert violation.invariant == "hooks_once" and "after_run" in violation.message
+
+
+def test_a_failed_runs_error_is_in_the_trace() -> None:
+    @hook
+    def failing(state: Any) -> None:
+        """Fail."""
+        raise RuntimeError("after_run failed")
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), hooks={"after_run": [failing]})
+    result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False, stop_on_violation=True)
+    trace = result.violations[0].trace
+    assert "hook failing at after_run, raised RuntimeError: after_run failed" in trace
+    assert "the run failed with RuntimeError: after_run failed" in trace
 
 
 def test_user_invariants_are_plain_predicates() -> None:
@@ -108,6 +166,20 @@ def test_a_crash_at_every_write_resumes_to_the_same_result() -> None:
         crashed = Scenario(script=scenario.script, crash_at=crash_at)
         report = replay(agents.shop, crashed)
         assert report.ok, report.text()
+
+
+def test_user_invariants_see_the_runs_events() -> None:
+    from agentfsm.events import CallChanged, HookRan, PhaseChanged
+
+    seen: list[str] = []
+
+    def reads_events(run: RecordedRun) -> bool:
+        seen.extend(type(e).__name__ for e in run.events)
+        return True
+
+    result = check_agent(agents.shop, max_steps=1, replies=["tool"], invariants=[reads_events], breakpoints=False)
+    assert result.ok, result.text()
+    assert {PhaseChanged.__name__, CallChanged.__name__, HookRan.__name__} <= set(seen)
 
 
 def test_the_transcript_check() -> None:
@@ -203,3 +275,83 @@ def test_hook_alternatives_are_each_tried() -> None:
     assert "hook_choices=HOOK_CHOICES" in violation.regression_test
     again = replay(agents.plain, violation.scenario, hook_choices={"on_exit": [leave_it, go_on]})
     assert [v.invariant for v in again.violations] == ["ends_within_bound"]
+
+
+#: The calls of ``flaky``: it fails on every other call, in process memory.
+FLAKY_CALLS: list[int] = []
+
+
+def test_a_crash_that_heals_a_failed_run_is_caught() -> None:
+    from agentfsm import tool
+
+    @tool(idempotent=True)
+    def flaky() -> str:
+        """Fail on every other call."""
+        FLAKY_CALLS.append(1)
+        if len(FLAKY_CALLS) % 2:
+            raise RuntimeError("flaky failed")
+        return "ok"
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), tools=[flaky], raise_on_tool_invocation_failure=True)
+    script: list[ChatMessage | Exception] = [
+        ChatMessage.from_assistant(tool_calls=[ToolCall("flaky", {}, id="call_1_0")]),
+        ChatMessage.from_assistant("final answer"),
+    ]
+    messages = []
+    for crash_at in range(8):
+        FLAKY_CALLS.clear()
+        report = replay(agent, Scenario(script=script, crash_at=crash_at))
+        messages += [v.message for v in report.violations if v.invariant == "resume_equivalent"]
+    assert any("ending: uninterrupted 'FAILED', resumed 'DONE'" in m for m in messages), messages
+
+
+def test_invariant_is_used_bare_or_named() -> None:
+    @invariant
+    def ends(run: RecordedRun) -> bool:
+        """The run ends."""
+        return run.ending in ("DONE", "PAUSED", "FAILED")
+
+    assert ends.name == "ends" and ends.description == "The run ends."
+    result = check_agent(agents.plain, max_steps=1, crashes=False, breakpoints=False, invariants=[ends])
+    assert result.ok, result.text()
+
+
+def test_a_verdict_is_read_as_a_truth_value_and_a_string_is_a_violation() -> None:
+    def holds(verdict: Any) -> bool:
+        result = check_agent(
+            agents.plain, max_steps=1, crashes=False, breakpoints=False, invariants=[lambda run: verdict]
+        )
+        return result.ok
+
+    assert all(holds(verdict) for verdict in (1, [0], None, True))
+    assert not any(holds(verdict) for verdict in (0, [], False, "", "went wrong"))
+    with pytest.raises(ConfigurationTypeError, match="applied twice"):
+        check_agent(agents.plain, max_steps=1, invariants=[lambda run: invariant(lambda r: True)])
+
+
+def test_sampling_keeps_going_and_keeps_the_shortest_violation() -> None:
+    def one_execution_at_most(run: RecordedRun) -> bool | str:
+        return len(run.tool_executions) < 2 or "two executions"
+
+    result = check_agent(
+        agents.plain, max_paths=1, samples=60, crashes=False, breakpoints=False, invariants=[one_execution_at_most]
+    )
+    assert result.sampled >= 60, "a violation does not stop the sampling"
+    [violation] = result.violations
+    exhaustive = check_agent(
+        agents.plain, crashes=False, breakpoints=False, invariants=[one_execution_at_most], stop_on_violation=True
+    )
+    assert len(violation.scenario.script) == len(exhaustive.violations[0].scenario.script)
+
+
+def test_sampling_draws_crashes_with_their_in_doubt_answers_and_breakpoints() -> None:
+    settled: list[str] = []
+    paused: list[str] = []
+
+    def notes(run: RecordedRun) -> bool:
+        settled.extend(d.verb for d in run.decisions if d.verb == "settle")
+        paused.extend(s.started for s in run.segments if s.started == "resume after pause")
+        return True
+
+    check_agent(agents.single_charge, max_steps=1, max_paths=1, samples=80, replies=["tool"], invariants=[notes])
+    assert settled and paused

@@ -28,6 +28,23 @@ def test_a_seeded_fault_is_caught(mutations: ModuleType, name: str) -> None:
     assert outcome.caught_by, f"{name} ({outcome.description}) was not caught"
 
 
+@pytest.mark.parametrize(
+    ("name", "invariant"),
+    [
+        ("R17", "hooks_fire"),
+        ("R18", "hooks_fire"),
+        ("R19", "hooks_fire"),
+        ("R20", "hooks_fire"),
+        ("R21", "hooks_fire"),
+        ("R22", "hooks_fire"),
+        ("R23", "declared_edges"),
+    ],
+)
+def test_a_skipped_hook_point_or_call_edge_is_caught(mutations: ModuleType, name: str, invariant: str) -> None:
+    outcome = mutations.run([name])[0]
+    assert outcome.caught_by is not None and outcome.caught_by.startswith(invariant), outcome
+
+
 def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
     from agentfsm._core import runtime
 

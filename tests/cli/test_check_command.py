@@ -27,3 +27,20 @@ def test_a_correct_agent_exits_zero_and_reports_json(capsys: pytest.CaptureFixtu
 def test_an_agent_that_cannot_be_loaded_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "tests.checking.agents:nothing_here"]) == 1
     assert "nothing_here" in capsys.readouterr().err
+
+
+def test_user_invariants_are_named_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ["check", "tests.checking.agents:double_charge", "--max-steps", "1", "--no-breakpoints"]
+    status = main([*arguments, "--invariant", "tests.checking.agents:charged_once", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1
+    [violation] = report["violations"]
+    assert violation["invariant"] == "each payment call charges once"
+    assert "from tests.checking.agents import charged_once" in violation["regression_test"]
+    assert report["paths_per_second"] > 0 and report["runs_per_second"] >= report["paths_per_second"]
+
+
+def test_an_invariant_that_is_not_one_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["check", "tests.checking.agents:plain", "--invariant", "tests.checking.agents:CHARGES"])
+    assert status == 1
+    assert "not an Invariant" in capsys.readouterr().err
