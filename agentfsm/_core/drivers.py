@@ -378,6 +378,8 @@ def drive_sync(
                     assert_never(action)
         except BaseException as exc:
             if not run.fail(exc):  # not an error of the run's own work (a pause, or the failure itself)
+                if emitter is not None:
+                    emitter.escaped(exc)
                 raise
 
 
@@ -469,6 +471,8 @@ async def drive_async(
             raise  # the task ends cancelled, as asyncio expects
         except BaseException as exc:
             if not run.fail(exc):
+                if emitter is not None:
+                    await emitter.escaped_async(exc)
                 raise
 
 

@@ -39,7 +39,7 @@ from agentfsm.events import (
     now,
 )
 from agentfsm.logs import logger
-from agentfsm.machine import CallStatus, Work
+from agentfsm.machine import CallStatus, Phase, Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.invoker import PreparedCall, error_type_name
@@ -325,6 +325,23 @@ class Emitter:
     def failed(self, error: BaseException) -> RunEnded:
         """The run failed with ``error``."""
         return RunEnded(*self._head(), None, None, error_text(error))
+
+    def escaped(self, error: BaseException) -> None:
+        """``error`` leaves the driver from where the run cannot fail (a hook of IDLE or DONE): its ``RunEnded``.
+
+        From PAUSED and FAILED the stream already ended (``paused``, or ``run_ended`` with the error).
+        """
+        if self._run.phase in _ENDS_UNANNOUNCED:
+            self.send(self.failed(error))
+
+    async def escaped_async(self, error: BaseException) -> None:
+        """Like ``escaped``, awaiting an async handler."""
+        if self._run.phase in _ENDS_UNANNOUNCED:
+            await self.send_async(self.failed(error))
+
+
+#: Where an error leaves the driver without the run taking its fail edge or announcing its end.
+_ENDS_UNANNOUNCED = frozenset({Phase.IDLE, Phase.DONE})
 
 
 class LogOnly(Emitter):

@@ -97,6 +97,8 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
             if steps.reading:  # a failed run is shown where it failed, before its fail edge
                 raise EndOfRecord from exc
             if not run.fail(exc):
+                if emitter is not None:
+                    emitter.escaped(exc)
                 raise
 
 

@@ -369,6 +369,21 @@ def test_each_hook_firing_is_an_event_with_its_error(in_async: bool) -> None:
     assert isinstance(last, RunEnded) and last.error == "RuntimeError: not today"
 
 
+@pytest.mark.parametrize("point", ["before_run", "after_run"])
+@pytest.mark.parametrize("in_async", [False, True])
+def test_a_run_hook_that_fails_where_the_run_cannot_fail_still_ends_the_stream(point: str, in_async: bool) -> None:
+    agent = one_add(hooks={point: [refuse]})
+    seen: list[Event] = []
+    with pytest.raises(RuntimeError, match="not today"):
+        if in_async:
+            asyncio.run(agent.run_async(USER, on_event=seen.append))
+        else:
+            agent.run(USER, on_event=seen.append)
+    last = seen[-1]
+    assert isinstance(last, RunEnded) and last.error == "RuntimeError: not today" and last.result is None
+    assert [e.kind for e in seen].count("run_ended") == 1
+
+
 def test_the_log_and_a_handler_read_the_same_transitions() -> None:
     import io
 
