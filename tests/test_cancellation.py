@@ -205,3 +205,18 @@ def test_cancel_must_be_a_run_handle() -> None:
 
 def test_the_cancel_edges_are_drawn_once() -> None:
     assert "ANY_ACTIVE --> PAUSED : cancel [cancellation requested]" in str(agent().draw())
+
+
+async def test_a_cancelled_task_ends_its_event_stream_with_paused() -> None:
+    model = Hanging()
+    events: list[Any] = []
+    hung = Agent(chat_generator=model, tools=[add])
+    task = asyncio.create_task(hung.run_async(USER, on_event=events.append))
+    await model.waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    *_, last_move, paused = events
+    assert (last_move.kind, last_move.trigger, last_move.dest) == ("transition", "cancel", Phase.PAUSED)
+    assert (paused.kind, paused.reason) == ("paused", "cancelled")
+    assert isinstance(paused.snapshot.pause, Cancelled)
