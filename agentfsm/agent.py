@@ -509,7 +509,7 @@ class Agent:
             usage_limits=self.usage_limits
             if request.usage_limits is None
             else _check_usage_limits(request.usage_limits),
-            cancel=_check_handle(request.cancel),
+            cancel=_check_handle(request.cancel, resuming=request.snapshot is not None),
             loop_detection=self.loop_detection,
             model_timeout=self.model_timeout,
         )
@@ -957,10 +957,21 @@ def _check_loop_detection(detection: Any) -> LoopDetection | None:
     return detection
 
 
-def _check_handle(handle: Any) -> RunHandle | None:
-    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``."""
-    if handle is not None and not isinstance(handle, RunHandle):
+def _check_handle(handle: Any, *, resuming: bool) -> RunHandle | None:
+    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``.
+
+    A handle cancels once: one that was cancelled cannot be given to a resumed run (which would
+    stop again at once), nor to any run once it stopped one (``ConfigurationError``).
+    """
+    if handle is None:
+        return None
+    if not isinstance(handle, RunHandle):
         raise ConfigurationTypeError(f"cancel must be a RunHandle or None, got {type(handle).__name__}.")
+    if handle.cancelled and (resuming or handle.snapshot is not None):
+        raise ConfigurationError(
+            "This RunHandle was cancelled already: a run given it would stop again at once. "
+            "Pass a new RunHandle() to the resumed run (cancel=RunHandle())."
+        )
     return handle
 
 
