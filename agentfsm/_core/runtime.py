@@ -38,6 +38,7 @@ from agentfsm.machine import (
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
+    GUARDED_INTERRUPTS,
     HOOK_POINTS,
     PHASE_WORK,
     CallStatus,
@@ -76,6 +77,8 @@ _CALL_MOVES = CALL_DISPATCH.moves
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
+#: The pause reason in the snapshot of a run that takes a guarded interrupt (``GUARDED_INTERRUPTS``).
+_INTERRUPT_PAUSES: dict[str, Callable[[], PauseReason]] = {"cancel": Cancelled}
 #: What an agent without an output type has instead of an ``output``: its result has no such key.
 _NO_OUTPUT: Any = object()
 #: The phase whose work each work item is.
@@ -368,6 +371,9 @@ class AgentRun:
             self._start_clock()
         #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
         self._task_cancelled = False
+        #: Whether the facts of the guarded interrupts can change at a transition: only with a
+        #: ``RunHandle`` (a cancelled task is reported by the driver: ``task_cancelled``).
+        self._watching = config.cancel is not None
         #: The check of the conversation's final answer against the output type, for the conversation's
         #: version it was made for: (version, (parsed value, problems)).
         self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
@@ -460,9 +466,19 @@ class AgentRun:
             return False
         self._task_cancelled = True
         self._awaiting = None
-        self.snapshot = self.make_snapshot(Cancelled(), stage=self.stage)
-        self.interrupt("cancel", Phase.PAUSED)
-        return True
+        return self._take_guarded_interrupt()
+
+    def _take_guarded_interrupt(self) -> bool:
+        """Take the first guarded interrupt out of the current phase whose guard holds; False if none does.
+
+        The snapshot is taken where the phase's work stands, before the edge (its delta carries it).
+        """
+        for t in GUARDED_INTERRUPTS.get(self.phase, ()):
+            if all(getattr(self, name) is value for name, value in t.when):
+                self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
+                self.interrupt(t.trigger, t.dest)
+                return True
+        return False
 
     def usage_limit(self) -> str | None:
         """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
@@ -882,7 +898,7 @@ class AgentRun:
     # -- moving through the table ----------------------------------------------------------------
 
     def interrupt(self, trigger: str, dest: Phase, stage: int = 0) -> None:
-        """Take the interrupt edge ``trigger`` to ``dest`` (``pause``, ``fail``, ``resume``); it must be declared.
+        """Take the interrupt edge ``trigger`` to ``dest`` (``pause``, ``fail``, ``resume``, ``cancel``); it must be declared.
 
         ``stage``: how much of ``dest``'s work is done already (a resumed run's snapshot says).
         """
@@ -927,10 +943,8 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
-        handle = self.config.cancel
-        if handle is not None and handle.cancelled and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
-            self.snapshot = self.make_snapshot(Cancelled())
-            self.interrupt("cancel", Phase.PAUSED)
+        if self._watching and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
+            self._take_guarded_interrupt()
 
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
         exit_reason = self.exit_reason if transition.exit_reason is not None else None
