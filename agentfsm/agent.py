@@ -638,7 +638,8 @@ class Agent:
         try:
             return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            cast(RunHandle, cancel).snapshot = exc.snapshot
+            if cancel is not None:
+                cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
@@ -686,7 +687,8 @@ class Agent:
         try:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            cast(RunHandle, cancel).snapshot = exc.snapshot
+            if cancel is not None:
+                cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
@@ -702,8 +704,8 @@ class Agent:
         The run takes a step only when the loop asks for the next event. The last event is
         ``RunEnded`` (``result`` is what ``run`` returns) or ``RunPaused`` (its ``snapshot``
         resumes the run; the iteration ends without raising); a failed run raises its error after
-        its ``RunEnded``. Stopping the loop early fails the run where it stands with
-        ``IterationStoppedError`` (its ``on_error`` hooks run), as a cancelled run.
+        its ``RunEnded``. Stopping the loop early cancels the run where it stands: it pauses
+        (``cancel`` edge), its snapshot kept in the snapshot store and in ``cancel=``'s ``RunHandle``.
         """
         if "on_event" in options:
             raise ConfigurationError("iter() hands the events out itself: use run(on_event=...) for a handler.")

@@ -412,5 +412,6 @@ def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exce
 class IterationStoppedError(AgentFSMError, RuntimeError):
     """The loop over ``Agent.iter`` / ``iter_async`` stopped before the run ended.
 
-    The run fails with it where it stood (its ``on_error`` hooks are given it), as a cancelled run.
+    The run never fails with it: raised where the run waited for the loop, it cancels the run there
+    (the ``cancel`` edge to PAUSED), and the snapshot resumes it like any cancelled run's.
     """

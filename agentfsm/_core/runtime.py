@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError, OutputValidationError, ToolCallLimitError
+from agentfsm.errors import (
+    IterationStoppedError,
+    MachineError,
+    ModelClientError,
+    OutputValidationError,
+    ToolCallLimitError,
+)
 from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
@@ -369,7 +375,8 @@ class AgentRun:
         )
         if self._limits is not None and self._limits.wall_clock is not None:
             self._start_clock()
-        #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
+        #: Set when the task driving the run was cancelled, or the loop over its events stopped (the
+        #: handle, if any, says the same for a thread).
         self._task_cancelled = False
         #: Whether the facts of the guarded interrupts can change at a transition: only with a
         #: ``RunHandle`` (a cancelled task is reported by the driver: ``task_cancelled``).
@@ -457,10 +464,11 @@ class AgentRun:
         return detection is not None and repeated_call(self._data["messages"], detection.repeats) is not None
 
     def task_cancelled(self) -> bool:
-        """Take the ``cancel`` edge after the task driving the run was cancelled; False where a run cannot pause.
+        """Take the ``cancel`` edge once the run's task is cancelled; False where a run cannot pause.
 
-        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot is
-        taken at its stage, with the calls that started and have no result in doubt.
+        The loop over the run's events stopping (``IterationStoppedError``) is reported here too.
+        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot
+        is taken at its stage, with the calls that started and have no result in doubt.
         """
         if self.phase in CANNOT_FAIL:
             return False
@@ -983,9 +991,13 @@ class AgentRun:
         """Take the ``fail`` edge after ``error`` escaped from the run's work; False where a run cannot fail.
 
         The failed run's next actions run its ``on_error`` hooks, then hand ``error`` back (``Fail``).
+        ``IterationStoppedError`` (the loop over the run's events stopped) is no failure of the run:
+        it is cancelled from outside, as when its task is (``task_cancelled``).
         """
         if self.phase in CANNOT_FAIL:
             return False
+        if isinstance(error, IterationStoppedError):
+            return self.task_cancelled()
         self.error = error
         self.interrupt("fail", Phase.FAILED)
         logger.error("run failed", run_id=self.run_id, step=self.step, phase=self.trace[-1].source, error=repr(error))
