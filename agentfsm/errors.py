@@ -8,7 +8,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     AgentFSMError
     ├── ConfigurationError (ValueError)                  an agent, tool or schema got invalid values
     │   ├── ToolConfigurationError (TypeError)           a tool's state or output mapping is wrongly shaped
-    │   ├── UsageLimitError                              a usage limit cannot count a reply (no price, no usage)
+    │   ├── UsageNotCountedError                         a usage limit cannot count a reply (no price, no usage)
     │   └── SchemaError                                  a tool's parameter schema or a State schema is invalid
     │       └── SchemaGenerationError                    no JSON schema from a function's signature
     ├── ConfigurationTypeError (TypeError)               a configuration value has the wrong type
@@ -85,8 +85,11 @@ class ToolConfigurationError(ConfigurationError, TypeError):
     """
 
 
-class UsageLimitError(ConfigurationError):
-    """A usage limit cannot count a reply: its model has no price, or it reports no token usage."""
+class UsageNotCountedError(ConfigurationError):
+    """A usage limit cannot count a reply: its model has no price, or it reports no token usage.
+
+    Reaching a limit never raises: the run ends with ``exit_reason`` ``"usage_limit:<name>"``.
+    """
 
 
 class SchemaError(ConfigurationError):

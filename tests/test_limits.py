@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, Breakpoint, BreakpointException, ChatMessage, Phase, UsageLimits, tool
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageLimitError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageNotCountedError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import specialise
 from agentfsm.stores import SQLiteSnapshotStore
@@ -183,9 +183,9 @@ def test_a_stored_run_keeps_its_counts(tmp_path: Path) -> None:
 
 
 def test_a_reply_that_cannot_be_counted_fails_the_run() -> None:
-    with pytest.raises(UsageLimitError, match="'large'"):
+    with pytest.raises(UsageNotCountedError, match="'large'"):
         limited(UsageLimits(cost=1, prices={"small": (1, 1)}), [reply(text="hi", model="large")]).run(USER)
-    with pytest.raises(UsageLimitError, match="usage"):
+    with pytest.raises(UsageNotCountedError, match="usage"):
         limited(UsageLimits(total_tokens=10), ["no usage reported"]).run(USER)
 
 
