@@ -231,3 +231,16 @@ def test_limit_edges_exist_only_for_agents_with_limits() -> None:
     assert ("usage_limit_reached", False) not in bounded.outline().constants
     priced = limited(UsageLimits(prices={"small": (1, 1)}))
     assert ("usage_limit_reached", False) in priced.outline().constants, "prices alone bound nothing"
+
+
+def test_calls_refused_for_the_limit_end_in_events_with_the_error_the_model_reads() -> None:
+    events: list[Any] = []
+    result = limited(UsageLimits(tool_calls=3)).run(USER, on_event=events.append)
+    ended = {e.call_id: e for e in events if e.kind == "tool_ended"}
+    started = [e.call_id for e in events if e.kind == "tool_started"]
+    assert started == ["c1a", "c1b", "c2a"] and sorted(ended) == ["c1a", "c1b", "c2a", "c2b"]
+    refused = result["messages"][-1].tool_call_result
+    assert ended["c2b"].result is None and ended["c2b"].error.startswith("ToolCallLimitError")
+    assert refused.result in ended["c2b"].error and ended["c2b"].duration_us == 0
+    entering_done = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
+    assert [(e.trigger, e.exit_reason) for e in entering_done] == [("usage_limit", "usage_limit:tool_calls")]

@@ -120,3 +120,12 @@ def test_bad_loop_detection_is_refused(kwargs: dict[str, Any], error: type[Excep
         LoopDetection(**kwargs)
     with pytest.raises(ConfigurationTypeError):
         looping({"repeats": 3})  # type: ignore[arg-type]
+
+
+def test_a_loop_stopped_by_detection_shows_in_the_events() -> None:
+    events: list[Any] = []
+    looping(LoopDetection(repeats=3)).run(USER, on_event=events.append)
+    [entering_done] = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
+    assert (entering_done.trigger, entering_done.exit_reason) == ("stop", "loop_detected")
+    assert [(e.point, e.hook) for e in events if e.kind == "hook"] == [("on_loop", "StopOnLoop")]
+    assert events[-1].kind == "run_ended" and events[-1].exit_reason == "loop_detected"
