@@ -244,3 +244,16 @@ def test_calls_refused_for_the_limit_end_in_events_with_the_error_the_model_read
     assert refused.result in ended["c2b"].error and ended["c2b"].duration_us == 0
     entering_done = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
     assert [(e.trigger, e.exit_reason) for e in entering_done] == [("usage_limit", "usage_limit:tool_calls")]
+
+
+def test_a_run_resumed_into_a_model_call_past_its_limit_ends_without_calling_the_model() -> None:
+    with pytest.raises(BreakpointException) as paused:
+        limited(UsageLimits(requests=5)).run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=2))
+    snapshot = paused.value.snapshot
+    assert (snapshot.phase, snapshot.step) == (Phase.LLM_CALL, 2)
+    model = ScriptedChatGenerator(SCRIPT, position=2)
+    resumed = Agent(chat_generator=model, tools=[add], usage_limits=UsageLimits(requests=1))
+    result = resumed.run(snapshot=snapshot)
+    assert result.exit_reason == "usage_limit:requests" and model.calls == []
+    assert [(r.source, r.trigger, r.dest) for r in result.trace][-1] == (Phase.LLM_CALL, "usage_limit", Phase.DONE)
+    assert answered(result)

@@ -378,9 +378,9 @@ class AgentRun:
         #: Set when the task driving the run was cancelled, or the loop over its events stopped (the
         #: handle, if any, says the same for a thread).
         self._task_cancelled = False
-        #: Whether the facts of the guarded interrupts can change at a transition: only with a
-        #: ``RunHandle`` (a cancelled task is reported by the driver: ``task_cancelled``).
-        self._watching = config.cancel is not None
+        #: Whether a guarded interrupt's guard can hold at a transition: only with a ``RunHandle`` or
+        #: usage limits (a cancelled task is reported by the driver: ``task_cancelled``).
+        self._watching = config.cancel is not None or (self._limits is not None and self._limits.bounded)
         #: The check of the conversation's final answer against the output type, for the conversation's
         #: version it was made for: (version, (parsed value, problems)).
         self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
@@ -479,12 +479,13 @@ class AgentRun:
     def _take_guarded_interrupt(self) -> bool:
         """Take the first guarded interrupt out of the current phase whose guard holds; False if none does.
 
-        The snapshot is taken where the phase's work stands, before the edge (its delta carries it).
+        Into PAUSED, the snapshot is taken where the phase's work stands, before the edge (its delta carries it).
         """
         for t in GUARDED_INTERRUPTS.get(self.phase, ()):
             if all(getattr(self, name) is value for name, value in t.when):
-                self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
-                self.interrupt(t.trigger, t.dest)
+                if t.dest is Phase.PAUSED:
+                    self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
+                self._move(t)
                 return True
         return False
 
@@ -951,7 +952,7 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
-        if self._watching and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
+        if self._watching and self.phase in ACTIVE_PHASES:
             self._take_guarded_interrupt()
 
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:

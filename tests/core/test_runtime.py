@@ -130,7 +130,7 @@ def test_the_cancel_interrupt_is_taken_when_its_fact_holds() -> None:
     from agentfsm.pauses import Cancelled
 
     assert {p: [t.trigger for t in ts] for p, ts in GUARDED_INTERRUPTS.items()} == {
-        p: ["cancel"] for p in GUARDED_INTERRUPTS
+        p: ["cancel", "usage_limit"] if p is Phase.LLM_CALL else ["cancel"] for p in GUARDED_INTERRUPTS
     }
     assert all(t in TRANSITIONS for ts in GUARDED_INTERRUPTS.values() for t in ts)
     base = new_run()
