@@ -257,3 +257,20 @@ def test_a_run_resumed_into_a_model_call_past_its_limit_ends_without_calling_the
     assert result.exit_reason == "usage_limit:requests" and model.calls == []
     assert [(r.source, r.trigger, r.dest) for r in result.trace][-1] == (Phase.LLM_CALL, "usage_limit", Phase.DONE)
     assert answered(result)
+
+
+def test_calls_refused_before_a_confirmation_pause_are_counted_once(tmp_path: Path) -> None:
+    from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
+
+    def confirming(position: int = 0) -> Agent:
+        strategies = {"add": BreakpointConfirmationStrategy(str(tmp_path))}
+        return limited(UsageLimits(tool_calls=1), position=position, confirmation_strategies=strategies)
+
+    with pytest.raises(BreakpointException) as waiting:
+        confirming().run(USER)
+    snapshot = waiting.value.snapshot
+    assert snapshot.state["run_usage"]["refused_tool_calls"] == 1
+    approve = ToolExecutionDecision("add", True, "c1a")
+    result = confirming(position=1).run(snapshot=snapshot, decisions=[approve])
+    assert result.exit_reason == "usage_limit:tool_calls"
+    assert result["run_usage"]["refused_tool_calls"] == 1 and result["tool_call_counts"] == {"add": 1}

@@ -537,7 +537,7 @@ class AgentRun:
             )
             self.move_call(c, "over_limit")
             refused += 1
-        if refused:
+        if refused and completed is None:  # a resumed run refuses again the calls counted before its pause
             usage = self._data.get(RUN_USAGE_KEY) or {}
             self.state.set(RUN_USAGE_KEY, {**usage, "refused_tool_calls": usage.get("refused_tool_calls", 0) + refused})
 
@@ -690,7 +690,10 @@ class AgentRun:
         return Fail(self.error)
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
-        """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
+        """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already.
+
+        ``completed`` is given (if empty) when a resumed run prepares its calls again.
+        """
         self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
         for c in self.pending:
             self.move_call(c, "check" if c.error is None else "refuse")
