@@ -274,3 +274,15 @@ def test_calls_refused_before_a_confirmation_pause_are_counted_once(tmp_path: Pa
     result = confirming(position=1).run(snapshot=snapshot, decisions=[approve])
     assert result.exit_reason == "usage_limit:tool_calls"
     assert result["run_usage"]["refused_tool_calls"] == 1 and result["tool_call_counts"] == {"add": 1}
+
+
+def test_usage_reported_as_any_mapping_is_counted() -> None:
+    from types import MappingProxyType
+
+    def proxied(message: ChatMessage) -> ChatMessage:
+        meta = {**message.meta, "usage": MappingProxyType(dict(message.meta["usage"]))}
+        return ChatMessage.from_assistant(message.text, tool_calls=message.tool_calls, meta=meta)
+
+    result = limited(UsageLimits(total_tokens=120), [proxied(m) for m in SCRIPT]).run(USER)
+    assert result.exit_reason == "usage_limit:total_tokens" and result["step_count"] == 1
+    assert result["token_usage"]["prompt_tokens"] == 100
