@@ -373,6 +373,8 @@ class AgentRun:
         self._limits = (
             config.usage_limits if config.usage_limits is not None and config.usage_limits.configured else None
         )
+        #: When this run object started the wall clock (epoch seconds): a new run's first start.
+        self.clock_started: float | None = None
         if self._limits is not None and self._limits.wall_clock is not None:
             self._start_clock()
         #: Set when the task driving the run was cancelled, or the loop over its events stopped (the
@@ -498,7 +500,14 @@ class AgentRun:
         """Start the wall clock of a run's first start; a resumed run's goes on from its snapshot."""
         usage = self._data.get(RUN_USAGE_KEY) or {}
         if "started_at" not in usage:
-            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": time.time()})
+            self.clock_started = time.time()
+            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": self.clock_started})
+
+    def clock_started_at(self, started_at: float) -> None:
+        """Count the wall clock from ``started_at`` (epoch seconds): a durable run's first start, read back on recovery."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        self.clock_started = started_at
+        self.state.set(RUN_USAGE_KEY, {**usage, "started_at": started_at})
 
     def resumed_after(self, paused_at: float) -> None:
         """Leave the time since ``paused_at`` (the pause snapshot's time, epoch seconds) off the run's wall clock."""
