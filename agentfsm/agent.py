@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -709,6 +710,7 @@ class Agent:
         """
         if "on_event" in options:
             raise ConfigurationError("iter() hands the events out itself: use run(on_event=...) for a handler.")
+        self._check_options("iter", options)
 
         def drive(on_event: EventHandler) -> AgentResult:
             return self.run(messages, streaming_callback, on_event=on_event, **options)
@@ -728,11 +730,24 @@ class Agent:
         """
         if "on_event" in options:
             raise ConfigurationError("iter_async() hands the events out itself: use run_async(on_event=...).")
+        self._check_options("iter_async", options)
 
         async def drive(on_event: EventHandler) -> AgentResult:
             return await self.run_async(messages, streaming_callback, on_event=on_event, **options)
 
         return iterate_async(drive)
+
+    def _check_options(self, method: str, options: Mapping[str, Any]) -> None:
+        """Refuse, now rather than at the first event, an option that is neither ``run``'s nor a State key."""
+        keywords = [name for name, p in inspect.signature(Agent.run).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        for name in options:
+            if name not in keywords and name not in self._full_schema:
+                close = difflib.get_close_matches(name, [*keywords, *self._full_schema], n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigurationError(
+                    f"{method}() got {name!r}, which is neither an argument of run() ({', '.join(keywords)}) "
+                    f"nor a key of the agent's State schema.{hint}"
+                )
 
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""

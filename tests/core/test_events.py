@@ -410,3 +410,18 @@ def test_the_log_and_a_handler_read_the_same_transitions() -> None:
         for e, line in zip(phases, logged, strict=True)
     )
     assert sum("event='call transition'" in line for line in stream.getvalue().splitlines()) == 2
+
+
+def test_iter_reports_a_misspelt_option_before_the_run_starts() -> None:
+    from agentfsm import UsageLimits
+    from agentfsm.errors import ConfigurationError
+
+    model = ScriptedChatGenerator(["done"])
+    agent = Agent(chat_generator=model)
+    with pytest.raises(ConfigurationError, match="usage_limits") as typo:
+        agent.iter(USER, usage_limit=UsageLimits(requests=1))
+    assert "'usage_limit'" in str(typo.value)
+    with pytest.raises(ConfigurationError, match="usage_limits"):
+        agent.iter_async(USER, usage_limit=UsageLimits(requests=1))
+    assert model.calls == []
+    assert [e.kind for e in agent.iter(USER, usage_limits=UsageLimits(requests=1))][-1] == "run_ended"
