@@ -149,3 +149,14 @@ def test_a_durable_runs_wall_clock_counts_from_its_first_start_across_resume_can
         DurableRun(timed, "w1", workflow_id).result(timeout=60)
     started_at = in_doubt.value.snapshot.state["run_usage"]["started_at"]
     assert started_at < before_resume, "the replayed workflow reads the clock's start back from its first run"
+
+
+def test_per_run_limits_and_handles_are_refused_with_what_to_use_instead() -> None:
+    from agentfsm import RunHandle
+    from agentfsm.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="usage_limits") as refused:
+        limited.start([ChatMessage.from_user("go")], usage_limits=UsageLimits(requests=1))
+    assert "Agent(usage_limits=" in str(refused.value)
+    with pytest.raises(ConfigurationError, match=r"agentfsm\.durable\.cancel"):
+        limited.start([ChatMessage.from_user("go")], cancel=RunHandle())
