@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -509,7 +510,7 @@ class Agent:
             usage_limits=self.usage_limits
             if request.usage_limits is None
             else _check_usage_limits(request.usage_limits),
-            cancel=_check_handle(request.cancel),
+            cancel=_check_handle(request.cancel, resuming=request.snapshot is not None),
             loop_detection=self.loop_detection,
             model_timeout=self.model_timeout,
         )
@@ -638,7 +639,8 @@ class Agent:
         try:
             return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            cast(RunHandle, cancel).snapshot = exc.snapshot
+            if cancel is not None:
+                cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
@@ -686,7 +688,8 @@ class Agent:
         try:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            cast(RunHandle, cancel).snapshot = exc.snapshot
+            if cancel is not None:
+                cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
@@ -702,11 +705,12 @@ class Agent:
         The run takes a step only when the loop asks for the next event. The last event is
         ``RunEnded`` (``result`` is what ``run`` returns) or ``RunPaused`` (its ``snapshot``
         resumes the run; the iteration ends without raising); a failed run raises its error after
-        its ``RunEnded``. Stopping the loop early fails the run where it stands with
-        ``IterationStoppedError`` (its ``on_error`` hooks run), as a cancelled run.
+        its ``RunEnded``. Stopping the loop early cancels the run where it stands: it pauses
+        (``cancel`` edge), its snapshot kept in the snapshot store and in ``cancel=``'s ``RunHandle``.
         """
         if "on_event" in options:
             raise ConfigurationError("iter() hands the events out itself: use run(on_event=...) for a handler.")
+        self._check_options("iter", options)
 
         def drive(on_event: EventHandler) -> AgentResult:
             return self.run(messages, streaming_callback, on_event=on_event, **options)
@@ -726,11 +730,24 @@ class Agent:
         """
         if "on_event" in options:
             raise ConfigurationError("iter_async() hands the events out itself: use run_async(on_event=...).")
+        self._check_options("iter_async", options)
 
         async def drive(on_event: EventHandler) -> AgentResult:
             return await self.run_async(messages, streaming_callback, on_event=on_event, **options)
 
         return iterate_async(drive)
+
+    def _check_options(self, method: str, options: Mapping[str, Any]) -> None:
+        """Refuse, now rather than at the first event, an option that is neither ``run``'s nor a State key."""
+        keywords = [name for name, p in inspect.signature(Agent.run).parameters.items() if p.kind is p.KEYWORD_ONLY]
+        for name in options:
+            if name not in keywords and name not in self._full_schema:
+                close = difflib.get_close_matches(name, [*keywords, *self._full_schema], n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigurationError(
+                    f"{method}() got {name!r}, which is neither an argument of run() ({', '.join(keywords)}) "
+                    f"nor a key of the agent's State schema.{hint}"
+                )
 
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
@@ -957,10 +974,21 @@ def _check_loop_detection(detection: Any) -> LoopDetection | None:
     return detection
 
 
-def _check_handle(handle: Any) -> RunHandle | None:
-    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``."""
-    if handle is not None and not isinstance(handle, RunHandle):
+def _check_handle(handle: Any, *, resuming: bool) -> RunHandle | None:
+    """``handle`` when it is a ``RunHandle`` or ``None``; else ``ConfigurationTypeError``.
+
+    A handle cancels once: one that was cancelled cannot be given to a resumed run (which would
+    stop again at once), nor to any run once it stopped one (``ConfigurationError``).
+    """
+    if handle is None:
+        return None
+    if not isinstance(handle, RunHandle):
         raise ConfigurationTypeError(f"cancel must be a RunHandle or None, got {type(handle).__name__}.")
+    if handle.cancelled and (resuming or handle.snapshot is not None):
+        raise ConfigurationError(
+            "This RunHandle was cancelled already: a run given it would stop again at once. "
+            "Pass a new RunHandle() to the resumed run (cancel=RunHandle())."
+        )
     return handle
 
 

@@ -25,7 +25,8 @@ class RunHandle:
 
     The run stops at its next transition (a model call or tool call under way finishes first) and
     raises ``RunCancelled``, whose ``snapshot`` resumes it; ``snapshot`` here holds it too, also
-    when the task of ``run_async`` was cancelled instead. One handle serves one run.
+    when the task of ``run_async`` was cancelled instead. A handle cancels once: a run resumed
+    after a cancellation takes a new handle (a cancelled one is refused with ``ConfigurationError``).
     """
 
     __slots__ = ("_cancelled", "snapshot")

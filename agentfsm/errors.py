@@ -8,7 +8,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     AgentFSMError
     ├── ConfigurationError (ValueError)                  an agent, tool or schema got invalid values
     │   ├── ToolConfigurationError (TypeError)           a tool's state or output mapping is wrongly shaped
-    │   ├── UsageLimitError                              a usage limit cannot count a reply (no price, no usage)
+    │   ├── UsageNotCountedError                         a usage limit cannot count a reply (no price, no usage)
     │   └── SchemaError                                  a tool's parameter schema or a State schema is invalid
     │       └── SchemaGenerationError                    no JSON schema from a function's signature
     ├── ConfigurationTypeError (TypeError)               a configuration value has the wrong type
@@ -85,8 +85,11 @@ class ToolConfigurationError(ConfigurationError, TypeError):
     """
 
 
-class UsageLimitError(ConfigurationError):
-    """A usage limit cannot count a reply: its model has no price, or it reports no token usage."""
+class UsageNotCountedError(ConfigurationError):
+    """A usage limit cannot count a reply: its model has no price, or it reports no token usage.
+
+    Reaching a limit never raises: the run ends with ``exit_reason`` ``"usage_limit:<name>"``.
+    """
 
 
 class SchemaError(ConfigurationError):
@@ -412,5 +415,6 @@ def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exce
 class IterationStoppedError(AgentFSMError, RuntimeError):
     """The loop over ``Agent.iter`` / ``iter_async`` stopped before the run ended.
 
-    The run fails with it where it stood (its ``on_error`` hooks are given it), as a cancelled run.
+    The run never fails with it: raised where the run waited for the loop, it cancels the run there
+    (the ``cancel`` edge to PAUSED), and the snapshot resumes it like any cancelled run's.
     """

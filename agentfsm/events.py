@@ -21,7 +21,7 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
   ``duration_us`` (since the step's tools were handed out).
 - ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).
 - ``decision`` (``DecisionTaken``): ``call`` and the ``decision`` (``ToolExecutionDecision.to_dict()``).
-- ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation`` or ``outcome_unknown``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
+- ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation``, ``outcome_unknown`` or ``cancelled``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
   snapshot's number, ``None`` without a store), ``path`` (its file, if written to one), and the
   ``snapshot`` that resumes the run.
 - ``resumed`` (``RunResumed``): the run resumed into ``phase`` at ``step`` (the event's).
@@ -263,10 +263,11 @@ class DecisionTaken(_Event):
 @_quick_init
 @dataclass(frozen=True, slots=True)
 class RunPaused(_Event):
-    """The run paused: a breakpoint, a decision to wait for, or calls whose outcome is unknown."""
+    """The run paused: a breakpoint, a decision to wait for, calls whose outcome is unknown, or a cancellation."""
 
     kind: ClassVar[Literal["paused"]] = "paused"
-    #: Why: ``"breakpoint"``, ``"confirmation"`` (a decision to wait for) or ``"outcome_unknown"``.
+    #: Why: ``"breakpoint"``, ``"confirmation"`` (a decision to wait for), ``"outcome_unknown"`` or
+    #: ``"cancelled"`` (a ``RunHandle``, or the task of ``run_async``).
     reason: str
     #: The pause reason's ``to_dict()`` (``snapshot.pause`` is the typed one: ``agentfsm.pauses``).
     pause: dict[str, Any]

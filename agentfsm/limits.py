@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageLimitError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageNotCountedError
 
 if TYPE_CHECKING:
     from agentfsm.messages import ChatMessage
@@ -156,7 +156,7 @@ class UsageLimits:
         return None
 
     def replies_cost(self, replies: Iterable[ChatMessage]) -> float:
-        """What replies cost, from their ``meta`` (``model`` and ``usage``); ``UsageLimitError`` when it cannot be known.
+        """What replies cost, from their ``meta`` (``model`` and ``usage``); ``UsageNotCountedError`` when it cannot be known.
 
         Without prices it only checks that each reply reports its usage, when a token limit reads it.
         """
@@ -166,7 +166,7 @@ class UsageLimits:
             meta = reply.meta
             usage = meta.get("usage")
             if type(usage) is not dict and not isinstance(usage, Mapping):
-                raise UsageLimitError(
+                raise UsageNotCountedError(
                     "UsageLimits counts tokens or cost, and a reply reports no token usage (meta['usage']): use "
                     "a chat generator that reports it, or drop the token and cost limits."
                 )
@@ -174,7 +174,7 @@ class UsageLimits:
                 model = meta.get("model")
                 price = prices.get(model) if isinstance(model, str) else None
                 if price is None:
-                    raise UsageLimitError(
+                    raise UsageNotCountedError(
                         f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): "
                         f"add it, by that exact name; priced: {sorted(prices)}."
                     )

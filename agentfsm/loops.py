@@ -1,7 +1,8 @@
 """Loop detection: the fact "the model repeats itself", and what the run does about it.
 
-A model repeats itself when the conversation's last ``repeats`` tool calls are the same tool with
-the same arguments, answered with the same result: it learns nothing new and would go on until
+A model repeats itself when its last ``repeats`` replies that called tools each called the same
+tool with the same arguments, answered with the same result (identical calls of one reply count
+once): it learns nothing new and would go on until
 ``max_agent_steps``. With ``Agent(loop_detection=LoopDetection(...))`` the run reads the fact
 ``loop_detected`` in EXIT_CHECK, after the step's tool results are in; when it holds, the phase's
 ``on_loop`` hook point runs (``PHASE_WORK``): the agent's ``on_loop`` hooks, then the consequence
@@ -34,13 +35,13 @@ LOOP_EXIT_REASON = "loop_detected"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopDetection:
-    """Detect a model that makes the same tool call, with the same result, ``repeats`` times in a row.
+    """Detect a model that makes the same tool call, with the same result, in ``repeats`` replies in a row.
 
     >>> LoopDetection(repeats=4, then="tell").then
     'tell'
     """
 
-    #: How many identical calls in a row make a loop (at least 2).
+    #: How many replies in a row making the identical call make a loop (at least 2).
     repeats: int = 3
     #: What the run does then: ``"stop"``, ``"tell"`` the model, or leave it to the ``on_loop`` ``"hooks"``.
     then: Consequence = "stop"
@@ -76,30 +77,36 @@ class LoopDetection:
 
 
 def repeated_call(messages: list[ChatMessage], repeats: int) -> str | None:
-    """The tool the conversation's last ``repeats`` tool calls all went to, with the same arguments and result.
+    """The tool the conversation's last ``repeats`` tool-calling replies all called, with the same arguments and result.
 
-    ``None`` unless they are identical. Calls in a row are read back from the end of the
-    conversation through tool results and the replies that asked for them; any other message
-    (a user's, a text reply) ends the row.
+    ``None`` unless each of those replies' calls is that one call. Replies count, not calls: a
+    reply asking for the same call three times at once fans out, it does not repeat itself. They
+    are read back from the end of the conversation through tool results and the replies that asked
+    for them; any other message (a user's, a text reply) ends the row.
     """
     seen: tuple[Any, ...] | None = None
-    count = 0
+    turns = 0
+    answered = False  # the reply being read back had a result matching ``seen``
     for message in reversed(messages):
         role = message.role
-        if role is not ChatRole.TOOL:
-            if role is ChatRole.ASSISTANT and message.tool_call is not None:
-                continue
-            return None
-        for result in reversed(message.tool_call_results):
-            origin = result.origin
-            key = (origin.tool_name, origin.arguments, result.result, result.error)  # dicts compare deeply
-            if seen is None:
-                seen = key
-            elif key != seen:
-                return None
-            count += 1
-            if count >= repeats:
-                return origin.tool_name
+        if role is ChatRole.TOOL:
+            for result in message.tool_call_results:
+                origin = result.origin
+                key = (origin.tool_name, origin.arguments, result.result, result.error)  # dicts compare deeply
+                if seen is None:
+                    seen = key
+                elif key != seen:
+                    return None
+                answered = True
+            continue
+        if role is ChatRole.ASSISTANT and message.tool_call is not None:
+            if answered:
+                turns += 1
+                if turns >= repeats:
+                    return seen[0] if seen is not None else None
+                answered = False
+            continue
+        return None
     return None
 
 

@@ -17,9 +17,12 @@ An edge is *guarded* when its source has more than one way out: its guard is dat
 ``Facts`` must have (``when``), and its label on a diagram is written from those values. ``Dispatch``
 compiles the guards of each phase into a table from every combination of those facts to the one
 edge that holds, and refuses a table where some combination has no edge or several. ``pause``,
-``fail`` and ``resume`` are *interrupts*: the runtime fires them itself when a breakpoint matches,
-an error escapes, or a snapshot is resumed; they are declared here all the same, so that an
-undeclared pause (say, from IDLE) is refused. Calls in doubt after a crash are a fact
+``fail``, ``resume`` and ``cancel`` are *interrupts*, taken from any active phase rather than once
+its work is done: the runtime fires the first three itself when a breakpoint matches, an error
+escapes, or a snapshot is resumed; they are declared here all the same, so that an undeclared
+pause (say, from IDLE) is refused. ``cancel`` and LLM_CALL's ``usage_limit`` are *guarded*
+interrupts (``GUARDED_INTERRUPTS``): the runtime takes one on entering its source phase when its
+guard holds (``cancel_requested``; ``usage_limit_reached``). Calls in doubt after a crash are a fact
 (``calls_in_doubt``) with its own edge (``in_doubt``, TOOL_RUN to PAUSED), not an interrupt.
 
 A call moves by trigger: ``CALL_TRANSITIONS`` names, for each status, one edge per trigger (from
@@ -451,13 +454,35 @@ TRANSITIONS: tuple[Transition, ...] = (
         for dest in ACTIVE_PHASES
     ],
     *_interrupts("fail", P.FAILED, "unhandled error"),
-    # Taken at the first transition after a cancellation (or at once when the run's task is
-    # cancelled): the run resumes from PAUSED like any paused run.
+    # A guarded interrupt (``GUARDED_INTERRUPTS``): taken at the first transition after a
+    # cancellation (or at once when the run's task is cancelled); the run resumes from PAUSED like
+    # any paused run.
     *[
         Transition("cancel", source, P.PAUSED, (("cancel_requested", True),), interrupt=True)
         for source in ACTIVE_PHASES
     ],
+    # A guarded interrupt too: a run that enters LLM_CALL past a usage limit (resumed there, with a
+    # smaller limit than it paused with) ends before the model is called. The other ways into
+    # LLM_CALL are guarded by the limit already; with the reply's tool calls still to answer
+    # (resumed after the model call), the run goes on to answer them, and ends in EXIT_CHECK.
+    Transition(
+        "usage_limit",
+        P.LLM_CALL,
+        P.DONE,
+        (("usage_limit_reached", True), ("has_tool_calls", False)),
+        "usage_limit:{usage_limit}",
+        interrupt=True,
+    ),
 )
+
+#: The interrupts with a guard, by source phase: the runtime reads their facts on entering an
+#: active phase (a resume included), before the phase's work, and takes the first whose guard
+#: holds (a cancellation, ``cancel_requested``; a usage limit reached before a model call). It
+#: reads them too when the driver reports that the run's task was cancelled, where the phase's
+#: work stands.
+GUARDED_INTERRUPTS: dict[Phase, tuple[Transition, ...]] = {
+    phase: tuple(t for t in TRANSITIONS if t.interrupt and t.when and t.source is phase) for phase in ACTIVE_PHASES
+}
 
 #: What an ``exit_reason`` template may name: the runtime fills in the exit condition met, the
 #: value of ``stop_run`` and the usage limit reached.

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunCancelled, RunHandle, State, hook, tool
-from agentfsm.errors import ConfigurationTypeError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
 from agentfsm.pauses import Cancelled, OutcomeUnknown
@@ -205,3 +205,34 @@ def test_cancel_must_be_a_run_handle() -> None:
 
 def test_the_cancel_edges_are_drawn_once() -> None:
     assert "ANY_ACTIVE --> PAUSED : cancel [cancellation requested]" in str(agent().draw())
+
+
+async def test_a_cancelled_task_ends_its_event_stream_with_paused() -> None:
+    model = Hanging()
+    events: list[Any] = []
+    hung = Agent(chat_generator=model, tools=[add])
+    task = asyncio.create_task(hung.run_async(USER, on_event=events.append))
+    await model.waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    *_, last_move, paused = events
+    assert (last_move.kind, last_move.trigger, last_move.dest) == ("transition", "cancel", Phase.PAUSED)
+    assert (paused.kind, paused.reason) == ("paused", "cancelled")
+    assert isinstance(paused.snapshot.pause, Cancelled)
+
+
+def test_a_cancelled_handle_is_refused_for_the_resumed_run_and_a_new_one_resumes_it() -> None:
+    handle = RunHandle()
+    handle.cancel()
+    model = ScriptedChatGenerator(SCRIPT)
+    cancelling = Agent(chat_generator=model, tools=[add])
+    with pytest.raises(RunCancelled) as stopped:
+        cancelling.run(USER, cancel=handle)
+    snapshot = stopped.value.snapshot
+    with pytest.raises(ConfigurationError, match="RunHandle") as refused:
+        cancelling.run(snapshot=snapshot, cancel=handle)
+    assert "cancelled" in str(refused.value) and model.calls == [], "refused before the model is called"
+    with pytest.raises(ConfigurationError, match="RunHandle"):
+        cancelling.run(USER, cancel=handle)  # it stopped a run already
+    assert cancelling.run(snapshot=snapshot, cancel=RunHandle())["last_message"].text == "done"

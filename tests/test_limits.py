@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, Breakpoint, BreakpointException, ChatMessage, Phase, UsageLimits, tool
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageLimitError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageNotCountedError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.machine import specialise
 from agentfsm.stores import SQLiteSnapshotStore
@@ -183,9 +183,9 @@ def test_a_stored_run_keeps_its_counts(tmp_path: Path) -> None:
 
 
 def test_a_reply_that_cannot_be_counted_fails_the_run() -> None:
-    with pytest.raises(UsageLimitError, match="'large'"):
+    with pytest.raises(UsageNotCountedError, match="'large'"):
         limited(UsageLimits(cost=1, prices={"small": (1, 1)}), [reply(text="hi", model="large")]).run(USER)
-    with pytest.raises(UsageLimitError, match="usage"):
+    with pytest.raises(UsageNotCountedError, match="usage"):
         limited(UsageLimits(total_tokens=10), ["no usage reported"]).run(USER)
 
 
@@ -231,3 +231,58 @@ def test_limit_edges_exist_only_for_agents_with_limits() -> None:
     assert ("usage_limit_reached", False) not in bounded.outline().constants
     priced = limited(UsageLimits(prices={"small": (1, 1)}))
     assert ("usage_limit_reached", False) in priced.outline().constants, "prices alone bound nothing"
+
+
+def test_calls_refused_for_the_limit_end_in_events_with_the_error_the_model_reads() -> None:
+    events: list[Any] = []
+    result = limited(UsageLimits(tool_calls=3)).run(USER, on_event=events.append)
+    ended = {e.call_id: e for e in events if e.kind == "tool_ended"}
+    started = [e.call_id for e in events if e.kind == "tool_started"]
+    assert started == ["c1a", "c1b", "c2a"] and sorted(ended) == ["c1a", "c1b", "c2a", "c2b"]
+    refused = result["messages"][-1].tool_call_result
+    assert ended["c2b"].result is None and ended["c2b"].error.startswith("ToolCallLimitError")
+    assert refused.result in ended["c2b"].error and ended["c2b"].duration_us == 0
+    entering_done = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
+    assert [(e.trigger, e.exit_reason) for e in entering_done] == [("usage_limit", "usage_limit:tool_calls")]
+
+
+def test_a_run_resumed_into_a_model_call_past_its_limit_ends_without_calling_the_model() -> None:
+    with pytest.raises(BreakpointException) as paused:
+        limited(UsageLimits(requests=5)).run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=2))
+    snapshot = paused.value.snapshot
+    assert (snapshot.phase, snapshot.step) == (Phase.LLM_CALL, 2)
+    model = ScriptedChatGenerator(SCRIPT, position=2)
+    resumed = Agent(chat_generator=model, tools=[add], usage_limits=UsageLimits(requests=1))
+    result = resumed.run(snapshot=snapshot)
+    assert result.exit_reason == "usage_limit:requests" and model.calls == []
+    assert [(r.source, r.trigger, r.dest) for r in result.trace][-1] == (Phase.LLM_CALL, "usage_limit", Phase.DONE)
+    assert answered(result)
+
+
+def test_calls_refused_before_a_confirmation_pause_are_counted_once(tmp_path: Path) -> None:
+    from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
+
+    def confirming(position: int = 0) -> Agent:
+        strategies = {"add": BreakpointConfirmationStrategy(str(tmp_path))}
+        return limited(UsageLimits(tool_calls=1), position=position, confirmation_strategies=strategies)
+
+    with pytest.raises(BreakpointException) as waiting:
+        confirming().run(USER)
+    snapshot = waiting.value.snapshot
+    assert snapshot.state["run_usage"]["refused_tool_calls"] == 1
+    approve = ToolExecutionDecision("add", True, "c1a")
+    result = confirming(position=1).run(snapshot=snapshot, decisions=[approve])
+    assert result.exit_reason == "usage_limit:tool_calls"
+    assert result["run_usage"]["refused_tool_calls"] == 1 and result["tool_call_counts"] == {"add": 1}
+
+
+def test_usage_reported_as_any_mapping_is_counted() -> None:
+    from types import MappingProxyType
+
+    def proxied(message: ChatMessage) -> ChatMessage:
+        meta = {**message.meta, "usage": MappingProxyType(dict(message.meta["usage"]))}
+        return ChatMessage.from_assistant(message.text, tool_calls=message.tool_calls, meta=meta)
+
+    result = limited(UsageLimits(total_tokens=120), [proxied(m) for m in SCRIPT]).run(USER)
+    assert result.exit_reason == "usage_limit:total_tokens" and result["step_count"] == 1
+    assert result["token_usage"]["prompt_tokens"] == 100

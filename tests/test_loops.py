@@ -120,3 +120,21 @@ def test_bad_loop_detection_is_refused(kwargs: dict[str, Any], error: type[Excep
         LoopDetection(**kwargs)
     with pytest.raises(ConfigurationTypeError):
         looping({"repeats": 3})  # type: ignore[arg-type]
+
+
+def test_a_loop_stopped_by_detection_shows_in_the_events() -> None:
+    events: list[Any] = []
+    looping(LoopDetection(repeats=3)).run(USER, on_event=events.append)
+    [entering_done] = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
+    assert (entering_done.trigger, entering_done.exit_reason) == ("stop", "loop_detected")
+    assert [(e.point, e.hook) for e in events if e.kind == "hook"] == [("on_loop", "StopOnLoop")]
+    assert events[-1].kind == "run_ended" and events[-1].exit_reason == "loop_detected"
+
+
+def test_identical_parallel_calls_of_one_reply_count_as_one_repeat() -> None:
+    fan_out = [calls(*(call("add", f"p{step}{i}", a=1, b=2) for i in range(3))) for step in range(4)] + ["done"]
+    result = looping(LoopDetection(repeats=3), fan_out).run(USER)
+    assert result.exit_reason == "loop_detected" and result["step_count"] == 3, "three replies, not three calls"
+    assert repeated_call(result["messages"], 3) == "add" and repeated_call(result["messages"], 4) is None
+    once = looping(LoopDetection(repeats=2), [fan_out[0], "done"]).run(USER)
+    assert once.exit_reason == "text", "one reply fanning out is no loop"

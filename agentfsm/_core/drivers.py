@@ -467,7 +467,7 @@ async def drive_async(
                 case _:
                     assert_never(action)
         except asyncio.CancelledError:
-            await _keep_cancelled(run, writer, save_pause)
+            await _keep_cancelled(run, writer, save_pause, emitter)
             raise  # the task ends cancelled, as asyncio expects
         except BaseException as exc:
             if not run.fail(exc):
@@ -476,14 +476,24 @@ async def drive_async(
                 raise
 
 
-async def _keep_cancelled(run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None) -> None:
-    """Pause a run whose task was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``."""
+async def _keep_cancelled(
+    run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None, emitter: Emitter | None
+) -> None:
+    """Pause a run whose task was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``.
+
+    Its listeners learn it as they learn of any pause: the ``cancel`` transition, then ``paused``.
+    (The task's cancellation was delivered already, so these awaits are not cut short.)
+    """
     if not run.task_cancelled():  # it was not in a phase it can pause from
         return
     action = run.next_action()  # its pause reported: nothing else is left to do
     assert isinstance(action, Pause)
     if writer is not None:
         await writer.write()
+    if emitter is not None:
+        await emitter.announce_async(action)
     stopped = await run_in_worker(pause_exception, action.snapshot, save_pause)
+    if emitter is not None:
+        await emitter.send_async(emitter.paused(stopped.snapshot, stopped.snapshot_file_path))
     if run.config.cancel is not None:
         run.config.cancel.snapshot = stopped.snapshot

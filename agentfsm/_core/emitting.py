@@ -160,7 +160,7 @@ class Emitter:
         """The events of the action the run handed out, before it is done: tools started, the run's end."""
         match action:
             case RunTools():
-                return list(self.tools_started(action.calls))
+                return [*self.tools_started(action.calls), *self.tools_refused(action.calls)]
             case Finish():
                 return [self.ended(action.result)]
             case Fail():
@@ -283,12 +283,24 @@ class Emitter:
             if c.status is CallStatus.READY
         ]
 
+    def tools_refused(self, calls: list[PreparedCall]) -> list[ToolEnded]:
+        """The calls of a step answered without running, each ending at once with the error the model reads.
+
+        They were refused: an unknown tool, bad arguments, or past the ``tool_calls`` limit.
+        """
+        run_id, step, at = self._head()
+        return [
+            ToolEnded(run_id, step, at, c.key, c.call.id, c.call.tool_name, None, _error_text(c.error), 0.0)
+            for c in calls
+            if c.status is CallStatus.FAILED and c.error is not None
+        ]
+
     def tool_ended(self, call: PreparedCall) -> ToolEnded:
         """A call finished, its outcome set."""
         outcome = call.outcome
         error = outcome.error if outcome is not None else None
         result = outcome.value if outcome is not None and error is None else None
-        text = f"{error_type_name(error)}: {error}" if error is not None else None
+        text = _error_text(error) if error is not None else None
         duration = (time.perf_counter() - self._tools_started) * 1e6
         run = self._run
         return ToolEnded(
@@ -389,3 +401,8 @@ class LogOnly(Emitter):
     def streaming_async(self, callback: StreamingCallback | None) -> Any:
         """The streaming callback as it is."""
         return callback
+
+
+def _error_text(error: Exception) -> str:
+    """A tool call's error as events give it: its type's name and message."""
+    return f"{error_type_name(error)}: {error}"

@@ -3,9 +3,10 @@
 ``Agent.iter`` drives the run (``Agent.run`` with an ``on_event`` handler) in a worker thread,
 ``Agent.iter_async`` in a task; either way the handler hands each event to the loop and waits
 until the loop is back for the next, so the run goes no further than the loop has read. A loop
-that stops early (``break``, an exception) makes the run fail at the event it waits at, with
-``IterationStoppedError``: its ``on_error`` hooks run, a snapshot store records it ended, and
-the thread or task is gone when the loop has stopped. A pause ends the iteration with the
+that stops early (``break``, an exception) cancels the run at the event it waits at (the handler
+raises ``IterationStoppedError``, which the run takes as a cancellation): it pauses, its snapshot
+kept in a snapshot store and in its ``RunHandle``, and the thread or task is gone when the loop
+has stopped. A pause ends the iteration with the
 ``RunPaused`` event (it does not raise); a failed run's ``RunEnded`` event comes, then its error.
 """
 

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from agentfsm._core import listeners
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError, OutputValidationError, ToolCallLimitError
+from agentfsm.errors import (
+    IterationStoppedError,
+    MachineError,
+    ModelClientError,
+    OutputValidationError,
+    ToolCallLimitError,
+)
 from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
@@ -39,6 +45,7 @@ from agentfsm.machine import (
     CANNOT_FAIL,
     DISPATCH,
     FACT_NAMES,
+    GUARDED_INTERRUPTS,
     HOOK_POINTS,
     PHASE_WORK,
     CallStatus,
@@ -77,6 +84,8 @@ _CALL_MOVES = CALL_DISPATCH.moves
 _DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
+#: The pause reason in the snapshot of a run that takes a guarded interrupt (``GUARDED_INTERRUPTS``).
+_INTERRUPT_PAUSES: dict[str, Callable[[], PauseReason]] = {"cancel": Cancelled}
 #: What an agent without an output type has instead of an ``output``: its result has no such key.
 _NO_OUTPUT: Any = object()
 #: The phase whose work each work item is.
@@ -365,10 +374,16 @@ class AgentRun:
         self._limits = (
             config.usage_limits if config.usage_limits is not None and config.usage_limits.configured else None
         )
+        #: When this run object started the wall clock (epoch seconds): a new run's first start.
+        self.clock_started: float | None = None
         if self._limits is not None and self._limits.wall_clock is not None:
             self._start_clock()
-        #: Set when the task driving the run was cancelled (the handle, if any, says the same for a thread).
+        #: Set when the task driving the run was cancelled, or the loop over its events stopped (the
+        #: handle, if any, says the same for a thread).
         self._task_cancelled = False
+        #: Whether a guarded interrupt's guard can hold at a transition: only with a ``RunHandle`` or
+        #: usage limits (a cancelled task is reported by the driver: ``task_cancelled``).
+        self._watching = config.cancel is not None or (self._limits is not None and self._limits.bounded)
         #: The check of the conversation's final answer against the output type, for the conversation's
         #: version it was made for: (version, (parsed value, problems)).
         self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
@@ -455,18 +470,30 @@ class AgentRun:
         return detection is not None and repeated_call(self._data["messages"], detection.repeats) is not None
 
     def task_cancelled(self) -> bool:
-        """Take the ``cancel`` edge after the task driving the run was cancelled; False where a run cannot pause.
+        """Take the ``cancel`` edge once the run's task is cancelled; False where a run cannot pause.
 
-        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot is
-        taken at its stage, with the calls that started and have no result in doubt.
+        The loop over the run's events stopping (``IterationStoppedError``) is reported here too.
+        The work under way (a model call, tool calls, hooks) is done again on resume: the snapshot
+        is taken at its stage, with the calls that started and have no result in doubt.
         """
         if self.phase in CANNOT_FAIL:
             return False
         self._task_cancelled = True
         self._awaiting = None
-        self.snapshot = self.make_snapshot(Cancelled(), stage=self.stage)
-        self.interrupt("cancel", Phase.PAUSED)
-        return True
+        return self._take_guarded_interrupt()
+
+    def _take_guarded_interrupt(self) -> bool:
+        """Take the first guarded interrupt out of the current phase whose guard holds; False if none does.
+
+        Into PAUSED, the snapshot is taken where the phase's work stands, before the edge (its delta carries it).
+        """
+        for t in GUARDED_INTERRUPTS.get(self.phase, ()):
+            if all(getattr(self, name) is value for name, value in t.when):
+                if t.dest is Phase.PAUSED:
+                    self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
+                self._move(t)
+                return True
+        return False
 
     def usage_limit(self) -> str | None:
         """The first limit of the run's ``UsageLimits`` that is reached (its field name), or ``None``."""
@@ -477,7 +504,14 @@ class AgentRun:
         """Start the wall clock of a run's first start; a resumed run's goes on from its snapshot."""
         usage = self._data.get(RUN_USAGE_KEY) or {}
         if "started_at" not in usage:
-            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": time.time()})
+            self.clock_started = time.time()
+            self.state.set(RUN_USAGE_KEY, {**usage, "started_at": self.clock_started})
+
+    def clock_started_at(self, started_at: float) -> None:
+        """Count the wall clock from ``started_at`` (epoch seconds): a durable run's first start, read back on recovery."""
+        usage = self._data.get(RUN_USAGE_KEY) or {}
+        self.clock_started = started_at
+        self.state.set(RUN_USAGE_KEY, {**usage, "started_at": started_at})
 
     def resumed_after(self, paused_at: float) -> None:
         """Leave the time since ``paused_at`` (the pause snapshot's time, epoch seconds) off the run's wall clock."""
@@ -671,7 +705,10 @@ class AgentRun:
         return Fail(self.error)
 
     def prepare_calls(self, completed: Mapping[str, CallOutcome] | None = None) -> None:
-        """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already."""
+        """Check the pending calls against the tools; ``completed`` gives the outcomes of calls that ran already.
+
+        ``completed`` is given (if empty) when a resumed run prepares its calls again.
+        """
         self.pending = self.config.invoker.check(self.calls, self.state, self.current_tools())
         for c in self.pending:
             self.move_call(c, "check" if c.error is None else "refuse")
@@ -740,8 +777,11 @@ class AgentRun:
             if not isinstance(reply, ChatMessage):
                 raise bad_model_output(output)
             calls += reply.tool_calls
-            if isinstance(reply.meta.get("usage"), dict):
-                usage.append(reply.meta["usage"])
+            reported = reply.meta.get("usage")
+            if type(reported) is dict:
+                usage.append(reported)
+            elif isinstance(reported, Mapping):  # counted as the limits' check accepts it (``replies_cost``)
+                usage.append(dict(reported))
         if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
@@ -888,7 +928,7 @@ class AgentRun:
     # -- moving through the table ----------------------------------------------------------------
 
     def interrupt(self, trigger: str, dest: Phase, stage: int = 0) -> None:
-        """Take the interrupt edge ``trigger`` to ``dest`` (``pause``, ``fail``, ``resume``); it must be declared.
+        """Take the interrupt edge ``trigger`` to ``dest`` (``pause``, ``fail``, ``resume``, ``cancel``); it must be declared.
 
         ``stage``: how much of ``dest``'s work is done already (a resumed run's snapshot says).
         """
@@ -933,10 +973,8 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
-        handle = self.config.cancel
-        if handle is not None and handle.cancelled and self.phase in ACTIVE_PHASES and transition.trigger != "resume":
-            self.snapshot = self.make_snapshot(Cancelled())
-            self.interrupt("cancel", Phase.PAUSED)
+        if self._watching and self.phase in ACTIVE_PHASES:
+            self._take_guarded_interrupt()
 
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
         exit_reason = self.exit_reason if transition.exit_reason is not None else None
@@ -975,9 +1013,13 @@ class AgentRun:
         """Take the ``fail`` edge after ``error`` escaped from the run's work; False where a run cannot fail.
 
         The failed run's next actions run its ``on_error`` hooks, then hand ``error`` back (``Fail``).
+        ``IterationStoppedError`` (the loop over the run's events stopped) is no failure of the run:
+        it is cancelled from outside, as when its task is (``task_cancelled``).
         """
         if self.phase in CANNOT_FAIL:
             return False
+        if isinstance(error, IterationStoppedError):
+            return self.task_cancelled()
         self.error = error
         self.interrupt("fail", Phase.FAILED)
         logger.error("run failed", run_id=self.run_id, step=self.step, phase=self.trace[-1].source, error=repr(error))

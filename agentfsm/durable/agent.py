@@ -159,6 +159,11 @@ class DurableAgent:
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
         if run_id is not None and (not run_id or CONTINUATION.match(run_id)):
             raise ConfigurationError(f"A durable run id must not be empty or end in '/<number>', got {run_id!r}.")
+        if "usage_limits" in state or "cancel" in state:
+            raise ConfigurationError(
+                "A durable run takes no per-run usage_limits= or cancel=: give the limits to the agent it "
+                "runs (Agent(usage_limits=...)), and cancel it from any process with agentfsm.durable.cancel(db, run_id)."
+            )
         unsupported = sorted(set(state) & _IN_PROCESS_ONLY)
         if unsupported:
             raise ConfigurationError(

@@ -54,6 +54,11 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
     a model call, tool call or hook that a recovered workflow finds recorded gives no events again.
     """
     emitter = None if steps.reading else emitter_for(run, generator)
+    started = run.clock_started
+    if started is not None:
+        # A new run's wall clock counts from its first start, recorded as a step: a workflow
+        # recovered or resumed after a cancellation reads it back instead of starting it again.
+        run.clock_started_at(steps.run("clock", lambda: started))
     if emitter is not None:
         emitter.start()
     while True:

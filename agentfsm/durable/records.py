@@ -200,8 +200,10 @@ def cancel(db: Any, run_id: str) -> str:
     """Cancel active durable run ``run_id`` from any process (``db``: DBOS, or a ``DBOSClient``): its workflow id.
 
     DBOS stops the run's workflow before its next step; what the workflow recorded stays, as after
-    a crash (a tool call under way finishes, and its result is recorded). ``resume_cancelled``
-    continues it from there. ``DurabilityError`` when the run is not active.
+    a crash. A tool call under way runs on (it cannot be stopped), but its result is not recorded:
+    ``resume_cancelled`` continues the run from the recorded steps, with that call in doubt (the
+    journal rules apply: it runs again if its tool is idempotent, else it waits for a decision).
+    ``DurabilityError`` when the run is not active.
     """
     record = find_run(db, run_id)
     if record.status is not RunStatus.ACTIVE:

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, ChatMessage, State, StreamingChunk, hook
-from agentfsm.errors import ConfigurationTypeError, IterationStoppedError, ScriptExhaustedError
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunHandle, State, StreamingChunk, hook
+from agentfsm.errors import ConfigurationTypeError, ScriptExhaustedError
 from agentfsm.events import (
     CallChanged,
     DecisionTaken,
@@ -32,6 +32,8 @@ from agentfsm.events import (
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
 from agentfsm.machine import CALL_TRANSITIONS, CallStatus
+from agentfsm.pauses import Cancelled
+from agentfsm.stores import SQLiteSnapshotStore
 from tests.helpers import SIDE_EFFECTS, add, call, calls, fail
 
 USER = [ChatMessage.from_user("go")]
@@ -244,31 +246,48 @@ def keep_error(state: State, error: BaseException) -> None:
     ERRORS.append(error)
 
 
-def test_breaking_out_of_iter_fails_the_run_where_it_stands_and_leaves_nothing_running() -> None:
+def test_breaking_out_of_iter_cancels_the_run_where_it_stands_and_leaves_nothing_running(tmp_path: Path) -> None:
     SIDE_EFFECTS.clear()
     ERRORS.clear()
-    agent = one_add(hooks={"on_error": [keep_error]})
-    for event in agent.iter(USER):
+    store = SQLiteSnapshotStore(tmp_path / "runs.db")
+    agent = one_add(hooks={"on_error": [keep_error]}, snapshot_store=store)
+    handle = RunHandle()
+    for event in agent.iter(USER, cancel=handle):
         if event.kind == "model_ended":
             break
-    assert SIDE_EFFECTS == [], "the tool the model asked for never ran"
-    assert [type(e) for e in ERRORS] == [IterationStoppedError]
+    assert SIDE_EFFECTS == [] and ERRORS == [], "the tool never ran, and the run did not fail"
     assert not [t for t in threading.enumerate() if t.name == "agentfsm-iter"]
+    snapshot = handle.snapshot
+    assert snapshot is not None and isinstance(snapshot.pause, Cancelled)
+    assert store.latest(snapshot.run_id).seq == snapshot.seq, "kept in the store, as its head"
+    assert snapshot.phase is Phase.LLM_CALL, "the reply the loop never saw is asked for again on resume"
+    assert agent.run(snapshot=snapshot)["exit_reason"] == "text"
+    store.close()
 
 
-def test_breaking_out_of_iter_async_fails_the_run_where_it_stands() -> None:
+def test_breaking_out_of_iter_async_cancels_the_run_where_it_stands() -> None:
     SIDE_EFFECTS.clear()
     ERRORS.clear()
     agent = one_add(hooks={"on_error": [keep_error]})
+    handle = RunHandle()
 
     async def stop_early() -> None:
-        async with contextlib.aclosing(agent.iter_async(USER)) as events:
+        async with contextlib.aclosing(agent.iter_async(USER, cancel=handle)) as events:
             async for event in events:
                 if event.kind == "tool_started":
                     break
 
     asyncio.run(stop_early())
-    assert SIDE_EFFECTS == [] and [type(e) for e in ERRORS] == [IterationStoppedError]
+    assert SIDE_EFFECTS == [] and ERRORS == []
+    snapshot = handle.snapshot
+    assert snapshot is not None and snapshot.phase is Phase.TOOL_RUN
+    # Its call was handed to the tools: the run cannot tell whether it started, so it is in doubt.
+    assert snapshot.outcome_unknown_calls() == {"c1": "add"}
+    with pytest.raises(BreakpointException) as in_doubt:
+        agent.run(snapshot=snapshot)
+    run_it = ToolExecutionDecision("add", True, "c1")
+    assert agent.run(snapshot=in_doubt.value.snapshot, decisions=[run_it])["exit_reason"] == "text"
+    assert SIDE_EFFECTS == ["add(1,2)"]
 
 
 def test_events_round_trip_through_to_dict(tmp_path: Path) -> None:
@@ -336,8 +355,10 @@ def test_transition_events_are_the_trace_and_call_events_replay_the_call_table(
             assert declared[(event.source, event.trigger)] == event.dest
             assert where.get(event.call, CallStatus.PROPOSED.value) == event.source
             where[event.call] = event.dest
-    ran = {e.call for e in seen if isinstance(e, ToolEnded)}
+    ran = {e.call for e in seen if isinstance(e, ToolStarted)}
     assert ran == {key for key, status in where.items() if status == "done"}
+    answered = {e.call for e in seen if isinstance(e, ToolEnded)}
+    assert answered == {key for key, status in where.items() if status in ("done", "failed")}
 
 
 @hook
@@ -404,3 +425,18 @@ def test_the_log_and_a_handler_read_the_same_transitions() -> None:
         for e, line in zip(phases, logged, strict=True)
     )
     assert sum("event='call transition'" in line for line in stream.getvalue().splitlines()) == 2
+
+
+def test_iter_reports_a_misspelt_option_before_the_run_starts() -> None:
+    from agentfsm import UsageLimits
+    from agentfsm.errors import ConfigurationError
+
+    model = ScriptedChatGenerator(["done"])
+    agent = Agent(chat_generator=model)
+    with pytest.raises(ConfigurationError, match="usage_limits") as typo:
+        agent.iter(USER, usage_limit=UsageLimits(requests=1))
+    assert "'usage_limit'" in str(typo.value)
+    with pytest.raises(ConfigurationError, match="usage_limits"):
+        agent.iter_async(USER, usage_limit=UsageLimits(requests=1))
+    assert model.calls == []
+    assert [e.kind for e in agent.iter(USER, usage_limits=UsageLimits(requests=1))][-1] == "run_ended"

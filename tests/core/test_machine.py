@@ -196,6 +196,17 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
             usage_limits=UsageLimits(requests=1),
         ).run(USER)
     )
+    # Resumed into LLM_CALL with a smaller limit than it paused with: it ends before the model call.
+    two_steps = [calls(call("add", a=1, b=2)), "done"]
+    with pytest.raises(BreakpointException) as before_call:
+        Agent(chat_generator=ScriptedChatGenerator(two_steps), tools=[add]).run(
+            USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1)
+        )
+    edges |= _edges_of(
+        Agent(chat_generator=ScriptedChatGenerator([]), tools=[add], usage_limits=UsageLimits(requests=1)).run(
+            snapshot=before_call.value.snapshot
+        )
+    )
     edges |= _failed_edges(Agent(chat_generator=ScriptedChatGenerator([]), tools=[add]))
     edges |= _failed_edges(
         Agent(

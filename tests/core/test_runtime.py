@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agentfsm import ChatMessage, Phase, State, ToolInvoker
@@ -112,3 +114,29 @@ def test_a_snapshot_knows_its_calls_by_the_keys_the_invoker_gives_them() -> None
     run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2), call("add", None, a=3, b=4))]})
     keys = [call_key(c, i) for i, c in enumerate(run.calls)]
     assert list(run.make_snapshot().pending_calls_by_key()) == keys
+
+
+class CancelledByFact(AgentRun):
+    """A run whose ``cancel_requested`` fact holds for another reason than its handle (as a deadline's would)."""
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.step >= 1
+
+
+def test_the_cancel_interrupt_is_taken_when_its_fact_holds() -> None:
+    from agentfsm import RunHandle
+    from agentfsm.machine import GUARDED_INTERRUPTS, TRANSITIONS, Phase
+    from agentfsm.pauses import Cancelled
+
+    assert {p: [t.trigger for t in ts] for p, ts in GUARDED_INTERRUPTS.items()} == {
+        p: ["cancel", "usage_limit"] if p is Phase.LLM_CALL else ["cancel"] for p in GUARDED_INTERRUPTS
+    }
+    assert all(t in TRANSITIONS for ts in GUARDED_INTERRUPTS.values() for t in ts)
+    base = new_run()
+    run = CancelledByFact(replace(base.config, cancel=RunHandle()), base.state)
+    assert isinstance(run.next_action(), CallModel), "the fact does not hold yet"
+    run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2))]})
+    action = run.next_action()
+    assert run.phase is Phase.PAUSED and run.trace[-1].trigger == "cancel"
+    assert run.trace[-1].source is Phase.TOOL_PENDING and isinstance(action.snapshot.pause, Cancelled)

@@ -62,6 +62,14 @@ slow = DurableAgent(
     ),
     "slow",
 )
+timed = DurableAgent(
+    Agent(
+        chat_generator=ScriptedChatGenerator([calls(call("slow_step", "t1", label="t")), "done"]),
+        tools=[slow_step],
+        usage_limits=UsageLimits(wall_clock=3600),
+    ),
+    "timed",
+)
 looping = DurableAgent(
     Agent(chat_generator=RepeatingModel(), tools=[add], loop_detection=LoopDetection(repeats=3)), "looping"
 )
@@ -122,3 +130,33 @@ def test_a_durable_run_cancelled_from_a_client_resumes_from_its_recorded_steps(l
     result = slow.run(snapshot=in_doubt.value.snapshot, decisions=[settled])
     assert result["last_message"].text == "done"
     assert SIDE_EFFECTS == ["slow_step(a)"], "the call did not run again"
+
+
+def test_a_durable_runs_wall_clock_counts_from_its_first_start_across_resume_cancelled(launched: str) -> None:
+    STARTED.clear()
+    RELEASE.clear()
+    timed.start([ChatMessage.from_user("go")], run_id="w1")
+    assert STARTED.wait(60)
+    cancel(DBOS, "w1")
+    RELEASE.set()
+    deadline = time.monotonic() + 60
+    while find_run(DBOS, "w1").workflow_status != "CANCELLED":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before_resume = time.time()
+    workflow_id = resume_cancelled(DBOS, "w1")
+    with pytest.raises(BreakpointException) as in_doubt:
+        DurableRun(timed, "w1", workflow_id).result(timeout=60)
+    started_at = in_doubt.value.snapshot.state["run_usage"]["started_at"]
+    assert started_at < before_resume, "the replayed workflow reads the clock's start back from its first run"
+
+
+def test_per_run_limits_and_handles_are_refused_with_what_to_use_instead() -> None:
+    from agentfsm import RunHandle
+    from agentfsm.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="usage_limits") as refused:
+        limited.start([ChatMessage.from_user("go")], usage_limits=UsageLimits(requests=1))
+    assert "Agent(usage_limits=" in str(refused.value)
+    with pytest.raises(ConfigurationError, match=r"agentfsm\.durable\.cancel"):
+        limited.start([ChatMessage.from_user("go")], cancel=RunHandle())
