@@ -40,7 +40,6 @@ each; docs/events.md shows both.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
@@ -68,11 +67,6 @@ __all__ = [
     "ToolStarted",
     "event_from_dict",
 ]
-
-
-def now() -> float:
-    """The timestamp events carry (``at``): seconds since the epoch."""
-    return time.time()
 
 
 def error_text(error: BaseException) -> str:

@@ -33,7 +33,6 @@ from agentfsm.events import (
     ToolEnded,
     ToolStarted,
     error_text,
-    now,
 )
 from agentfsm.logs import logger
 from agentfsm.machine import CallStatus, Work
@@ -161,7 +160,7 @@ class Emitter:
     # -- the events of the driver's I/O -------------------------------------------------------------
 
     def _head(self) -> tuple[str, int, float]:
-        return self._run.run_id, self._run.step, now()
+        return self._run.run_id, self._run.step, time.time()
 
     def started(self) -> RunStarted:
         """The run's first event: a resumed run's trace ends with its ``resume`` edge."""
@@ -171,7 +170,7 @@ class Emitter:
     def model_started(self, action: CallModel) -> ModelStarted:
         """A model call is about to start."""
         run = self._run
-        return ModelStarted(run.run_id, run.step, now(), self._model, len(action.messages))
+        return ModelStarted(run.run_id, run.step, time.time(), self._model, len(action.messages))
 
     def model_ended(self, output: Any, started: float) -> ModelEnded | ModelFailed:
         """What the model call that started at ``started`` (``perf_counter``) gave."""
@@ -191,7 +190,7 @@ class Emitter:
                     reasons.append(reason)
         run = self._run
         usage = add_usage(None, usages) if usages else {}
-        return ModelEnded(run.run_id, run.step, now(), model or self._model, usage, reasons, duration)
+        return ModelEnded(run.run_id, run.step, time.time(), model or self._model, usage, reasons, duration)
 
     def model_failed(self, error: BaseException, started: float) -> ModelFailed:
         """The model call that started at ``started`` raised ``error``."""
@@ -270,7 +269,7 @@ class Emitter:
         duration = (time.perf_counter() - self._tools_started) * 1e6
         run = self._run
         return ToolEnded(
-            run.run_id, run.step, now(), call.key, call.call.id, call.call.tool_name, result, text, duration
+            run.run_id, run.step, time.time(), call.key, call.call.id, call.call.tool_name, result, text, duration
         )
 
     def hook_ran(self, point: Work, name: str, started: float, error: BaseException | None) -> HookRan:
