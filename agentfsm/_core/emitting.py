@@ -176,10 +176,12 @@ class Emitter:
         """What the model call that started at ``started`` (``perf_counter``) gave."""
         duration = (time.perf_counter() - started) * 1e6
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
+        if not isinstance(replies, list) or not replies:
             return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
         usages, model, reasons = [], None, []
         for reply in replies:
+            if not isinstance(reply, ChatMessage):
+                return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
             meta = reply.meta
             if meta:
                 if isinstance(usage := meta.get("usage"), dict):
