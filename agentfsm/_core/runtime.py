@@ -665,8 +665,8 @@ class AgentRun:
             if not isinstance(reply, ChatMessage):
                 raise bad_model_output(output)
             calls += reply.tool_calls
-            if isinstance(reply.meta.get("usage"), dict):
-                usage.append(reply.meta["usage"])
+            if isinstance(counts := reply.meta.get("usage"), dict):
+                usage.append(counts)
         if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
