@@ -40,7 +40,6 @@ each; docs/events.md shows both.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
@@ -70,11 +69,6 @@ __all__ = [
 ]
 
 
-def now() -> float:
-    """The timestamp events carry (``at``): seconds since the epoch."""
-    return time.time()
-
-
 def error_text(error: BaseException) -> str:
     """How events give an error: ``"<type>: <message>"``."""
     return f"{type(error).__name__}: {error}"
@@ -84,24 +78,24 @@ _E = TypeVar("_E")
 
 
 def _quick_init(cls: type[_E]) -> type[_E]:
-    """Give a frozen, slotted event class an ``__init__`` that fills the slots through their own setters.
+    """Give a frozen event class an ``__init__`` that sets its ``__dict__`` whole, in one call.
 
-    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, about twice
-    as slow; a run makes ten events a step, so this is most of what listening to it costs. The
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, one call a
+    field; a run makes ten events a step, so this is most of what listening to it costs. The
     instances stay frozen: assigning a field still raises ``FrozenInstanceError``.
     """
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
-    lines = [f"    _set_{name}(self, {name})" for name in names]
-    source = f"def __init__(self, {', '.join(names)}):\n" + "\n".join(lines)
-    exec(source, setters)  # built from the field names only, as dataclasses builds its own
-    init = setters["__init__"]
+    fields = ", ".join(f"{name!r}: {name}" for name in names)
+    source = f"def __init__(self, {', '.join(names)}):\n    _set(self, '__dict__', {{{fields}}})"
+    namespace: dict[str, Any] = {"_set": object.__setattr__}
+    exec(source, namespace)  # built from the field names only, as dataclasses builds its own
+    init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _Event:
     """What every event carries."""
 
@@ -132,7 +126,7 @@ class _Event:
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunStarted(_Event):
     """A run started, or resumed from a snapshot (``resumed``)."""
 
@@ -142,7 +136,7 @@ class RunStarted(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PhaseChanged(_Event):
     """The run took an edge of the phase machine (one entry of its ``trace``)."""
 
@@ -156,7 +150,7 @@ class PhaseChanged(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CallChanged(_Event):
     """A tool call took an edge of the call machine (``agentfsm.machine.CALL_TRANSITIONS``)."""
 
@@ -169,7 +163,7 @@ class CallChanged(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelStarted(_Event):
     """The chat generator is called with ``messages`` messages."""
 
@@ -179,7 +173,7 @@ class ModelStarted(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelChunk(_Event):
     """The chat generator streamed a chunk (what ``streaming_callback`` is given)."""
 
@@ -188,7 +182,7 @@ class ModelChunk(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelEnded(_Event):
     """The chat generator replied."""
 
@@ -202,7 +196,7 @@ class ModelEnded(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModelFailed(_Event):
     """The chat generator raised, or replied with something that is not a reply."""
 
@@ -213,7 +207,7 @@ class ModelFailed(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ToolStarted(_Event):
     """A tool call was handed to its tool."""
 
@@ -225,7 +219,7 @@ class ToolStarted(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ToolEnded(_Event):
     """A tool call finished: its tool returned ``result``, or raised ``error``."""
 
@@ -239,7 +233,7 @@ class ToolEnded(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HookRan(_Event):
     """A hook ran at ``point``; ``error`` when it raised."""
 
@@ -251,7 +245,7 @@ class HookRan(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DecisionTaken(_Event):
     """A confirmation decision was applied to a pending call (from a strategy, or given on resume)."""
 
@@ -261,7 +255,7 @@ class DecisionTaken(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunPaused(_Event):
     """The run paused: a breakpoint, a decision to wait for, calls whose outcome is unknown, or a cancellation."""
 
@@ -280,7 +274,7 @@ class RunPaused(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunResumed(_Event):
     """A run resumed from a snapshot into ``phase`` (at the event's ``step``)."""
 
@@ -289,7 +283,7 @@ class RunResumed(_Event):
 
 
 @_quick_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunEnded(_Event):
     """The run is over: ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or the ``error`` that failed it."""
 

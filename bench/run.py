@@ -1032,6 +1032,18 @@ OWN_ROWS: dict[str, Callable[[int], Configuration]] = {
     "hooks": lambda steps: Configuration(
         partial(workload_agent, steps, hooks=NO_OP_HOOKS), [ChatMessage.from_user("go")]
     ),
+    "events": lambda steps: Configuration(
+        partial(workload_agent, steps), [ChatMessage.from_user("go")], run_options=lambda: {"on_event": ignore_event}
+    ),
+    "limits": lambda steps: Configuration(
+        partial(limited_agent, steps), [ChatMessage.from_user("go")], run_options=cancellable
+    ),
+    "logging": lambda steps: Configuration(
+        partial(workload_agent, steps), [ChatMessage.from_user("go")], transition_logging
+    ),
+    "otel": lambda steps: Configuration(
+        partial(workload_agent, steps), [ChatMessage.from_user("go")], opentelemetry_no_op_export
+    ),
 }
 #: Some of the rows of ``peers/workloads.py`` (its ``CONFIGURATIONS``), for ``--help``.
 PEER_ROWS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
@@ -1040,13 +1052,17 @@ PEER_ROWS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
 def only(rows: list[str], steps: int, runs: int) -> dict[str, Any]:
     """Time only ``rows``: agentfsm's own (``OWN_ROWS``) taking turns here, the peers' in their virtualenv.
 
-    With both ``plain`` and ``hooks``, what a hook firing adds; with the peers' ``agentfsm`` and
+    With both ``plain`` and ``hooks``, what a hook firing adds; with ``plain`` and ``events``, ``limits``,
+    ``logging`` or ``otel``, their ratio to plain; with the peers' ``agentfsm`` and
     ``haystack`` rows, how many times faster agentfsm is.
     """
     own = {name: OWN_ROWS[name](steps) for name in rows if name in OWN_ROWS}
     out: dict[str, Any] = per_step_us(own, steps, runs) if own else {}
     if "plain" in out and "hooks" in out:
         out["hook firing us"] = round((out["hooks"]["median_us"] - out["plain"]["median_us"]) / 2, 2)
+    for name in ("events", "limits", "logging", "otel"):
+        if "plain" in out and name in out:
+            out[f"{name} x plain"] = round(out[name]["median_us"] / out["plain"]["median_us"], 2)
     peer_rows = [name for name in rows if name not in OWN_ROWS]
     if peer_rows:
         python = HERE / ".peers-venv" / "bin" / "python"

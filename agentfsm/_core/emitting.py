@@ -36,7 +36,6 @@ from agentfsm.events import (
     ToolEnded,
     ToolStarted,
     error_text,
-    now,
 )
 from agentfsm.logs import logger
 from agentfsm.machine import CallStatus, Phase, Work
@@ -183,7 +182,7 @@ class Emitter:
     # -- the events of the driver's I/O -------------------------------------------------------------
 
     def _head(self) -> tuple[str, int, float]:
-        return self._run.run_id, self._run.step, now()
+        return self._run.run_id, self._run.step, time.time()
 
     def started(self) -> RunStarted:
         """The run's first event: a resumed run's trace ends with its ``resume`` edge."""
@@ -193,16 +192,18 @@ class Emitter:
     def model_started(self, action: CallModel) -> ModelStarted:
         """A model call is about to start."""
         run = self._run
-        return ModelStarted(run.run_id, run.step, now(), self._model, len(action.messages))
+        return ModelStarted(run.run_id, run.step, time.time(), self._model, len(action.messages))
 
     def model_ended(self, output: Any, started: float) -> ModelEnded | ModelFailed:
         """What the model call that started at ``started`` (``perf_counter``) gave."""
         duration = (time.perf_counter() - started) * 1e6
         replies = output.get("replies") if isinstance(output, dict) else None
-        if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
+        if not isinstance(replies, list) or not replies:
             return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
         usages, model, reasons = [], None, []
         for reply in replies:
+            if not isinstance(reply, ChatMessage):
+                return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
             meta = reply.meta
             if meta:
                 if isinstance(usage := meta.get("usage"), dict):
@@ -213,7 +214,7 @@ class Emitter:
                     reasons.append(reason)
         run = self._run
         usage = add_usage(None, usages) if usages else {}
-        return ModelEnded(run.run_id, run.step, now(), model or self._model, usage, reasons, duration)
+        return ModelEnded(run.run_id, run.step, time.time(), model or self._model, usage, reasons, duration)
 
     def model_failed(self, error: BaseException, started: float) -> ModelFailed:
         """The model call that started at ``started`` raised ``error``."""
@@ -304,7 +305,7 @@ class Emitter:
         duration = (time.perf_counter() - self._tools_started) * 1e6
         run = self._run
         return ToolEnded(
-            run.run_id, run.step, now(), call.key, call.call.id, call.call.tool_name, result, text, duration
+            run.run_id, run.step, time.time(), call.key, call.call.id, call.call.tool_name, result, text, duration
         )
 
     def tool_ran(self, call: PreparedCall, at: float, started: float) -> tuple[ToolStarted, ToolEnded]:

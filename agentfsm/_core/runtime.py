@@ -34,7 +34,7 @@ from agentfsm.errors import (
     OutputValidationError,
     ToolCallLimitError,
 )
-from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
+from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
 from agentfsm.logs import logger, stdlib_logger
@@ -876,7 +876,7 @@ class AgentRun:
             taken = {**d.to_dict(), "call_fingerprint": proposed, "step": self.step}
             self.decisions.append({**taken, "outcome_unknown": True} if unknown else taken)
             if self.records_events:
-                self._events.append(DecisionTaken(self.run_id, self.step, now(), call.key, d.to_dict()))
+                self._events.append(DecisionTaken(self.run_id, self.step, time.time(), call.key, d.to_dict()))
 
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
@@ -908,7 +908,7 @@ class AgentRun:
             self._dispatch = dispatch_for(self._constants)
         if self.records_events:
             self._events.append(
-                CallChanged(self.run_id, self.step, now(), call.key, call.call.tool_name, source, dest, trigger)
+                CallChanged(self.run_id, self.step, time.time(), call.key, call.call.tool_name, source, dest, trigger)
             )
 
     def crashed_during_tool_run(self, started: Iterable[str], decided: Iterable[str] = ()) -> None:
@@ -982,7 +982,7 @@ class AgentRun:
             PhaseChanged(
                 self.run_id,
                 record.step,
-                now(),
+                time.time(),
                 record.source,
                 record.dest,
                 record.trigger,
@@ -991,7 +991,7 @@ class AgentRun:
             )
         )
         if record.trigger == "resume":
-            self._events.append(RunResumed(self.run_id, self.step, now(), record.dest))
+            self._events.append(RunResumed(self.run_id, self.step, time.time(), record.dest))
 
     @property
     def logs(self) -> bool:
