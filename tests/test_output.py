@@ -225,6 +225,34 @@ def test_the_final_answer_tool_wraps_a_schema_that_is_not_an_object() -> None:
     assert Agent(chat_generator=model, output_type=NUMBERS).run(USER)["output"] == [1, 2]
 
 
+class Node(BaseModel):
+    """A recursive model: pydantic gives it a root ``$ref`` into ``$defs``."""
+
+    value: int
+    children: list[Node] = []
+
+
+def test_a_recursive_model_answers_through_the_final_answer_tool_with_its_fields_at_the_root() -> None:
+    tree = {"value": 1, "children": [{"value": 2}]}
+    model = ToolOnlyModel([calls(ToolCall(FINAL_ANSWER_TOOL, tree, id="f1"))])
+    agent = Agent(chat_generator=model, output_type=Node)
+    assert agent.run(USER)["output"] == Node(value=1, children=[Node(value=2)])
+    spec = agent.output_spec
+    assert spec is not None and not spec.wrapped and spec.parameters["required"] == ["value"]
+
+
+def test_a_schema_whose_references_do_not_resolve_is_refused_when_the_agent_is_built() -> None:
+    for schema in ({"$ref": "#/$defs/Missing"}, {"type": "array", "items": {"$ref": "#/definitions/X"}}):
+        with pytest.raises(SchemaError, match=r"\$ref"):
+            Agent(chat_generator=ToolOnlyModel([]), output_type=schema)
+
+
+def test_a_wrapped_schema_keeps_its_definitions_at_the_root() -> None:
+    schema = {"type": "array", "items": {"$ref": "#/$defs/N"}, "$defs": {"N": {"type": "integer"}}}
+    model = ToolOnlyModel([calls(call(FINAL_ANSWER_TOOL, "f1", answer=[1, 2]))])
+    assert Agent(chat_generator=model, output_type=schema).run(USER)["output"] == [1, 2]
+
+
 # -- async, streaming, snapshots ---------------------------------------------------------------------
 
 
