@@ -151,6 +151,8 @@ class FinalAnswerTool(Tool):
     agent's ``output_retries``.
     """
 
+    is_answer = True
+
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Accept any arguments: the answer is checked once the call ran."""
 

@@ -18,10 +18,14 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    LoopDetection,
     Phase,
     State,
     StreamingChunk,
+    Tool,
     ToolCall,
+    Toolset,
+    UsageLimits,
 )
 from agentfsm.errors import (
     ConfigurationError,
@@ -31,9 +35,10 @@ from agentfsm.errors import (
     SchemaError,
 )
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy
 from agentfsm.output import FINAL_ANSWER_TOOL, RETRY_META_KEY
 from agentfsm.stores import SQLiteSnapshotStore
-from tests.helpers import add, call, calls
+from tests.helpers import ScriptedUI, add, call, calls
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = [ChatMessage.from_user("Which city?")]
@@ -225,6 +230,49 @@ def test_the_final_answer_tool_wraps_a_schema_that_is_not_an_object() -> None:
     assert Agent(chat_generator=model, output_type=NUMBERS).run(USER)["output"] == [1, 2]
 
 
+PARIS_CALL = ToolCall(FINAL_ANSWER_TOOL, {"name": "Paris", "population": 2100000}, id="f1")
+
+
+def test_the_final_answer_is_no_tool_call_for_the_limits_nor_the_counts() -> None:
+    model = ToolOnlyModel([calls(call("add", "c1", a=1, b=2)), calls(PARIS_CALL)])
+    agent = Agent(chat_generator=model, tools=[add], output_type=City, usage_limits=UsageLimits(tool_calls=1))
+    result = agent.run(USER)
+    assert result["output"] == City(name="Paris", population=2100000) and result.exit_reason == "tool:final_answer"
+    assert result["tool_call_counts"] == {"add": 1}
+
+
+def test_a_strategy_for_every_tool_does_not_ask_about_the_final_answer() -> None:
+    ui = ScriptedUI([["confirm", None, None]])
+    strategy = BlockingConfirmationStrategy(AlwaysAskPolicy(), ui)
+    model = ToolOnlyModel([calls(call("add", "c1", a=1, b=2)), calls(PARIS_CALL)])
+    result = Agent(chat_generator=model, tools=[add], output_type=City, confirmation_strategies={"*": strategy}).run(
+        USER
+    )
+    assert result["output"].name == "Paris" and [name for name, _ in ui.asked] == ["add"]
+
+
+def test_loop_detection_does_not_take_the_same_answer_twice_for_a_loop() -> None:
+    model = ToolOnlyModel([calls(PARIS_CALL, ToolCall(FINAL_ANSWER_TOOL, PARIS_CALL.arguments, id="f2"))])
+    agent = Agent(chat_generator=model, output_type=City, loop_detection=LoopDetection(repeats=2))
+    result = agent.run(USER)
+    assert result["output"].name == "Paris" and result.exit_reason == "tool:final_answer"
+
+
+class ShowsAFinalAnswer(Toolset):
+    """A dynamic toolset (as an MCP server's is) showing a tool whose name is the final-answer tool's."""
+
+    dynamic = True
+
+    def warm_up(self) -> None:
+        self.tools = [Tool(FINAL_ANSWER_TOOL, "Not the agent's.", {"type": "object"}, lambda: "theirs")]
+
+
+def test_a_dynamic_toolset_showing_a_tool_named_final_answer_is_refused() -> None:
+    model = ToolOnlyModel([calls(PARIS_CALL)])
+    with pytest.raises(ConfigurationError, match=FINAL_ANSWER_TOOL):
+        Agent(chat_generator=model, tools=ShowsAFinalAnswer(), output_type=City).run(USER)
+
+
 class Node(BaseModel):
     """A recursive model: pydantic gives it a root ``$ref`` into ``$defs``."""
 
@@ -278,6 +326,7 @@ import sys
 from agentfsm import Agent, AgentSnapshot
 from agentfsm.errors import OutputValidationError
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy
 from tests.test_output import City
 snapshot = AgentSnapshot.from_file(sys.argv[1])
 agent = Agent(chat_generator=ScriptedChatGenerator(["{}", *sys.argv[2:]], position=snapshot.step), output_type=City)

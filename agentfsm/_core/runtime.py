@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.errors import MachineError, ModelClientError, OutputValidationError, ToolCallLimitError
+from agentfsm.errors import (
+    ConfigurationError,
+    MachineError,
+    ModelClientError,
+    OutputValidationError,
+    ToolCallLimitError,
+)
 from agentfsm.events import CallChanged, DecisionTaken, Event, EventHandler, PhaseChanged, RunResumed, now
 from agentfsm.hitl.strategy_table import StrategyTable
 from agentfsm.limits import RUN_USAGE_KEY, UsageLimits
@@ -497,10 +503,11 @@ class AgentRun:
         limits = self._limits
         assert limits is not None and limits.tool_calls is not None
         left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
-        if len(self.pending) <= left:  # every call fits
+        counted = [c for c in self.pending if c.tool is None or not c.tool.is_answer]
+        if len(counted) <= left:  # every call fits
             return
         refused = 0
-        for c in self.pending:
+        for c in counted:
             if c.status is not CallStatus.READY or (completed and c.key in completed):
                 continue
             if left > 0:
@@ -680,7 +687,11 @@ class AgentRun:
                 if completed and c.key in completed:
                     c.outcome = completed[c.key]
                     self.move_call(c, "restore")
-                elif c.status is CallStatus.READY and covered.strategy_for(c.call.tool_name) is not None:
+                elif (
+                    c.status is CallStatus.READY
+                    and not (c.tool is not None and c.tool.is_answer)
+                    and covered.strategy_for(c.call.tool_name) is not None
+                ):
                     self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
@@ -707,6 +718,11 @@ class AgentRun:
         tools = dict(self.config.tools)
         for toolset in self.config.dynamic:
             tools.update((t.name, t) for t in toolset)
+        if self.config.output is not None and FINAL_ANSWER_TOOL in tools and not tools[FINAL_ANSWER_TOOL].is_answer:
+            raise ConfigurationError(
+                f"A dynamic toolset shows a tool named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent with an "
+                "output_type gives the model for its answer: rename the toolset's tool."
+            )
         return tools
 
     # -- the driver's reports: they record, and never move the run ----------------------------------

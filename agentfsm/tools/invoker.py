@@ -435,7 +435,7 @@ class ToolInvoker:
         counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
         for c in calls:
             result = self._result(c, state)
-            if c.status is CallStatus.DONE and c.tool is not None:
+            if c.status is CallStatus.DONE and c.tool is not None and not c.tool.is_answer:
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
             meta = {} if c.decision is None else {"confirmation": c.decision.to_dict()}
             messages.append(ChatMessage(ChatRole.TOOL, (result,), None, meta))
