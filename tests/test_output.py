@@ -258,6 +258,13 @@ def test_loop_detection_does_not_take_the_same_answer_twice_for_a_loop() -> None
     assert result["output"].name == "Paris" and result.exit_reason == "tool:final_answer"
 
 
+def test_a_final_answer_that_does_not_fit_is_reported_as_json() -> None:
+    model = ToolOnlyModel([calls(ToolCall(FINAL_ANSWER_TOOL, {"name": "paris"}, id="f1"))])
+    with pytest.raises(OutputValidationError) as failed:
+        Agent(chat_generator=model, output_type=City, output_retries=0).run(USER)
+    assert failed.value.answer == '{"name":"paris"}'
+
+
 class ShowsAFinalAnswer(Toolset):
     """A dynamic toolset (as an MCP server's is) showing a tool whose name is the final-answer tool's."""
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
+import orjson
+
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import (
@@ -569,7 +571,7 @@ class AgentRun:
         self.error = OutputValidationError(
             self.config.output.name,
             checked[1],
-            answer if isinstance(answer, str) else repr(answer),
+            answer if isinstance(answer, str) else orjson.dumps(answer).decode(),  # a tool's arguments, as JSON
             retries_made(self._data["messages"]),
         )
 
