@@ -288,7 +288,7 @@ class ToolInvoker:
         arguments = (
             prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
         )
-        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
+        timeout = self.timeout_of(tool)
         try:
             if timeout is None:
                 return CallOutcome(tool.invoke(**arguments))
@@ -308,7 +308,7 @@ class ToolInvoker:
         tool = prepared.tool
         assert tool is not None
         arguments = self._arguments(tool, prepared, streaming_callback)
-        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
+        timeout = self.timeout_of(tool)
         try:
             if timeout is None:
                 if inline and not tool.awaitable:
