@@ -89,8 +89,13 @@ class OutputType:
             ) from None
 
     def response_format(self) -> dict[str, Any]:
-        """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too)."""
-        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
+        """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too).
+
+        An object's schema goes out with its fields at the root (a recursive model's root ``$ref``
+        resolved); any other as it is, since the answer is then the bare value.
+        """
+        schema = self.schema if self.wrapped else self.parameters
+        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": schema}}
 
     def final_answer_tool(self) -> Tool:
         """The tool the model calls with its final answer as the arguments (for clients without a response format)."""

@@ -296,6 +296,13 @@ def test_a_recursive_model_answers_through_the_final_answer_tool_with_its_fields
     assert spec is not None and not spec.wrapped and spec.parameters["required"] == ["value"]
 
 
+def test_a_recursive_model_goes_out_as_a_response_format_with_an_object_at_its_root() -> None:
+    spec = Agent(chat_generator=ScriptedChatGenerator([]), output_type=Node).output_spec
+    assert spec is not None
+    schema = spec.response_format()["json_schema"]["schema"]
+    assert schema["type"] == "object" and "$ref" not in schema and "Node" in schema["$defs"]
+
+
 def test_a_schema_whose_references_do_not_resolve_is_refused_when_the_agent_is_built() -> None:
     for schema in ({"$ref": "#/$defs/Missing"}, {"type": "array", "items": {"$ref": "#/definitions/X"}}):
         with pytest.raises(SchemaError, match=r"\$ref"):
