@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from agentfsm.errors import ConfigurationError, check_int
 from agentfsm.messages import ChatMessage, ChatRole
+from agentfsm.output import FINAL_ANSWER_TOOL
 from agentfsm.state import State
 
 #: What the run does when the model repeats itself.
@@ -92,6 +93,8 @@ def repeated_call(messages: list[ChatMessage], repeats: int) -> str | None:
         if role is ChatRole.TOOL:
             for result in message.tool_call_results:
                 origin = result.origin
+                if origin.tool_name == FINAL_ANSWER_TOOL:  # the run's answer, not a tool call: it ends the row
+                    return None
                 key = (origin.tool_name, origin.arguments, result.result, result.error)  # dicts compare deeply
                 if seen is None:
                     seen = key

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import fastjsonschema
 import orjson
 import pydantic
 from jsonschema import Draft202012Validator
@@ -31,6 +32,8 @@ from agentfsm.tools.tool import Tool
 FINAL_ANSWER_TOOL = "final_answer"
 #: The ``meta`` key of the message that tells the model why its answer was refused (its value: the try's number).
 RETRY_META_KEY = "output_retry"
+#: Where schemas keep the definitions their ``$ref``s point to (2020-12's name and draft 7's).
+_DEFINITIONS = ("$defs", "definitions")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*?)\n?```$", re.DOTALL)
 
 
@@ -41,7 +44,7 @@ class OutputType:
         output_type: A pydantic model class, a dataclass, or a JSON schema (a ``dict``).
     """
 
-    __slots__ = ("_adapter", "_validator", "name", "schema", "source")
+    __slots__ = ("_adapter", "_final_answer", "_validator", "name", "parameters", "schema", "source", "wrapped")
 
     def __init__(self, output_type: Any) -> None:
         #: The type or schema as given.
@@ -70,20 +73,33 @@ class OutputType:
             )
         #: A name for the schema, as the APIs take it (letters, digits, ``_`` and ``-``).
         self.name = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "output"
+        #: The schema with an object at its root, as tools and APIs take it; ``wrapped``: the answer is its ``answer``.
+        self.parameters, self.wrapped = _object_rooted(self.schema)
+        try:
+            # Built (and its schema compiled) here, so that a schema no tool can take fails at ``Agent(...)``.
+            self._final_answer = FinalAnswerTool(
+                FINAL_ANSWER_TOOL,
+                "Give your final answer by calling this tool: its arguments are the answer.",
+                self.parameters,
+                _echo,
+            )
+        except fastjsonschema.JsonSchemaDefinitionException as exc:
+            raise SchemaError(
+                f"output_type's JSON schema cannot be used ({exc}): every $ref must point to a definition in it."
+            ) from None
 
     def response_format(self) -> dict[str, Any]:
-        """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too)."""
-        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
+        """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too).
+
+        An object's schema goes out with its fields at the root (a recursive model's root ``$ref``
+        resolved); any other as it is, since the answer is then the bare value.
+        """
+        schema = self.schema if self.wrapped else self.parameters
+        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": schema}}
 
     def final_answer_tool(self) -> Tool:
         """The tool the model calls with its final answer as the arguments (for clients without a response format)."""
-        schema = self.schema if self.schema.get("type") == "object" else _wrapped(self.schema)
-        return FinalAnswerTool(
-            FINAL_ANSWER_TOOL,
-            "Give your final answer by calling this tool: its arguments are the answer.",
-            schema,
-            _echo,
-        )
+        return self._final_answer
 
     def check(self, answer: str | Mapping[str, Any]) -> tuple[Any, list[str]]:
         """The parsed answer and ``[]``, or ``None`` and what is wrong with it (one line per problem).
@@ -99,7 +115,7 @@ class OutputType:
                 return None, [f"the answer is not JSON ({exc})"]
         else:
             value = dict(answer)
-            if self.schema.get("type") != "object":
+            if self.wrapped:
                 value = value.get("answer")
         if self._adapter is not None:
             try:
@@ -140,6 +156,8 @@ class FinalAnswerTool(Tool):
     agent's ``output_retries``.
     """
 
+    is_answer = True
+
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Accept any arguments: the answer is checked once the call ran."""
 
@@ -178,9 +196,25 @@ def retry_message(problems: list[str], number: int, tool: bool) -> ChatMessage:
     )
 
 
-def _wrapped(schema: dict[str, Any]) -> dict[str, Any]:
-    """A schema that is not an object's, as the one property of a tool's parameters (tools take objects)."""
-    return {"type": "object", "properties": {"answer": schema}, "required": ["answer"]}
+def _object_rooted(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``schema`` with an object at its root (tools and APIs take only objects), and whether it was wrapped.
+
+    An object's schema stays as it is; a root ``$ref`` to an object's definition (pydantic's shape for a
+    recursive model) is resolved in place, ``$defs`` kept at the root so that the references inside
+    resolve; any other schema becomes the one property, ``answer``, of an object, its ``$defs`` moved to
+    the wrapper's root (as ``definitions``) for the same reason.
+    """
+    ref, defs = schema.get("$ref"), schema.get("$defs")
+    if ref is None:
+        if schema.get("type", "object") == "object":
+            return schema, False
+    elif isinstance(ref, str) and ref.startswith("#/$defs/") and isinstance(defs, dict):
+        target = defs.get(ref.removeprefix("#/$defs/"))
+        if isinstance(target, dict) and target.get("type") == "object":
+            return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}, False
+    hoisted = {k: v for k, v in schema.items() if k in _DEFINITIONS}
+    inner = {k: v for k, v in schema.items() if k not in _DEFINITIONS}
+    return {"type": "object", "properties": {"answer": inner}, "required": ["answer"], **hoisted}, True
 
 
 def _echo(**arguments: Any) -> dict[str, Any]:

@@ -18,10 +18,14 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    LoopDetection,
     Phase,
     State,
     StreamingChunk,
+    Tool,
     ToolCall,
+    Toolset,
+    UsageLimits,
 )
 from agentfsm.errors import (
     ConfigurationError,
@@ -31,9 +35,10 @@ from agentfsm.errors import (
     SchemaError,
 )
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy
 from agentfsm.output import FINAL_ANSWER_TOOL, RETRY_META_KEY
 from agentfsm.stores import SQLiteSnapshotStore
-from tests.helpers import add, call, calls
+from tests.helpers import ScriptedUI, add, call, calls
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = [ChatMessage.from_user("Which city?")]
@@ -225,6 +230,91 @@ def test_the_final_answer_tool_wraps_a_schema_that_is_not_an_object() -> None:
     assert Agent(chat_generator=model, output_type=NUMBERS).run(USER)["output"] == [1, 2]
 
 
+PARIS_CALL = ToolCall(FINAL_ANSWER_TOOL, {"name": "Paris", "population": 2100000}, id="f1")
+
+
+def test_the_final_answer_is_no_tool_call_for_the_limits_nor_the_counts() -> None:
+    model = ToolOnlyModel([calls(call("add", "c1", a=1, b=2)), calls(PARIS_CALL)])
+    agent = Agent(chat_generator=model, tools=[add], output_type=City, usage_limits=UsageLimits(tool_calls=1))
+    result = agent.run(USER)
+    assert result["output"] == City(name="Paris", population=2100000) and result.exit_reason == "tool:final_answer"
+    assert result["tool_call_counts"] == {"add": 1}
+
+
+def test_a_strategy_for_every_tool_does_not_ask_about_the_final_answer() -> None:
+    ui = ScriptedUI([["confirm", None, None]])
+    strategy = BlockingConfirmationStrategy(AlwaysAskPolicy(), ui)
+    model = ToolOnlyModel([calls(call("add", "c1", a=1, b=2)), calls(PARIS_CALL)])
+    result = Agent(chat_generator=model, tools=[add], output_type=City, confirmation_strategies={"*": strategy}).run(
+        USER
+    )
+    assert result["output"].name == "Paris" and [name for name, _ in ui.asked] == ["add"]
+
+
+def test_loop_detection_does_not_take_the_same_answer_twice_for_a_loop() -> None:
+    model = ToolOnlyModel([calls(PARIS_CALL, ToolCall(FINAL_ANSWER_TOOL, PARIS_CALL.arguments, id="f2"))])
+    agent = Agent(chat_generator=model, output_type=City, loop_detection=LoopDetection(repeats=2))
+    result = agent.run(USER)
+    assert result["output"].name == "Paris" and result.exit_reason == "tool:final_answer"
+
+
+def test_a_final_answer_that_does_not_fit_is_reported_as_json() -> None:
+    model = ToolOnlyModel([calls(ToolCall(FINAL_ANSWER_TOOL, {"name": "paris"}, id="f1"))])
+    with pytest.raises(OutputValidationError) as failed:
+        Agent(chat_generator=model, output_type=City, output_retries=0).run(USER)
+    assert failed.value.answer == '{"name":"paris"}'
+
+
+class ShowsAFinalAnswer(Toolset):
+    """A dynamic toolset (as an MCP server's is) showing a tool whose name is the final-answer tool's."""
+
+    dynamic = True
+
+    def warm_up(self) -> None:
+        self.tools = [Tool(FINAL_ANSWER_TOOL, "Not the agent's.", {"type": "object"}, lambda: "theirs")]
+
+
+def test_a_dynamic_toolset_showing_a_tool_named_final_answer_is_refused() -> None:
+    model = ToolOnlyModel([calls(PARIS_CALL)])
+    with pytest.raises(ConfigurationError, match=FINAL_ANSWER_TOOL):
+        Agent(chat_generator=model, tools=ShowsAFinalAnswer(), output_type=City).run(USER)
+
+
+class Node(BaseModel):
+    """A recursive model: pydantic gives it a root ``$ref`` into ``$defs``."""
+
+    value: int
+    children: list[Node] = []
+
+
+def test_a_recursive_model_answers_through_the_final_answer_tool_with_its_fields_at_the_root() -> None:
+    tree = {"value": 1, "children": [{"value": 2}]}
+    model = ToolOnlyModel([calls(ToolCall(FINAL_ANSWER_TOOL, tree, id="f1"))])
+    agent = Agent(chat_generator=model, output_type=Node)
+    assert agent.run(USER)["output"] == Node(value=1, children=[Node(value=2)])
+    spec = agent.output_spec
+    assert spec is not None and not spec.wrapped and spec.parameters["required"] == ["value"]
+
+
+def test_a_recursive_model_goes_out_as_a_response_format_with_an_object_at_its_root() -> None:
+    spec = Agent(chat_generator=ScriptedChatGenerator([]), output_type=Node).output_spec
+    assert spec is not None
+    schema = spec.response_format()["json_schema"]["schema"]
+    assert schema["type"] == "object" and "$ref" not in schema and "Node" in schema["$defs"]
+
+
+def test_a_schema_whose_references_do_not_resolve_is_refused_when_the_agent_is_built() -> None:
+    for schema in ({"$ref": "#/$defs/Missing"}, {"type": "array", "items": {"$ref": "#/definitions/X"}}):
+        with pytest.raises(SchemaError, match=r"\$ref"):
+            Agent(chat_generator=ToolOnlyModel([]), output_type=schema)
+
+
+def test_a_wrapped_schema_keeps_its_definitions_at_the_root() -> None:
+    schema = {"type": "array", "items": {"$ref": "#/$defs/N"}, "$defs": {"N": {"type": "integer"}}}
+    model = ToolOnlyModel([calls(call(FINAL_ANSWER_TOOL, "f1", answer=[1, 2]))])
+    assert Agent(chat_generator=model, output_type=schema).run(USER)["output"] == [1, 2]
+
+
 # -- async, streaming, snapshots ---------------------------------------------------------------------
 
 
@@ -250,6 +340,7 @@ import sys
 from agentfsm import Agent, AgentSnapshot
 from agentfsm.errors import OutputValidationError
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy
 from tests.test_output import City
 snapshot = AgentSnapshot.from_file(sys.argv[1])
 agent = Agent(chat_generator=ScriptedChatGenerator(["{}", *sys.argv[2:]], position=snapshot.step), output_type=City)

@@ -122,35 +122,61 @@ def call_model(generator: ChatGenerator, action: CallModel, streaming_callback: 
     A timed call runs in a thread of its own: past the timeout the run stops waiting (the call,
     which cannot be stopped, runs on and its reply is dropped) and ``ModelDeadlineError`` is raised.
     """
-    arguments = model_arguments(action, streaming_callback)
     if action.timeout is None:
-        return generator.run(**arguments)
+        return generator.run(**model_arguments(action, streaming_callback))
+    gate = _Gate(streaming_callback)
+    arguments = model_arguments(action, None if streaming_callback is None else gate)
     done, output = result_within(run_in_own_thread(generator.run, **arguments), action.timeout)
     if not done:
+        gate.close()
         raise _model_timed_out(action.timeout)
     return output
 
 
 async def call_model_async(generator: ChatGenerator, action: CallModel, streaming_callback: Any) -> Any:
     """Like ``call_model`` on the event loop: ``run_async`` when the generator has it (cancelled at the timeout)."""
-    arguments = model_arguments(action, streaming_callback)
     run_async = getattr(generator, "run_async", None)
     if action.timeout is None:
+        arguments = model_arguments(action, streaming_callback)
         return (
             await run_async(**arguments) if run_async is not None else await run_in_worker(generator.run, **arguments)
         )
-    call = (
-        run_async(**arguments)
-        if run_async is not None
-        else asyncio.wrap_future(run_in_own_thread(generator.run, **arguments))
-    )
+    if run_async is not None:  # cancelled at the timeout: it streams nothing after it
+        call = run_async(**model_arguments(action, streaming_callback))
+    else:
+        gate = _Gate(streaming_callback)
+        arguments = model_arguments(action, None if streaming_callback is None else gate)
+        call = asyncio.wrap_future(run_in_own_thread(generator.run, **arguments))
     try:
         async with asyncio.timeout(action.timeout) as bound:
             return await call
     except TimeoutError:
         if not bound.expired():
             raise  # the generator's own TimeoutError
+        if run_async is None:
+            gate.close()
         raise _model_timed_out(action.timeout) from None
+
+
+class _Gate:
+    """A streaming callback that passes chunks on until the call it serves is abandoned at its timeout.
+
+    An abandoned sync call runs on in its thread: without the gate its chunks would reach the
+    user's callback after the run failed, or between the chunks of the next call.
+    """
+
+    __slots__ = ("_callback", "_open")
+
+    def __init__(self, callback: Any) -> None:
+        self._callback = callback
+        self._open = True
+
+    def __call__(self, chunk: StreamingChunk) -> Any:
+        return self._callback(chunk) if self._open else None
+
+    def close(self) -> None:
+        """Drop every chunk from now on."""
+        self._open = False
 
 
 def _tool_chunks(messages: list[ChatMessage]) -> list[StreamingChunk]:

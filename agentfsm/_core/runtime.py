@@ -24,10 +24,13 @@ from dataclasses import dataclass, field, replace
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
+import orjson
+
 from agentfsm._core import listeners
 from agentfsm._core.decisions import call_fingerprint, check_decisions
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.errors import (
+    ConfigurationError,
     IterationStoppedError,
     MachineError,
     ModelClientError,
@@ -535,10 +538,11 @@ class AgentRun:
         limits = self._limits
         assert limits is not None and limits.tool_calls is not None
         left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
-        if len(self.pending) <= left:  # every call fits
+        counted = [c for c in self.pending if c.tool is None or not c.tool.is_answer]
+        if len(counted) <= left:  # every call fits
             return
         refused = 0
-        for c in self.pending:
+        for c in counted:
             if c.status is not CallStatus.READY:
                 continue
             # A call that finished before a resume took its place under the limit (the step's calls
@@ -602,7 +606,7 @@ class AgentRun:
         self.error = OutputValidationError(
             self.config.output.name,
             checked[1],
-            answer if isinstance(answer, str) else repr(answer),
+            answer if isinstance(answer, str) else orjson.dumps(answer).decode(),  # a tool's arguments, as JSON
             retries_made(self._data["messages"]),
         )
 
@@ -723,7 +727,11 @@ class AgentRun:
                 if completed and c.key in completed:
                     c.outcome = completed[c.key]
                     self.move_call(c, "restore")
-                elif c.status is CallStatus.READY and covered.strategy_for(c.call.tool_name) is not None:
+                elif (
+                    c.status is CallStatus.READY
+                    and not (c.tool is not None and c.tool.is_answer)
+                    and covered.strategy_for(c.call.tool_name) is not None
+                ):
                     self.move_call(c, "ask")
             keys = {c.key for c in self.pending}
             for decision in self.decisions:  # confirmations taken before a pause or a crash
@@ -750,6 +758,11 @@ class AgentRun:
         tools = dict(self.config.tools)
         for toolset in self.config.dynamic:
             tools.update((t.name, t) for t in toolset)
+        if self.config.output is not None and FINAL_ANSWER_TOOL in tools and not tools[FINAL_ANSWER_TOOL].is_answer:
+            raise ConfigurationError(
+                f"A dynamic toolset shows a tool named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent with an "
+                "output_type gives the model for its answer: rename the toolset's tool."
+            )
         return tools
 
     # -- the driver's reports: they record, and never move the run ----------------------------------

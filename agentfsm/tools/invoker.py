@@ -288,7 +288,7 @@ class ToolInvoker:
         arguments = (
             prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
         )
-        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
+        timeout = self.timeout_of(tool)
         try:
             if timeout is None:
                 return CallOutcome(tool.invoke(**arguments))
@@ -308,7 +308,7 @@ class ToolInvoker:
         tool = prepared.tool
         assert tool is not None
         arguments = self._arguments(tool, prepared, streaming_callback)
-        timeout = tool.timeout if tool.timeout is not None else self.tool_timeout  # timeout_of, inlined: every call
+        timeout = self.timeout_of(tool)
         try:
             if timeout is None:
                 if inline and not tool.awaitable:
@@ -435,7 +435,7 @@ class ToolInvoker:
         counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
         for c in calls:
             result = self._result(c, state)
-            if c.status is CallStatus.DONE and c.tool is not None:
+            if c.status is CallStatus.DONE and c.tool is not None and not c.tool.is_answer:
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
             meta = {} if c.decision is None else {"confirmation": c.decision.to_dict()}
             messages.append(ChatMessage(ChatRole.TOOL, (result,), None, meta))

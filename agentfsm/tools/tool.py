@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import fastjsonschema
 import orjson
@@ -193,6 +193,10 @@ class Tool:
     #: waiting: the call's result is a ``ToolTimeoutError`` (a sync function keeps running in its
     #: thread, and what it returns then is dropped).
     timeout: float | None = None
+    #: A call of this tool is the run's final answer, not a tool call (the final-answer tool's
+    #: class sets it): it counts toward neither ``tool_call_counts`` nor ``UsageLimits(tool_calls=...)``,
+    #: no ``"*"`` confirmation strategy covers it, and loop detection does not read it.
+    is_answer: ClassVar[bool] = False
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
     _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
     #: The function has an ``idempotency_key`` parameter: each call is given a key of its own, the

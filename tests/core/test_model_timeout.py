@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, ChatMessage, State
+from agentfsm import Agent, ChatMessage, State, StreamingChunk
 from agentfsm.errors import ConfigurationError, ModelDeadlineError
 from agentfsm.generators import ScriptedChatGenerator
 
@@ -59,6 +59,30 @@ def test_a_sync_run_stops_waiting_and_fails_through_its_on_error_hooks() -> None
         model.release.set()
     assert seen == [failed.value]
     assert model.returned.wait(10), "the abandoned call ran to its end; its reply went nowhere"
+
+
+class StuckStreaming(Stuck):
+    """Streams one chunk once released, after the run stopped waiting for it."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        self.release.wait(10)
+        streaming_callback(StreamingChunk("late"))
+        self.returned.set()
+        return {"replies": [ChatMessage.from_assistant("late")]}
+
+
+async def test_an_abandoned_call_streams_nothing_more_to_the_callback() -> None:
+    chunks: list[StreamingChunk] = []
+    for run_async in (False, True):
+        model = StuckStreaming()
+        agent = Agent(chat_generator=model, model_timeout=0.1, streaming_callback=chunks.append)
+        try:
+            with pytest.raises(ModelDeadlineError):
+                await agent.run_async(USER) if run_async else agent.run(USER)
+        finally:
+            model.release.set()
+        assert model.returned.wait(10), "the abandoned call streamed its chunk and returned"
+    assert chunks == []
 
 
 async def test_run_async_cancels_a_generator_with_run_async() -> None:
