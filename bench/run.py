@@ -30,11 +30,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
 from agentfsm import (
     Agent,
     AgentSnapshot,
@@ -189,17 +184,24 @@ def ignore_event(event: Event) -> None:
     """An ``on_event`` handler that does nothing: what remains is the cost of the events."""
 
 
-class NoExport(SpanExporter):
-    """A span exporter that sends nothing: what remains is the cost of building the spans."""
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Drop the spans."""
-        return SpanExportResult.SUCCESS
-
-
 @contextlib.contextmanager
 def opentelemetry_no_op_export() -> Iterator[None]:
-    """``agentfsm.telemetry`` on, with the SDK (batched spans, metrics aggregated in memory) exporting nothing."""
+    """``agentfsm.telemetry`` on, with the SDK (batched spans, metrics aggregated in memory) exporting nothing.
+
+    The SDK is imported here: ``peers/workloads.py`` imports this module in a virtualenv without it.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class NoExport(SpanExporter):
+        """A span exporter that sends nothing: what remains is the cost of building the spans."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            """Drop the spans."""
+            return SpanExportResult.SUCCESS
+
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(NoExport()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
