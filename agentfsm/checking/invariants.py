@@ -76,9 +76,11 @@ def invariant(
 
     Used bare (``@invariant``) or called (``@invariant("answers politely")``), like ``@tool``:
 
-    >>> @invariant("answers politely")
-    ... def polite(run):
-    ...     return run.ending != "DONE" or "please" in run.state["messages"][-1].text
+    ```python
+    @invariant("answers politely")
+    def polite(run):
+        return run.ending != "DONE" or "please" in run.state["messages"][-1].text
+    ```
     """
     if callable(name):
         return as_invariant(name)
