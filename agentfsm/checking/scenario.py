@@ -28,6 +28,7 @@ from agentfsm.checking.world import (
     WorldSlot,
     WorldStore,
     build_agent,
+    fitting_answer,
 )
 from agentfsm.errors import BreakpointException, SnapshotError
 from agentfsm.events import Event, ModelFailed
@@ -202,6 +203,7 @@ def execute(
     world = World(subject.bounds, subject.tools, dict(answers), crash_at=crash_at, fingerprints=fingerprints)
     world.choose = choose
     world.menus = subject.menus
+    world.fitting_answer = fitting_answer(subject.agent)
     world.record.hooked = subject.hooked
     world.record.max_agent_steps = subject.agent.max_agent_steps
     agent = subject.prepared(world)

@@ -173,8 +173,21 @@ def invalid_arguments(tool: Tool) -> dict[str, Any] | None:
     return None
 
 
-def model_menu(tools: Sequence[Tool], kinds: Sequence[str], step: int) -> tuple[Any, ...]:
-    """The replies the world's model can give at ``step``: ``ChatMessage``s, or a ``ModelClientError`` to raise."""
+def fitting_answer(agent: Agent) -> str | None:
+    """For an agent with an ``output_type``, an answer that fits it (JSON text); ``None`` without one, or if none is found."""
+    spec = agent.output_spec
+    if spec is None:
+        return None
+    text = orjson.dumps(_example(spec.schema, spec.schema.get("$defs", {}), 0)).decode()
+    checked = spec.check(text)
+    return text if not checked[1] else None
+
+
+def model_menu(tools: Sequence[Tool], kinds: Sequence[str], step: int, answer: str | None = None) -> tuple[Any, ...]:
+    """The replies the world's model can give at ``step``: ``ChatMessage``s, or a ``ModelClientError`` to raise.
+
+    ``answer``: a text that fits the agent's ``output_type``, offered beside the closing text.
+    """
     menu: list[Any] = []
 
     def ask(*calls: tuple[str, dict[str, Any]]) -> ChatMessage:
@@ -184,6 +197,8 @@ def model_menu(tools: Sequence[Tool], kinds: Sequence[str], step: int) -> tuple[
 
     if "text" in kinds:
         menu.append(ChatMessage.from_assistant(CLOSING_TEXT))
+        if answer is not None:
+            menu.append(ChatMessage.from_assistant(answer))
     if "tool" in kinds:
         menu += [ask((t.name, valid_arguments(t))) for t in tools]
     if "invalid" in kinds:
@@ -245,6 +260,8 @@ class World:
     menus: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     #: Picks the answer to a question the path does not fix (``None``: the first option).
     choose: Callable[[tuple[Any, ...]], Any] | None = None
+    #: A text that fits the agent's ``output_type`` (``fitting_answer``), offered beside the closing text.
+    fitting_answer: str | None = None
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -295,10 +312,10 @@ class World:
         if step > self.bounds.max_steps + self.bounds.grace:
             raise PathCut(f"the run called the model {step} times: it did not end within the bound")
         if step > self.bounds.max_steps:
-            options: tuple[Any, ...] = (ChatMessage.from_assistant(CLOSING_TEXT),)
+            options: tuple[Any, ...] = (ChatMessage.from_assistant(self.fitting_answer or CLOSING_TEXT),)
         else:
             options = self.menus.get(step) or self.menus.setdefault(
-                step, model_menu(self.tools, self.bounds.replies, step)
+                step, model_menu(self.tools, self.bounds.replies, step, self.fitting_answer)
             )
         reply = self.answer(("model", step), options)
         if isinstance(reply, BaseException):

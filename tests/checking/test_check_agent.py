@@ -355,3 +355,17 @@ def test_sampling_draws_crashes_with_their_in_doubt_answers_and_breakpoints() ->
 
     check_agent(agents.single_charge, max_steps=1, max_paths=1, samples=80, replies=["tool"], invariants=[notes])
     assert settled and paused
+
+
+def test_a_typed_agent_is_checked_on_answers_that_fit_its_output_type() -> None:
+    """The world offers an answer that fits ``output_type``: the ``exit`` edge with an output is explored."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    typed = Agent(chat_generator=ScriptedChatGenerator(["unused"]), output_type=schema)
+
+    @invariant
+    def never_answers_in_shape(run: RecordedRun) -> bool:
+        return run.result is None or run.result.get("output") is None
+
+    result = check_agent(typed, max_steps=1, crashes=False, breakpoints=False, invariants=[never_answers_in_shape])
+    [violation] = result.violations
+    assert violation.invariant == "never_answers_in_shape"
