@@ -12,7 +12,6 @@ consumers of the events like any handler: ``log_event`` writes the transitions o
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 from collections.abc import Awaitable, Callable
@@ -199,11 +198,11 @@ class Emitter:
         duration = (time.perf_counter() - started) * 1e6
         replies = output.get("replies") if isinstance(output, dict) else None
         if not isinstance(replies, list) or not replies:
-            return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
+            return self.model_failed(bad_model_output(output), started)
         usages, model, reasons = [], None, []
         for reply in replies:
             if not isinstance(reply, ChatMessage):
-                return ModelFailed(*self._head(), self._model, error_text(bad_model_output(output)), duration)
+                return self.model_failed(bad_model_output(output), started)
             meta = reply.meta
             if meta:
                 if isinstance(usage := meta.get("usage"), dict):
@@ -277,12 +276,12 @@ class Emitter:
     def tools_started(self, calls: list[PreparedCall]) -> list[ToolStarted]:
         """The calls of a step handed to their tools (those ready to run)."""
         self._tools_started = time.perf_counter()
-        run_id, step, at = self._head()
-        return [
-            ToolStarted(run_id, step, at, c.key, c.call.id, c.call.tool_name, dict(c.arguments))
-            for c in calls
-            if c.status is CallStatus.READY
-        ]
+        at = time.time()
+        return [self._tool_started(c, at) for c in calls if c.status is CallStatus.READY]
+
+    def _tool_started(self, call: PreparedCall, at: float) -> ToolStarted:
+        run = self._run
+        return ToolStarted(run.run_id, run.step, at, call.key, call.call.id, call.call.tool_name, dict(call.arguments))
 
     def tools_refused(self, calls: list[PreparedCall]) -> list[ToolEnded]:
         """The calls of a step answered without running, each ending at once with the error the model reads.
@@ -296,13 +295,13 @@ class Emitter:
             if c.status is CallStatus.FAILED and c.error is not None
         ]
 
-    def tool_ended(self, call: PreparedCall) -> ToolEnded:
-        """A call finished, its outcome set."""
+    def tool_ended(self, call: PreparedCall, started: float | None = None) -> ToolEnded:
+        """A call finished, its outcome set; it started at ``started`` (``perf_counter``), else with its step's calls."""
         outcome = call.outcome
         error = outcome.error if outcome is not None else None
         result = outcome.value if outcome is not None and error is None else None
         text = _error_text(error) if error is not None else None
-        duration = (time.perf_counter() - self._tools_started) * 1e6
+        duration = (time.perf_counter() - (self._tools_started if started is None else started)) * 1e6
         run = self._run
         return ToolEnded(
             run.run_id, run.step, time.time(), call.key, call.call.id, call.call.tool_name, result, text, duration
@@ -314,11 +313,7 @@ class Emitter:
         For a driver that learns only once a call finished whether it ran here (a recovered durable
         workflow finds some calls recorded): both of its events then go out together.
         """
-        run = self._run
-        begun = ToolStarted(run.run_id, run.step, at, call.key, call.call.id, call.call.tool_name, dict(call.arguments))
-        ended = self.tool_ended(call)
-        duration = (time.perf_counter() - started) * 1e6
-        return begun, dataclasses.replace(ended, duration_us=duration)
+        return self._tool_started(call, at), self.tool_ended(call, started)
 
     def hook_ran(self, point: Work, name: str, started: float, error: BaseException | None) -> HookRan:
         """A hook that started at ``started`` (``perf_counter``) ran, and raised ``error`` if not ``None``."""
