@@ -111,6 +111,8 @@ class AgentOutline:
     confirmation: StrategyTable
     #: The facts the agent's runs can never change: the rule its runs use (``constant_facts``).
     constants: ConstantFacts
+    #: Seconds a call of each of its tools may take (``None``: no limit), as its runs apply them.
+    timeouts: Mapping[str, float | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +309,7 @@ class Agent:
                 loop_detection=self.loop_detection,
                 output_retries=None if self._output is None else self.output_retries,
             ),
+            timeouts={t.name: self._invoker.timeout_of(t) for t in self._tools},
         )
 
     # -- lifecycle --------------------------------------------------------------------------------

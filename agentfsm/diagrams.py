@@ -158,9 +158,8 @@ def _agent_notes(agent: Agent, outline: AgentOutline) -> dict[str, str]:
     notes: dict[str, str] = {}
     tools = ", ".join(t.name for t in outline.tools) or "none"
     notes[Phase.TOOL_RUN.value] = f"tools: {tools}; up to {agent.tool_concurrency} in parallel"
-    timeouts = {t.name: t.timeout if t.timeout is not None else agent.tool_timeout for t in outline.tools}
-    if any(timeout is not None for timeout in timeouts.values()):
-        timed = ", ".join(f"{name} {timeout:g} s" for name, timeout in timeouts.items() if timeout is not None)
+    if any(timeout is not None for timeout in outline.timeouts.values()):
+        timed = ", ".join(f"{name} {timeout:g} s" for name, timeout in outline.timeouts.items() if timeout is not None)
         notes[Phase.TOOL_RUN.value] += f"; timeouts: {timed}"
     notes[Phase.EXIT_CHECK.value] = f"exit conditions: {', '.join(agent.exit_conditions)}"
     notes[Phase.LLM_CALL.value] = f"model: {type(agent.chat_generator).__name__}"
