@@ -116,17 +116,23 @@ ALL_USAGE_LIMITS = UsageLimits(
 )
 
 
-def limited_agent(steps: int) -> Agent:
-    """The workload agent with every usage limit on (its runs get a ``RunHandle``).
-
-    Its replies report usage, so that tokens and cost are counted.
-    """
+def usage_agent(steps: int, **agent_kwargs: Any) -> Agent:
+    """The workload agent on replies that report their token usage, as the HTTP clients' replies do."""
     return Agent(
         chat_generator=ScriptedChatGenerator([with_usage(m) for m in script(steps)]),
         tools=[add],
         max_agent_steps=steps + 1,
-        usage_limits=ALL_USAGE_LIMITS,
+        **agent_kwargs,
     )
+
+
+def limited_agent(steps: int) -> Agent:
+    """``usage_agent`` with every usage limit on (its runs get a ``RunHandle``).
+
+    Its replies report usage, so that tokens and cost are counted. Its baseline is ``usage_agent``
+    without limits: both sum the replies' usage into ``token_usage``, which plain replies skip.
+    """
+    return usage_agent(steps, usage_limits=ALL_USAGE_LIMITS)
 
 
 def cancellable() -> dict[str, Any]:
@@ -283,6 +289,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             "events to a no-op handler": Configuration(
                 partial(workload_agent, steps), user, run_options=lambda: {"on_event": ignore_event}
             ),
+            "plain, replies reporting usage": Configuration(partial(usage_agent, steps), user),
             "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
             "loop detection": Configuration(partial(workload_agent, steps, loop_detection=LoopDetection()), user),
             "OpenTelemetry on, no-op exporter": Configuration(
@@ -834,6 +841,20 @@ BUDGET = (
 )
 
 
+#: The per-step costs bounded by a ratio: (target, row, the row it is a ratio to, at most).
+RATIO_BUDGET = (
+    ("events to a no-op handler ≤ 1.2x plain", "events to a no-op handler", "plain", 1.2),
+    ("OpenTelemetry on, no-op exporter ≤ 2x plain", "OpenTelemetry on, no-op exporter", "plain", 2.0),
+    ("logging on ≤ 2x plain", "logging", "plain", 2.0),
+    (
+        "all usage limits on ≤ 1.3x the same replies (reporting usage) without limits",
+        "all limits on",
+        "plain, replies reporting usage",
+        1.3,
+    ),
+)
+
+
 def target_table(results: dict[str, Any]) -> list[str]:
     """The speed budget, and where this run stands against it (by median), then the flatness the durable store promises."""
     growth = results["growth"]
@@ -881,9 +902,10 @@ def target_table(results: dict[str, Any]) -> list[str]:
             )
         )
     overhead = results["overhead"]
-    if "OpenTelemetry on, no-op exporter" in overhead:  # results written before the row was added lack it
-        traced = overhead["OpenTelemetry on, no-op exporter"]["median_us"] / overhead["plain"]["median_us"]
-        rows.append(("OpenTelemetry on, no-op exporter ≤ 2x plain", f"{traced:.1f}x", "yes" if traced <= 2 else "no"))
+    for target, row, base, at_most in RATIO_BUDGET:
+        if row in overhead and base in overhead:  # results written before a row was added lack it
+            ratio = overhead[row]["median_us"] / overhead[base]["median_us"]
+            rows.append((target, f"{ratio:.2f}x", "yes" if ratio <= at_most else "no"))
     rows.append(
         (
             "a hook firing ≤ 2 µs beyond the hook's own work",
@@ -1037,6 +1059,7 @@ OWN_ROWS: dict[str, Callable[[int], Configuration]] = {
     "events": lambda steps: Configuration(
         partial(workload_agent, steps), [ChatMessage.from_user("go")], run_options=lambda: {"on_event": ignore_event}
     ),
+    "usage": lambda steps: Configuration(partial(usage_agent, steps), [ChatMessage.from_user("go")]),
     "limits": lambda steps: Configuration(
         partial(limited_agent, steps), [ChatMessage.from_user("go")], run_options=cancellable
     ),
@@ -1062,9 +1085,11 @@ def only(rows: list[str], steps: int, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = per_step_us(own, steps, runs) if own else {}
     if "plain" in out and "hooks" in out:
         out["hook firing us"] = round((out["hooks"]["median_us"] - out["plain"]["median_us"]) / 2, 2)
-    for name in ("events", "limits", "logging", "otel"):
+    for name in ("events", "logging", "otel"):
         if "plain" in out and name in out:
             out[f"{name} x plain"] = round(out[name]["median_us"] / out["plain"]["median_us"], 2)
+    if "usage" in out and "limits" in out:
+        out["limits x usage"] = round(out["limits"]["median_us"] / out["usage"]["median_us"], 2)
     peer_rows = [name for name in rows if name not in OWN_ROWS]
     if peer_rows:
         python = HERE / ".peers-venv" / "bin" / "python"

@@ -28,6 +28,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
         "no-op hooks at before_llm, before_tool, on_exit",
         "logging",
         "events to a no-op handler",
+        "plain, replies reporting usage",
         "all limits on",
         "loop detection",
         "OpenTelemetry on, no-op exporter",
@@ -111,6 +112,9 @@ def test_target_table_judges_this_run_by_its_medians() -> None:
             "plain": {"median_us": 18.0},
             "no-op hooks at before_llm, before_tool, on_exit": {"median_us": hooks},
             "OpenTelemetry on, no-op exporter": {"median_us": 36.0},
+            "events to a no-op handler": {"median_us": 21.5},
+            "plain, replies reporting usage": {"median_us": 20.0},
+            "all limits on": {"median_us": 27.0},
         }
         return {"growth": growth, "peers": peers, "overhead": overhead}
 
@@ -129,10 +133,13 @@ def test_target_table_judges_this_run_by_its_medians() -> None:
     assert "| ≥ 25x faster than LangGraph's SqliteSaver, a checkpoint per step | 26.0x | yes |" in met
     assert "from 10 to 1000 messages (≤ 2x; a whole snapshot grows with the history) | 1.05x | yes |" in met
     assert "| a hook firing ≤ 2 µs beyond the hook's own work | 1.5 µs | yes |" in met
-    assert "| OpenTelemetry on, no-op exporter ≤ 2x plain | 2.0x | yes |" in met
+    assert "| OpenTelemetry on, no-op exporter ≤ 2x plain | 2.00x | yes |" in met
+    assert "| events to a no-op handler ≤ 1.2x plain | 1.19x | yes |" in met
+    assert "| all usage limits on ≤ 1.3x the same replies (reporting usage) without limits | 1.35x | no |" in met
+    assert "logging" not in met, "a row not measured is left out"
 
     missed = "\n".join(bench.target_table(results(2000.0, peers(190.0, 3600.0), hooks=23.0)))
-    assert missed.count("| no |") == 4, missed
+    assert missed.count("| no |") == 5, missed
     unmeasured = "\n".join(bench.target_table(results(21.0, {})))
     assert "| ≥ 10x faster than Haystack's Agent per plain step |  | not measured |" in unmeasured
 
