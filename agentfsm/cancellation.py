@@ -9,6 +9,7 @@ idempotent, else it waits for a decision). ``after_run`` hooks run once, when th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,17 +30,30 @@ class RunHandle:
     after a cancellation takes a new handle (a cancelled one is refused with ``ConfigurationError``).
     """
 
-    __slots__ = ("_cancelled", "snapshot")
+    __slots__ = ("_cancelled", "_watchers", "snapshot")
 
     def __init__(self) -> None:
-        # A plain flag: read at every transition of the run, set once from any thread (an atomic store).
+        # A plain flag, set once from any thread (an atomic store).
         self._cancelled = False
+        self._watchers: list[Callable[[], None]] = []
         #: The snapshot of the run once it stopped for the cancellation (``None`` until then).
         self.snapshot: AgentSnapshot | None = None
 
     def cancel(self) -> None:
         """Ask the run to stop at its next transition; safe from any thread, and more than once."""
         self._cancelled = True
+        for watcher in self._watchers:
+            watcher()
+
+    def on_cancel(self, watcher: Callable[[], None]) -> None:
+        """Call ``watcher`` when ``cancel()`` is called, in the cancelling thread (at once if it was called already).
+
+        A run given the handle watches it this way: it reads ``cancelled`` at its transitions only
+        from then on, so a handle that is never used costs a run nothing.
+        """
+        self._watchers.append(watcher)
+        if self._cancelled:
+            watcher()
 
     @property
     def cancelled(self) -> bool:

@@ -15,6 +15,7 @@ The drivers are in ``agentfsm._core.drivers``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 import time
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from logging import DEBUG
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import orjson
@@ -51,6 +53,7 @@ from agentfsm.machine import (
     GUARDED_INTERRUPTS,
     HOOK_POINTS,
     PHASE_WORK,
+    TRANSITIONS,
     CallStatus,
     ConstantFacts,
     Facts,
@@ -384,9 +387,13 @@ class AgentRun:
         #: Set when the task driving the run was cancelled, or the loop over its events stopped (the
         #: handle, if any, says the same for a thread).
         self._task_cancelled = False
-        #: Whether a guarded interrupt's guard can hold at a transition: only with a ``RunHandle`` or
-        #: usage limits (a cancelled task is reported by the driver: ``task_cancelled``).
-        self._watching = config.cancel is not None or (self._limits is not None and self._limits.bounded)
+        #: The guarded interrupts whose guard can come to hold between two of the run's transitions
+        #: (``watched_interrupts``): ``usage_limit`` with limits set; ``cancel`` once the run's
+        #: ``RunHandle`` is cancelled (a cancelled task is reported by the driver, ``task_cancelled``,
+        #: which reads every guarded interrupt).
+        self._watched = watched_interrupts(cancel=False, limits=self._limits is not None and self._limits.bounded)
+        if config.cancel is not None:
+            config.cancel.on_cancel(self._watch_cancel)
         #: The check of the conversation's final answer against the output type, for the conversation's
         #: version it was made for: (version, (parsed value, problems)).
         self._checked_output: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
@@ -483,15 +490,22 @@ class AgentRun:
             return False
         self._task_cancelled = True
         self._awaiting = None
-        return self._take_guarded_interrupt()
+        return self._take_guarded_interrupt(GUARDED_INTERRUPTS.get(self.phase, ()))
 
-    def _take_guarded_interrupt(self) -> bool:
-        """Take the first guarded interrupt out of the current phase whose guard holds; False if none does.
+    def _watch_cancel(self) -> None:
+        """The run's ``RunHandle`` was cancelled (in any thread): from now on its transitions read ``cancel_requested``."""
+        self._watched = watched_interrupts(cancel=True, limits=self._limits is not None and self._limits.bounded)
+
+    def _take_guarded_interrupt(self, interrupts: tuple[Transition, ...]) -> bool:
+        """Take the first of ``interrupts`` (out of the current phase) whose guard holds; False if none does.
 
         Into PAUSED, the snapshot is taken where the phase's work stands, before the edge (its delta carries it).
         """
-        for t in GUARDED_INTERRUPTS.get(self.phase, ()):
-            if all(getattr(self, name) is value for name, value in t.when):
+        for t in interrupts:
+            for name, value in t.when:  # in the guard's order, reading no fact past the first that fails
+                if getattr(self, name) is not value:
+                    break
+            else:
                 if t.dest is Phase.PAUSED:
                     self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
                 self._move(t)
@@ -538,8 +552,10 @@ class AgentRun:
         limits = self._limits
         assert limits is not None and limits.tool_calls is not None
         left = limits.tool_calls - sum((self._data.get("tool_call_counts") or {}).values())
+        if len(self.pending) <= left:  # every call fits
+            return
         counted = [c for c in self.pending if c.tool is None or not c.tool.is_answer]
-        if len(counted) <= left:  # every call fits
+        if len(counted) <= left:
             return
         refused = 0
         for c in counted:
@@ -986,8 +1002,12 @@ class AgentRun:
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
             self.interrupt("pause", Phase.PAUSED)
-        if self._watching and self.phase in ACTIVE_PHASES:
-            self._take_guarded_interrupt()
+        if self._watched:
+            watched = self._watched.get(self.phase)
+            if watched is not None:
+                interrupts = watched.get(transition.trigger, watched[None])
+                if interrupts:
+                    self._take_guarded_interrupt(interrupts)
 
     def _record_transition(self, record: TransitionRecord, transition: Transition) -> None:
         exit_reason = self.exit_reason if transition.exit_reason is not None else None
@@ -1238,6 +1258,40 @@ def constant_facts(
     elif output_retries == 0:
         constants.append(("output_retries_left", False))
     return frozenset(constants)
+
+
+@functools.cache
+def watched_interrupts(*, cancel: bool, limits: bool) -> Mapping[Phase, Mapping[str | None, tuple[Transition, ...]]]:
+    """The guarded interrupts (``GUARDED_INTERRUPTS``) a run reads on entering a phase, by phase and entering trigger.
+
+    ``cancel``: the run has a ``RunHandle``; ``limits``: it has a usage limit set; without either,
+    that interrupt's guard cannot come to hold between two transitions. After a trigger, an
+    interrupt whose guard contradicts the guard of every declared edge of that trigger into the
+    phase is not read: both are read at the same boundary, with nothing done between them (EXIT_CHECK's
+    ``continue`` into LLM_CALL holds only while ``usage_limit_reached`` is false, so ``usage_limit``
+    cannot hold after it). ``None`` gives those read after any other trigger (a resume's).
+    """
+    read = {"cancel": cancel, "usage_limit": limits}
+    watched: dict[Phase, Mapping[str | None, tuple[Transition, ...]]] = {}
+    for phase, guarded in GUARDED_INTERRUPTS.items():
+        interrupts = tuple(t for t in guarded if read[t.trigger])
+        if not interrupts:
+            continue
+        entering: dict[str, list[Transition]] = {}
+        for edge in TRANSITIONS:
+            if edge.dest is phase and not edge.interrupt:
+                entering.setdefault(edge.trigger, []).append(edge)
+        after: dict[str | None, tuple[Transition, ...]] = {None: interrupts}
+        for trigger, edges in entering.items():
+            after[trigger] = tuple(t for t in interrupts if not all(_contradicts(e.when, t.when) for e in edges))
+        watched[phase] = MappingProxyType(after)
+    return MappingProxyType(watched)
+
+
+def _contradicts(guard: Iterable[tuple[str, bool]], other: Iterable[tuple[str, bool]]) -> bool:
+    """Whether the two guards cannot both hold: they need a fact to have different values."""
+    values = dict(guard)
+    return any(values.get(name, value) is not value for name, value in other)
 
 
 def check_facts_readable(run_class: type) -> None:

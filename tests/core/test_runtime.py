@@ -134,9 +134,41 @@ def test_the_cancel_interrupt_is_taken_when_its_fact_holds() -> None:
     }
     assert all(t in TRANSITIONS for ts in GUARDED_INTERRUPTS.values() for t in ts)
     base = new_run()
-    run = CancelledByFact(replace(base.config, cancel=RunHandle()), base.state)
+    handle = RunHandle()
+    handle.cancel()  # the run reads the fact at its transitions once its handle is cancelled
+    run = CancelledByFact(replace(base.config, cancel=handle), base.state)
     assert isinstance(run.next_action(), CallModel), "the fact does not hold yet"
     run.model_replied({"replies": [calls(call("add", "c1", a=1, b=2))]})
     action = run.next_action()
     assert run.phase is Phase.PAUSED and run.trace[-1].trigger == "cancel"
     assert run.trace[-1].source is Phase.TOOL_PENDING and isinstance(action.snapshot.pause, Cancelled)
+
+
+def test_a_run_reads_only_the_guarded_interrupts_that_can_hold_after_the_edge_it_took() -> None:
+    from agentfsm._core.runtime import watched_interrupts
+    from agentfsm.machine import Phase
+
+    def read(phase: Phase, trigger: str | None, **given: bool) -> list[str]:
+        watched = watched_interrupts(cancel=given.get("cancel", False), limits=given.get("limits", False))
+        after = watched.get(phase)
+        return [] if after is None else [t.trigger for t in after.get(trigger, after[None])]
+
+    assert read(Phase.LLM_CALL, "continue") == [], "without a handle or limits nothing is read"
+    # EXIT_CHECK's continue holds only while no limit is reached: at the same boundary none can be.
+    assert read(Phase.LLM_CALL, "continue", limits=True) == []
+    assert read(Phase.LLM_CALL, "start", limits=True) == ["usage_limit"]
+    assert read(Phase.LLM_CALL, "resume", limits=True) == ["usage_limit"]
+    assert read(Phase.LLM_CALL, "continue", cancel=True, limits=True) == ["cancel"]
+    assert read(Phase.TOOL_RUN, "run_tools", cancel=True) == ["cancel"]
+
+
+def test_a_handle_tells_its_watchers_once_cancelled_and_at_once_when_it_was() -> None:
+    from agentfsm import RunHandle
+
+    told: list[str] = []
+    handle = RunHandle()
+    handle.on_cancel(lambda: told.append("first"))
+    assert told == []
+    handle.cancel()
+    handle.on_cancel(lambda: told.append("second"))
+    assert told == ["first", "second"] and handle.cancelled
