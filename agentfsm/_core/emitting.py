@@ -37,7 +37,7 @@ from agentfsm.events import (
     error_text,
 )
 from agentfsm.logs import logger
-from agentfsm.machine import CallStatus, Phase, Work
+from agentfsm.machine import CALL_FAILED, CALL_READY, DONE, IDLE, Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.invoker import PreparedCall, error_type_name
@@ -277,7 +277,7 @@ class Emitter:
         """The calls of a step handed to their tools (those ready to run)."""
         self._tools_started = time.perf_counter()
         at = time.time()
-        return [self._tool_started(c, at) for c in calls if c.status is CallStatus.READY]
+        return [self._tool_started(c, at) for c in calls if c.status is CALL_READY]
 
     def _tool_started(self, call: PreparedCall, at: float) -> ToolStarted:
         run = self._run
@@ -292,7 +292,7 @@ class Emitter:
         return [
             ToolEnded(run_id, step, at, c.key, c.call.id, c.call.tool_name, None, _error_text(c.error), 0.0)
             for c in calls
-            if c.status is CallStatus.FAILED and c.error is not None
+            if c.status is CALL_FAILED and c.error is not None
         ]
 
     def tool_ended(self, call: PreparedCall, started: float | None = None) -> ToolEnded:
@@ -349,7 +349,7 @@ class Emitter:
 
 
 #: Where an error leaves the driver without the run taking its fail edge or announcing its end.
-_ENDS_UNANNOUNCED = frozenset({Phase.IDLE, Phase.DONE})
+_ENDS_UNANNOUNCED = frozenset({IDLE, DONE})
 
 
 class LogOnly(Emitter):

@@ -47,14 +47,22 @@ from agentfsm.loops import LoopDetection, repeated_call
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_DISPATCH,
+    CALL_DONE,
+    CALL_READY,
+    CALL_UNDECIDED,
+    CALL_UNKNOWN,
     CANNOT_FAIL,
     DISPATCH,
+    EXIT_CHECK,
     FACT_NAMES,
+    FAILED,
     GUARDED_INTERRUPTS,
     HOOK_POINTS,
+    IDLE,
+    PAUSED,
     PHASE_WORK,
+    TOOL_RUN,
     TRANSITIONS,
-    CallStatus,
     ConstantFacts,
     Facts,
     Phase,
@@ -87,7 +95,7 @@ _NO_DOUBT: ConstantFacts = frozenset({("calls_in_doubt", False)})
 #: The declared call transitions: (status, trigger) -> the status it leads to.
 _CALL_MOVES = CALL_DISPATCH.moves
 #: The statuses of calls waiting for a decision.
-_DECIDABLE = (CallStatus.UNDECIDED, CallStatus.UNKNOWN)
+_DECIDABLE = (CALL_UNDECIDED, CALL_UNKNOWN)
 #: Reads every fact off a run, in the order of ``Facts``.
 _READ_FACTS = operator.attrgetter(*FACT_NAMES)
 #: The pause reason in the snapshot of a run that takes a guarded interrupt (``GUARDED_INTERRUPTS``).
@@ -311,7 +319,7 @@ class AgentRun:
         #: State's live dictionary, to read from (every write goes through ``state``).
         self._data = state.data
         self.run_id = run_id or uuid.uuid4().hex
-        self.phase = Phase.IDLE
+        self.phase = IDLE
         #: How many items of the phase's work (``PHASE_WORK``) are done.
         self.stage = 0
         #: Model calls made.
@@ -424,7 +432,7 @@ class AgentRun:
 
     def _any_undecided(self) -> bool:
         for c in self.pending:  # noqa: SIM110 (a loop, not any() over a generator: read at every step)
-            if c.status is CallStatus.UNDECIDED:
+            if c.status is CALL_UNDECIDED:
                 return True
         return False
 
@@ -432,7 +440,7 @@ class AgentRun:
     def calls_in_doubt(self) -> bool:
         """Fact: a pending call started before a crash and its result was never recorded."""
         for c in self.pending:  # noqa: SIM110 (see _any_undecided)
-            if c.status is CallStatus.UNKNOWN:
+            if c.status is CALL_UNKNOWN:
                 return True
         return False
 
@@ -506,7 +514,7 @@ class AgentRun:
                 if getattr(self, name) is not value:
                     break
             else:
-                if t.dest is Phase.PAUSED:
+                if t.dest is PAUSED:
                     self.snapshot = self.make_snapshot(_INTERRUPT_PAUSES[t.trigger]())
                 self._move(t)
                 return True
@@ -559,7 +567,7 @@ class AgentRun:
             return
         refused = 0
         for c in counted:
-            if c.status is not CallStatus.READY:
+            if c.status is not CALL_READY:
                 continue
             # A call that finished before a resume took its place under the limit (the step's calls
             # are counted in tool_call_counts only once all of them are done).
@@ -690,7 +698,7 @@ class AgentRun:
         return RunTools(self.pending)
 
     def _decide(self, item: Work) -> Action | None:
-        undecided = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
+        undecided = [c for c in self.pending if c.status is CALL_UNDECIDED]
         if not undecided:
             self.stage += 1
             return None
@@ -744,7 +752,7 @@ class AgentRun:
                     c.outcome = completed[c.key]
                     self.move_call(c, "restore")
                 elif (
-                    c.status is CallStatus.READY
+                    c.status is CALL_READY
                     and not (c.tool is not None and c.tool.is_answer)
                     and covered.strategy_for(c.call.tool_name) is not None
                 ):
@@ -760,7 +768,7 @@ class AgentRun:
 
     def _give_key(self, call: PreparedCall) -> None:
         """Pass the call its idempotency key, when its tool takes one."""
-        if call.tool is not None and call.tool.takes_idempotency_key and call.status is CallStatus.READY:
+        if call.tool is not None and call.tool.takes_idempotency_key and call.status is CALL_READY:
             call.arguments[IDEMPOTENCY_KEY] = self.idempotency_key(call.key)
 
     def idempotency_key(self, call_key: str) -> str:
@@ -881,8 +889,8 @@ class AgentRun:
             [d] = check_decisions(self.run_id, calls, waiting, [decision])
         call = next(c for c in self.pending if c.key == d.tool_call_id)
         proposed = call_fingerprint(call.call.tool_name, call.call.arguments)
-        ran = call.status is CallStatus.DONE  # before a pause or crash: only what it says is restored
-        unknown = call.status is CallStatus.UNKNOWN
+        ran = call.status is CALL_DONE  # before a pause or crash: only what it says is restored
+        unknown = call.status is CALL_UNKNOWN
         if not unknown:  # a confirmation: the tool result shows it, bound to the call as the snapshot keeps it
             call.decision = d if d.call_fingerprint is not None else replace(d, call_fingerprint=proposed)
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
@@ -930,7 +938,7 @@ class AgentRun:
         source = call.status
         dest = _CALL_MOVES.get((source, trigger)) or CALL_DISPATCH.next(source, trigger)  # the latter raises
         call.status = dest
-        if dest is CallStatus.UNKNOWN and not self._doubted:
+        if dest is CALL_UNKNOWN and not self._doubted:
             # From now on the run's plan and table read the fact (the constants still hold).
             self._doubted = True
             self._plan = work_plan(frozenset(self.config.hooks), self._constants)
@@ -949,7 +957,7 @@ class AgentRun:
         """
         started, decided = set(started), set(decided)
         for c in self.pending:
-            if c.key in started and c.status is CallStatus.READY:
+            if c.key in started and c.status is CALL_READY:
                 self.move_call(c, "in_doubt")
                 if c.key not in decided and runs_again_after_crash(c):
                     self.move_call(c, "rerun")
@@ -965,7 +973,7 @@ class AgentRun:
         self._move(Transition(trigger, self.phase, dest, interrupt=True), stage)
 
     def _move(self, transition: Transition, stage: int = 0) -> None:
-        if transition.dest is Phase.PAUSED and self.snapshot is None:
+        if transition.dest is PAUSED and self.snapshot is None:
             # A decision is deferred, or calls are in doubt: the run resumes into this phase's work, and
             # it waits for the decisions.
             self.snapshot = self.make_snapshot(self._waiting_for(), stage=0)
@@ -1001,7 +1009,7 @@ class AgentRun:
         ):
             # The snapshot exists before the pause edge is taken, so that the edge's delta carries it.
             self.snapshot = self.make_snapshot(BreakpointHit(bp.to_dict()))
-            self.interrupt("pause", Phase.PAUSED)
+            self.interrupt("pause", PAUSED)
         if self._watched:
             watched = self._watched.get(self.phase)
             if watched is not None:
@@ -1054,7 +1062,7 @@ class AgentRun:
         if isinstance(error, IterationStoppedError):
             return self.task_cancelled()
         self.error = error
-        self.interrupt("fail", Phase.FAILED)
+        self.interrupt("fail", FAILED)
         logger.error("run failed", run_id=self.run_id, step=self.step, phase=self.trace[-1].source, error=repr(error))
         return True
 
@@ -1070,7 +1078,7 @@ class AgentRun:
         # whole trace, as it carries every message.
         trace, self._told_trace = self.trace[0 if rewritten else self._told_trace :], len(self.trace)
         fields = None if record is not None and record.dest not in ACTIVE_PHASES else self.snapshot_fields()
-        snapshot = self.snapshot if record is not None and record.dest is Phase.PAUSED else None
+        snapshot = self.snapshot if record is not None and record.dest is PAUSED else None
         self._deltas.append(
             RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
         )
@@ -1091,10 +1099,10 @@ class AgentRun:
 
     def _waiting_for(self) -> PauseReason:
         """Why a run pauses for decisions: its calls in doubt, or those a confirmation waits for."""
-        unknown = [c for c in self.pending if c.status is CallStatus.UNKNOWN]
+        unknown = [c for c in self.pending if c.status is CALL_UNKNOWN]
         if unknown:
             return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
-        waiting = [c for c in self.pending if c.status is CallStatus.UNDECIDED]
+        waiting = [c for c in self.pending if c.status is CALL_UNDECIDED]
         first = waiting[0]
         strategy = self.config.confirmation.strategy_for(first.call.tool_name)
         return AwaitingDecision(
@@ -1110,11 +1118,9 @@ class AgentRun:
 
         After a crash, those without a recorded result are in doubt (``runs_again_after_crash``).
         """
-        if self.phase is not Phase.TOOL_RUN or PHASE_WORK[Phase.TOOL_RUN][self.stage : self.stage + 1] != (
-            Work.RUN_TOOLS,
-        ):
+        if self.phase is not TOOL_RUN or PHASE_WORK[TOOL_RUN][self.stage : self.stage + 1] != (Work.RUN_TOOLS,):
             return []
-        started = (CallStatus.READY, CallStatus.DONE, CallStatus.UNKNOWN)
+        started = (CALL_READY, CALL_DONE, CALL_UNKNOWN)
         return [c.key for c in self.pending if c.status in started]
 
     def snapshot_fields(self, pause: PauseReason | None = None, stage: int | None = None) -> dict[str, Any]:
@@ -1127,7 +1133,7 @@ class AgentRun:
             "state": serialize_value({k: v for k, v in self._data.items() if k != "messages"}),
             "pending_tool_calls": [c.to_dict() for c in self.calls],
             "completed_tool_results": {
-                c.key: c.outcome.to_dict() for c in self.pending if c.status is CallStatus.DONE and c.outcome
+                c.key: c.outcome.to_dict() for c in self.pending if c.status is CALL_DONE and c.outcome
             },
             "started_tool_calls": self.started_calls() if pause is None or isinstance(pause, Cancelled) else [],
             "exit_reason": self.exit_reason,
@@ -1185,8 +1191,8 @@ def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
     return AgentSnapshot.from_dict(
         {
             **record,
-            "phase": Phase.EXIT_CHECK.value,
-            "stage": len(PHASE_WORK[Phase.EXIT_CHECK]),
+            "phase": EXIT_CHECK.value,
+            "stage": len(PHASE_WORK[EXIT_CHECK]),
             "trace": record["trace"][:-1],
             "seq": segment,
         }

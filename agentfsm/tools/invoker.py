@@ -26,7 +26,15 @@ from agentfsm.errors import (
     ToolTimeoutError,
     check_timeout,
 )
-from agentfsm.machine import CALL_DISPATCH, CallStatus
+from agentfsm.machine import (
+    CALL_DISPATCH,
+    CALL_DONE,
+    CALL_FAILED,
+    CALL_PROPOSED,
+    CALL_READY,
+    CALL_REJECTED,
+    CallStatus,
+)
 from agentfsm.messages import (
     RAW_ARGUMENTS_KEY,
     ChatMessage,
@@ -252,12 +260,12 @@ class ToolInvoker:
             for state_key, param in tool.inputs_from_state.items():
                 if param not in arguments and state.has(state_key):
                     arguments[param] = state.get(state_key)
-        return PreparedCall(call, key, tool, arguments, CallStatus.PROPOSED)
+        return PreparedCall(call, key, tool, arguments, CALL_PROPOSED)
 
     def _failed(self, call: ToolCall, key: str, tool: Tool | None, error: ToolError) -> PreparedCall:
         if self.raise_on_failure:
             raise error
-        return PreparedCall(call, key, tool, dict(call.arguments), CallStatus.PROPOSED, error)
+        return PreparedCall(call, key, tool, dict(call.arguments), CALL_PROPOSED, error)
 
     # -- execute ----------------------------------------------------------------------------------
 
@@ -348,7 +356,7 @@ class ToolInvoker:
         call as done (the default, ``finish_call``, moves it to DONE). A call starts in a finished
         one's place once that one is recorded; when ``on_complete`` raises, no further call starts.
         """
-        ready = [c for c in calls if c.status is CallStatus.READY]
+        ready = [c for c in calls if c.status is CALL_READY]
         if len(ready) > 1 and self.tool_concurrency > 1:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.tool_concurrency, thread_name_prefix="agentfsm-tool")
@@ -382,7 +390,7 @@ class ToolInvoker:
         that returns an awaitable is awaited before the next call starts in its place: when it fails,
         no further call starts, as with ``execute_sync``, and its error is raised.
         """
-        ready = [c for c in calls if c.status is CallStatus.READY]
+        ready = [c for c in calls if c.status is CALL_READY]
         if not self.sync_tools_in_threads:
             for c in ready:
                 c.outcome = await self.invoke_async(c, streaming_callback, inline=True)
@@ -435,7 +443,7 @@ class ToolInvoker:
         counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
         for c in calls:
             result = self._result(c, state)
-            if c.status is CallStatus.DONE and c.tool is not None and not c.tool.is_answer:
+            if c.status is CALL_DONE and c.tool is not None and not c.tool.is_answer:
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
             meta = {} if c.decision is None else {"confirmation": c.decision.to_dict()}
             messages.append(ChatMessage(ChatRole.TOOL, (result,), None, meta))
@@ -444,7 +452,7 @@ class ToolInvoker:
         return messages
 
     def _result(self, c: PreparedCall, state: State) -> ToolCallResult:
-        if c.status is not CallStatus.DONE or c.outcome is None or c.tool is None:
+        if c.status is not CALL_DONE or c.outcome is None or c.tool is None:
             return self._result_without_run(c)  # most calls ran: theirs is read below
         tool, outcome = c.tool, c.outcome
         if outcome.error is not None and self.raise_on_failure and isinstance(outcome.error, ToolTimeoutError):
@@ -471,9 +479,9 @@ class ToolInvoker:
     @staticmethod
     def _result_without_run(c: PreparedCall) -> ToolCallResult:
         """The result of a call that did not run: refused, or rejected by a person."""
-        if c.status is CallStatus.FAILED:
+        if c.status is CALL_FAILED:
             return ToolCallResult(str(c.error), c.call, error=True)
-        if c.status is CallStatus.REJECTED:
+        if c.status is CALL_REJECTED:
             feedback = c.decision.feedback if c.decision is not None else None
             rejection = f"Tool execution for {c.call.tool_name!r} was rejected by the user." + (
                 f" With feedback: {feedback}" if feedback else ""
