@@ -386,11 +386,11 @@ def drive_sync(
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):
                             streaming_callback(chunk)
-                case Confirm():
-                    run.decided(ask_strategies(run, action))
                 case RunHooks():
                     run_hooks(run, action, emitter)
                     run.hooks_ran(action.point)
+                case Confirm():
+                    run.decided(ask_strategies(run, action))
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:

@@ -817,7 +817,9 @@ class AgentRun:
             reported = reply.meta.get("usage")
             if type(reported) is dict:
                 usage.append(reported)
-            elif isinstance(reported, Mapping):  # counted as the limits' check accepts it (``replies_cost``)
+            elif reported is not None and isinstance(
+                reported, Mapping
+            ):  # counted as the limits' check accepts it (``replies_cost``)
                 usage.append(dict(reported))
         if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
