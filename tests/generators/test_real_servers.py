@@ -152,7 +152,7 @@ def test_a_streamed_async_round_trip(target: Target) -> None:
 
     async def main() -> dict[str, Any]:
         async with Agent(chat_generator=target.generator("add"), tools=[add], max_agent_steps=2) as agent:
-            conversation = primed("Add 4 and 5 with the tool.", call("add", "call_0", a=4, b=5), "9")
+            conversation = primed("What is 2 plus 3? Use the add tool.", call("add", "call_0", a=2, b=3), "5")
             return await agent.run_async(conversation, streaming_callback=collect)
 
     result = asyncio.run(main())
