@@ -9,6 +9,8 @@ idempotent, else it waits for a decision). ``after_run`` hooks run once, when th
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,23 +37,29 @@ class RunHandle:
     def __init__(self) -> None:
         # A plain flag, set once from any thread (an atomic store).
         self._cancelled = False
-        self._watchers: list[Callable[[], None]] = []
+        #: Weak references to the watchers (``on_cancel``): a handle given to many runs keeps none alive.
+        self._watchers: list[weakref.ref[Callable[[], None]]] = []
         #: The snapshot of the run once it stopped for the cancellation (``None`` until then).
         self.snapshot: AgentSnapshot | None = None
 
     def cancel(self) -> None:
         """Ask the run to stop at its next transition; safe from any thread, and more than once."""
         self._cancelled = True
-        for watcher in self._watchers:
-            watcher()
+        for ref in list(self._watchers):
+            watcher = ref()
+            if watcher is not None:
+                watcher()
 
     def on_cancel(self, watcher: Callable[[], None]) -> None:
         """Call ``watcher`` when ``cancel()`` is called, in the cancelling thread (at once if it was called already).
 
-        A run given the handle watches it this way: it reads ``cancelled`` at its transitions only
-        from then on, so a handle that is never used costs a run nothing.
+        A run given the handle watches it this way, and reads its ``cancel`` guard at its
+        transitions only from then on: a handle never cancelled costs a run nothing. The handle
+        holds ``watcher`` weakly (a bound method through ``weakref.WeakMethod``): keep it alive for
+        as long as it should be called.
         """
-        self._watchers.append(watcher)
+        self._watchers = [ref for ref in self._watchers if ref() is not None]  # forget the runs that are gone
+        self._watchers.append(weakref.WeakMethod(watcher) if inspect.ismethod(watcher) else weakref.ref(watcher))
         if self._cancelled:
             watcher()
 

@@ -491,8 +491,9 @@ TRANSITIONS: tuple[Transition, ...] = (
 
 #: The interrupts with a guard, by source phase: the runtime reads their facts on entering an
 #: active phase (a resume included), before the phase's work, and takes the first whose guard
-#: holds (a cancellation, ``cancel_requested``; a usage limit reached before a model call). It
-#: reads them too when the driver reports that the run's task was cancelled, where the phase's
+#: holds (a cancellation, ``cancel_requested``; a usage limit reached before a model call); it
+#: leaves out those whose guard cannot hold there (``agentfsm._core.runtime.watched_interrupts``).
+#: It reads them all when the driver reports that the run's task was cancelled, where the phase's
 #: work stands.
 GUARDED_INTERRUPTS: dict[Phase, tuple[Transition, ...]] = {
     phase: tuple(t for t in TRANSITIONS if t.interrupt and t.when and t.source is phase) for phase in ACTIVE_PHASES

@@ -117,7 +117,10 @@ ALL_USAGE_LIMITS = UsageLimits(
 
 
 def usage_agent(steps: int, **agent_kwargs: Any) -> Agent:
-    """The workload agent on replies that report their token usage, as the HTTP clients' replies do."""
+    """The workload agent on replies that report their token usage, as the HTTP clients' replies do.
+
+    Its rows give each run a ``RunHandle``, as the limits row does: the two differ by the limits only.
+    """
     return Agent(
         chat_generator=ScriptedChatGenerator([with_usage(m) for m in script(steps)]),
         tools=[add],
@@ -289,7 +292,7 @@ def overhead(steps: int, runs: int) -> dict[str, Any]:
             "events to a no-op handler": Configuration(
                 partial(workload_agent, steps), user, run_options=lambda: {"on_event": ignore_event}
             ),
-            "plain, replies reporting usage": Configuration(partial(usage_agent, steps), user),
+            "plain, replies reporting usage": Configuration(partial(usage_agent, steps), user, run_options=cancellable),
             "all limits on": Configuration(partial(limited_agent, steps), user, run_options=cancellable),
             "loop detection": Configuration(partial(workload_agent, steps, loop_detection=LoopDetection()), user),
             "OpenTelemetry on, no-op exporter": Configuration(
@@ -1059,7 +1062,9 @@ OWN_ROWS: dict[str, Callable[[int], Configuration]] = {
     "events": lambda steps: Configuration(
         partial(workload_agent, steps), [ChatMessage.from_user("go")], run_options=lambda: {"on_event": ignore_event}
     ),
-    "usage": lambda steps: Configuration(partial(usage_agent, steps), [ChatMessage.from_user("go")]),
+    "usage": lambda steps: Configuration(
+        partial(usage_agent, steps), [ChatMessage.from_user("go")], run_options=cancellable
+    ),
     "limits": lambda steps: Configuration(
         partial(limited_agent, steps), [ChatMessage.from_user("go")], run_options=cancellable
     ),

@@ -471,6 +471,9 @@ async def drive_async(
                             pending = streaming_callback(chunk)
                             if inspect.isawaitable(pending):
                                 await pending
+                case RunHooks():
+                    await _run_hooks_async(run, action, emitter)
+                    run.hooks_ran(action.point)
                 case Confirm():
                     run.decided(
                         [
@@ -478,9 +481,6 @@ async def drive_async(
                             for c, s in zip(action.calls, action.strategies, strict=True)
                         ]
                     )
-                case RunHooks():
-                    await _run_hooks_async(run, action, emitter)
-                    run.hooks_ran(action.point)
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:

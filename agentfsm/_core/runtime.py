@@ -397,8 +397,9 @@ class AgentRun:
         self._task_cancelled = False
         #: The guarded interrupts whose guard can come to hold between two of the run's transitions
         #: (``watched_interrupts``): ``usage_limit`` with limits set; ``cancel`` once the run's
-        #: ``RunHandle`` is cancelled (a cancelled task is reported by the driver, ``task_cancelled``,
-        #: which reads every guarded interrupt).
+        #: ``RunHandle`` is cancelled, which sets this from the cancelling thread (``_watch_cancel``;
+        #: the run reads it at its next transition). A cancelled task is reported by the driver,
+        #: ``task_cancelled``, which reads every guarded interrupt.
         self._watched = watched_interrupts(cancel=False, limits=self._limits is not None and self._limits.bounded)
         if config.cancel is not None:
             config.cancel.on_cancel(self._watch_cancel)
@@ -817,10 +818,8 @@ class AgentRun:
             reported = reply.meta.get("usage")
             if type(reported) is dict:
                 usage.append(reported)
-            elif reported is not None and isinstance(
-                reported, Mapping
-            ):  # counted as the limits' check accepts it (``replies_cost``)
-                usage.append(dict(reported))
+            elif reported is not None and isinstance(reported, Mapping):
+                usage.append(dict(reported))  # counted as the limits' check accepts it (``replies_cost``)
         if calls and not have_own_ids([c.id for c in calls]):
             # Each call needs an id of its own to be decided and answered: the model's, or a new one.
             replies = with_unique_call_ids(replies, self.step + 1)
@@ -1272,12 +1271,15 @@ def constant_facts(
 def watched_interrupts(*, cancel: bool, limits: bool) -> Mapping[Phase, Mapping[str | None, tuple[Transition, ...]]]:
     """The guarded interrupts (``GUARDED_INTERRUPTS``) a run reads on entering a phase, by phase and entering trigger.
 
-    ``cancel``: the run has a ``RunHandle``; ``limits``: it has a usage limit set; without either,
-    that interrupt's guard cannot come to hold between two transitions. After a trigger, an
-    interrupt whose guard contradicts the guard of every declared edge of that trigger into the
-    phase is not read: both are read at the same boundary, with nothing done between them (EXIT_CHECK's
-    ``continue`` into LLM_CALL holds only while ``usage_limit_reached`` is false, so ``usage_limit``
-    cannot hold after it). ``None`` gives those read after any other trigger (a resume's).
+    ``cancel``: the run's ``RunHandle`` was cancelled (until then nothing can make ``cancel_requested``
+    hold between two transitions: a cancelled task is reported by the driver, ``task_cancelled``);
+    ``limits``: the run has a usage limit set. After a trigger, an interrupt whose guard contradicts
+    the guard of every declared edge of that trigger into the phase is not read: the edge's guard
+    was read at the same boundary, and nothing between the two reads changes what they read
+    (EXIT_CHECK's ``continue`` into LLM_CALL holds only while ``usage_limit_reached`` is false, so
+    ``usage_limit`` cannot hold after it; the work of the edge, an ``output_retry``'s message,
+    counts for no limit; the wall clock moves on by the microseconds in between). ``None`` gives
+    those read after any other trigger (a start's, a resume's).
     """
     read = {"cancel": cancel, "usage_limit": limits}
     watched: dict[Phase, Mapping[str | None, tuple[Transition, ...]]] = {}

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from agentfsm import ChatMessage, Phase, State, ToolInvoker
-from agentfsm._core.runtime import AgentRun, CallModel, Finish, RunConfig, RunTools
+from agentfsm._core.runtime import AgentRun, CallModel, Finish, Pause, RunConfig, RunTools
 from agentfsm.errors import MachineError
 from agentfsm.machine import PHASE_WORK, Facts, Work
 from agentfsm.tools.invoker import CallStatus
@@ -117,7 +117,7 @@ def test_a_snapshot_knows_its_calls_by_the_keys_the_invoker_gives_them() -> None
 
 
 class CancelledByFact(AgentRun):
-    """A run whose ``cancel_requested`` fact holds for another reason than its handle (as a deadline's would)."""
+    """A run whose ``cancel_requested`` fact holds later than its handle was cancelled: the table's guard decides."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -166,9 +166,28 @@ def test_a_handle_tells_its_watchers_once_cancelled_and_at_once_when_it_was() ->
     from agentfsm import RunHandle
 
     told: list[str] = []
+    first, second = (lambda: told.append("first")), (lambda: told.append("second"))
     handle = RunHandle()
-    handle.on_cancel(lambda: told.append("first"))
+    handle.on_cancel(first)
     assert told == []
     handle.cancel()
-    handle.on_cancel(lambda: told.append("second"))
+    handle.on_cancel(second)
     assert told == ["first", "second"] and handle.cancelled
+
+
+def test_a_handle_given_to_many_runs_keeps_none_of_them_alive() -> None:
+    import gc
+    import weakref
+
+    from agentfsm import RunHandle
+
+    handle = RunHandle()
+    base = new_run()
+    runs = [AgentRun(replace(base.config, cancel=handle), base.state) for _ in range(3)]
+    gone = [weakref.ref(r) for r in runs]
+    del runs
+    gc.collect()
+    assert all(ref() is None for ref in gone), "the handle held its runs"
+    kept = AgentRun(replace(base.config, cancel=handle), base.state)
+    handle.cancel()
+    assert isinstance(kept.next_action(), Pause) and kept.phase is Phase.PAUSED
