@@ -260,6 +260,7 @@ EVENTS = (
     "RunResumed",
     "RunStarted",
     "ToolEnded",
+    "ToolProgress",
     "ToolStarted",
     "event_from_dict",
 )
