@@ -78,6 +78,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "agentfsm.tools": (
         "ComponentTool",
         "PipelineTool",
+        "ProgressReporter",
         "SearchableToolset",
         "Tool",
         "ToolInvoker",
