@@ -15,6 +15,9 @@ its driver's way:
   while it hands out a finished call's events. A tool running in a worker thread or awaited on the
   loop is reported while it runs; one run inline on the loop (``sync_tools_in_threads=False``)
   blocks the loop, so its reports go out when it returns.
+- ``BufferRelay`` (``agentfsm.durable``): kept, and sent by the driver between the call's
+  ``tool_started`` and ``tool_ended``, which the durable driver sends together once the call's step
+  has run here.
 
 Every report of a call goes out before its ``tool_ended``. A call's reporter closes when its end is
 handed out, and every reporter of the step when the step's calls are over: a report made later
@@ -206,3 +209,27 @@ class AsyncRelay(_Relay):
         self._closed = True
         self._wake.set()
         await pump
+
+
+class BufferRelay(_Relay):
+    """The durable driver's relay: each call's reports are kept until the driver takes them, with the call's end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: dict[str, list[ToolProgress]] = {}
+
+    def deliver(self, reporter: Reporter, event: ToolProgress) -> None:
+        """Keep ``event`` for its call (in any thread), unless the call's end was taken."""
+        with self._guard:
+            if reporter.open:
+                self._kept.setdefault(event.call, []).append(event)
+
+    def take(self, call: PreparedCall) -> list[ToolProgress]:
+        """The reports ``call`` made, oldest first; later ones are dropped."""
+        with self._guard:
+            self._close(call)
+            return self._kept.pop(call.key, [])
+
+    def close(self) -> None:
+        """The step's calls are over: drop every later report."""
+        self._close_all()
