@@ -227,6 +227,16 @@ def test_iter_async_yields_the_progress_of_a_sync_tool_while_it_runs_in_its_work
     assert last.result["last_message"].text == "answer: seen live"
 
 
+def test_a_sync_tool_run_inline_on_the_event_loop_reports_before_its_end() -> None:
+    seen: list[Event] = []
+    agent = index_agent("c1", "c2", tool_invoker_kwargs={"sync_tools_in_threads": False})
+    result = asyncio.run(agent.run_async(USER, on_event=seen.append))
+    assert result["last_message"].text == "answer: indexed 3 files; indexed 3 files"
+    for key in ("c1", "c2"):
+        assert lifecycle(seen, key)[-4:] == ["tool_progress"] * 3 + ["tool_ended"]
+        assert progress_of(seen, key) == INDEXED
+
+
 class Countdown(Tool):
     """An awaitable tool (as an MCP tool is): under ``run_async`` its ``invoke_async`` reports from the event loop."""
 
