@@ -28,6 +28,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
     │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
     │   ├── ToolCallLimitError                           the call would go past UsageLimits(tool_calls=...)
+    │   ├── ToolProgressError (TypeError)                a tool reported progress that is not a finite number
     │   └── ToolInvocationError (RuntimeError)           the tool's function raised
     │       ├── MCPToolError                             the MCP tool ran and reported an error
     │       └── ToolTimeoutError (TimeoutError)          the tool did not finish within its timeout
@@ -214,6 +215,14 @@ class ToolArgumentsError(ToolError, ValueError):
 
 class ToolCallLimitError(ToolError):
     """The call was not run: it would have gone past ``UsageLimits(tool_calls=...)``, and the run ends."""
+
+
+class ToolProgressError(ToolError, TypeError):
+    """A tool reported progress that is not a finite number, a total that is not one, or a message that is no string.
+
+    Raised in the tool, by the ``report_progress`` it was given: like any error the tool raises,
+    it is the call's outcome unless the tool catches it.
+    """
 
 
 class ToolInvocationError(ToolError, RuntimeError):

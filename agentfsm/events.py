@@ -17,6 +17,10 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 - ``model_failed`` (``ModelFailed``): ``model``, ``error``, ``duration_us``.
 - ``tool_started`` (``ToolStarted``): ``call`` (its key), ``call_id`` (the model's id), ``tool``,
   ``arguments``.
+- ``tool_progress`` (``ToolProgress``): a running call's tool reported progress (a tool function's
+  ``report_progress`` parameter, an MCP server's progress notification): ``call``, ``call_id``,
+  ``tool``, ``progress``, ``total`` (or ``None``), ``message`` (or ``None``). Live only: never
+  stored, never replayed.
 - ``tool_ended`` (``ToolEnded``): ``call``, ``call_id``, ``tool``, ``result`` or ``error``,
   ``duration_us`` (since the step's tools were handed out).
 - ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).
@@ -64,6 +68,7 @@ __all__ = [
     "RunResumed",
     "RunStarted",
     "ToolEnded",
+    "ToolProgress",
     "ToolStarted",
     "event_from_dict",
 ]
@@ -220,6 +225,23 @@ class ToolStarted(_Event):
 
 @_quick_init
 @dataclass(frozen=True)
+class ToolProgress(_Event):
+    """A running call's tool reported how far it got (between the call's ``tool_started`` and ``tool_ended``)."""
+
+    kind: ClassVar[Literal["tool_progress"]] = "tool_progress"
+    call: str
+    call_id: str | None
+    tool: str
+    #: How far the call got, in the tool's own unit (a fraction, bytes, items...).
+    progress: float
+    #: What ``progress`` goes up to, when the tool knows.
+    total: float | None
+    #: What the tool says it is doing; may hold the user's data (telemetry records it only with content).
+    message: str | None
+
+
+@_quick_init
+@dataclass(frozen=True)
 class ToolEnded(_Event):
     """A tool call finished: its tool returned ``result``, or raised ``error``."""
 
@@ -302,6 +324,7 @@ Event = (
     | ModelEnded
     | ModelFailed
     | ToolStarted
+    | ToolProgress
     | ToolEnded
     | HookRan
     | DecisionTaken
@@ -324,6 +347,7 @@ _KINDS: dict[str, type[_Event]] = {
         ModelEnded,
         ModelFailed,
         ToolStarted,
+        ToolProgress,
         ToolEnded,
         HookRan,
         DecisionTaken,

@@ -13,7 +13,9 @@ What a run gives (docs/telemetry.md shows it):
   model-call spans only, never summed onto the agent span;
 - a span ``execute_tool {tool name}`` (INTERNAL) per tool call; a failed call has status ERROR and
   ``error.type``. The edges of the call's machine beyond ``check`` and ``finish`` (asked, approved,
-  rejected, in doubt...) are span events;
+  rejected, in doubt...) are span events, and so is each progress report of the call
+  (``agentfsm.tool.progress``: ``agentfsm.tool.progress``, ``agentfsm.tool.progress.total``, and the
+  tool's ``agentfsm.tool.progress.message`` only with ``include_content``: it may name the user's data);
 - the metrics ``gen_ai.client.token.usage``, ``gen_ai.client.operation.duration``,
   ``gen_ai.invoke_agent.duration`` and ``gen_ai.execute_tool.duration``.
 
@@ -23,7 +25,7 @@ in another process or by another DBOS worker) starts its ``invoke_agent`` span a
 first segment's span. A segment resumed under another active span (a web request deciding a
 pause) links to that span.
 
-Prompts, replies, tool arguments and results are recorded only with ``include_content=True``.
+Prompts, replies, tool arguments, results and progress messages are recorded only with ``include_content=True``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from agentfsm.events import (
     RunResumed,
     RunStarted,
     ToolEnded,
+    ToolProgress,
     ToolStarted,
 )
 from agentfsm.messages import ChatMessage
@@ -99,9 +102,10 @@ def instrument(
     Args:
         tracer_provider: Where spans go; the global one (``opentelemetry.trace.set_tracer_provider``) by default.
         meter_provider: Where metrics go; the global one by default.
-        include_content: Record the messages sent and received, tool arguments and tool results
-            (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``,
-            ``gen_ai.tool.call.result``). Off by default: they may hold personal data.
+        include_content: Record the messages sent and received, tool arguments, tool results and
+            the messages of tools' progress reports (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+            ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``, ``agentfsm.tool.progress.message``).
+            Off by default: they may hold personal data.
 
     Calling it again replaces the earlier settings. Runs already started keep theirs.
     """
@@ -474,6 +478,17 @@ class _RunTrace:
         )
         self._tools[event.call] = (span, event.at)
 
+    def _tool_progress(self, event: ToolProgress) -> None:
+        open_call = self._tools.get(event.call)
+        if open_call is None:
+            return
+        attributes: dict[str, Any] = {"agentfsm.call": event.call, "agentfsm.tool.progress": event.progress}
+        if event.total is not None:
+            attributes["agentfsm.tool.progress.total"] = event.total
+        if self._telemetry.include_content and event.message is not None:
+            attributes["agentfsm.tool.progress.message"] = event.message
+        open_call[0].add_event("agentfsm.tool.progress", attributes, _ns(event.at))
+
     def _tool_ended(self, event: ToolEnded) -> None:
         open_call = self._tools.pop(event.call, None)
         if open_call is None:
@@ -505,5 +520,6 @@ _HANDLERS: Mapping[type, Callable[[_RunTrace, Any], None]] = {
     ModelEnded: _RunTrace._model_ended,
     ModelFailed: _RunTrace._model_failed,
     ToolStarted: _RunTrace._tool_started,
+    ToolProgress: _RunTrace._tool_progress,
     ToolEnded: _RunTrace._tool_ended,
 }

@@ -78,6 +78,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "agentfsm.tools": (
         "ComponentTool",
         "PipelineTool",
+        "ProgressReporter",
         "SearchableToolset",
         "Tool",
         "ToolInvoker",
@@ -260,6 +261,7 @@ EVENTS = (
     "RunResumed",
     "RunStarted",
     "ToolEnded",
+    "ToolProgress",
     "ToolStarted",
     "event_from_dict",
 )

@@ -37,6 +37,7 @@ from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelC
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
 from agentfsm.stores import SQLiteSnapshotStore
+from agentfsm.tools import ProgressReporter
 from tests.helpers import KILL_SCRIPT, call, calls, logged_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,6 +222,49 @@ def test_content_is_recorded_only_when_asked(otel_with_content: Captured) -> Non
     tool_span = only(spans, "execute_tool")
     assert json.loads((tool_span.attributes or {})["gen_ai.tool.call.arguments"]) == {"a": 1, "b": 2}  # type: ignore[arg-type]
     assert (tool_span.attributes or {})["gen_ai.tool.call.result"] == "3"
+
+
+@tool
+def index(folder: str, report_progress: ProgressReporter) -> str:
+    """Index a folder's files, reporting each."""
+    for done in range(1, 4):
+        report_progress(done, 3, f"indexed {folder}/secret-{done}.txt")
+    return f"{folder} indexed"
+
+
+def progress_agent() -> Agent:
+    reply = calls(call("index", "i1", folder="alice"), call("index", "i2", folder="bob"))
+    return Agent(chat_generator=ScriptedChatGenerator([reply, "done"]), tools=[index], tool_concurrency=2)
+
+
+def progress_events(span: ReadableSpan) -> list[dict[str, Any]]:
+    events = [e for e in span.events if e.name == "agentfsm.tool.progress"]
+    assert span.start_time is not None and span.end_time is not None
+    assert all(span.start_time <= e.timestamp <= span.end_time for e in events)
+    return [dict(e.attributes or {}) for e in events]
+
+
+@pytest.mark.parametrize("driver", ["run", "run_async"])
+def test_each_progress_report_is_an_event_of_its_tool_span_without_its_message(otel: Captured, driver: str) -> None:
+    agent = progress_agent()
+    question = [ChatMessage.from_user("index both")]
+    agent.run(question) if driver == "run" else asyncio.run(agent.run_async(question))
+    spans = {(s.attributes or {})["gen_ai.tool.call.id"]: s for s in named(otel.finished(), "execute_tool index")}
+    for key in ("i1", "i2"):
+        assert progress_events(spans[key]) == [
+            {"agentfsm.call": key, "agentfsm.tool.progress": float(done), "agentfsm.tool.progress.total": 3.0}
+            for done in range(1, 4)
+        ], "the message may name the user's data: recorded only with include_content"
+
+
+def test_progress_messages_are_recorded_with_content(otel_with_content: Captured) -> None:
+    progress_agent().run([ChatMessage.from_user("index both")])
+    spans = {
+        (s.attributes or {})["gen_ai.tool.call.id"]: s for s in named(otel_with_content.finished(), "execute_tool")
+    }
+    assert [e["agentfsm.tool.progress.message"] for e in progress_events(spans["i2"])] == [
+        f"indexed bob/secret-{done}.txt" for done in range(1, 4)
+    ]
 
 
 def test_nothing_is_recorded_after_uninstrument(otel: Captured) -> None:

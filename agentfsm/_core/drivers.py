@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from agentfsm._core.emitting import Emitter, emitter_for
+from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -286,8 +287,12 @@ async def _execute_async(
     writer: AsyncDeltaWriter | None,
     emitter: Emitter | None = None,
 ) -> None:
-    """Run the action's calls on the event loop; with observers, each finished call's delta is written."""
+    """Run the action's calls on the event loop; with observers, each finished call's delta is written.
+
+    With a handler, the progress the tools report is handed out as they report it (``AsyncRelay``).
+    """
     on_complete = run.tool_completed if writer is None else writer.completed
+    invoker = run.config.invoker
     if emitter is not None:
         record = on_complete
 
@@ -298,7 +303,17 @@ async def _execute_async(
             await emitter.send_async()
 
         on_complete = completed
-    await run.config.invoker.execute_async(action.calls, streaming_callback, on_complete)
+        reporting = progress_calls(action.calls) if emitter.handler is not None else []
+        if reporting:
+            relay = AsyncRelay(emitter.send_async)
+            relay.attach(run.run_id, run.step, reporting)
+            pump = asyncio.ensure_future(relay.pump())
+            try:
+                await invoker.execute_async(action.calls, streaming_callback, relay.completing(on_complete))
+            finally:
+                await relay.close(pump)
+            return
+    await invoker.execute_async(action.calls, streaming_callback, on_complete)
 
 
 def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> None:
@@ -347,6 +362,35 @@ def _completed_with_events(emitter: Emitter, record: Callable[[PreparedCall], No
     return completed
 
 
+#: How ``drive_sync`` runs a step's calls: ``ToolInvoker.execute_sync``'s signature.
+_ExecuteTools = Callable[[list[PreparedCall], StreamingCallback | None, Callable[[PreparedCall], None]], None]
+
+
+def _execute_with_events(
+    run: AgentRun,
+    emitter: Emitter,
+    calls: list[PreparedCall],
+    streaming_callback: StreamingCallback | None,
+    on_complete: Callable[[PreparedCall], None],
+) -> None:
+    """Run a step's calls for a run someone listens to: the progress its tools report is handed out as they report it.
+
+    Each report goes to the handler in the reporting thread (``SyncRelay``).
+    """
+    invoker = run.config.invoker
+    handler = emitter.handler
+    reporting = progress_calls(calls) if handler is not None else []
+    if handler is None or not reporting:
+        invoker.execute_sync(calls, streaming_callback, on_complete)
+        return
+    relay = SyncRelay(handler)
+    relay.attach(run.run_id, run.step, reporting)
+    try:
+        invoker.execute_sync(calls, streaming_callback, relay.completing(on_complete))
+    finally:
+        relay.close()
+
+
 def drive_sync(
     run: AgentRun,
     generator: ChatGenerator,
@@ -354,9 +398,11 @@ def drive_sync(
     save_pause: SavePause | None = None,
 ) -> dict[str, Any]:
     """Perform a run's I/O synchronously until it finishes."""
-    invoker = run.config.invoker
     observers = run.config.observers
     emitter = emitter_for(run, generator)
+    execute: _ExecuteTools = (
+        run.config.invoker.execute_sync if emitter is None else functools.partial(_execute_with_events, run, emitter)
+    )
 
     def completed(call: PreparedCall) -> None:
         run.tool_completed(call)
@@ -381,7 +427,7 @@ def drive_sync(
                 case CallModel():
                     run.model_replied(call_model(generator, action, streaming_callback))
                 case RunTools():
-                    invoker.execute_sync(action.calls, streaming_callback, on_complete)
+                    execute(action.calls, streaming_callback, on_complete)
                     results = run.tools_ran()
                     if streaming_callback is not None:
                         for chunk in _tool_chunks(results):

@@ -126,6 +126,11 @@ class Emitter:
 
     # -- handing events out ----------------------------------------------------------------------
 
+    @property
+    def handler(self) -> EventHandler | None:
+        """What the run's events are handed to; ``None`` when the run only logs (then the drivers' I/O makes no event)."""
+        return self._handler
+
     def send(self, event: Event | None = None) -> None:
         """Hand out the run's recorded events, then ``event`` (in this thread)."""
         handler = self._handler
@@ -356,6 +361,11 @@ class LogOnly(Emitter):
     """The emitter of a run that only logs: the log reads the run's transitions, so the drivers' I/O makes no event."""
 
     __slots__ = ()
+
+    @property
+    def handler(self) -> EventHandler | None:
+        """``None``: the log reads only what the run recorded."""
+        return None
 
     def send(self, event: Event | None = None) -> None:
         """Log what the run recorded (``event``, one of the drivers', is not logged)."""

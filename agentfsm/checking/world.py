@@ -33,7 +33,7 @@ from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
-from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
 
 #: The kinds of model reply the world can give (``check_agent(replies=...)``).
 REPLY_KINDS: tuple[str, ...] = ("text", "tool", "invalid", "unknown", "parallel", "error")
@@ -332,7 +332,7 @@ class World:
         call = next(c for c in run.pending if c.status is CallStatus.READY and c.call.tool_name == tool.name)
         options = self.bounds.tool_outcomes or (TOOL_OUTCOME.default,)
         outcome = str(self.answer(TOOL_OUTCOME.key(run.step, call.key), options))
-        shown = {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
+        shown = {k: v for k, v in arguments.items() if k not in (IDEMPOTENCY_KEY, REPORT_PROGRESS)}
         self.record.tool_executions.append(
             ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
         )

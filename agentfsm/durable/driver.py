@@ -20,6 +20,7 @@ from dbos import error as dbos_errors
 
 from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
+from agentfsm._core.progress import BufferRelay, progress_calls
 from agentfsm._core.runtime import (
     AgentRun,
     CallModel,
@@ -175,12 +176,18 @@ def _run_calls(
     """Run the calls as steps, recording each finished one; the keys of those in doubt.
 
     ``started_before``: an earlier attempt journaled the calls, so one whose step has no output yet
-    may have run: its step records it in doubt instead of running it.
+    may have run: its step records it in doubt instead of running it. The progress a call reports
+    goes out between its start and its end, sent together once its step ran here (``BufferRelay``):
+    live only, a recovered workflow has none to give again.
     """
     in_doubt: list[str] = []
     #: The calls whose steps ran in this attempt (a recovered workflow finds the others recorded), and
     #: when each started (``time.time``, ``perf_counter``): only they give events.
     started: dict[str, tuple[float, float]] = {}
+    reporting = progress_calls(ready) if emitter is not None and emitter.handler is not None else []
+    relay = BufferRelay() if reporting else None
+    if relay is not None:
+        relay.attach(run.run_id, run.step, reporting)
 
     def call(c: PreparedCall) -> dict[str, Any]:
         if started_before:
@@ -194,16 +201,24 @@ def _run_calls(
             in_doubt.append(c.key)
             return
         c.outcome = CallOutcome.from_dict(output)
+        progress = [] if relay is None else relay.take(c)
         if emitter is not None and c.key in started:
-            for event in emitter.tool_ran(c, *started[c.key]):
-                emitter.send(event)
+            began, ended = emitter.tool_ran(c, *started[c.key])
+            emitter.send(began)
+            for report in progress:
+                emitter.send(report)
+            emitter.send(ended)
         run.tool_completed(c)
         write_deltas(run)
         if emitter is not None:
             emitter.send()
 
     if ready:
-        steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
+        try:
+            steps.run_each("tool", [functools.partial(call, c) for c in ready], done)
+        finally:
+            if relay is not None:
+                relay.close()
     return in_doubt
 
 

@@ -55,10 +55,12 @@ from agentfsm.errors import (
     MCPServerError,
     MCPTimeoutError,
     MCPToolNotFoundError,
+    ToolProgressError,
 )
 from agentfsm.mcp.connection_states import ConnectionState, next_state
 from agentfsm.mcp.server_info import MCPServerInfo, Streams, server_info_from_dict
 from agentfsm.serialization import deserialize_callable, serialize_callable
+from agentfsm.tools.progress import ProgressReporter
 
 logger = logging.getLogger(__name__)
 
@@ -248,13 +250,21 @@ class MCPConnection:
         """Like ``open``, awaited."""
         await self._await(self._ready())
 
-    def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
-        """Call the tool ``name``; reconnects first if the session dropped since the last call."""
-        return self._wait(self._call(name, arguments))
+    def call(
+        self, name: str, arguments: dict[str, Any], report_progress: ProgressReporter | None = None
+    ) -> mcp_types.CallToolResult:
+        """Call the tool ``name``; reconnects first if the session dropped since the last call.
 
-    async def call_async(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        ``report_progress`` is told about the call's progress notices (after ``progress_callback``),
+        on the connection's thread: a run's reporter makes them ``tool_progress`` events.
+        """
+        return self._wait(self._call(name, arguments, report_progress))
+
+    async def call_async(
+        self, name: str, arguments: dict[str, Any], report_progress: ProgressReporter | None = None
+    ) -> mcp_types.CallToolResult:
         """Like ``call``, awaited: cancelling the caller cancels the call on the server."""
-        return await self._await(self._call(name, arguments))
+        return await self._await(self._call(name, arguments, report_progress))
 
     def close(self) -> None:
         """End the session (and the server process) and stop the connection's thread; idempotent.
@@ -441,7 +451,9 @@ class MCPConnection:
         if session_id == self._session_id and self._state is ConnectionState.READY:
             self._move("lost")
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+    async def _call(
+        self, name: str, arguments: dict[str, Any], report_progress: ProgressReporter | None
+    ) -> mcp_types.CallToolResult:
         task = asyncio.current_task()
         assert task is not None
         self._calls.add(task)
@@ -450,7 +462,7 @@ class MCPConnection:
                 client = await self._ready()
                 self._check_offered(name)
                 try:
-                    result = await self._send(client, self._session_id, name, arguments)
+                    result = await self._send(client, self._session_id, name, arguments, report_progress)
                     break
                 except _SessionGone as gone:
                     # The server refused the call unread: it goes to a new session, once.
@@ -476,9 +488,14 @@ class MCPConnection:
             )
 
     async def _send(
-        self, client: Client, session_id: int, name: str, arguments: dict[str, Any]
+        self,
+        client: Client,
+        session_id: int,
+        name: str,
+        arguments: dict[str, Any],
+        report_progress: ProgressReporter | None,
     ) -> mcp_types.CallToolResult:
-        progress = self._progress_for(name)
+        progress = self._progress_for(name, report_progress)
         try:
             async with asyncio.timeout(self.invocation_timeout):
                 return await client.call_tool(name, arguments, progress_callback=progress)
@@ -500,13 +517,20 @@ class MCPConnection:
                 "the call may or may not have run, and was not sent again. The next call reconnects."
             ) from exc
 
-    def _progress_for(self, name: str) -> ProgressFnT | None:
+    def _progress_for(self, name: str, report_progress: ProgressReporter | None) -> ProgressFnT | None:
+        """What the SDK tells about a call's progress notices: the connection's callback, then the call's reporter."""
         callback = self.progress_callback
-        if callback is None:
+        if callback is None and report_progress is None:
             return None
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
-            callback(name, progress, total, message)
+            if callback is not None:
+                callback(name, progress, total, message)
+            if report_progress is not None:
+                try:
+                    report_progress(progress, total, message)
+                except ToolProgressError as exc:  # a notice the event cannot carry (a total that is no number)
+                    logger.debug("Dropped a progress notice of MCP tool %r: %s", name, exc)
 
         return report
 

@@ -14,7 +14,8 @@ from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
 from agentfsm.mcp.server_info import MCPServerInfo
 from agentfsm.serialization import object_path
-from agentfsm.tools.tool import Tool
+from agentfsm.tools.progress import ProgressReporter, unheard
+from agentfsm.tools.tool import REPORT_PROGRESS, Tool
 
 #: The parameters of a tool whose description has not been fetched yet (it accepts any object).
 _UNKNOWN_PARAMETERS: dict[str, Any] = {"type": "object"}
@@ -30,6 +31,11 @@ def raise_not_offered(connection: MCPConnection, missing: list[str], reasons: st
         tool_name=missing[0],
         available_tools=offered,
     )
+
+
+def _heard(report_progress: ProgressReporter | None) -> ProgressReporter | None:
+    """The call's reporter, ``None`` when nobody listens: the server is then not asked for progress notices."""
+    return None if report_progress is unheard else report_progress
 
 
 class MCPTool(Tool):
@@ -51,7 +57,9 @@ class MCPTool(Tool):
         max_reconnects: Further attempts when connecting fails.
         reconnect_backoff: Seconds before the first retry; doubled for each further one.
         progress_callback: Told ``(tool_name, progress, total, message)`` for each progress notice, on
-            the connection's thread: a slow callback holds up that server's messages.
+            the connection's thread: a slow callback holds up that server's messages. In a run, each
+            notice is also a ``tool_progress`` event of the run, for whoever listens (unless a subclass
+            overrides ``invoke`` or ``invoke_async``: it is given the model's arguments alone).
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
         idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
         destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.
@@ -165,9 +173,14 @@ class MCPTool(Tool):
         described.parameters = dict(spec.input_schema)
         described.idempotent = hints.idempotent
         described.destructive = hints.destructive
-        Tool.__post_init__(described)  # checks the server's schema and compiles its validator
+        described.__post_init__()  # checks the server's schema and compiles its validator
         vars(self).update(vars(described))
         register_tool(self)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # A subclass that invokes the tool its own way is given the model's arguments alone, as before.
+        self.takes_progress = type(self).invoke is Tool.invoke and type(self).invoke_async is MCPTool.invoke_async
 
     def _listed(self, specs: list[mcp_types.Tool]) -> None:
         spec = next((s for s in specs if s.name == self.name), None)
@@ -192,8 +205,9 @@ class MCPTool(Tool):
         if self.spec is None:
             raise_not_offered(self.connection, [self.name], "")
 
-    def _call(self, **arguments: Any) -> dict[str, Any]:
-        return result_value(self.name, self.connection.call(self.name, arguments))
+    def _call(self, report_progress: ProgressReporter | None = None, **arguments: Any) -> dict[str, Any]:
+        # A run someone listens to gives the call a reporter: the server's progress notices are its events.
+        return result_value(self.name, self.connection.call(self.name, arguments, _heard(report_progress)))
 
     async def invoke_async(self, **kwargs: Any) -> Any:
         """Call the tool from an event loop: cancelling the caller cancels the call on the server.
@@ -202,7 +216,8 @@ class MCPTool(Tool):
         """
         if type(self).invoke is not Tool.invoke:
             return await super().invoke_async(**kwargs)
-        return result_value(self.name, await self.connection.call_async(self.name, kwargs))
+        report = _heard(kwargs.pop(REPORT_PROGRESS, None))
+        return result_value(self.name, await self.connection.call_async(self.name, kwargs, report))
 
     def close(self) -> None:
         """End the session of a tool made alone (a toolset's tools are closed with their toolset)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, overload
@@ -11,7 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
-from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
 
 
 def _strip_titles(node: Any) -> Any:
@@ -33,6 +34,20 @@ def _strip_property_titles(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _type_hints(function: Callable[..., Any], skip: set[str] | frozenset[str]) -> dict[str, Any]:
+    """``function``'s type hints, resolved, except those of the parameters in ``skip``.
+
+    Those are not in the schema, and their types may be imported for type checkers only (a
+    ``report_progress: ProgressReporter`` whose import sits under ``if TYPE_CHECKING:``).
+    """
+    annotations = getattr(function, "__annotations__", None) or {}
+    if not skip & annotations.keys():
+        return typing.get_type_hints(function, include_extras=True)
+    kept = types.SimpleNamespace(__annotations__={k: v for k, v in annotations.items() if k not in skip})
+    module_globals = getattr(inspect.unwrap(function), "__globals__", {})
+    return typing.get_type_hints(kept, globalns=module_globals, include_extras=True)
+
+
 def function_parameters_schema(
     function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()
 ) -> dict[str, Any]:
@@ -43,7 +58,7 @@ def function_parameters_schema(
     name = getattr(function, "__name__", repr(function))
     signature = inspect.signature(function)
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
+        hints = _type_hints(function, skip)
     except NameError as exc:
         raise SchemaGenerationError(f"Cannot resolve the type hints of {name!r}: {exc}") from exc
     fields: dict[str, Any] = {}
@@ -108,10 +123,11 @@ def create_tool_from_function(
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
     Parameters fed from State (``inputs_from_state``) are left out of the schema the model sees, and so
-    is an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``).
+    are an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``) and a
+    ``report_progress`` one (``agentfsm.tools.progress``).
     """
     skip = frozenset((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else frozenset()
-    skip |= {IDEMPOTENCY_KEY}
+    skip |= {IDEMPOTENCY_KEY, REPORT_PROGRESS}
     return Tool(
         name=name or function.__name__,
         description=description if description is not None else inspect.getdoc(function) or "",

@@ -49,7 +49,8 @@ from agentfsm.messages import (
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.signatures import names_keyword
 from agentfsm.state import State
-from agentfsm.tools.tool import Tool, default_output_to_string
+from agentfsm.tools.progress import ProgressReporter, unheard
+from agentfsm.tools.tool import REPORT_PROGRESS, Tool, default_output_to_string
 from agentfsm.tools.toolset import Toolset, check_unique_names, flatten_tools
 from agentfsm.workers import result_within, run_in_own_thread
 
@@ -89,6 +90,9 @@ class PreparedCall:
     outcome: CallOutcome | None = None
     #: The confirmation decision taken for it (a ``ToolExecutionDecision``), if one was needed.
     decision: Any = None
+    #: What its tool's ``report_progress`` is given, set by the driver of a run someone listens to
+    #: (``None``: the reports are checked and dropped). Never stored: progress is live only.
+    reporter: ProgressReporter | None = None
 
 
 class RecordedToolError(Exception):
@@ -272,13 +276,17 @@ class ToolInvoker:
     def _arguments(
         self, tool: Tool, prepared: PreparedCall, streaming_callback: StreamingCallback | None
     ) -> dict[str, Any]:
+        """The call's arguments, with what the run passes to a tool that declares it: the streaming callback, a reporter."""
+        arguments = prepared.arguments
         if (
             streaming_callback is not None
             and self.tool_streaming_callback_passthrough
             and names_keyword(tool.function, "streaming_callback")
         ):
-            return {**prepared.arguments, "streaming_callback": streaming_callback}
-        return prepared.arguments
+            arguments = {**arguments, "streaming_callback": streaming_callback}
+        if tool.takes_progress:
+            arguments = {**arguments, REPORT_PROGRESS: unheard if prepared.reporter is None else prepared.reporter}
+        return arguments
 
     def timeout_of(self, tool: Tool) -> float | None:
         """Seconds a call of ``tool`` may take: its own ``timeout``, else the invoker's ``tool_timeout``."""
@@ -292,9 +300,11 @@ class ToolInvoker:
         """
         tool = prepared.tool
         assert tool is not None
-        # Without a streaming callback there is nothing to pass through: the call's own arguments.
+        # Without a streaming callback or a reporter to pass: the call's own arguments.
         arguments = (
-            prepared.arguments if streaming_callback is None else self._arguments(tool, prepared, streaming_callback)
+            prepared.arguments
+            if streaming_callback is None and not tool.takes_progress
+            else self._arguments(tool, prepared, streaming_callback)
         )
         timeout = self.timeout_of(tool)
         try:

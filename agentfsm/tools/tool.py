@@ -168,6 +168,10 @@ def _deserialize_specs(specs: dict[str, Any] | None, allowed: Iterable[str] | No
 #: The parameter through which a tool's function receives its call's idempotency key.
 IDEMPOTENCY_KEY = "idempotency_key"
 
+#: The parameter through which a tool's function receives its call's progress reporter
+#: (``agentfsm.tools.progress``).
+REPORT_PROGRESS = "report_progress"
+
 
 @dataclass
 class Tool:
@@ -202,6 +206,9 @@ class Tool:
     #: The function has an ``idempotency_key`` parameter: each call is given a key of its own, the
     #: same when the call runs again after a crash, so that an external system can deduplicate it.
     takes_idempotency_key: bool = field(init=False, repr=False, compare=False)
+    #: The function has a ``report_progress`` parameter: each call is given a ``ProgressReporter``
+    #: whose reports are ``tool_progress`` events of the run (``agentfsm.tools.progress``).
+    takes_progress: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -229,6 +236,7 @@ class Tool:
         # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
         self._check = compile_validator(self.parameters, self._validator)
         self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
+        self.takes_progress = names_keyword(self.function, REPORT_PROGRESS)
 
     def _valid_inputs(self) -> set[str] | None:
         """The parameters ``inputs_from_state`` may name (``None``: any).

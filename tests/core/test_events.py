@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunHandle, State, StreamingChunk, hook
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunHandle, State, StreamingChunk, hook, tool
 from agentfsm.errors import ConfigurationTypeError, ScriptExhaustedError
 from agentfsm.events import (
     CallChanged,
@@ -26,6 +26,7 @@ from agentfsm.events import (
     RunResumed,
     RunStarted,
     ToolEnded,
+    ToolProgress,
     ToolStarted,
     event_from_dict,
 )
@@ -301,6 +302,27 @@ def test_events_round_trip_through_to_dict(tmp_path: Path) -> None:
         assert event_from_dict(data).to_dict() == data
         if not isinstance(event, RunEnded):  # a result comes back as data (its trace as dicts)
             assert type(event).from_dict(data) == event
+
+
+def test_a_progress_event_round_trips_through_to_dict() -> None:
+    from agentfsm.tools import ProgressReporter
+
+    @tool
+    def index(files: int, report_progress: ProgressReporter) -> str:
+        """Index files."""
+        report_progress(1, files, "indexed a.txt")
+        report_progress(files)
+        return "indexed"
+
+    script: list[ChatMessage | str] = [calls(call("index", "c1", files=2)), "done"]
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[index])
+    reports = [e for e in agent.iter(USER) if isinstance(e, ToolProgress)]
+    assert [(e.progress, e.total, e.message) for e in reports] == [(1.0, 2.0, "indexed a.txt"), (2.0, None, None)]
+    for event in reports:
+        data = event.to_dict()
+        assert data["kind"] == "tool_progress" and data["call"] == "c1" and data["tool"] == "index"
+        assert json.loads(json.dumps(data)) == data
+        assert event_from_dict(data) == ToolProgress.from_dict(data) == event
 
 
 def test_a_run_without_listeners_records_no_events() -> None:

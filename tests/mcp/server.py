@@ -58,6 +58,14 @@ def build_server() -> MCPServer:
         return "slept"
 
     @server.tool()
+    async def download(parts: int, ctx: Context) -> str:
+        """Fetch a file in ``parts`` parts, reporting each part."""
+        for part in range(1, parts + 1):
+            await anyio.sleep(0.01)
+            await ctx.report_progress(part, parts, f"part {part} of {parts}")
+        return f"downloaded {parts} parts"
+
+    @server.tool()
     def fail(reason: str) -> str:
         """Always fails."""
         raise ToolError(reason)
