@@ -262,6 +262,8 @@ EVENTS = (
     "ToolEnded",
     "ToolStarted",
     "event_from_dict",
+    "event_from_stored",
+    "stored_dict",
 )
 
 
