@@ -115,12 +115,14 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     ),
     "agentfsm.stores": (
         "DurableSnapshotStore",
+        "EventStore",
         "JsonFileStore",
         "RunDelta",
         "RunInfo",
         "SQLiteSnapshotStore",
         "SnapshotInfo",
         "SnapshotStore",
+        "StoredEvent",
     ),
     "agentfsm.durable": (
         "DEFAULT_QUEUE",
