@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sqlite3
 import subprocess
@@ -17,7 +19,7 @@ from agentfsm import Agent, ChatMessage
 from agentfsm.errors import ConfigurationError, DeserializationError
 from agentfsm.events import PhaseChanged, RunPaused, ToolEnded, stored_dict
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
+from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
 from agentfsm.serialization import TAG
 from agentfsm.stores import EventStore, JsonFileStore, SQLiteSnapshotStore
 from tests.helpers import add, call, calls
@@ -217,3 +219,47 @@ def test_a_layout_4_database_gets_the_events_table(tmp_path: Path) -> None:
     assert [s.number for s in store.events("r")] == [1]
     store.close()
     assert sqlite3.connect(tmp_path / "runs.db").execute("PRAGMA user_version").fetchone()[0] == 5
+
+
+@pytest.mark.parametrize("in_async", [False, True], ids=["run", "run_async"])
+def test_an_agent_whose_store_records_events_keeps_every_event_its_runs_emit(
+    open_store: Callable[..., Any], tmp_path: Path, in_async: bool
+) -> None:
+    store = open_store(record_events=True)
+    seen: list[Any] = []
+
+    def run(agent: Agent, **options: Any) -> None:
+        with pytest.raises(HITLBreakpointException) if "snapshot" not in options else contextlib.nullcontext():
+            if in_async:
+
+                async def handler(event: Any) -> None:
+                    seen.append(event)
+
+                asyncio.run(agent.run_async(on_event=handler, **options))
+            else:
+                agent.run(on_event=seen.append, **options)
+
+    run(pausing_agent(store, tmp_path), messages=USER)
+    paused = seen[-1]
+    assert isinstance(paused, RunPaused)
+    run(
+        pausing_agent(store, tmp_path, 1),
+        snapshot=paused.snapshot,
+        decisions=[ToolExecutionDecision("add", True, "c1")],
+    )
+    assert seen[-1].kind == "run_ended"
+    assert store.event_count(paused.run_id) == len(seen)
+    stored = open_store().events(paused.run_id)
+    assert [s.number for s in stored] == list(range(1, len(seen) + 1)), "both segments, one numbering"
+    assert [stored_dict(s.event) for s in stored] == [stored_dict(e) for e in seen]
+
+
+def test_a_store_that_records_no_events_costs_a_run_nothing(open_store: Callable[..., Any], tmp_path: Path) -> None:
+    from agentfsm.agent import RunRequest
+
+    quiet = pausing_agent(open_store(), tmp_path)
+    assert not quiet.new_run(RunRequest(messages=USER)).records_events
+    with pytest.raises(HITLBreakpointException) as paused:
+        quiet.run(USER)
+    assert quiet.snapshot_store.event_count(paused.value.snapshot.run_id) == 0  # type: ignore[union-attr]
+    assert pausing_agent(open_store(record_events=True), tmp_path).new_run(RunRequest(messages=USER)).records_events
