@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -181,6 +184,11 @@ def paying_agent(store: SQLiteSnapshotStore | None, tmp: Path, position: int = 0
     )
 
 
+def resuming_agent() -> Agent:
+    """The agent ``agentfsm serve --agent`` resumes the paused run with: past its first two replies."""
+    return paying_agent(None, Path(tempfile.gettempdir()), position=2)
+
+
 @pytest.fixture
 def paused(tmp_path: Path) -> Iterator[tuple[SQLiteSnapshotStore, str]]:
     """A store holding a run that recorded its events and waits for a payment's approval, and the run's id."""
@@ -278,6 +286,36 @@ def test_a_stored_event_that_cannot_be_read_ends_the_stream_with_a_problem_and_r
     name, data = lines[2].split("\n")
     assert name == "event: problem" and "module 'this': it is not in the allow-list" in json.loads(data[6:])["error"]
     assert "this" not in sys.modules, "nothing a stored event names is imported unless allowed"
+
+
+def test_agentfsm_serve_records_the_events_of_the_runs_it_resumes(paused: tuple[SQLiteSnapshotStore, str]) -> None:
+    store, run_id = paused
+    before = store.event_count(run_id)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = ["serve", "--store", store.path, "--port", str(port), "--agent", "tests.web.test_live:resuming_agent"]
+    server = subprocess.Popen([sys.executable, "-m", "agentfsm.cli", *serve], stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, headers={"Origin": url}) as browser:
+            page = wait_for(lambda: _page_or_none(browser, f"/runs/{run_id}"), "the page to answer").text
+            form = dict(re.findall(r"name='(csrf|seq)' value='([^']*)'", page))
+            decided = browser.post(f"/runs/{run_id}/decide", data={**form, "action:p1": "approve"})
+            assert decided.status_code == 303, decided.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=10)
+    resumed = [s.event for s in store.events(run_id, after=before)]
+    assert resumed[0].kind == "run_started" and resumed[0].resumed and resumed[-1].kind == "run_ended"
+    assert PAID == [], "paid in the page's process, not in this one"
+
+
+def _page_or_none(client: httpx.Client, path: str) -> httpx.Response | None:
+    try:
+        return client.get(path)
+    except httpx.ConnectError:
+        return None
 
 
 # -- a real browser ---------------------------------------------------------------------------------------
