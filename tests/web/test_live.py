@@ -48,7 +48,7 @@ def lookup(name: str) -> str:
 script = [ChatMessage.from_assistant(tool_calls=[ToolCall("lookup", {"name": "ann"}, id="l1")]), "Ann it is."]
 store = SQLiteSnapshotStore(sys.argv[1], durable=True, record_events=True)
 Agent(chat_generator=ScriptedChatGenerator(script), tools=[lookup], snapshot_store=store).run(
-    [ChatMessage.from_user("Who is ann?")]
+    [ChatMessage.from_user("Who is ann?")], streaming_callback=lambda chunk: None
 )
 store.close()
 """
@@ -135,6 +135,8 @@ def test_the_page_streams_a_run_of_another_process_as_it_goes_and_resumes_after_
             assert [n for n, _ in seen] == list(range(1, len(seen) + 1))
             kinds = [e["kind"] for _, e in seen]
             assert kinds[0] == "run_started" and kinds[-1] == "run_ended" and "tool_ended" in kinds
+            chunks = [e["chunk"]["data"]["content"] for _, e in seen if e["kind"] == "model_chunk"]
+            assert "".join(chunks) == "Ann it is.", "the streamed reply, chunk by chunk"
             # The transitions arrive in the order the run took them: its trace as stored (a done run's
             # last snapshot is the one before its edge into DONE), then that edge.
             edges = [(e["source"], e["dest"], e["trigger"]) for _, e in seen if e["kind"] == "transition"]
