@@ -13,13 +13,17 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError
-from agentfsm.events import Event, error_text, event_from_stored, stored_dict
+from agentfsm.events import error_text, event_from_stored, stored_dict
 from agentfsm.logs import logger
 from agentfsm.serialization import dump_json, load_json
-from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import StoredEvent
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
+    from agentfsm.snapshot import AgentSnapshot
 
 #: Writes the encoded events of one run after its stored ones, oldest first.
 WriteEvents = Callable[[str, list[bytes]], None]

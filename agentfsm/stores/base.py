@@ -7,14 +7,16 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentfsm._core.runtime import RunDelta
 from agentfsm.errors import SnapshotError, StaleSnapshotError
-from agentfsm.events import Event
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 
 @dataclass(frozen=True, slots=True)

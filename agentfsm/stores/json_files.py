@@ -20,18 +20,20 @@ import os
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
-from agentfsm.events import Event
 from agentfsm.files import atomic_write
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores._events import EventWriter, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 #: The fields of ``run.json`` and ``claim.json``, and their types.
 _RECORD_FIELDS: dict[str, tuple[type, ...]] = {

@@ -37,11 +37,10 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.runtime import RunDelta, TransitionRecord
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
-from agentfsm.events import Event
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
@@ -49,6 +48,9 @@ from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores._events import EventWriter, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 #: ``PRAGMA user_version`` of the database layout below.
 _LAYOUT_VERSION = 5
