@@ -67,7 +67,7 @@ from agentfsm.state import (
     schema_to_dict,
     values_from_dict,
 )
-from agentfsm.stores import DurableSnapshotStore, SnapshotStore
+from agentfsm.stores import DurableSnapshotStore, EventStore, SnapshotStore
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import (
@@ -277,7 +277,7 @@ class Agent:
 
     @property
     def snapshot_store(self) -> SnapshotStore | None:
-        """Where runs keep their snapshots: pauses, and every transition for a durable store."""
+        """Where runs keep their snapshots: pauses, every transition for a durable store, events for one that records them."""
         return self._snapshot_store
 
     @snapshot_store.setter
@@ -493,6 +493,13 @@ class Agent:
         final = output.final_answer_tool()
         return {**settings, "tools": {**tools, final.name: final}, "tool_exits": exits | {final.name}}
 
+    def _event_recorder(self) -> EventHandler | None:
+        """What keeps a run's events: the snapshot store, when it records them (``record_events=True``)."""
+        store = self._snapshot_store
+        if store is not None and isinstance(store, EventStore) and store.record_events:
+            return store.record_event
+        return None
+
     def new_run(self, request: RunRequest) -> AgentRun:
         """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
         self.warm_up()
@@ -509,6 +516,7 @@ class Agent:
             confirmation=self._confirmation,
             hook_context=request.hook_context,
             on_event=request.on_event,
+            record_event=self._event_recorder(),
             agent_name=request.agent_name,
             usage_limits=self.usage_limits
             if request.usage_limits is None

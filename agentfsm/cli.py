@@ -187,12 +187,12 @@ def _diagram(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_store(path: str, *, durable: bool = False) -> Any:
+def open_store(path: str, *, durable: bool = False, record_events: bool = False) -> Any:
     """``--store PATH``: a directory is a ``JsonFileStore``, a file an ``SQLiteSnapshotStore``."""
     from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 
     if os.path.isdir(path):
-        return JsonFileStore(path)
+        return JsonFileStore(path, record_events=record_events)
     if not os.path.exists(path):
         raise CLIError(f"no store at {path!r}: give an SQLite file or a directory of JSON snapshots.")
     with open(path, "rb") as file:
@@ -202,7 +202,7 @@ def open_store(path: str, *, durable: bool = False) -> Any:
             f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent MODULE:ATTR "
             "(deciding its calls with --approve ID...), or show it with agentfsm snapshot show " + path + "."
         )
-    return SQLiteSnapshotStore(path, durable=durable)
+    return SQLiteSnapshotStore(path, durable=durable, record_events=record_events)
 
 
 def _stored_snapshot(args: argparse.Namespace, run_id: str, seq: int | None) -> tuple[AgentSnapshot, Any]:
@@ -625,7 +625,9 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             _require_source(args)
             agent = load_agent(args.agent) if args.agent else None
-            app = create_app(open_store(args.store, durable=True), agent, token=token, allowed_hosts=allowed_hosts)
+            # Runs resumed from the page record their events too: every open page follows them live.
+            store = open_store(args.store, durable=True, record_events=True)
+            app = create_app(store, agent, token=token, allowed_hosts=allowed_hosts)
         where = f"http://{args.host}:{args.port}/" + (f"?token={token}" if token else "")
         print(f"agentfsm review page: {where}", file=sys.stderr)
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http="h11", loop="asyncio")

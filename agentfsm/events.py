@@ -38,7 +38,9 @@ members (string enums: ``to_dict`` and ``event_from_dict`` give plain strings).
 event back; a ``run_ended`` result comes back as data, its ``trace`` as ``TransitionRecord.to_dict()``
 dicts.
 ``Agent.iter`` / ``Agent.iter_async`` yield these events, ``Agent.run(on_event=...)`` is called with
-each; docs/events.md shows both.
+each; docs/events.md shows both. A snapshot store made with ``record_events=True`` keeps them for
+other processes (the review page's live view) as ``stored_dict`` gives them, and reads them back
+with ``event_from_stored``.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ __all__ = [
     "ToolProgress",
     "ToolStarted",
     "event_from_dict",
+    "event_from_stored",
+    "stored_dict",
 ]
 
 
@@ -112,8 +116,16 @@ class _Event:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible data, with the event's ``kind``; ``event_from_dict`` inverts it."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        special = {name: to_data(data.pop(name)) for name, (to_data, _) in _AS_DATA.get(self.kind, {}).items()}
+        return self._as_data(frozenset())
+
+    def _as_data(self, left_out: frozenset[str]) -> dict[str, Any]:
+        """``to_dict()`` without the fields named in ``left_out`` (never converted)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in left_out}
+        special = {
+            name: to_data(data.pop(name))
+            for name, (to_data, _) in _AS_DATA.get(self.kind, {}).items()
+            if name not in left_out
+        }
         return {"kind": self.kind, **serialize_value(data), **special}
 
     @classmethod
@@ -383,14 +395,55 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     Raises:
         DeserializationError: ``data`` names no known kind, or lacks the kind's fields.
     """
+    return _from_data(data, {})
+
+
+#: What a snapshot store leaves out of the events it keeps (``stored_dict``): it holds them already,
+#: as the run's snapshots.
+_LEFT_OUT_WHEN_STORED = {"run_ended": frozenset({"result"}), "paused": frozenset({"snapshot"})}
+
+
+def stored_dict(event: Event) -> dict[str, Any]:
+    """``event.to_dict()`` as a snapshot store keeps it (``record_events=True``); ``event_from_stored`` inverts it.
+
+    What the store holds already is left out: a ``run_ended`` event's ``result`` (the run's last
+    snapshot holds its conversation and State) and a ``paused`` event's ``snapshot`` (stored as the
+    run's snapshot number ``seq``).
+    """
+    return event._as_data(_LEFT_OUT_WHEN_STORED.get(event.kind, frozenset()))
+
+
+def event_from_stored(data: Mapping[str, Any], snapshot: AgentSnapshot | None = None) -> Event:
+    """The event ``stored_dict`` gave ``data`` for: a ``run_ended`` event's ``result`` is ``None``, a ``paused`` one's ``snapshot`` is ``snapshot``.
+
+    Raises:
+        DeserializationError: ``data`` names no known kind or lacks the kind's fields, or it is a
+            ``paused`` event and no ``snapshot`` is given.
+    """
     from agentfsm.errors import DeserializationError
 
-    cls = _KINDS.get(data.get("kind", ""))
+    given: dict[str, Any] = {}
+    if data.get("kind") == "run_ended":
+        given["result"] = None
+    elif data.get("kind") == "paused":
+        if snapshot is None:
+            raise DeserializationError("A stored 'paused' event is read back with the snapshot it paused with.")
+        given["snapshot"] = snapshot
+    return _from_data(data, given)
+
+
+def _from_data(data: Mapping[str, Any], given: dict[str, Any]) -> Event:
+    """The event of ``data``'s kind; the fields in ``given`` are taken as they are, not read from ``data``."""
+    from agentfsm.errors import DeserializationError
+
+    kind = data.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise DeserializationError(f"Unknown event kind {data.get('kind')!r}; known kinds: {sorted(_KINDS)}.")
     special = _AS_DATA.get(cls.kind, {})
-    values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special})
-    values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data})
+    values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special and k not in given})
+    values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data and k not in given})
+    values.update(given)
     names = [f.name for f in dataclasses.fields(cls)]
     missing = [name for name in names if name not in values]
     if missing:

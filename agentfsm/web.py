@@ -6,17 +6,26 @@ escaped. A run waiting in CONFIRM shows its pending calls with approve / reject 
 submitting resumes the run through ``agent.run(snapshot=..., decisions=...)``, the same API as
 the command line (durable runs: the decision goes to the run's queue, for a worker).
 
+The live view is a consumer of the runs' events (``agentfsm.events``), through the store: a store
+that keeps events (``record_events=True``, an ``EventStore``) holds what the runs of any process
+emit, ``GET /runs/{run_id}/events`` streams a run's stored events as Server-Sent Events (each
+event's ``stored_dict``, its number as the SSE id, so a reconnecting browser resumes after the
+last one it got: ``Last-Event-ID``), and the run page's script (``/live.js``) appends them to a
+live log and redraws the run's status, diagram and forms when its phase changes, it pauses or it
+ends. Without stored events, a running run's page reloads itself every two seconds instead.
+
 What a request must be to be answered (``RequestChecks`` and ``ReviewApp``): for an allowed host
 (``Host``: the loopback names, plus ``allowed_hosts``), so that a page on another site whose name
 was rebound to this machine gets nothing; a state-changing one (a POST) from this page's origin
 (``Origin``, else ``Referer``) and carrying a CSRF token bound to the browser's session cookie and
 to the snapshot the form showed; with ``token`` set, carrying the token too (``?token=``, then a
-cookie). Every response forbids framing and allows only the page's own script and style. Needs the
-``web`` extra: ``pip install 'agentfsm[web]'``.
+cookie). Every response forbids framing and allows only the page's own script and style (which
+may read this page's own URLs, for the live view). Needs the ``web`` extra: ``pip install 'agentfsm[web]'``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -24,7 +33,8 @@ import hmac
 import html
 import re
 import secrets
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol, cast
 from urllib.parse import quote, urlsplit
 
@@ -33,7 +43,14 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -45,15 +62,19 @@ from agentfsm.errors import (
     BreakpointException,
     ConfigurationError,
     DecisionError,
+    DeserializationError,
     MissingRendererError,
+    SerializationError,
     SnapshotError,
     StaleSnapshotError,
     ToolArgumentsError,
 )
+from agentfsm.events import stored_dict
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import RunStatus
+from agentfsm.serialization import dump_json
 from agentfsm.snapshot import AgentSnapshot
-from agentfsm.stores.base import RunInfo, SnapshotInfo, SnapshotStore
+from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
@@ -64,12 +85,13 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 #: The largest decision form accepted; the page's forms are a few kilobytes.
 MAX_FORM_BYTES = 256 * 1024
 
-#: On every response: never in a frame, only this page's own script and style, no type sniffing,
-#: and a Referer only to this page itself (a POST's Origin stays the page's own: under
-#: ``no-referrer`` browsers would send ``Origin: null`` and the origin check could not tell).
+#: On every response: never in a frame, only this page's own script and style, which may connect
+#: to this page only (the live view's event stream and redraws), no type sniffing, and a Referer
+#: only to this page itself (a POST's Origin stays the page's own: under ``no-referrer`` browsers
+#: would send ``Origin: null`` and the origin check could not tell).
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
         "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     ),
     "X-Frame-Options": "DENY",
@@ -86,12 +108,15 @@ table { border-collapse: collapse; } td, th { padding: .3rem .6rem; border-botto
 .assistant { border-color: #2563eb; } .tool { border-color: #9333ea; } .user { border-color: #15803d; }
 .error { background: #fee2e2; padding: .8rem; } .call { border: 1px solid #ddd; padding: .8rem; margin: .8rem 0; }
 .diagram svg { max-width: 100%; height: auto; } textarea { width: 100%; font-family: monospace; }
+#live-log { max-height: 24rem; overflow-y: auto; font-family: monospace; font-size: .85rem; }
+#live-log time { color: #666; margin-right: .6rem; }
 """
 
 
 #: Checks the decisions in the browser before the form is sent, served as ``/review.js``: a choice
 #: for every call; modified arguments JSON, an object, with the schema's required keys and property
-#: types. The server checks them again, against the whole schema.
+#: types. The server checks them again, against the whole schema. It listens on the document, so a
+#: form the live view brings in later is checked too.
 CHECK_DECISIONS = """
 const types = {
   string: (v) => typeof v === "string", integer: Number.isInteger, number: (v) => typeof v === "number",
@@ -109,7 +134,8 @@ function problemWith(text, schema) {
   }
   return null;
 }
-document.getElementById("decisions").addEventListener("submit", (event) => {
+document.addEventListener("submit", (event) => {
+  if (event.target.id !== "decisions") return;
   for (const call of document.querySelectorAll(".call")) {
     const shown = call.querySelector(".problem");
     const chosen = Array.from(call.querySelectorAll("input[type=radio]")).find((radio) => radio.checked);
@@ -122,6 +148,103 @@ document.getElementById("decisions").addEventListener("submit", (event) => {
   }
 });
 """
+
+
+#: The live view, served as ``/live.js``: follows the run's event stream (``#live``'s
+#: ``data-events``), appends each event to the live log as text (never as markup), and redraws the
+#: run's status, diagram, forms and record from the run's page when its phase changes, it pauses,
+#: resumes or ends. The browser reconnects by itself, resuming after the last event it got.
+LIVE_VIEW = """
+const live = document.getElementById("live");
+if (live !== null) {
+  const log = document.getElementById("live-log");
+  const state = document.getElementById("live-state");
+  const KEPT = 300;
+  const REDRAWN_ON = new Set(["transition", "paused", "resumed", "run_ended"]);
+  const shown = (value) => (typeof value === "string" ? value : JSON.stringify(value));
+  const chunkText = (event) => shown(((event.chunk || {}).data || {}).content || "");
+  const describe = {
+    run_started: (e) => (e.resumed ? "run resumed" : "run started"),
+    transition: (e) => `${e.source} -> ${e.dest} (${e.trigger})` + (e.exit_reason ? `, exit reason ${e.exit_reason}` : ""),
+    call_transition: (e) => `call ${e.call} (${e.tool}): ${e.source} -> ${e.dest} (${e.trigger})`,
+    model_started: (e) => `model ${e.model} called with ${e.messages} messages`,
+    model_chunk: (e) => "streamed: " + chunkText(e),
+    model_ended: (e) => `model ${e.model} replied` + (e.finish_reasons.length ? ` (${e.finish_reasons.join(", ")})` : ""),
+    model_failed: (e) => `model ${e.model} failed: ${e.error}`,
+    tool_started: (e) => `${e.tool} (call ${e.call}) started with ${shown(e.arguments)}`,
+    tool_ended: (e) => (e.error ? `${e.tool} (call ${e.call}) failed: ${e.error}` : `${e.tool} (call ${e.call}) returned ${shown(e.result)}`),
+    hook: (e) => `hook ${e.hook} at ${e.point}` + (e.error ? ` failed: ${e.error}` : ""),
+    decision: (e) => `decision on call ${e.call}: ` + (e.decision.execute ? "run it" : "do not run it"),
+    paused: (e) => `paused: ${e.reason}`,
+    resumed: (e) => `resumed into ${e.phase}`,
+    run_ended: (e) => (e.error ? `run failed: ${e.error}` : `run ended: ${e.exit_reason}`),
+  };
+  function append(event, number) {
+    const last = log.lastElementChild;
+    if (event.kind === "model_chunk" && last !== null && last.dataset.kind === "model_chunk") {
+      last.lastChild.textContent += chunkText(event);  // one line per streamed reply
+      return;
+    }
+    let text;
+    try { text = Object.hasOwn(describe, event.kind) ? describe[event.kind](event) : event.kind; } catch (error) { text = event.kind; }
+    const item = document.createElement("li");
+    item.dataset.kind = event.kind;
+    item.dataset.number = number;
+    const time = document.createElement("time");
+    time.textContent = new Date(event.at * 1000).toLocaleTimeString();
+    item.append(time, document.createTextNode(text));
+    log.append(item);
+    while (log.children.length > KEPT) log.firstElementChild.remove();
+    log.scrollTop = log.scrollHeight;
+  }
+  let redrawing = false;
+  let again = false;
+  async function redraw() {
+    if (redrawing) { again = true; return; }
+    redrawing = true;
+    try {
+      const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
+      if (!response.ok) throw new Error(`the page answered ${response.status}`);
+      const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+      for (const part of ["run-state", "run-record"]) {
+        const now = document.getElementById(part);
+        const next = fresh.getElementById(part);
+        if (now !== null && next !== null) now.replaceWith(document.adoptNode(next));
+      }
+    } catch (error) {
+      state.textContent = "Could not redraw the run: " + error.message;
+    } finally {
+      redrawing = false;
+      if (again) { again = false; redraw(); }
+    }
+  }
+  const source = new EventSource(live.dataset.events);
+  source.onopen = () => { state.textContent = "Following the run: its events appear below as they happen."; };
+  source.onerror = () => {
+    state.textContent = source.readyState === EventSource.CLOSED ? "The live view stopped." : "Reconnecting...";
+  };
+  source.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    append(event, message.lastEventId);
+    if (REDRAWN_ON.has(event.kind)) redraw();
+  };
+  source.addEventListener("problem", (message) => {
+    source.close();
+    state.textContent = JSON.parse(message.data).error;
+    state.classList.add("error");
+  });
+}
+"""
+
+#: How often a live view's stream looks for new events in the store, how many it reads at once,
+#: how long one stream lasts (then the browser opens the next, from the last event it got: a page
+#: that stops waits for no stream longer than that), and after how long a quiet one sends a comment
+#: (so that proxies keep it open). ``RETRY_MS`` is how soon the browser reconnects.
+POLL_SECONDS = 0.2
+EVENTS_PER_READ = 200
+STREAM_SECONDS = 15.0
+KEEPALIVE_SECONDS = 5.0
+RETRY_MS = 500
 
 
 def h(value: Any) -> str:
@@ -356,15 +479,17 @@ class ReviewApp:
         return page("agentfsm runs", body)
 
     async def run(self, request: Request) -> Response:
-        """One run: diagram, pending calls and their forms, conversation, trace, snapshot history."""
+        """One run: diagram, pending calls and their forms, the live view, conversation, trace, snapshot history."""
         run_id = request.path_params["run_id"]
         info = next((r for r in await run_in_threadpool(self.store.runs) if r.run_id == run_id), None)
+        # Counted before the snapshot is read: the live view follows from there, so no event after
+        # the snapshot goes unseen (one before it may only redraw the page once more).
+        counted = await run_in_threadpool(self.event_count, run_id) if info is not None else None
         snapshot = await run_in_threadpool(self.latest, run_id)
         if info is None or snapshot is None:
             return error_page(404, f"No run {run_id!r} with a snapshot in this store.")
         status = status_of(info, snapshot)
-        parts = [
-            f"<h1>Run {h(run_id)}</h1>",
+        state = [
             f"<p class='status' id='status'>{h(status)}</p>",
             f"<p>phase {h(snapshot.phase.value)}, step {snapshot.step}"
             + (f", exit reason {h(exit_reason)}" if (exit_reason := info.exit_reason or snapshot.exit_reason) else "")
@@ -372,20 +497,89 @@ class ReviewApp:
             f"<div class='diagram'>{await run_in_threadpool(self.diagram, snapshot, status)}</div>",
         ]
         if status == "waiting for approval":
-            parts.append(self.decision_form(snapshot, request.state.session))
-        parts.append(
-            "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages)
-        )
-        parts.append(trace_html(snapshot))
+            state.append(self.decision_form(snapshot, request.state.session))
+        record = [
+            "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages),
+            trace_html(snapshot),
+        ]
         history = await run_in_threadpool(self.store.history, run_id)
         links = "".join(
             f"<li><a href='/runs/{quote(run_id)}/snapshots/{i.seq}'>#{i.seq}</a> {h(i.phase.value)}, step {i.step}, "
             f"{h(i.created_at)}</li>"
             for i in history
         )
-        parts.append(f"<h2>Snapshots</h2><ol start='0'>{links}</ol>")
-        # A run that is going on is shown moving: the page loads again every two seconds.
-        return page(f"run {run_id}", "".join(parts), refresh=2 if status == "running" else None)
+        record.append(f"<h2>Snapshots</h2><ol start='0'>{links}</ol>")
+        live = ""
+        if counted is not None:
+            live = (
+                f"<section id='live' data-events='/runs/{quote(run_id)}/events?after={counted}'><h2>Live</h2>"
+                "<p id='live-state'>Connecting to the run's events...</p><ol id='live-log'></ol></section>"
+            )
+        body = (
+            f"<h1>Run {h(run_id)}</h1><div id='run-state'>{''.join(state)}</div>{live}"
+            f"<div id='run-record'>{''.join(record)}</div>"
+            "<script src='/review.js'></script>" + ("<script src='/live.js'></script>" if live else "")
+        )
+        # A run that is going on is shown moving: by its events as they come, else by loading the
+        # page again every two seconds (its process does not record them).
+        return page(f"run {run_id}", body, refresh=2 if status == "running" and not counted else None)
+
+    def event_count(self, run_id: str) -> int | None:
+        """How many of the run's events the store holds; ``None`` when it keeps none (or none can be kept for this id)."""
+        if not isinstance(self.store, EventStore):
+            return None
+        try:
+            return self.store.event_count(run_id)
+        except SnapshotError:  # a run id that names no place where events can be
+            return None
+
+    async def events(self, request: Request) -> Response:
+        """The run's stored events after ``Last-Event-ID`` (or ``?after=``), then each new one, as Server-Sent Events.
+
+        Each event is a message whose data is the event's ``stored_dict`` (JSON) and whose id is
+        its number. A stored event that cannot be read back ends the stream with a ``problem``
+        event saying why; nothing it names is imported unless the allow-list allows it.
+        """
+        run_id = request.path_params["run_id"]
+        store = self.store
+        if not isinstance(store, EventStore):
+            return PlainTextResponse("This store keeps no events: the run's page reloads itself instead.", 404)
+        given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if not (given.isascii() and given.isdigit() and len(given) < 19):  # a number the store's column holds
+            return PlainTextResponse(f"Events are numbered 1, 2, 3...; {given[:40]!r} is not one.", 400)
+        counted = await run_in_threadpool(self.event_count, run_id)
+        if not counted and not any(r.run_id == run_id for r in await run_in_threadpool(store.runs)):
+            return PlainTextResponse(f"No run {run_id!r} in this store.", 404)
+        return StreamingResponse(
+            self.stream(store, run_id, int(given)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def stream(self, store: EventStore, run_id: str, after: int) -> AsyncIterator[str]:
+        """The Server-Sent Events of the run's stored events numbered above ``after``, for ``STREAM_SECONDS``."""
+        yield f"retry: {RETRY_MS}\n\n"
+        started = time.monotonic()
+        ends, heard, batch = started + STREAM_SECONDS, started, EVENTS_PER_READ
+        while time.monotonic() < ends:
+            try:
+                found = await run_in_threadpool(store.events, run_id, after, batch)
+                messages = [f"id: {s.number}\ndata: {dump_json(stored_dict(s.event)).decode()}\n\n" for s in found]
+            except (DeserializationError, SerializationError, SnapshotError) as exc:
+                if batch > 1:  # read one at a time: the events before the one that cannot be read go out
+                    batch = 1
+                    continue
+                yield f"event: problem\ndata: {orjson.dumps({'error': str(exc)}).decode()}\n\n"
+                return
+            if found:
+                after, heard = found[-1].number, time.monotonic()
+                yield "".join(messages)
+                if len(found) == batch:
+                    continue  # more are waiting
+            elif time.monotonic() - heard > KEEPALIVE_SECONDS:
+                heard = time.monotonic()
+                yield ": no new events\n\n"
+            await asyncio.sleep(POLL_SECONDS)
 
     def diagram(self, snapshot: AgentSnapshot, status: str) -> str:
         """The agent's diagram with where the run stands (SVG; Mermaid text without a renderer)."""
@@ -426,7 +620,6 @@ class ReviewApp:
             f"<input type='hidden' name='csrf' value='{self.csrf_token(session, snapshot.run_id, str(snapshot.seq))}'>"
             f"<input type='hidden' name='seq' value='{h(snapshot.seq)}'>"
             f"{''.join(blocks)}<button type='submit' id='decide'>Submit and resume</button></form>"
-            "<script src='/review.js'></script>"
         )
 
     async def snapshot_json(self, request: Request) -> Response:
@@ -604,8 +797,10 @@ def create_app(
             Route("/runs/{run_id}", guarded(review.run)),
             Route("/runs/{run_id}/snapshots/{seq}", guarded(review.snapshot_json)),
             Route("/runs/{run_id}/decide", guarded(review.decide), methods=["POST"]),
+            Route("/runs/{run_id}/events", guarded(review.events)),
             Route("/review.css", guarded(served(STYLE, "text/css"))),
             Route("/review.js", guarded(served(CHECK_DECISIONS, "text/javascript"))),
+            Route("/live.js", guarded(served(LIVE_VIEW, "text/javascript"))),
         ]
     )
     app.router.redirect_slashes = False  # a path the page never links to is not found, whatever the method

@@ -116,12 +116,14 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     ),
     "agentfsm.stores": (
         "DurableSnapshotStore",
+        "EventStore",
         "JsonFileStore",
         "RunDelta",
         "RunInfo",
         "SQLiteSnapshotStore",
         "SnapshotInfo",
         "SnapshotStore",
+        "StoredEvent",
     ),
     "agentfsm.durable": (
         "DEFAULT_QUEUE",
@@ -264,6 +266,8 @@ EVENTS = (
     "ToolProgress",
     "ToolStarted",
     "event_from_dict",
+    "event_from_stored",
+    "stored_dict",
 )
 
 

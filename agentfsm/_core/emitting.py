@@ -4,10 +4,12 @@ The run records the events of its own moves (transitions of both machines, decis
 ``AgentRun.take_events``); the drivers add those of the I/O they do (model calls and chunks, tool
 calls, hooks, pause, start and end) through an ``Emitter``. Each event goes out after the run's
 recorded ones, so the handler sees them in the order they happened. A driver builds an
-``Emitter`` only when the run records events (``AgentRun.records_events``: it has a handler,
-logging is on, or a process-wide consumer is registered, ``agentfsm._core.listeners``): nobody
-listening costs nothing. Logging (``agentfsm.logs``) and OpenTelemetry (``agentfsm.telemetry``) are
-consumers of the events like any handler: ``log_event`` writes the transitions of both machines.
+``Emitter`` only when the run records events (``AgentRun.records_events``: it has a handler, its
+snapshot store keeps events, logging is on, or a process-wide consumer is registered,
+``agentfsm._core.listeners``): nobody listening costs nothing. Logging (``agentfsm.logs``),
+OpenTelemetry (``agentfsm.telemetry``) and a store that keeps the events for other processes (the
+review page's live view) are consumers of the events like any handler: ``log_event`` writes the
+transitions of both machines.
 """
 
 from __future__ import annotations
@@ -68,11 +70,13 @@ def log_event(event: Event) -> None:
 
 
 def emitter_for(run: AgentRun, generator: Any) -> Emitter | None:
-    """The emitter of a run that records events: to its log, the process-wide consumers and its handler; ``None`` when nothing listens."""
+    """The emitter of a run that records events: to its log, the process-wide consumers, its store and its handler; ``None`` when nothing listens."""
     if not run.records_events:
         return None
     handler = run.config.on_event
     consumers = [make(run, generator) for make in listeners.consumers]
+    if run.config.record_event is not None:
+        consumers.append(run.config.record_event)
     if handler is None and not consumers:
         return LogOnly(run, log_event, generator)
     if run.logs:

@@ -214,6 +214,9 @@ class RunConfig:
     #: Told each event of the run (``agentfsm.events``), by the drivers: the run records events only when
     #: one is given, or when it logs (its log reads them).
     on_event: EventHandler | None = None
+    #: Keeps each event of the run, beside ``on_event``: the agent's snapshot store, when it records
+    #: events (``record_events=True``, for other processes to read).
+    record_event: EventHandler | None = None
     #: The agent's name in the run's ``RunStarted`` event.
     agent_name: str = "agent"
     #: What the run may use (``Agent(usage_limits=...)`` or ``run(usage_limits=...)``).
@@ -375,9 +378,11 @@ class AgentRun:
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
-        #: Whether the run records its events, for its ``on_event`` handler or its log (decided when it
-        #: starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
-        self.records_events = config.on_event is not None or self._logging or bool(listeners.consumers)
+        #: Whether the run records its events, for its ``on_event`` handler, its store or its log (decided
+        #: when it starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
+        self.records_events = (
+            config.on_event is not None or config.record_event is not None or self._logging or bool(listeners.consumers)
+        )
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
         #: The action of each hook point, made once: a point's hooks and context are the same at each firing.

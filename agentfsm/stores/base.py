@@ -7,13 +7,16 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentfsm._core.runtime import RunDelta
 from agentfsm.errors import SnapshotError, StaleSnapshotError
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,20 @@ class RunInfo:
     parent_seq: int | None = None
     #: How a finished run ended (``text``, ``max_agent_steps``...), as its result says.
     exit_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event of a run as a store keeps it (``record_events=True``): its number among the run's events, and the event.
+
+    Read back from a store, a ``run_ended`` event has no ``result`` (``None``: the run's last
+    snapshot holds it) and a ``paused`` event carries the snapshot stored at its ``seq``
+    (``agentfsm.events.stored_dict``).
+    """
+
+    #: 1 for the run's first stored event, then 2, 3...: in the order the events were written.
+    number: int
+    event: Event
 
 
 def new_claim() -> str:
@@ -165,4 +182,32 @@ class DurableSnapshotStore(SnapshotStore, Protocol):
 
     def observe(self, delta: RunDelta) -> None:
         """Record what changed in a run; see ``agentfsm._core.runtime.RunObserver``."""
+        ...
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """A store that keeps the events of runs, for other processes to read (the review page's live view).
+
+    With ``record_events`` true, the runs of an agent whose ``snapshot_store`` it is hand each event
+    to ``record_event``; without, they record none (and pay nothing for them). Any instance reads
+    the events that any process recorded into the same store.
+    """
+
+    record_events: bool
+
+    def record_event(self, event: Event) -> None:
+        """Keep ``event`` as the next of its run's events (``stored_dict``), without waiting for the disk."""
+        ...
+
+    def events(self, run_id: str, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """The run's stored events numbered above ``after``, oldest first, at most ``limit`` of them.
+
+        Raises ``DeserializationError`` for a stored event that cannot be read back: damaged, or
+        naming a class the allow-list refuses (``agentfsm.serialization``).
+        """
+        ...
+
+    def event_count(self, run_id: str) -> int:
+        """How many events of the run are stored: the number of the newest (0 when none)."""
         ...

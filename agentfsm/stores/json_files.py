@@ -8,23 +8,32 @@ does not guarantee: a claim whose lease expired is replaced by a rename, so two 
 over the same expired claim at the same instant may both succeed; and the lease is not renewed
 while the run goes on (it is only given up at the end), so ``lease_seconds`` must outlast the run.
 Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
+
+With ``record_events=True`` a run's folder also holds its events, ``events.jsonl``: one line each
+(``agentfsm.events.stored_dict``), appended from a thread of the store's own as they happen.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
 from agentfsm.files import atomic_write
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
-from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim, of_run
+from agentfsm.stores._events import EventWriter, read_event
+from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 #: The fields of ``run.json`` and ``claim.json``, and their types.
 _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
@@ -47,25 +56,52 @@ def _is_folder_name(run_id: object) -> bool:
         return False
 
 
+def _run_folder(directory: Path, run_id: str) -> Path:
+    """The folder of ``run_id`` in ``directory``; ``SnapshotError`` for a run id that is not a plain file name."""
+    if not _is_folder_name(run_id):
+        raise SnapshotError(
+            f"Run id {str(run_id)[:80]!r} cannot name a folder of a JsonFileStore: it needs 1 to 200 "
+            "bytes, no '/', '\\' or NUL, and is not '.' or '..' (or keep such runs in an SQLiteSnapshotStore)."
+        )
+    return directory / run_id
+
+
+#: A run's events, one JSON line each, in its folder.
+_EVENTS_FILE = "events.jsonl"
+
+
+def _append_events(directory: Path, run_id: str, encoded: list[bytes]) -> None:
+    """Append a run's events to its ``events.jsonl`` in one write (the writer thread of ``EventWriter``)."""
+    folder = _run_folder(directory, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / _EVENTS_FILE, "ab") as file:
+        file.write(b"".join(data + b"\n" for data in encoded))
+
+
 class JsonFileStore:
-    """One readable JSON file per snapshot: ``<directory>/<run id>/<seq>_<step>_<phase>.json``."""
+    """One readable JSON file per snapshot: ``<directory>/<run id>/<seq>_<step>_<phase>.json``.
+
+    ``record_events=True`` keeps the events of the runs of agents whose store it is in each run's
+    ``events.jsonl`` (an ``EventStore``); every instance reads them (``events``).
+    """
 
     durable = False
 
-    def __init__(self, directory: str | os.PathLike[str], *, lease_seconds: float = 3600.0) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, lease_seconds: float = 3600.0, record_events: bool = False
+    ) -> None:
         self.directory = Path(directory)
         self.lease_seconds = lease_seconds
+        self.record_events = record_events
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
+        # Its thread starts with the first event; what it holds at exit is written then.
+        self._events = EventWriter(functools.partial(_append_events, self.directory), name="agentfsm-json-events")
+        weakref.finalize(self, self._events.stop)
 
     def _folder(self, run_id: str) -> Path:
         """The run's folder; ``SnapshotError`` for a run id that is not a plain file name."""
-        if not _is_folder_name(run_id):
-            raise SnapshotError(
-                f"Run id {str(run_id)[:80]!r} cannot name a folder of a JsonFileStore: it needs 1 to 200 "
-                "bytes, no '/', '\\' or NUL, and is not '.' or '..' (or keep such runs in an SQLiteSnapshotStore)."
-            )
-        return self.directory / run_id
+        return _run_folder(self.directory, run_id)
 
     def _files(self, run_id: str) -> list[Path]:
         return sorted(self._folder(run_id).glob("[0-9]*.json"))
@@ -232,3 +268,44 @@ class JsonFileStore:
                 )
             )
         return sorted(found, key=lambda r: r.updated_at, reverse=True)
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def record_event(self, event: Event) -> None:
+        """Keep ``event`` as the next line of its run's ``events.jsonl``; written from a thread of the store's own.
+
+        The runs of an agent whose store this is call it when the store was made with
+        ``record_events=True``; it is also a handler of its own: ``run(on_event=store.record_event)``.
+        """
+        self._events.record(event)
+
+    def _event_lines(self, run_id: str) -> tuple[Path, list[bytes]]:
+        """The run's events file and its whole lines (a line still being written is not one yet)."""
+        path = self._folder(run_id) / _EVENTS_FILE
+        self._events.flush()
+        try:
+            written = path.read_bytes()
+        except FileNotFoundError:
+            return path, []
+        except OSError as exc:
+            raise SnapshotError(f"{path} cannot be read ({type(exc).__name__}: {exc.strerror}).") from None
+        return path, written.split(b"\n")[:-1]  # the last piece: empty, or a line being written
+
+    def events(self, run_id: str, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """The run's stored events numbered above ``after``, oldest first, at most ``limit`` (see ``EventStore``).
+
+        Events this store queued are written first. ``DeserializationError`` for a stored event that
+        cannot be read back (damaged, or naming a class the allow-list refuses).
+        """
+        check_int("after", after, 0)
+        if limit is not None:
+            check_int("limit", limit, 1)
+        path, lines = self._event_lines(run_id)
+        chosen = lines[after : None if limit is None else after + limit]
+        return [
+            read_event(run_id, number, line, self.load, path) for number, line in enumerate(chosen, start=after + 1)
+        ]
+
+    def event_count(self, run_id: str) -> int:
+        """How many events of the run are stored (events this store queued are written first)."""
+        return len(self._event_lines(run_id)[1])

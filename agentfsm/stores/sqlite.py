@@ -20,10 +20,16 @@ is never requested again), as each tool call finishes, and when the run ends, pa
 Snapshots of the transitions in between, which follow from the committed ones without any I/O,
 are committed with the next of those: a crash can lose them, and resuming re-derives them. Each
 commit is one row, whatever the number of snapshots it holds.
+
+With ``record_events=True`` it also keeps the events of the runs it stores (``agentfsm.events``),
+one row each, numbered per run (``events``, ``event_count``): any process that opens the file, the
+review page's live view among them, reads them as they are written. They are written from a
+thread of their own (``agentfsm.stores._events``), so no run waits for them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -31,19 +37,23 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.runtime import RunDelta, TransitionRecord
-from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
-from agentfsm.stores.base import RunInfo, SnapshotInfo, check_head, check_not_held, new_claim, of_run
+from agentfsm.stores._events import EventWriter, read_event
+from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+
+if TYPE_CHECKING:
+    from agentfsm.events import Event
 
 #: ``PRAGMA user_version`` of the database layout below.
-_LAYOUT_VERSION = 4
+_LAYOUT_VERSION = 5
 #: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
 #: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
 #: holds unless renewed, the claim it was last taken over from and the claim that took it over,
@@ -57,6 +67,16 @@ _CLAIM_COLUMNS = (
     ("parent_seq", "INTEGER"),
     ("exit_reason", "TEXT"),
 )
+#: The table that layout 5 added (a layout-3 or layout-4 file gets it when opened): the events of runs
+#: whose store records them, keyed by run, then numbered in the order they were written.
+_EVENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    number INTEGER NOT NULL,    -- 1, 2, ...: the run's events in the order they were written
+    data BLOB NOT NULL,         -- the event as agentfsm.events.stored_dict gives it, as JSON
+    PRIMARY KEY (run_id, number)
+) WITHOUT ROWID;
+"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     number INTEGER PRIMARY KEY,
@@ -80,6 +100,7 @@ CREATE TABLE IF NOT EXISTS snapshot_batches (
     -- snapshots, the snapshot's own string for saved ones.
     entries BLOB NOT NULL
 );
+{_EVENTS_TABLE}
 PRAGMA user_version = {_LAYOUT_VERSION};
 """
 #: Snapshot numbers within a run's key range.
@@ -95,6 +116,8 @@ _INSERT = (
 )
 #: Renews the claim, or gives it up with the run's new status (owner and lease cleared).
 _RENEW = "UPDATE runs SET updated_at = ?, lease_until = ? WHERE number = ? AND owner = ?"
+#: The next event of a run: numbered after its newest, in the same statement (atomic on its own).
+_INSERT_EVENT = "INSERT INTO events SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM events WHERE run_id = ?"
 _RELEASE = (
     "UPDATE runs SET status = ?, exit_reason = ?, updated_at = ?, owner = NULL, lease_until = NULL "
     "WHERE number = ? AND owner = ?"
@@ -121,6 +144,18 @@ class _Cursor:
     body: dict[str, Any] | None = None
 
 
+def _insert_events(db: sqlite3.Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
+    """Write a run's events after its stored ones, in one transaction (the writer thread of ``EventWriter``)."""
+    with lock:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(_INSERT_EVENT, [(run_id, data, run_id) for data in encoded])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+
 def _created_at(stored: str | float) -> str:
     """A stored ``created_at`` as the snapshot field: recorded snapshots keep a ``time.time()`` value."""
     return stored if isinstance(stored, str) else iso_from_timestamp(stored)
@@ -138,6 +173,9 @@ class SQLiteSnapshotStore:
     ``"FULL"`` survives a power loss too (an fsync per commit); ``"OFF"`` never waits for the disk,
     survives a crash of the process, but a power loss may corrupt the file.
 
+    ``record_events=True`` keeps the events of the runs of agents whose store it is (an
+    ``EventStore``; see the module docstring); every instance reads them (``events``).
+
     >>> store = SQLiteSnapshotStore(":memory:", durable=True)
     """
 
@@ -148,6 +186,7 @@ class SQLiteSnapshotStore:
         durable: bool = False,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         lease_seconds: float = 60.0,
+        record_events: bool = False,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL"):
             raise ConfigurationError(f"synchronous must be 'OFF', 'NORMAL' or 'FULL', got {synchronous!r}.")
@@ -157,6 +196,7 @@ class SQLiteSnapshotStore:
         self.durable = durable
         self.synchronous = synchronous
         self.lease_seconds = lease_seconds
+        self.record_events = record_events
         self._lock = threading.RLock()
         # Another process's transaction is waited for (it is short) rather than failed.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
@@ -169,9 +209,11 @@ class SQLiteSnapshotStore:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         if layout == 0:
             self._db.executescript(_SCHEMA)
-        elif layout == 3:
+        elif layout in (3, 4):
             added = "".join(f"ALTER TABLE runs ADD COLUMN {name} {kind};" for name, kind in _CLAIM_COLUMNS)
-            self._db.executescript(f"BEGIN; {added} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;")
+            self._db.executescript(
+                f"BEGIN; {added if layout == 3 else ''} {_EVENTS_TABLE} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;"
+            )
         self._cursors: dict[str, _Cursor] = {}
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
@@ -186,6 +228,11 @@ class SQLiteSnapshotStore:
             self._db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
             self._checkpointer = Checkpointer(self.path)
             self._closer = weakref.finalize(self, self._checkpointer.stop)
+        # Its thread starts with the first event; what it holds at exit is written then.
+        self._events = EventWriter(
+            functools.partial(_insert_events, self._db, self._lock), name="agentfsm-sqlite-events"
+        )
+        self._events_closer = weakref.finalize(self, self._events.stop)
 
     def _check_layout(self) -> int:
         """The layout to bring up to date (0: an empty database); SnapshotError for someone else's."""
@@ -198,8 +245,8 @@ class SQLiteSnapshotStore:
             return _LAYOUT_VERSION
         if version == 0 and tables == 0:
             return 0
-        if version == 3:  # the same tables, without the claims' columns
-            return 3
+        if version in (3, 4):  # the same tables, without the claims' columns (3) and the events (3, 4)
+            return int(version)
         raise SnapshotError(
             f"{self.path} is not a snapshot database of this agentfsm version (layout {version}, "
             f"expected {_LAYOUT_VERSION}). Use a new file; older snapshots can be moved with "
@@ -213,9 +260,10 @@ class SQLiteSnapshotStore:
         return None if row is None else int(row[0])
 
     def close(self) -> None:
-        """Commit what is recorded, stop the checkpoint thread and close the database."""
+        """Commit what is recorded, write the events queued, stop the threads and close the database."""
         for run_id, cursor in list(self._cursors.items()):
             self._commit(run_id, cursor)
+        self._events_closer()
         if self._checkpointer is not None:
             self._closer()
         self._db.close()
@@ -504,6 +552,40 @@ class SQLiteSnapshotStore:
             for number, (new_messages, new_trace, changed, created_at) in enumerate(decoded, start=first):
                 body.update(changed)
                 yield number, new_messages, new_trace, body, created_at
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def record_event(self, event: Event) -> None:
+        """Keep ``event`` as the next of its run's events; written from a thread of the store's own.
+
+        The runs of an agent whose store this is call it when the store was made with
+        ``record_events=True``; it is also a handler of its own: ``run(on_event=store.record_event)``.
+        """
+        self._events.record(event)
+
+    def events(self, run_id: str, after: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """The run's stored events numbered above ``after``, oldest first, at most ``limit`` (see ``EventStore``).
+
+        Events this store queued are written first. ``DeserializationError`` for a stored event that
+        cannot be read back (damaged, or naming a class the allow-list refuses).
+        """
+        check_int("after", after, 0)
+        if limit is not None:
+            check_int("limit", limit, 1)
+        self._events.flush()
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT number, data FROM events WHERE run_id = ? AND number > ? ORDER BY number LIMIT ?",
+                (run_id, after, -1 if limit is None else limit),
+            ).fetchall()
+        return [read_event(run_id, number, data, self.load, self.path) for number, data in rows]
+
+    def event_count(self, run_id: str) -> int:
+        """How many events of the run are stored (events this store queued are written first)."""
+        self._events.flush()
+        with self._lock:
+            row = self._db.execute("SELECT COALESCE(MAX(number), 0) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        return int(row[0])
 
     def _damaged(self, exc: Exception) -> SnapshotError:
         return SnapshotError(f"A stored snapshot in {self.path} is damaged ({exc}); it cannot be read.")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunHandle, State, StreamingChunk, hook, tool
-from agentfsm.errors import ConfigurationTypeError, ScriptExhaustedError
+from agentfsm.errors import ConfigurationTypeError, DeserializationError, ScriptExhaustedError, SerializationError
 from agentfsm.events import (
     CallChanged,
     DecisionTaken,
@@ -29,6 +29,8 @@ from agentfsm.events import (
     ToolProgress,
     ToolStarted,
     event_from_dict,
+    event_from_stored,
+    stored_dict,
 )
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
@@ -323,6 +325,38 @@ def test_a_progress_event_round_trips_through_to_dict() -> None:
         assert data["kind"] == "tool_progress" and data["call"] == "c1" and data["tool"] == "index"
         assert json.loads(json.dumps(data)) == data
         assert event_from_dict(data) == ToolProgress.from_dict(data) == event
+
+
+class Opaque:
+    """A State value with no JSON form."""
+
+
+def test_a_stored_event_leaves_out_what_a_store_holds_as_snapshots(tmp_path: Path) -> None:
+    strategies = {"add": BreakpointConfirmationStrategy(str(tmp_path))}
+    events = list(one_add(confirmation_strategies=strategies).iter(USER, streaming_callback=lambda chunk: None))
+    opaque = one_add(state_schema={"opaque": {"type": Opaque}})
+    events += list(opaque.iter(USER, opaque=Opaque()))
+    ended, paused = events[-1], next(e for e in events if isinstance(e, RunPaused))
+    assert isinstance(ended, RunEnded) and ended.result is not None
+    with pytest.raises(SerializationError):
+        ended.to_dict()  # the result holds the State, whose value has no JSON form...
+    stored = stored_dict(ended)  # ...which the stored form does not convert
+    assert "result" not in stored and stored["exit_reason"] == "text"
+    assert "snapshot" not in stored_dict(paused) and stored_dict(paused)["seq"] is None
+    for event in events:
+        data = stored_dict(event)
+        assert json.loads(json.dumps(data)) == data
+        back = event_from_stored(data, paused.snapshot if isinstance(event, RunPaused) else None)
+        assert stored_dict(back) == data and type(back) is type(event)
+        if isinstance(event, RunEnded):
+            assert back == RunEnded(event.run_id, event.step, event.at, None, event.exit_reason, event.error)
+        else:
+            assert back == event
+    with pytest.raises(DeserializationError, match="with the snapshot it paused with"):
+        event_from_stored(stored_dict(paused))
+    for damaged in ({"kind": ["transition"]}, {"kind": "nothing"}, {"kind": "hook", "run_id": "r", "step": 0, "at": 0}):
+        with pytest.raises(DeserializationError):
+            event_from_stored(damaged)
 
 
 def test_a_run_without_listeners_records_no_events() -> None:
