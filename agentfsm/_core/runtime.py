@@ -652,7 +652,7 @@ class AgentRun:
         last = messages[-1]
         role = last.role
         if role is ChatRole.ASSISTANT:
-            return None if last.tool_calls and self._has_tools else "text"
+            return None if self._has_tools and last.tool_call is not None else "text"
         if role is not ChatRole.TOOL or not self.config.tool_exits:
             return None
         failed: dict[str, bool] = {}
