@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from agentfsm.errors import DeserializationError, SerializationError, SnapshotError
+from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, check_int
 from agentfsm.events import error_text, event_from_stored, stored_dict
 from agentfsm.logs import logger
 from agentfsm.serialization import dump_json, load_json
@@ -103,6 +103,13 @@ class EventWriter:
             with self._changed:
                 self._thread = None
                 self._changed.notify_all()
+
+
+def check_window(after: int, limit: int | None) -> None:
+    """Refuse, with a typed error, an ``events(run_id, after, limit)`` window that is not ``after >= 0``, ``limit >= 1``."""
+    check_int("after", after, 0)
+    if limit is not None:
+        check_int("limit", limit, 1)
 
 
 def read_event(

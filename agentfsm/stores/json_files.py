@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
+from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
-from agentfsm.stores._events import EventWriter, read_event
+from agentfsm.stores._events import EventWriter, check_window, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
 
 if TYPE_CHECKING:
@@ -297,9 +297,7 @@ class JsonFileStore:
         Events this store queued are written first. ``DeserializationError`` for a stored event that
         cannot be read back (damaged, or naming a class the allow-list refuses).
         """
-        check_int("after", after, 0)
-        if limit is not None:
-            check_int("limit", limit, 1)
+        check_window(after, limit)
         path, lines = self._event_lines(run_id)
         chosen = lines[after : None if limit is None else after + limit]
         return [

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.runtime import RunDelta, TransitionRecord
-from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError, check_int
+from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.machine import COMMIT_ON_ENTRY, Phase
 from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
-from agentfsm.stores._events import EventWriter, read_event
+from agentfsm.stores._events import EventWriter, check_window, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
 
 if TYPE_CHECKING:
@@ -569,9 +569,7 @@ class SQLiteSnapshotStore:
         Events this store queued are written first. ``DeserializationError`` for a stored event that
         cannot be read back (damaged, or naming a class the allow-list refuses).
         """
-        check_int("after", after, 0)
-        if limit is not None:
-            check_int("limit", limit, 1)
+        check_window(after, limit)
         self._events.flush()
         with self._lock:
             rows = self._db.execute(
