@@ -19,8 +19,8 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
   ``arguments``.
 - ``tool_progress`` (``ToolProgress``): a running call's tool reported progress (a tool function's
   ``report_progress`` parameter, an MCP server's progress notification): ``call``, ``call_id``,
-  ``tool``, ``progress``, ``total`` (or ``None``), ``message`` (or ``None``). Live only: never
-  stored, never replayed.
+  ``tool``, ``progress``, ``total`` (or ``None``), ``message`` (or ``None``). Live: in no snapshot,
+  journal or workflow record, and never replayed (a store that keeps events keeps them too).
 - ``tool_ended`` (``ToolEnded``): ``call``, ``call_id``, ``tool``, ``result`` or ``error``,
   ``duration_us`` (since the step's tools were handed out).
 - ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).

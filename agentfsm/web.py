@@ -172,6 +172,7 @@ if (live !== null) {
     model_ended: (e) => `model ${e.model} replied` + (e.finish_reasons.length ? ` (${e.finish_reasons.join(", ")})` : ""),
     model_failed: (e) => `model ${e.model} failed: ${e.error}`,
     tool_started: (e) => `${e.tool} (call ${e.call}) started with ${shown(e.arguments)}`,
+    tool_progress: (e) => `${e.tool} (call ${e.call}) at ${e.progress}` + (e.total !== null ? ` of ${e.total}` : "") + (e.message ? `: ${e.message}` : ""),
     tool_ended: (e) => (e.error ? `${e.tool} (call ${e.call}) failed: ${e.error}` : `${e.tool} (call ${e.call}) returned ${shown(e.result)}`),
     hook: (e) => `hook ${e.hook} at ${e.point}` + (e.error ? ` failed: ${e.error}` : ""),
     decision: (e) => `decision on call ${e.call}: ` + (e.decision.execute ? "run it" : "do not run it"),

@@ -44,7 +44,10 @@ def _finite(value: Any) -> float | None:
     """``value`` as a float when it is a finite real number (a bool is not one), else ``None``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
     return number if math.isfinite(number) else None
 
 

@@ -114,6 +114,7 @@ def test_outside_a_run_or_with_nobody_listening_the_reports_are_checked_and_drop
         (("half",), "progress must be a finite number, got 'half'"),
         ((True,), "progress must be a finite number, got True"),
         ((math.nan,), "progress must be a finite number, got nan"),
+        ((10**400,), "progress must be a finite number, got 1000"),
         ((1, math.inf), "total must be a finite number or None, got inf"),
         ((1, "10"), "total must be a finite number or None, got '10'"),
         ((1, 10, 7), "message must be a string or None, got int"),
