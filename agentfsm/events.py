@@ -408,8 +408,11 @@ def stored_dict(event: Event) -> dict[str, Any]:
 
     What the store holds already is left out: a ``run_ended`` event's ``result`` (the run's last
     snapshot holds its conversation and State) and a ``paused`` event's ``snapshot`` (stored as the
-    run's snapshot number ``seq``).
+    run's snapshot number ``seq``). A paused run whose snapshot no store holds (``seq`` is ``None``:
+    ``run(on_event=store.record_event)`` on an agent without that store) keeps its snapshot here.
     """
+    if isinstance(event, RunPaused) and event.seq is None:
+        return event._as_data(frozenset())
     return event._as_data(_LEFT_OUT_WHEN_STORED.get(event.kind, frozenset()))
 
 
@@ -425,7 +428,7 @@ def event_from_stored(data: Mapping[str, Any], snapshot: AgentSnapshot | None = 
     given: dict[str, Any] = {}
     if data.get("kind") == "run_ended":
         given["result"] = None
-    elif data.get("kind") == "paused":
+    elif data.get("kind") == "paused" and "snapshot" not in data:  # a stored snapshot's seq instead
         if snapshot is None:
             raise DeserializationError("A stored 'paused' event is read back with the snapshot it paused with.")
         given["snapshot"] = snapshot

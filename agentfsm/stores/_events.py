@@ -131,7 +131,7 @@ def read_event(
         if type(step) is not int or type(at) not in (int, float):
             raise DeserializationError("its step or time is not a number")
         snapshot = None
-        if decoded.get("kind") == "paused":
+        if decoded.get("kind") == "paused" and "snapshot" not in decoded:
             seq = decoded.get("seq")
             if type(seq) is not int:
                 raise DeserializationError(f"its seq {str(seq)[:40]!r} is not a snapshot number")

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -342,7 +343,10 @@ def test_a_stored_event_leaves_out_what_a_store_holds_as_snapshots(tmp_path: Pat
         ended.to_dict()  # the result holds the State, whose value has no JSON form...
     stored = stored_dict(ended)  # ...which the stored form does not convert
     assert "result" not in stored and stored["exit_reason"] == "text"
-    assert "snapshot" not in stored_dict(paused) and stored_dict(paused)["seq"] is None
+    # No store holds this pause's snapshot (no seq): its stored form keeps it; with a seq it is left out.
+    assert paused.seq is None and stored_dict(paused)["snapshot"] == paused.to_dict()["snapshot"]
+    kept = replace(paused, seq=4)
+    assert "snapshot" not in stored_dict(kept) and stored_dict(kept)["seq"] == 4
     for event in events:
         data = stored_dict(event)
         assert json.loads(json.dumps(data)) == data
@@ -352,8 +356,9 @@ def test_a_stored_event_leaves_out_what_a_store_holds_as_snapshots(tmp_path: Pat
             assert back == RunEnded(event.run_id, event.step, event.at, None, event.exit_reason, event.error)
         else:
             assert back == event
+    assert event_from_stored(stored_dict(paused)) == paused
     with pytest.raises(DeserializationError, match="with the snapshot it paused with"):
-        event_from_stored(stored_dict(paused))
+        event_from_stored(stored_dict(kept))
     for damaged in ({"kind": ["transition"]}, {"kind": "nothing"}, {"kind": "hook", "run_id": "r", "step": 0, "at": 0}):
         with pytest.raises(DeserializationError):
             event_from_stored(damaged)

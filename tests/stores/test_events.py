@@ -111,6 +111,17 @@ def test_a_paused_event_is_read_back_with_its_stored_snapshot_and_an_end_without
     assert stored[-1].event.result is None and stored[-1].event.exit_reason == seen[-1].exit_reason
 
 
+def test_a_pause_no_store_holds_is_stored_with_its_snapshot(open_store: Callable[..., Any], tmp_path: Path) -> None:
+    store = open_store()
+    seen: list[Any] = []
+    with pytest.raises(HITLBreakpointException):
+        pausing_agent(None, tmp_path).run(USER, on_event=lambda e: (seen.append(e), store.record_event(e)))
+    paused = seen[-1]
+    assert isinstance(paused, RunPaused) and paused.seq is None, "the agent has no store: no seq"
+    again = store.events(paused.run_id)[-1].event
+    assert isinstance(again, RunPaused) and again.snapshot == paused.snapshot
+
+
 def stored_raw(store: Any, run_id: str, data: bytes) -> None:
     """Write ``data`` as the next stored event of ``run_id``, as someone changing the store by hand would."""
     if isinstance(store, SQLiteSnapshotStore):
