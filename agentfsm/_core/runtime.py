@@ -1286,10 +1286,11 @@ def watched_interrupts(*, cancel: bool, limits: bool) -> Mapping[Phase, Mapping[
     counts for no limit; the wall clock moves on by the microseconds in between). ``None`` gives
     those read after any other trigger (a start's, a resume's).
     """
+    # A guarded interrupt not named here (a new one in the table) is read wherever its guard is not contradicted.
     read = {"cancel": cancel, "usage_limit": limits}
     watched: dict[Phase, Mapping[str | None, tuple[Transition, ...]]] = {}
     for phase, guarded in GUARDED_INTERRUPTS.items():
-        interrupts = tuple(t for t in guarded if read[t.trigger])
+        interrupts = tuple(t for t in guarded if read.get(t.trigger, True))
         if not interrupts:
             continue
         entering: dict[str, list[Transition]] = {}
