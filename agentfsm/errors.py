@@ -94,7 +94,7 @@ class UsageNotCountedError(ConfigurationError):
 
 
 class SchemaError(ConfigurationError):
-    """A tool's parameter schema or a state schema is invalid."""
+    """A schema cannot be used: a tool's parameters, an output type, a state schema (or a ``$ref`` pointing outside it)."""
 
 
 class SchemaGenerationError(SchemaError):

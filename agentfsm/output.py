@@ -17,14 +17,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import fastjsonschema
 import orjson
 import pydantic
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError as JSONSchemaError
 
-from agentfsm.errors import ConfigurationTypeError, DeserializationError, SchemaError
+from agentfsm.errors import ConfigurationTypeError, DeserializationError
 from agentfsm.messages import ChatMessage, ChatRole
+from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import import_path, object_path
 from agentfsm.tools.tool import Tool
 
@@ -50,15 +48,10 @@ class OutputType:
         #: The type or schema as given.
         self.source = output_type
         self._adapter: pydantic.TypeAdapter[Any] | None = None
-        self._validator: Draft202012Validator | None = None
+        self._validator: CompiledSchema | None = None
         if isinstance(output_type, dict):
-            try:
-                Draft202012Validator.check_schema(output_type)
-            except JSONSchemaError as exc:
-                where = "/".join(str(p) for p in exc.path) or "<root>"
-                raise SchemaError(f"output_type is not a valid JSON schema at {where}: {exc.message}") from None
+            self._validator = CompiledSchema(output_type, "output_type")
             self.schema: dict[str, Any] = output_type
-            self._validator = Draft202012Validator(output_type)
             title = output_type.get("title")
             name = title if isinstance(title, str) else "output"
         elif isinstance(output_type, type) and (
@@ -75,18 +68,13 @@ class OutputType:
         self.name = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "output"
         #: The schema with an object at its root, as tools and APIs take it; ``wrapped``: the answer is its ``answer``.
         self.parameters, self.wrapped = _object_rooted(self.schema)
-        try:
-            # Built (and its schema compiled) here, so that a schema no tool can take fails at ``Agent(...)``.
-            self._final_answer = FinalAnswerTool(
-                FINAL_ANSWER_TOOL,
-                "Give your final answer by calling this tool: its arguments are the answer.",
-                self.parameters,
-                _echo,
-            )
-        except fastjsonschema.JsonSchemaDefinitionException as exc:
-            raise SchemaError(
-                f"output_type's JSON schema cannot be used ({exc}): every $ref must point to a definition in it."
-            ) from None
+        # Built (and its schema compiled) here, so that a schema no tool can take fails at ``Agent(...)``.
+        self._final_answer = FinalAnswerTool(
+            FINAL_ANSWER_TOOL,
+            "Give your final answer by calling this tool: its arguments are the answer.",
+            self.parameters,
+            _echo,
+        )
 
     def response_format(self) -> dict[str, Any]:
         """The schema as the Chat Completions API's ``response_format`` (llama.cpp's server takes it too).
@@ -123,7 +111,7 @@ class OutputType:
             except pydantic.ValidationError as exc:
                 return None, [_pydantic_problem(e) for e in exc.errors(include_url=False)]
         assert self._validator is not None
-        problems = [_schema_problem(e) for e in sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))]
+        problems = [_schema_problem(e) for e in self._validator.errors(value)]
         return (None, problems) if problems else (value, [])
 
     def to_data(self) -> Any:

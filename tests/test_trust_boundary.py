@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import http.server
 import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from os.path import join as path_join  # noqa: F401  (a function of another module, named from this one)
 from pathlib import Path
@@ -37,7 +39,7 @@ from agentfsm import (
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import demo_agent
 from agentfsm.durable import DurableAgent, DurableRun, launch
-from agentfsm.errors import DeserializationError
+from agentfsm.errors import DeserializationError, SchemaError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,
@@ -281,6 +283,49 @@ def test_builtins_open_as_a_tool_function_never_runs(precious: Path) -> None:
     data = agent_dict_with_tool(opener, "builtins.open", file=str(precious), mode="w")
     with pytest.raises(DeserializationError, match="builtins offers only"):
         Agent.from_dict(data, allowed_modules=ALLOWED).run(USER)
+
+
+@pytest.fixture
+def schema_server() -> Iterator[tuple[str, list[str]]]:
+    """A real HTTP server on 127.0.0.1 that serves a JSON schema to whoever asks, and the paths it was asked for."""
+    asked: list[str] = []
+
+    class Serve(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"type": "string"}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/schema.json", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_tool_schema_from_data_never_fetches_what_its_refs_name(
+    schema_server: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    # An MCP server or an agent dict gives tool schemas: a $ref naming a URL or a file is refused, unread.
+    url, asked = schema_server
+    local = tmp_path / "schema.json"
+    local.write_text('{"type": "string"}')
+    data = copy.deepcopy(agent_dict_with_tool(note, "tests.test_trust_boundary.note", text="a"))
+    for ref in (url, local.as_uri()):
+        data["init_parameters"]["tools"][0]["data"]["parameters"]["properties"]["text"] = {"$ref": ref}
+        with pytest.raises(SchemaError, match=r"\$ref must point inside the schema") as refused:
+            Agent.from_dict(data, allowed_modules=ALLOWED)
+        assert "note" in str(refused.value)
+    with pytest.raises(SchemaError, match="output_type cannot be used"):
+        Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type={"$ref": url})
+    assert asked == [], "the server was never asked"
 
 
 @pytest.mark.parametrize("method", ["format", "format_map"])

@@ -6,9 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from agentfsm.hitl.types import ConfirmationUIResult
+from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import object_path
 
 
@@ -41,7 +40,7 @@ def schema_problems(tool_schema: dict[str, Any] | None, params: Any) -> str | No
         return "the parameters must be a JSON object"
     if tool_schema is None:
         return None
-    errors = sorted(Draft202012Validator(tool_schema).iter_errors(params), key=lambda e: list(e.path))
+    errors = CompiledSchema(tool_schema, "The tool's schema").errors(params)
     return "; ".join(e.message for e in errors) or None
 
 

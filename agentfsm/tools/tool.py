@@ -7,10 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-import fastjsonschema
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError as JSONSchemaError
 
 from agentfsm.errors import (
     ConfigurationError,
@@ -19,12 +16,11 @@ from agentfsm.errors import (
     ToolConfigurationError,
     check_timeout,
 )
+from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import (
-    MAX_VALUE_DEPTH,
     Slot,
     deserialize_callable,
     import_path,
-    nests_deeper,
     object_from_dict,
     object_path,
     serialize_callable,
@@ -33,43 +29,6 @@ from agentfsm.signatures import accepted_keywords, names_keyword
 from agentfsm.workers import run_in_worker
 
 _OUTPUTS_TO_STRING_SINGLE_KEYS = {"source", "handler", "raw_result"}
-
-#: Keywords of JSON Schema 2020-12 that the compiled validator (drafts 4 to 7) would ignore.
-_NEWER_KEYWORDS = frozenset(
-    {
-        "prefixItems",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "dependentRequired",
-        "dependentSchemas",
-        "$dynamicRef",
-        "$dynamicAnchor",
-        "minContains",
-        "maxContains",
-        "$recursiveRef",
-    }
-)
-
-
-def _uses_newer_keywords(node: Any) -> bool:
-    if isinstance(node, dict):
-        return any(k in _NEWER_KEYWORDS or _uses_newer_keywords(v) for k, v in node.items())
-    if isinstance(node, list):
-        return any(_uses_newer_keywords(v) for v in node)
-    return False
-
-
-def compile_validator(schema: dict[str, Any], reference: Draft202012Validator) -> Callable[[Any], Any]:
-    """A fast check for ``schema`` that raises ``JsonSchemaException``: compiled code where that is exact."""
-    if not _uses_newer_keywords(schema):
-        # use_default=False: validation must never write the schema's defaults into the model's arguments.
-        return cast("Callable[[Any], Any]", fastjsonschema.compile(schema, use_default=False))
-
-    def check(arguments: Any) -> None:
-        if not reference.is_valid(arguments):
-            raise fastjsonschema.JsonSchemaException("arguments do not match the schema")
-
-    return check
 
 
 def default_output_to_string(result: Any) -> str:
@@ -201,8 +160,8 @@ class Tool:
     #: class sets it): it counts toward neither ``tool_call_counts`` nor ``UsageLimits(tool_calls=...)``,
     #: no ``"*"`` confirmation strategy covers it, and loop detection does not read it.
     is_answer: ClassVar[bool] = False
-    _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
-    _check: Callable[[Any], Any] = field(init=False, repr=False, compare=False)
+    #: The parameters' schema, compiled: every call's arguments are checked against it.
+    _schema: CompiledSchema = field(init=False, repr=False, compare=False)
     #: The function has an ``idempotency_key`` parameter: each call is given a key of its own, the
     #: same when the call runs again after a crash, so that an external system can deduplicate it.
     takes_idempotency_key: bool = field(init=False, repr=False, compare=False)
@@ -220,21 +179,12 @@ class Tool:
             )
         if not callable(self.function):
             raise ConfigurationError(f"Tool {self.name!r}: function must be callable, got {self.function!r}.")
-        try:
-            Draft202012Validator.check_schema(self.parameters)
-        except JSONSchemaError as exc:
-            path = "/".join(str(p) for p in exc.path) or "<root>"
-            raise SchemaError(
-                f"Tool {self.name!r}: parameters is not a valid JSON schema at {path}: {exc.message}"
-            ) from None
+        self._schema = CompiledSchema(self.parameters, f"Tool {self.name!r}: parameters")
         if self.parameters.get("type", "object") != "object":
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
         self.timeout = check_timeout(f"Tool {self.name!r}: timeout", self.timeout)
         self._check_inputs_from_state()
-        self._validator = Draft202012Validator(self.parameters)
-        # Checked on every call of the tool: compiled once here (jsonschema stays for the error messages).
-        self._check = compile_validator(self.parameters, self._validator)
         self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
         self.takes_progress = names_keyword(self.function, REPORT_PROGRESS)
 
@@ -266,18 +216,13 @@ class Tool:
 
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Raise ``ToolArgumentsError`` listing every way ``arguments`` breaks the schema."""
-        try:
-            self._check(arguments)
-        except fastjsonschema.JsonSchemaException:
-            if nests_deeper(arguments, MAX_VALUE_DEPTH):  # too deep for the validator to describe
-                raise ToolArgumentsError(
-                    f"Invalid arguments for tool {self.name!r}: they nest deeper than {MAX_VALUE_DEPTH} levels."
-                ) from None
-            problems = []
-            for error in sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path)):
-                where = "/".join(str(p) for p in error.path)
-                problems.append(f"{where}: {error.message}" if where else error.message)
-            raise ToolArgumentsError(f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems)) from None
+        if self._schema.is_valid(arguments):
+            return
+        problems = []
+        for error in self._schema.errors(arguments):
+            where = "/".join(str(p) for p in error.path)
+            problems.append(f"{where}: {error.message}" if where else error.message)
+        raise ToolArgumentsError(f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems))
 
     def invoke(self, **kwargs: Any) -> Any:
         """Call the tool's function with ``kwargs``."""

@@ -1,0 +1,134 @@
+"""``CompiledSchema``: its fast check says what the reference validator says, and a schema never reaches outside itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from agentfsm.errors import SchemaError
+from agentfsm.schemas import CompiledSchema
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(2**63, 2**70),
+    st.floats(-3, 3),
+    st.sampled_from([1.0, 2.5, float("nan"), float("inf")]),
+    st.sampled_from(["", "a", "ab", "abc", "é"]),
+)
+#: JSON values, and Python values JSON encodes as such (a tuple is an array).
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+types = st.sampled_from(["null", "boolean", "integer", "number", "string", "array", "object"])
+
+
+def keywords(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """One keyword of draft 2020-12 with its argument (subschemas drawn from ``inner``)."""
+    bound = st.one_of(st.integers(-2, 3), st.sampled_from([0.5, 2.0]))
+    return st.one_of(
+        st.builds(lambda t: {"type": t}, st.one_of(types, st.lists(types, min_size=1, max_size=3, unique=True))),
+        st.builds(lambda v: {"enum": v}, st.lists(values, min_size=1, max_size=3)),
+        st.builds(lambda v: {"const": v}, values),
+        st.builds(lambda k, n: {k: n}, st.sampled_from(["minimum", "maximum", "exclusiveMinimum"]), bound),
+        st.builds(
+            lambda k, n: {k: n}, st.sampled_from(["minLength", "maxLength", "minItems", "maxItems"]), st.integers(0, 3)
+        ),
+        st.builds(lambda k, n: {k: n}, st.sampled_from(["minProperties", "maxProperties"]), st.integers(0, 3)),
+        st.builds(lambda b: {"uniqueItems": b}, st.booleans()),
+        st.builds(lambda s: {"items": s}, inner),
+        st.builds(lambda ss: {"prefixItems": ss}, st.lists(inner, min_size=1, max_size=2)),
+        st.builds(lambda s: {"contains": s}, inner),
+        st.builds(
+            lambda props, required: {"properties": props, "required": required},
+            st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+            st.lists(st.sampled_from(["a", "b", "c"]), max_size=2, unique=True),
+        ),
+        st.builds(lambda s: {"additionalProperties": s}, st.one_of(st.booleans(), inner)),
+        st.builds(lambda s: {"unevaluatedProperties": s}, st.booleans()),
+        st.builds(
+            lambda k, ss: {k: ss}, st.sampled_from(["anyOf", "allOf", "oneOf"]), st.lists(inner, min_size=1, max_size=2)
+        ),
+        st.builds(lambda s: {"not": s}, inner),
+    )
+
+
+subschemas = st.recursive(
+    st.just({}),
+    lambda inner: st.lists(keywords(inner), min_size=1, max_size=3).map(
+        lambda parts: {k: v for p in parts for k, v in p.items()}
+    ),
+    max_leaves=6,
+)
+#: Schemas, some behind a ``$ref`` to their ``$defs`` (at the root only: no cycle of references).
+schemas = st.one_of(subschemas, st.builds(lambda s: {"$defs": {"d": s}, "$ref": "#/$defs/d"}, subschemas))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas, value=values)
+def test_the_check_says_what_the_reference_validator_says(schema: dict[str, Any], value: Any) -> None:
+    compiled = CompiledSchema(schema, "generated")
+    expected = compiled.reference.is_valid(value)
+    assert compiled.is_valid(value) == expected, (schema, value)
+    assert (compiled.errors(value) == []) == expected
+
+
+def test_the_reference_is_jsonschemas_draft_2020_12_reading_a_tuple_as_an_array() -> None:
+    schema = {"type": "object", "properties": {"point": {"type": "array", "prefixItems": [{"type": "integer"}]}}}
+    compiled = CompiledSchema(schema, "point")
+    for value in ({"point": [1]}, {"point": ["x"]}, {"point": 3}, {"point": [1.5]}):
+        assert compiled.is_valid(value) == Draft202012Validator(schema).is_valid(value)
+    assert compiled.is_valid({"point": (1,)}) and not compiled.is_valid({"point": ("x",)})
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "fits"),
+    [
+        ({"type": "string", "pattern": "^\\d+$"}, "١٢", True),  # Python's \\d, as the reference reads it
+        ({"type": "number", "multipleOf": 0.1}, 0.3, False),  # floats, as the reference computes them
+        ({"type": "number"}, float("nan"), True),
+        ({"type": "object"}, {1: "a"}, True),  # a key JSON would write as a string
+        ({"type": "string"}, b"x", False),
+    ],
+)
+def test_values_the_fast_check_reads_otherwise_get_the_references_answer(
+    schema: dict[str, Any], value: Any, fits: bool
+) -> None:
+    compiled = CompiledSchema(schema, "example")
+    assert compiled.is_valid(value) is fits
+    assert (compiled.errors(value) == []) is fits
+
+
+def test_a_value_too_deep_for_the_reference_is_refused_with_the_reason() -> None:
+    deep: Any = 1
+    for _ in range(500):
+        deep = [deep]
+    compiled = CompiledSchema({"type": "array", "items": {"type": "string"}}, "deep")
+    assert not compiled.is_valid(deep)
+    [error] = compiled.errors(deep)
+    assert "deeper than 64" in error.message
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "nope"}, "not a valid JSON schema at type"),
+        ({"$ref": "#/$defs/missing"}, "cannot be used"),
+        ({"$ref": "https://example.com/schema.json"}, "never fetched"),
+    ],
+)
+def test_a_schema_that_cannot_be_used_is_refused_when_given(schema: dict[str, Any], message: str) -> None:
+    with pytest.raises(SchemaError, match=message) as refused:
+        CompiledSchema(schema, "Tool 'x': parameters")
+    assert str(refused.value).startswith("Tool 'x': parameters")
