@@ -153,6 +153,11 @@ class TransitionRecord(NamedTuple):
         return cls(data["step"], Phase(data["source"]), Phase(data["dest"]), data["trigger"], data["duration_us"])
 
 
+#: Makes a ``TransitionRecord`` from the tuple of its fields, as its constructor does but without the
+#: Python-level ``__new__`` a NamedTuple runs: a run makes four records a step.
+_new_record = functools.partial(tuple.__new__, TransitionRecord)
+
+
 @dataclass(frozen=True, slots=True)
 class RunDelta:
     """What a run records at each transition and after work within a phase (a finished tool call, hooks, decisions).
@@ -984,9 +989,7 @@ class AgentRun:
             # it waits for the decisions.
             self.snapshot = self.make_snapshot(self._waiting_for(), stage=0)
         now = time.perf_counter()
-        record = TransitionRecord(
-            self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6
-        )
+        record = _new_record((self.step, self.phase, transition.dest, transition.trigger, (now - self._entered) * 1e6))
         self.trace.append(record)
         effect = _EDGE_WORK.get(transition.trigger) if self.config.output is not None else None
         if effect is not None:
