@@ -67,9 +67,12 @@ class UsageLimits:
     #: The price of each model, by the name its replies give in ``meta["model"]`` (exactly: no
     #: built-in prices, which go stale).
     prices: Mapping[str, Price] = field(default_factory=dict)
-    #: Worked out once (``__post_init__``): whether a limit is set, and whether replies' usage is read.
-    _bounded: bool = field(init=False, repr=False, compare=False, default=False)
-    _counts_tokens: bool = field(init=False, repr=False, compare=False, default=False)
+    #: Whether any limit is set (prices alone count the cost without bounding it).
+    bounded: bool = field(init=False, repr=False, compare=False, default=False)
+    #: Whether a limit reads the replies' token usage (so every reply must report it).
+    counts_tokens: bool = field(init=False, repr=False, compare=False, default=False)
+    #: Whether the run works out what its replies cost (a price table is given).
+    tracks_cost: bool = field(init=False, repr=False, compare=False, default=False)
     _price_table: dict[str, Price] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -96,24 +99,15 @@ class UsageLimits:
             )
         object.__setattr__(self, "prices", MappingProxyType(prices))
         object.__setattr__(self, "_price_table", prices)
-        object.__setattr__(self, "_bounded", any(getattr(self, name) is not None for name in _LIMITS))
+        object.__setattr__(self, "bounded", any(getattr(self, name) is not None for name in _LIMITS))
         tokens = (self.input_tokens, self.output_tokens, self.total_tokens)
-        object.__setattr__(self, "_counts_tokens", bool(prices) or any(v is not None for v in tokens))
-
-    @property
-    def bounded(self) -> bool:
-        """Whether any limit is set (prices alone count the cost without bounding it)."""
-        return self._bounded
+        object.__setattr__(self, "counts_tokens", bool(prices) or any(v is not None for v in tokens))
+        object.__setattr__(self, "tracks_cost", bool(prices))
 
     @property
     def configured(self) -> bool:
         """Whether the run counts anything for these limits: a limit is set, or prices are given."""
-        return self.bounded or bool(self.prices)
-
-    @property
-    def tracks_cost(self) -> bool:
-        """Whether the run works out what its replies cost (a price table is given)."""
-        return bool(self._price_table)
+        return self.bounded or self.tracks_cost
 
     def to_dict(self) -> dict[str, Any]:
         """Serialize (``Agent.to_dict``)."""
@@ -137,7 +131,7 @@ class UsageLimits:
         usage = state.get(RUN_USAGE_KEY) or {}
         if self.tool_calls is not None and usage.get("refused_tool_calls"):
             return "tool_calls"
-        if self._counts_tokens:
+        if self.counts_tokens:
             tokens = state.get("token_usage") or {}
             used_in = tokens.get("prompt_tokens", 0) + tokens.get("input_tokens", 0)
             used_out = tokens.get("completion_tokens", 0) + tokens.get("output_tokens", 0)
@@ -181,11 +175,6 @@ class UsageLimits:
                 used_in, used_out = tokens(usage)
                 cost += (used_in * price[0] + used_out * price[1]) / 1e6
         return cost
-
-    @property
-    def counts_tokens(self) -> bool:
-        """Whether a limit reads the replies' token usage (so every reply must report it)."""
-        return self._counts_tokens
 
 
 def _price(model: Any, price: Any) -> Price:

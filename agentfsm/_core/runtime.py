@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from logging import DEBUG
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import orjson
@@ -1303,8 +1302,8 @@ def watched_interrupts(*, cancel: bool, limits: bool) -> Mapping[Phase, Mapping[
         after: dict[str | None, tuple[Transition, ...]] = {None: interrupts}
         for trigger, edges in entering.items():
             after[trigger] = tuple(t for t in interrupts if not all(_contradicts(e.when, t.when) for e in edges))
-        watched[phase] = MappingProxyType(after)
-    return MappingProxyType(watched)
+        watched[phase] = after
+    return watched  # plain dicts, read at every transition: shared by the runs, which never change them
 
 
 def _contradicts(guard: Iterable[tuple[str, bool]], other: Iterable[tuple[str, bool]]) -> bool:
