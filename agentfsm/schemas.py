@@ -1,43 +1,69 @@
 """JSON schemas that come with data (a tool's parameters, an output type): checked once, then applied without I/O.
 
 A schema is data and may come from elsewhere (an MCP server lists its tools' schemas), so applying
-it never fetches a URL or reads a file: a ``$ref`` must point inside the schema (or to a JSON Schema
-meta-schema), else the schema is refused with ``SchemaError`` when it is given.
+it never fetches a URL or reads a file: every ``$ref`` must resolve inside the schema (or to a JSON
+Schema meta-schema), else the schema is refused with ``SchemaError`` when it is given.
 
-``CompiledSchema`` checks values against a schema (draft 2020-12) many times: first with a compiled
-check (``jsonschema_rs``, about five times faster than compiled Python), and, where that one refuses a
-value, with the reference validator (``jsonschema``), whose messages say what is wrong. A schema
-whose keywords the two read differently is checked by the reference alone: ``pattern`` and
-``patternProperties`` (ECMA-262 regular expressions against Python's) and ``multipleOf`` (exact
-decimals against floats), and a schema holding a value JSON cannot (a NaN). ``format`` is an
-annotation for both, as draft 2020-12 says. Both read a value checked as JSON encodes it (a tuple
-is an array).
+``CompiledSchema`` checks values against a schema (draft 2020-12) many times. The reference is
+``jsonschema``'s validator, whose messages say what is wrong; a compiled check (``jsonschema_rs``,
+about five times faster than compiled Python code) answers first wherever it reads schema and value
+as the reference does, and the reference decides wherever it refuses one. It reads them otherwise,
+so the reference alone checks:
+
+- schemas using ``pattern`` or ``patternProperties`` (ECMA-262 regular expressions, against Python's),
+  or ``multipleOf`` (exact decimals, against floats), or holding data JSON cannot (a NaN, a tuple);
+- values holding a NaN or an infinity (read as null by the compiled check), or nested deeper than
+  ``MAX_VALUE_DEPTH``, or holding what JSON has no type for (bytes).
+
+Both read a tuple in a value as an array, as JSON encodes it; ``format`` is an annotation for both,
+as draft 2020-12 says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 import jsonschema_rs
+import jsonschema_specifications
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError as JSONSchemaError
-from referencing import Registry
-from referencing.exceptions import NoSuchResource
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource, Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from agentfsm.errors import SchemaError
 from agentfsm.serialization import MAX_VALUE_DEPTH, nests_deeper
 
-#: Keywords the compiled check and the reference validator may read differently.
+#: Keywords the compiled check and the reference validator read differently.
 _REFERENCE_ONLY = frozenset({"pattern", "patternProperties", "multipleOf"})
+#: Keywords (draft 2020-12) whose value is a schema; a list of schemas; a map of names to schemas.
+_SUBSCHEMA = frozenset(
+    {
+        "items",
+        "contains",
+        "not",
+        "if",
+        "then",
+        "else",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contentSchema",
+    }
+)
+_SUBSCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+#: Where a value's containers are: a tuple is an array, as JSON encodes it.
+_CONTAINERS = (dict, list, tuple)
+#: Values both checks read alike, needing no look inside.
+_SCALARS = frozenset({int, str, bool, type(None)})
 
 
 def _refuse_retrieval(uri: str) -> Any:
     raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # an attrs class
-
-
-def _refuse_compiled_retrieval(uri: str) -> Any:
-    raise ValueError(f"{uri} is outside the schema")
 
 
 #: The reference validator, reading a tuple as an array, as JSON encodes it and as the compiled check reads it.
@@ -45,25 +71,81 @@ _Reference: type[Draft202012Validator] = validators.extend(  # type: ignore[no-u
     Draft202012Validator,
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("array", lambda _, value: isinstance(value, list | tuple)),
 )
-#: What the reference validator resolves a ``$ref`` from: the schema itself and the meta-schemas, never a retrieval.
+#: What a ``$ref`` resolves from: the schema itself and the meta-schemas, never a retrieval.
 _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]  # an attrs class
+_META_SCHEMAS: Registry[Any] = jsonschema_specifications.REGISTRY.combine(_NO_RETRIEVAL)
+#: The URI a schema without an ``$id`` of its own is known by while its references are resolved.
+_SCHEMA_URI = "urn:agentfsm:schema"
 
 
-def _read_alike(node: Any) -> bool:
-    """Whether the compiled check reads a schema (or a part of it) as the reference validator does.
+def _check_references(resource: Resource[Any], resolver: Any) -> None:
+    """Resolve every ``$ref`` and ``$dynamicRef`` of ``resource`` and its subschemas with ``resolver`` (a ``referencing`` one).
 
-    It does unless a keyword of ``_REFERENCE_ONLY`` is used, or a value is not JSON (a tuple, a
-    key that is not a string, a float that is not finite), which the compiled check reads as
-    JSON would write it.
+    ``Unresolvable`` for one that does not resolve.
     """
-    kind = type(node)
+    resolver = resolver.in_subresource(resource)
+    contents = resource.contents
+    if isinstance(contents, dict):
+        for key in ("$ref", "$dynamicRef"):
+            ref = contents.get(key)
+            if isinstance(ref, str):
+                resolver.lookup(ref)
+    for subresource in resource.subresources():
+        _check_references(subresource, resolver)
+
+
+def _json_data(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is: string keys, finite numbers, lists (not tuples)."""
+    kind = type(value)
     if kind is dict:
-        return all(type(k) is str and k not in _REFERENCE_ONLY and _read_alike(v) for k, v in node.items())
+        return all(type(k) is str and _json_data(v) for k, v in value.items())
     if kind is list:
-        return all(_read_alike(v) for v in node)
+        return all(_json_data(v) for v in value)
     if kind is float:
-        return math.isfinite(node)
+        return math.isfinite(value)
     return kind in (str, int, bool, type(None))
+
+
+def _read_alike(schema: Any) -> bool:
+    """Whether the compiled check reads ``schema`` (a schema, or a part in a schema's place) as the reference does."""
+    if type(schema) is not dict:
+        return type(schema) is bool
+    for key, value in schema.items():
+        if key in _REFERENCE_ONLY:
+            return False
+        if key in _SUBSCHEMA:
+            alike = _read_alike(value)
+        elif key in _SUBSCHEMA_LISTS:
+            alike = type(value) is list and all(_read_alike(s) for s in value)
+        elif key in _SUBSCHEMA_MAPS:
+            alike = type(value) is dict and all(_read_alike(s) for s in value.values())
+        else:  # data: const, enum, bounds, required, annotations...
+            alike = _json_data(value)
+        if not alike:
+            return False
+    return True
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether the compiled check reads ``value`` as the reference does: its floats finite, ``MAX_VALUE_DEPTH`` levels at most.
+
+    Containers of other types than ``dict``, ``list`` and ``tuple`` (subclasses) are left to the reference.
+    """
+    kind = type(value)
+    if kind is dict:
+        items: Any = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif isinstance(value, float):
+        return math.isfinite(value)
+    else:
+        return not isinstance(value, _CONTAINERS)
+    if depth == MAX_VALUE_DEPTH:
+        return False
+    for item in items:  # noqa: SIM110 (a loop: all() over a generator doubles the cost of every tool call's check)
+        if type(item) not in _SCALARS and not _plain(item, depth + 1):
+            return False
+    return True
 
 
 class CompiledSchema:
@@ -84,38 +166,53 @@ class CompiledSchema:
         except JSONSchemaError as exc:
             where = "/".join(str(p) for p in exc.path) or "<root>"
             raise SchemaError(f"{what} is not a valid JSON schema at {where}: {exc.message}") from None
+        resource = DRAFT202012.create_resource(schema)
         try:
-            compiled = jsonschema_rs.Draft202012Validator(
-                schema, validate_formats=False, retriever=_refuse_compiled_retrieval
-            )
-        except jsonschema_rs.ValidationError as exc:
-            reason = str(exc).splitlines()[0]
+            registry = _META_SCHEMAS.with_resource(_SCHEMA_URI, resource)
+            _check_references(resource, registry.resolver(base_uri=_SCHEMA_URI))
+        except Unresolvable as exc:
             raise SchemaError(
-                f"{what} cannot be used: {reason}. Every $ref must point inside the schema (a URL or a file is "
-                "never fetched): put what it names under $defs."
+                f"{what} cannot be used: its $ref {exc.ref!r} does not resolve inside it. A $ref must point "
+                "inside the schema (a URL or a file is never fetched): put what it names under $defs."
             ) from None
         self.schema = schema
         #: The reference validator: exact for every keyword, and its errors say what is wrong.
         self.reference = _Reference(schema, registry=_NO_RETRIEVAL)
-        self._compiled = compiled if _read_alike(schema) else None
+        self._compiled: jsonschema_rs.Validator | None = None
+        if _read_alike(schema):
+            # A schema it cannot compile (a meta-schema it does not hold...) is checked by the reference alone.
+            with contextlib.suppress(jsonschema_rs.ValidationError, ValueError):
+                self._compiled = jsonschema_rs.Draft202012Validator(
+                    schema, validate_formats=False, retriever=_refuse_retrieval
+                )
 
     def is_valid(self, value: Any) -> bool:
         """Whether ``value`` fits the schema, as the reference validator says.
 
-        A value nested deeper than ``MAX_VALUE_DEPTH`` fits only where the compiled check says so:
-        the reference validator would exhaust Python's recursion limit on it.
+        A value nested deeper than ``MAX_VALUE_DEPTH`` does not fit: the reference validator would
+        exhaust Python's recursion limit on it.
         """
         compiled = self._compiled
-        if compiled is not None:
+        if compiled is not None and _plain(value):
             try:
                 if compiled.is_valid(value):
                     return True
             except ValueError:  # a Python value JSON has no type for (bytes, a key that is not a string...)
                 pass
-        return not nests_deeper(value, MAX_VALUE_DEPTH) and bool(self.reference.is_valid(value))
+        if nests_deeper(value, MAX_VALUE_DEPTH):
+            return False
+        try:
+            return bool(self.reference.is_valid(value))
+        except RecursionError:  # the schema's references lead to each other without reading the value
+            return False
 
     def errors(self, value: Any) -> list[ValidationError]:
-        """What is wrong with ``value``, in the order of where it is (``[]`` when it fits)."""
+        """What is wrong with ``value``, in the order of where it is: ``[]`` exactly when it fits (``is_valid``)."""
+        if self.is_valid(value):
+            return []
         if nests_deeper(value, MAX_VALUE_DEPTH):
             return [ValidationError(f"the value nests deeper than {MAX_VALUE_DEPTH} levels")]
-        return sorted(self.reference.iter_errors(value), key=lambda e: list(e.path))
+        try:
+            return sorted(self.reference.iter_errors(value), key=lambda e: list(e.path))
+        except RecursionError:
+            return [ValidationError("the schema's $refs lead to each other without end")]

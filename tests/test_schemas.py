@@ -96,8 +96,16 @@ def test_the_reference_is_jsonschemas_draft_2020_12_reading_a_tuple_as_an_array(
     ("schema", "value", "fits"),
     [
         ({"type": "string", "pattern": "^\\d+$"}, "١٢", True),  # Python's \\d, as the reference reads it
+        ({"type": "string", "pattern": "^abc\\Z"}, "abc", True),  # a Python-only regex is the reference's to read
         ({"type": "number", "multipleOf": 0.1}, 0.3, False),  # floats, as the reference computes them
         ({"type": "number"}, float("nan"), True),
+        ({"not": {"type": "number"}}, float("nan"), False),  # the compiled check reads a NaN as null
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}]}, {"x": float("inf")}, False),
+        (
+            {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}},
+            {"x": float("inf")},
+            False,
+        ),
         ({"type": "object"}, {1: "a"}, True),  # a key JSON would write as a string
         ({"type": "string"}, b"x", False),
     ],
@@ -110,14 +118,45 @@ def test_values_the_fast_check_reads_otherwise_get_the_references_answer(
     assert (compiled.errors(value) == []) is fits
 
 
-def test_a_value_too_deep_for_the_reference_is_refused_with_the_reason() -> None:
+@pytest.mark.parametrize("value", [1, "a", {"b": b"bytes"}])
+def test_references_with_no_end_never_crash_the_check(value: Any) -> None:
+    compiled = CompiledSchema({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "looping")
+    assert (compiled.errors(value) == []) is compiled.is_valid(value)
+
+
+def test_a_property_named_after_a_keyword_is_a_name() -> None:
+    schema = {"type": "object", "properties": {"pattern": {"type": "string"}, "multipleOf": {"type": "integer"}}}
+    compiled = CompiledSchema(schema, "grep")
+    assert compiled.is_valid({"pattern": "a.*", "multipleOf": 3})
+    assert not compiled.is_valid({"pattern": 1})
+    assert [e.message for e in compiled.errors({"pattern": 1})] == ["1 is not of type 'string'"]
+
+
+@pytest.mark.parametrize("schema", [{"type": "array"}, {"type": "array", "items": {"type": "string"}}])
+def test_a_value_too_deep_for_the_reference_is_refused_with_the_reason(schema: dict[str, Any]) -> None:
     deep: Any = 1
-    for _ in range(500):
+    for _ in range(70):
         deep = [deep]
-    compiled = CompiledSchema({"type": "array", "items": {"type": "string"}}, "deep")
+    compiled = CompiledSchema(schema, "deep")
     assert not compiled.is_valid(deep)
     [error] = compiled.errors(deep)
     assert "deeper than 64" in error.message
+
+
+def test_references_inside_the_schema_and_to_meta_schemas_resolve() -> None:
+    for schema in (
+        {"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}},
+        {
+            "$id": "https://example.com/root.json",
+            "$defs": {"n": {"$id": "n.json", "type": "integer"}},
+            "properties": {"a": {"$ref": "n.json"}},
+        },
+        {"$defs": {"n": {"$anchor": "number", "type": "integer"}}, "properties": {"a": {"$ref": "#number"}}},
+        {"properties": {"a": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
+        {"properties": {"a": {"$ref": "http://json-schema.org/draft-07/schema#"}}},
+    ):
+        compiled = CompiledSchema(schema, "example")
+        assert compiled.is_valid({"a": 1}) == Draft202012Validator(schema).is_valid({"a": 1})
 
 
 @pytest.mark.parametrize(
@@ -126,6 +165,8 @@ def test_a_value_too_deep_for_the_reference_is_refused_with_the_reason() -> None
         ({"type": "nope"}, "not a valid JSON schema at type"),
         ({"$ref": "#/$defs/missing"}, "cannot be used"),
         ({"$ref": "https://example.com/schema.json"}, "never fetched"),
+        ({"properties": {"a": {"items": {"$ref": "file:///etc/passwd"}}}}, "file:///etc/passwd"),
+        ({"patternProperties": {"^a": {"$ref": "#/$defs/missing"}}}, "does not resolve"),
     ],
 )
 def test_a_schema_that_cannot_be_used_is_refused_when_given(schema: dict[str, Any], message: str) -> None:
