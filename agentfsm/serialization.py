@@ -505,11 +505,13 @@ def _serialize(value: Any, depth: int) -> Any:
         )
     depth += 1
     if exact is dict and TAG not in value:
+        # Values written as they are need no call (a durable run serializes its State at every transition).
         plain = {}
         for k, v in value.items():
             if type(k) is not str:
                 break
-            plain[k] = v if type(v) in _PLAIN_SCALARS else _serialize(v, depth)
+            of = type(v)
+            plain[k] = v if of in _PLAIN_SCALARS or (of is int and _INT_MIN <= v <= _INT_MAX) else _serialize(v, depth)
         else:
             return plain
     elif exact is list:

@@ -157,11 +157,12 @@ class TransitionRecord(NamedTuple):
 _new_record = functools.partial(tuple.__new__, TransitionRecord)
 
 
-@dataclass(frozen=True, slots=True)
-class RunDelta:
+class RunDelta(NamedTuple):
     """What a run records at each transition and after work within a phase (a finished tool call, hooks, decisions).
 
     The run only records deltas (``AgentRun.take_deltas``); the drivers hand them to the observers.
+    A record, like ``TransitionRecord``: a durable run makes five a step, and a frozen dataclass
+    costs three times as much to build.
     """
 
     run_id: str
