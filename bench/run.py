@@ -522,7 +522,7 @@ def concurrency_in_a_fresh_process(agents: int, steps: int, step_us: float, runs
 
 
 def peers(steps: int, runs: int) -> dict[str, Any]:
-    """Run the workload on agentfsm, Haystack, LangGraph and pydantic-ai, taking turns in one process.
+    """Run the workload on agentfsm, Haystack, LangGraph and pydantic-ai, a process each, taking turns.
 
     The process runs in the peers' own virtualenv (made on first use; agentfsm is installed there from this checkout).
 
@@ -952,7 +952,7 @@ def peer_tables(peers: dict[str, Any]) -> list[str]:
 
     lines = [
         "",
-        "| framework (same workload, one process, taking turns run by run) | median µs/step | min µs/step | "
+        "| framework (same workload, a process each, taking turns run by run) | median µs/step | min µs/step | "
         "slower than agentfsm (by median / by min) | peak KiB of one run | import ms |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -962,7 +962,7 @@ def peer_tables(peers: dict[str, Any]) -> list[str]:
             lines.append("| " + " | ".join([*cells(name, row), "" if imported is None else str(imported)]) + " |")
     lines += [
         "",
-        "| with a checkpoint at every step (same process, taking turns) | median µs/step | min µs/step | "
+        "| with a checkpoint at every step (a process each, taking turns) | median µs/step | min µs/step | "
         "slower than agentfsm with the same kind of store (by median / by min) | peak KiB of one run |",
         "|---|---:|---:|---:|---:|",
     ]

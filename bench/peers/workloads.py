@@ -2,11 +2,15 @@
 
 For each configuration: a zero-latency scripted model (replies built before the run), STEPS steps
 of (model call -> one ``add(a, b)`` tool call), then a text answer. The agent is built before the
-clock starts and only the run is timed. The configurations take turns, RUNS times: in its turn,
-each collects the garbage left before its turn, makes an untimed run (its code and data back in
-the CPU caches) and a timed one; a slow spell of the machine thus falls on all of them alike.
-After the turns, one more run of each is traced with ``tracemalloc`` (its peak), and each
-framework's import is timed in fresh interpreters.
+clock starts and only the run is timed.
+
+Each framework runs in a process of its own, as in an application, and the processes take turns,
+RUNS times (``timed_turns``): in its turn, a configuration's process collects the garbage left
+before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed one.
+A slow spell of the machine thus falls on all of them alike, and no framework runs in a heap and
+caches that another framework's runs left behind (in one process, LangGraph's and pydantic-ai's
+runs made agentfsm's ~6% slower and Haystack's ~2%). After the turns, one more run of each is
+traced with ``tracemalloc`` (its peak), and each framework's import is timed in fresh interpreters.
 
 Besides the four frameworks as they come, two pairs persist the run at every step: agentfsm's
 durable SQLite store and LangGraph's checkpointers, in memory and in an SQLite file (both files in
@@ -23,9 +27,12 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import multiprocessing
 import sqlite3
+import statistics
 import sys
 import tempfile
+import time
 import traceback
 import tracemalloc
 import warnings
@@ -37,7 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: run.py times runs and imports
-from run import Setup, import_ms, take_turns
+from run import Setup, import_ms
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -278,22 +285,77 @@ CONFIGURATIONS = {
 }
 
 
-def main() -> None:
-    """Time every framework taking turns, and print the figures as JSON."""
+def serve(names: list[str], connection: Any) -> None:
+    """One framework's process: build the workloads of ``names``, then time a run of one whenever asked.
+
+    Sends ``(versions, errors)`` once built; then, for each name received, the seconds of one timed
+    run; for ``None``, the peak memory of one run of each configuration, and returns.
+    """
     warnings.simplefilter("ignore")  # deprecation notices of the peers are not results
-    results: dict[str, dict[str, Any]] = {}
     setups: dict[str, Setup] = {}
     versions: dict[str, str] = {}
-    chosen = {name: c for name, c in CONFIGURATIONS.items() if ONLY is None or name in ONLY}
-    for name, configuration in chosen.items():
+    errors: dict[str, dict[str, str]] = {}
+    for name in names:
         try:
-            setups[name], versions[name] = configuration.workload()
+            setups[name], versions[name] = CONFIGURATIONS[name].workload()
             setups[name]()()  # a configuration that cannot run the workload is reported, not timed
         except Exception as exc:
-            results[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
+            errors[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
             setups.pop(name, None)
-    for name, timing in take_turns(setups, STEPS, RUNS).items():
-        results[name] = {**timing, "peak_kib": peak_kib(setups[name]), "version": versions[name]}
+    connection.send((versions, errors))
+    while (name := connection.recv()) is not None:
+        gc.collect()  # each run pays for its own garbage, not for what the one before left
+        setups[name]()()
+        run_once = setups[name]()
+        started = time.perf_counter()
+        run_once()
+        connection.send(time.perf_counter() - started)
+    connection.send({name: peak_kib(setup) for name, setup in setups.items()})
+
+
+def timed_turns(chosen: dict[str, Configuration]) -> dict[str, dict[str, Any]]:
+    """Each configuration's median and min µs per step and peak memory (or its error), a process per framework."""
+    context = multiprocessing.get_context("spawn")
+    by_framework: dict[str, list[str]] = {}
+    for name, configuration in chosen.items():
+        by_framework.setdefault(configuration.framework, []).append(name)
+    workers: dict[str, Any] = {}
+    results: dict[str, dict[str, Any]] = {}
+    versions: dict[str, str] = {}
+    for framework, names in by_framework.items():
+        ours, theirs = context.Pipe()
+        process = context.Process(target=serve, args=(names, theirs), daemon=True)
+        process.start()
+        workers[framework] = (process, ours)
+        built, errors = ours.recv()
+        versions.update(built)
+        results.update(errors)
+    timed = [name for name in chosen if name not in results]
+    samples: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(RUNS):
+        for name in timed:
+            connection = workers[chosen[name].framework][1]
+            connection.send(name)
+            samples[name].append(connection.recv() / (STEPS + 1) * 1e6)
+    peaks: dict[str, float] = {}
+    for process, connection in workers.values():
+        connection.send(None)
+        peaks.update(connection.recv())
+        process.join()
+    for name, taken in samples.items():
+        results[name] = {
+            "median_us": round(statistics.median(taken), 1),
+            "min_us": round(min(taken), 1),
+            "peak_kib": peaks[name],
+            "version": versions[name],
+        }
+    return results
+
+
+def main() -> None:
+    """Time every framework taking turns, a process each, and print the figures as JSON."""
+    chosen = {name: c for name, c in CONFIGURATIONS.items() if ONLY is None or name in ONLY}
+    results = timed_turns(chosen)
     runs = {name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in chosen.items()}
     imports = {name: import_ms(module, 3) for name, module in FRAMEWORKS.items() if ONLY is None}
     print(json.dumps({"runs": runs, "import_ms": imports}))
