@@ -30,6 +30,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for timing.py when imported from elsewhere
+from timing import Setup, import_ms
+
 from agentfsm import (
     Agent,
     AgentSnapshot,
@@ -233,10 +236,6 @@ def transition_logging() -> Iterator[None]:
         use_standard_logging()
 
 
-#: ``setup()`` builds an agent and returns its run, to be timed.
-Setup = Callable[[], Callable[[], object]]
-
-
 def take_turns(
     setups: dict[str, Setup],
     steps: int,
@@ -387,24 +386,6 @@ def bare_loop_us(steps: int, runs: int) -> dict[str, float]:
         once()
         samples.append((time.perf_counter() - started) / (steps + 1) * 1e6)
     return {"median_us": round(statistics.median(samples), 2), "min_us": round(min(samples), 2)}
-
-
-def import_ms(module: str, runs: int) -> float | None:
-    """Median time to import ``module`` in a fresh interpreter, minus the interpreter's own start.
-
-    None if it cannot be imported. ``peers/workloads.py`` times the peers' imports with it too.
-    """
-
-    def start(code: str) -> float:
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        return time.perf_counter() - started
-
-    try:
-        samples = [start(f"import {module}") - start("pass") for _ in range(runs)]
-    except subprocess.CalledProcessError:
-        return None
-    return round(statistics.median(samples) * 1000, 1)
 
 
 class SleepyModel:
@@ -575,11 +556,22 @@ def model_clients(python: Path, pip_install: Callable[..., str | None], runs: in
     return run_script(python, "clients.py", "the clients' benchmark", runs)
 
 
+#: How long a peers' script may run (the whole workload table takes a few minutes).
+SCRIPT_TIMEOUT_SECONDS = 1800
+
+
 def run_script(python: Path, script: str, what: str, *args: object) -> dict[str, Any]:
     """The JSON that ``peers/<script>`` prints when ``python`` runs it, or ``{"error": why}`` when it fails."""
-    done = subprocess.run(
-        [str(python), str(HERE / "peers" / script), *map(str, args)], capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            [str(python), str(HERE / "peers" / script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=SCRIPT_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{what} did not finish within {SCRIPT_TIMEOUT_SECONDS} s"}
     if done.returncode != 0:
         return {"error": f"{what} failed: {done.stderr.strip()[-300:]}"}
     measured: dict[str, Any] = json.loads(done.stdout)

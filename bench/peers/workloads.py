@@ -4,13 +4,16 @@ For each configuration: a zero-latency scripted model (replies built before the 
 of (model call -> one ``add(a, b)`` tool call), then a text answer. The agent is built before the
 clock starts and only the run is timed.
 
-Each framework runs in a process of its own, as in an application, and the processes take turns,
-RUNS times (``timed_turns``): in its turn, a configuration's process collects the garbage left
-before its turn, makes an untimed run (its code and data back in the CPU caches) and a timed one.
-A slow spell of the machine thus falls on all of them alike, and no framework runs in a heap and
-caches that another framework's runs left behind (in one process, LangGraph's and pydantic-ai's
-runs made agentfsm's ~6% slower and Haystack's ~2%). After the turns, one more run of each is
-traced with ``tracemalloc`` (its peak), and each framework's import is timed in fresh interpreters.
+Each configuration runs in a process of its own, which loads its framework only (an application
+runs one), and the processes take turns, RUNS times (``timed_turns``; STEPS, RUNS and ONLY reach
+them in ``sys.argv``, which the ``spawn`` start method copies): in its turn, a configuration's
+process collects the garbage left before its turn, makes an untimed run (its code and data back in
+the CPU caches) and a timed one. A slow spell of the machine thus falls on all of them alike, and
+no configuration runs in a heap and caches that another's runs left behind (in one process,
+LangGraph's and pydantic-ai's runs made agentfsm's ~6% slower and Haystack's ~2%). A process that
+fails or dies gives its row an error; the others are timed. After the turns, one more run of each
+is traced with ``tracemalloc`` (its peak), and each framework's import is timed in fresh
+interpreters.
 
 Besides the four frameworks as they come, two pairs persist the run at every step: agentfsm's
 durable SQLite store and LangGraph's checkpointers, in memory and in an SQLite file (both files in
@@ -43,8 +46,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: run.py times runs and imports
-from run import Setup, import_ms
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: timing.py, which imports no framework
+from timing import Setup, import_ms
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -285,75 +288,95 @@ CONFIGURATIONS = {
 }
 
 
-def serve(names: list[str], connection: Any) -> None:
-    """One framework's process: build the workloads of ``names``, then time a run of one whenever asked.
+def serve(name: str, connection: Any) -> None:
+    """One configuration's process: build its workload, then time a run of it whenever asked.
 
-    Sends ``(versions, errors)`` once built; then, for each name received, the seconds of one timed
-    run; for ``None``, the peak memory of one run of each configuration, and returns.
+    Sends its version once built (or ``{"error": ...}``); then, for each ``True`` received, the
+    seconds of one timed run (or ``{"error": ...}``); for ``None``, the peak memory of one run.
     """
     warnings.simplefilter("ignore")  # deprecation notices of the peers are not results
-    setups: dict[str, Setup] = {}
-    versions: dict[str, str] = {}
-    errors: dict[str, dict[str, str]] = {}
-    for name in names:
+    try:
+        setup, version = CONFIGURATIONS[name].workload()
+        setup()()  # a configuration that cannot run the workload is reported, not timed
+    except Exception as exc:
+        connection.send({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)})
+        return
+    connection.send(version)
+    while connection.recv() is not None:
         try:
-            setups[name], versions[name] = CONFIGURATIONS[name].workload()
-            setups[name]()()  # a configuration that cannot run the workload is reported, not timed
+            gc.collect()  # each run pays for its own garbage, not for what the one before left
+            setup()()
+            run_once = setup()
+            started = time.perf_counter()
+            run_once()
+            connection.send(time.perf_counter() - started)
         except Exception as exc:
-            errors[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)}
-            setups.pop(name, None)
-    connection.send((versions, errors))
-    while (name := connection.recv()) is not None:
-        gc.collect()  # each run pays for its own garbage, not for what the one before left
-        setups[name]()()
-        run_once = setups[name]()
-        started = time.perf_counter()
-        run_once()
-        connection.send(time.perf_counter() - started)
-    connection.send({name: peak_kib(setup) for name, setup in setups.items()})
+            connection.send({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)})
+            return
+    connection.send(peak_kib(setup))
+
+
+def _answer(connection: Any) -> Any:
+    """What a configuration's process sends next, or an error saying it ended without an answer."""
+    try:
+        return connection.recv()
+    except EOFError:
+        return {"error": "its process ended without an answer"}
 
 
 def timed_turns(chosen: dict[str, Configuration]) -> dict[str, dict[str, Any]]:
-    """Each configuration's median and min µs per step and peak memory (or its error), a process per framework."""
+    """Each configuration's median and min µs per step and peak memory (or its error), a process each.
+
+    One process is asked at a time (the others wait for their turn), each inheriting this one's CPU.
+    """
     context = multiprocessing.get_context("spawn")
-    by_framework: dict[str, list[str]] = {}
-    for name, configuration in chosen.items():
-        by_framework.setdefault(configuration.framework, []).append(name)
-    workers: dict[str, Any] = {}
+    workers: dict[str, tuple[Any, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
     versions: dict[str, str] = {}
-    for framework, names in by_framework.items():
-        ours, theirs = context.Pipe()
-        process = context.Process(target=serve, args=(names, theirs), daemon=True)
-        process.start()
-        workers[framework] = (process, ours)
-        built, errors = ours.recv()
-        versions.update(built)
-        results.update(errors)
-    timed = [name for name in chosen if name not in results]
-    samples: dict[str, list[float]] = {name: [] for name in timed}
-    for _ in range(RUNS):
-        for name in timed:
-            connection = workers[chosen[name].framework][1]
-            connection.send(name)
-            samples[name].append(connection.recv() / (STEPS + 1) * 1e6)
-    peaks: dict[str, float] = {}
-    for process, connection in workers.values():
-        connection.send(None)
-        peaks.update(connection.recv())
-        process.join()
-    for name, taken in samples.items():
-        results[name] = {
-            "median_us": round(statistics.median(taken), 1),
-            "min_us": round(min(taken), 1),
-            "peak_kib": peaks[name],
-            "version": versions[name],
-        }
+    try:
+        for name in chosen:
+            ours, theirs = context.Pipe()
+            process = context.Process(target=serve, args=(name, theirs), daemon=True)
+            process.start()
+            theirs.close()  # this process keeps only its own end: a worker that dies ends the pipe
+            workers[name] = (process, ours)
+            built = _answer(ours)
+            if isinstance(built, dict):
+                results[name] = built
+            else:
+                versions[name] = built
+        samples: dict[str, list[float]] = {name: [] for name in versions}
+        for _ in range(RUNS):
+            for name in [n for n in samples if n not in results]:
+                connection = workers[name][1]
+                connection.send(True)
+                answer = _answer(connection)
+                if isinstance(answer, dict):
+                    results[name] = answer
+                else:
+                    samples[name].append(answer / (STEPS + 1) * 1e6)
+        for name, taken in samples.items():
+            if name in results:
+                continue
+            connection = workers[name][1]
+            connection.send(None)
+            results[name] = {
+                "median_us": round(statistics.median(taken), 1),
+                "min_us": round(min(taken), 1),
+                "peak_kib": _answer(connection),
+                "version": versions[name],
+            }
+    finally:
+        for process, connection in workers.values():
+            connection.close()
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
     return results
 
 
 def main() -> None:
-    """Time every framework taking turns, a process each, and print the figures as JSON."""
+    """Time every configuration taking turns, a process each, and print the figures as JSON."""
     chosen = {name: c for name, c in CONFIGURATIONS.items() if ONLY is None or name in ONLY}
     results = timed_turns(chosen)
     runs = {name: {"framework": c.framework, "baseline": c.baseline, **results[name]} for name, c in chosen.items()}
