@@ -132,9 +132,9 @@ class UsageLimits:
         if self.tool_calls is not None and usage.get("refused_tool_calls"):
             return "tool_calls"
         if self.counts_tokens:
-            tokens = state.get("token_usage") or {}
-            used_in = tokens.get("prompt_tokens", 0) + tokens.get("input_tokens", 0)
-            used_out = tokens.get("completion_tokens", 0) + tokens.get("output_tokens", 0)
+            get = (state.get("token_usage") or {}).get
+            used_in = get("prompt_tokens", 0) + get("input_tokens", 0)
+            used_out = get("completion_tokens", 0) + get("output_tokens", 0)
             if self.input_tokens is not None and used_in >= self.input_tokens:
                 return "input_tokens"
             if self.output_tokens is not None and used_out >= self.output_tokens:
@@ -172,7 +172,12 @@ class UsageLimits:
                         f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): "
                         f"add it, by that exact name; priced: {sorted(prices)}."
                     )
-                used_in, used_out = tokens(usage)
+                get = usage.get  # ``tokens``, without its call: the run counts every reply's cost
+                try:
+                    used_in = get("prompt_tokens", 0) + get("input_tokens", 0)
+                    used_out = get("completion_tokens", 0) + get("output_tokens", 0)
+                except TypeError:
+                    used_in, used_out = tokens(usage)
                 cost += (used_in * price[0] + used_out * price[1]) / 1e6
         return cost
 
