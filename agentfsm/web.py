@@ -12,7 +12,8 @@ emit, ``GET /runs/{run_id}/events`` streams a run's stored events as Server-Sent
 event's ``stored_dict``, its number as the SSE id, so a reconnecting browser resumes after the
 last one it got: ``Last-Event-ID``), and the run page's script (``/live.js``) appends them to a
 live log and redraws the run's status, diagram and forms when its phase changes, it pauses or it
-ends. Without stored events, a running run's page reloads itself every two seconds instead.
+ends; after a run's last event (``run_ended``) the stream ends, and the page stops listening.
+Without stored events, a running run's page reloads itself every two seconds instead.
 
 What a request must be to be answered (``RequestChecks`` and ``ReviewApp``): for an allowed host
 (``Host``: the loopback names, plus ``allowed_hosts``), so that a page on another site whose name
@@ -229,6 +230,10 @@ if (live !== null) {
     append(event, message.lastEventId);
     if (REDRAWN_ON.has(event.kind)) redraw();
   };
+  source.addEventListener("end", () => {
+    source.close();
+    state.textContent = "The run ended.";
+  });
   source.addEventListener("problem", (message) => {
     source.close();
     state.textContent = JSON.parse(message.data).error;
@@ -538,8 +543,9 @@ class ReviewApp:
         """The run's stored events after ``Last-Event-ID`` (or ``?after=``), then each new one, as Server-Sent Events.
 
         Each event is a message whose data is the event's ``stored_dict`` (JSON) and whose id is
-        its number. A stored event that cannot be read back ends the stream with a ``problem``
-        event saying why; nothing it names is imported unless the allow-list allows it.
+        its number. The run's ``run_ended`` is followed by an ``end`` event, and the stream ends
+        there (the page stops listening). A stored event that cannot be read back ends the stream
+        with a ``problem`` event saying why; nothing it names is imported unless the allow-list allows it.
         """
         run_id = request.path_params["run_id"]
         store = self.store
@@ -575,6 +581,9 @@ class ReviewApp:
             if found:
                 after, heard = found[-1].number, time.monotonic()
                 yield "".join(messages)
+                if found[-1].event.kind == "run_ended":  # its last: the browser stops listening
+                    yield "event: end\ndata: {}\n\n"
+                    return
                 if len(found) == batch:
                     continue  # more are waiting
             elif time.monotonic() - heard > KEEPALIVE_SECONDS:

@@ -270,6 +270,27 @@ def test_events_of_an_unknown_run_or_from_a_store_without_events_are_not_found(
     assert "id='live'" not in page and "/live.js" not in page
 
 
+def test_the_stream_of_a_finished_run_ends_after_its_last_event(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True, record_events=True)
+    try:
+        Agent(chat_generator=ScriptedChatGenerator(["Hello."]), snapshot_store=store).run(
+            [ChatMessage.from_user("Hi.")]
+        )
+        [run] = store.runs()
+        run_id = run.run_id
+        counted = wait_for(lambda: store.event_count(run_id), "the run's events to be written")
+        with review_page.serving(create_app(store)) as url:
+            started = time.monotonic()
+            with httpx.stream("GET", f"{url}/runs/{run_id}/events", timeout=30) as response:
+                received = list(messages(response))  # the server ends the response: no reconnecting forever
+            assert time.monotonic() - started < 10, "well before the stream's own limit"
+        assert [n for _, n, _ in received[:-1]] == [str(i) for i in range(1, counted + 1)]
+        assert json.loads(received[-2][2])["kind"] == "run_ended"
+        assert received[-1][0] == "end"
+    finally:
+        store.close()
+
+
 def test_a_stored_event_that_cannot_be_read_ends_the_stream_with_a_problem_and_runs_nothing(
     paused: tuple[SQLiteSnapshotStore, str], client: Any
 ) -> None:
