@@ -242,6 +242,19 @@ if (live !== null) {
 }
 """
 
+#: The Server-Sent Event after a run's last one: the page stops listening.
+_END = "event: end\ndata: {}\n\n"
+
+
+def _ended_with(store: EventStore, run_id: str, number: int) -> bool:
+    """Whether the run's event ``number`` is its last (``run_ended``); an event that cannot be read is not."""
+    try:
+        found = store.events(run_id, number - 1, 1)
+    except (DeserializationError, SerializationError, SnapshotError):
+        return False  # the stream reads it again, and says why it cannot
+    return bool(found) and found[0].number == number and found[0].event.kind == "run_ended"
+
+
 #: How often a live view's stream looks for new events in the store, how many it reads at once,
 #: how long one stream lasts (then the browser opens the next, from the last event it got: a page
 #: that stops waits for no stream longer than that), and after how long a quiet one sends a comment
@@ -564,8 +577,15 @@ class ReviewApp:
         )
 
     async def stream(self, store: EventStore, run_id: str, after: int) -> AsyncIterator[str]:
-        """The Server-Sent Events of the run's stored events numbered above ``after``, for ``STREAM_SECONDS``."""
+        """The Server-Sent Events of the run's stored events numbered above ``after``, for ``STREAM_SECONDS``.
+
+        It ends at the run's last event (``run_ended``), with an ``end`` event: at once when that
+        is the event numbered ``after`` (a page drawn after the run ended, a browser reconnecting).
+        """
         yield f"retry: {RETRY_MS}\n\n"
+        if after and await run_in_threadpool(_ended_with, store, run_id, after):
+            yield _END
+            return
         started = time.monotonic()
         ends, heard, batch = started + STREAM_SECONDS, started, EVENTS_PER_READ
         while time.monotonic() < ends:
@@ -582,7 +602,7 @@ class ReviewApp:
                 after, heard = found[-1].number, time.monotonic()
                 yield "".join(messages)
                 if found[-1].event.kind == "run_ended":  # its last: the browser stops listening
-                    yield "event: end\ndata: {}\n\n"
+                    yield _END
                     return
                 if len(found) == batch:
                     continue  # more are waiting

@@ -287,6 +287,13 @@ def test_the_stream_of_a_finished_run_ends_after_its_last_event(tmp_path: Path) 
         assert [n for _, n, _ in received[:-1]] == [str(i) for i in range(1, counted + 1)]
         assert json.loads(received[-2][2])["kind"] == "run_ended"
         assert received[-1][0] == "end"
+        # A page drawn after the run ended, or a browser reconnecting, follows from its last event: it ends at once.
+        with review_page.serving(create_app(store)) as url:
+            started = time.monotonic()
+            last = {"Last-Event-ID": str(counted)}
+            with httpx.stream("GET", f"{url}/runs/{run_id}/events", headers=last, timeout=30) as response:
+                assert [name for name, _, _ in messages(response)] == ["end"]
+            assert time.monotonic() - started < 10
     finally:
         store.close()
 
@@ -395,6 +402,7 @@ def test_a_reviewer_watches_a_run_live_and_decides_without_reloading_the_page(tm
                 page.check("input[name='action:p1'][value='approve']")
                 page.click("#decide")
                 page.wait_for_selector("#status:has-text('done')")
+                page.wait_for_selector("#live-state:has-text('The run ended')")  # and it stopped listening
             finally:
                 browser.close()
     finally:
