@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for timing.py when imported from elsewhere
-from timing import Setup, import_ms
+from timing import Setup, import_ms, timed_run
 
 from agentfsm import (
     Agent,
@@ -200,7 +200,7 @@ def ignore_event(event: Event) -> None:
 def opentelemetry_no_op_export() -> Iterator[None]:
     """``agentfsm.telemetry`` on, with the SDK (batched spans, metrics aggregated in memory) exporting nothing.
 
-    The SDK is imported here: ``peers/workloads.py`` imports this module in a virtualenv without it.
+    The SDK is imported here: ``peers/durable.py`` imports this module in a virtualenv without it.
     """
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -247,18 +247,14 @@ def take_turns(
     The setups take turns, ``runs`` times: in its turn, each collects the garbage left before its
     turn, makes an untimed run (its code and data back in the CPU caches) and a timed one, in its
     setting if it has one. A slow spell of the machine thus falls on every setup alike instead of
-    on the one measured at that moment. ``peers/workloads.py`` times the peers with it too.
+    on the one measured at that moment. ``peers/durable.py`` times its rows with it too;
+    ``peers/workloads.py`` makes its processes take turns the same way (``timed_run``).
     """
     samples: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(runs):
         for name, setup in setups.items():
             with (settings or {}).get(name, contextlib.nullcontext)():
-                gc.collect()  # each run pays for its own garbage, not for what the one before left
-                setup()()
-                run_once = setup()
-                started = time.perf_counter()
-                run_once()
-                samples[name].append((time.perf_counter() - started) / (steps + 1) * 1e6)
+                samples[name].append(timed_run(setup) / (steps + 1) * 1e6)
     return {
         name: {"median_us": round(statistics.median(s), 1), "min_us": round(min(s), 1)} for name, s in samples.items()
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import subprocess
 import sys
@@ -28,3 +29,16 @@ def import_ms(module: str, runs: int) -> float | None:
     except subprocess.CalledProcessError:
         return None
     return round(statistics.median(samples) * 1000, 1)
+
+
+def timed_run(setup: Setup) -> float:
+    """Seconds of one run of ``setup``, timed after an untimed one and a garbage collection.
+
+    The untimed run brings the code and data back into the CPU caches.
+    """
+    gc.collect()  # each run pays for its own garbage, not for what the one before left
+    setup()()
+    run_once = setup()
+    started = time.perf_counter()
+    run_once()
+    return time.perf_counter() - started

@@ -35,7 +35,6 @@ import sqlite3
 import statistics
 import sys
 import tempfile
-import time
 import traceback
 import tracemalloc
 import warnings
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: timing.py, which imports no framework
-from timing import Setup, import_ms
+from timing import Setup, import_ms, timed_run
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -304,12 +303,7 @@ def serve(name: str, connection: Any) -> None:
     connection.send(version)
     while connection.recv() is not None:
         try:
-            gc.collect()  # each run pays for its own garbage, not for what the one before left
-            setup()()
-            run_once = setup()
-            started = time.perf_counter()
-            run_once()
-            connection.send(time.perf_counter() - started)
+            connection.send(timed_run(setup))
         except Exception as exc:
             connection.send({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=3)})
             return
