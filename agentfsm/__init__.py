@@ -7,7 +7,7 @@ every day; ``tests/test_exported_members.py`` pins them. The rest is one import 
 ``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``, ``agentfsm.loops``, ``agentfsm.cancellation``. The run's machinery lives in ``agentfsm._core``.
 """
 
-from agentfsm._core.runtime import TransitionRecord
+from agentfsm._core.records import TransitionRecord
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, ToolBreakpoint
 from agentfsm.cancellation import RunHandle

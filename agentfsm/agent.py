@@ -6,13 +6,15 @@ import difflib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from agentfsm._core.config import RunConfig
 from agentfsm._core.drivers import SavePause, drive_async, drive_sync
 from agentfsm._core.iterating import iterate, iterate_async
+from agentfsm._core.records import RunObserver
 from agentfsm._core.resume import resume_run
-from agentfsm._core.runtime import AgentRun, RunConfig, RunObserver, constant_facts
+from agentfsm._core.runtime import AgentRun
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
@@ -42,7 +44,7 @@ from agentfsm.hooks import (
 from agentfsm.limits import UsageLimits
 from agentfsm.logs import logger
 from agentfsm.loops import LoopDetection
-from agentfsm.machine import ConstantFacts, Work
+from agentfsm.machine import ConstantFacts, Work, constant_facts
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.output import FINAL_ANSWER_TOOL, OutputType, resolve_output_type
 from agentfsm.pauses import RunStatus
@@ -145,6 +147,8 @@ class RunRequest:
     usage_limits: UsageLimits | None = None
     #: Cancels the run from another thread.
     cancel: RunHandle | None = None
+    #: The run may find tool calls that started before a crash and have no result (a durable run's).
+    recovers: bool = False
 
 
 class Agent:
@@ -295,20 +299,13 @@ class Agent:
 
     def outline(self) -> AgentOutline:
         """What a drawing of this agent reads (``agentfsm.diagrams``): its tools, hooks, strategies and constant facts."""
+        # Drawn as any of its runs may go, a stored one recovered after a crash included.
+        config = replace(self._run_config(RunRequest()), recovers=True)
         return AgentOutline(
             tools=tuple(self._tools),
             hooks=self._run_hooks,
             confirmation=self._confirmation,
-            constants=constant_facts(
-                self._tools,
-                dynamic=bool(self._dynamic),
-                hooks=self._run_hooks,
-                confirmation=self._confirmation,
-                max_agent_steps=self.max_agent_steps,
-                usage_limits=self.usage_limits,
-                loop_detection=self.loop_detection,
-                output_retries=None if self._output is None else self.output_retries,
-            ),
+            constants=constant_facts(config),
             timeouts={t.name: self._invoker.timeout_of(t) for t in self._tools},
         )
 
@@ -500,11 +497,10 @@ class Agent:
             return store.record_event
         return None
 
-    def new_run(self, request: RunRequest) -> AgentRun:
-        """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
-        self.warm_up()
+    def _run_config(self, request: RunRequest) -> RunConfig:
+        """What the run a request asks for needs from this agent."""
         selected, dynamic = self._select_tools(request.tools)
-        config = RunConfig(
+        return RunConfig(
             **self._output_config({t.name: t for t in selected}, frozenset(self.exit_conditions) - {"text"}),
             dynamic=dynamic,
             max_agent_steps=self.max_agent_steps,
@@ -524,7 +520,13 @@ class Agent:
             cancel=_check_handle(request.cancel, resuming=request.snapshot is not None),
             loop_detection=self.loop_detection,
             model_timeout=self.model_timeout,
+            recovers=request.recovers,
         )
+
+    def new_run(self, request: RunRequest) -> AgentRun:
+        """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
+        self.warm_up()
+        config = self._run_config(request)
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
                 "decisions=, fork= and take_over= are about a stored or paused run: pass its snapshot= too."

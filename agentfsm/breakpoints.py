@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentfsm._core.phases import ACTIVE_PHASES, Phase
 from agentfsm.errors import ConfigurationError
-from agentfsm.machine import ACTIVE_PHASES, Phase
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ The pause, fail, resume and cancel edges exist from (or to) every active phase; 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,16 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentfsm._core.rules import specialise_rules
 from agentfsm.errors import AgentFSMError, ConfigurationError, MissingRendererError
 from agentfsm.hooks import hook_name
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_TRANSITIONS,
+    CHOICES,
+    FACT_WORDS,
     PHASE_WORK,
+    RULES,
+    SLICES,
     TERMINAL_CALL_STATUSES,
     TRANSITIONS,
     CallStatus,
     Phase,
+    Rule,
     Transition,
     specialise,
 )
@@ -52,20 +60,23 @@ if TYPE_CHECKING:
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
 _INTERRUPTS = ("pause", "fail", "resume", "cancel")
-#: The edges a usage limit ends a run by: an agent's drawing names its limits there.
-_LIMIT_EDGES = frozenset({"usage_limit", "continue_limited"})
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
 LABEL_WIDTH = 22
 
 
 @dataclass(frozen=True, slots=True)
 class Edge:
-    """One drawn edge: declared transitions collapsed where they go from or to every active phase."""
+    """One drawn edge: a rule (numbered by its place among its source's rules), or an interrupt.
+
+    Interrupts from (or to) every active phase are drawn once, from (or to) ``ANY_ACTIVE``.
+    """
 
     source: str
     dest: str
     trigger: str
     condition: str
+    #: The rule's place among the rules out of its source, from 1 (``None``: an interrupt).
+    number: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +97,38 @@ class DiagramModel:
     finals: tuple[str, ...] = (Phase.DONE.value, Phase.FAILED.value)
     #: For a path: the positions (from 1) at which each taken edge was taken, drawn instead of how often.
     order: Mapping[Edge, tuple[int, ...]] = field(default_factory=dict)
+    #: The states that are choices (``<<choice>>`` in Mermaid, diamonds in DOT).
+    choices: frozenset[str] = frozenset()
 
 
-def _edges(transitions: Iterable[Transition], active: set[Phase]) -> list[Edge]:
-    """Drawn edges; interrupts from (or to) every phase of ``active`` become one edge of ANY_ACTIVE."""
+def _name(end: Phase | str) -> str:
+    return end.value if isinstance(end, Phase) else end
+
+
+def _condition(when: Iterable[tuple[str, bool]]) -> str:
+    return ", ".join(FACT_WORDS[name][value] for name, value in when)
+
+
+def _rule_edges(rules: Iterable[Rule]) -> dict[tuple[str, str], Edge]:
+    """The drawn edge of each rule, by (source, trigger): numbered in its source's order."""
+    sources = [*(p.value for p in Phase), *(c.name for c in CHOICES)]
+    by_source: dict[str, list[Rule]] = {}
+    for rule in sorted(rules, key=lambda r: (sources.index(_name(r.source)), r.order)):
+        by_source.setdefault(_name(rule.source), []).append(rule)
+    return {
+        (source, rule.trigger): Edge(source, _name(rule.dest), rule.trigger, _condition(rule.when), number)
+        for source, listed in by_source.items()
+        for number, rule in enumerate(listed, 1)
+    }
+
+
+def _interrupt_edges(transitions: Iterable[Transition], active: set[Phase]) -> list[Edge]:
+    """Interrupts, those from (or to) every phase of ``active`` as one edge of ANY_ACTIVE."""
     edges: list[Edge] = []
     grouped: dict[tuple[str, str], list[Transition]] = {}
     for t in transitions:
-        if t.trigger in _INTERRUPTS:
+        if t.interrupt:
             grouped.setdefault((t.trigger, t.condition), []).append(t)
-        else:
-            edges.append(Edge(t.source.value, t.dest.value, t.trigger, t.condition))
     for (trigger, condition), group in grouped.items():
         sources = {t.source for t in group}
         dests = {t.dest for t in group}
@@ -110,7 +142,8 @@ def _edges(transitions: Iterable[Transition], active: set[Phase]) -> list[Edge]:
 
 
 def _drawn(edge: Edge, record_source: Phase, record_dest: Phase, trigger: str) -> bool:
-    if edge.trigger != trigger:
+    """Whether the interrupt ``edge`` is the one a record of the trace took."""
+    if edge.number is not None or edge.trigger != trigger:
         return False
     source_ok = edge.source == record_source.value or (edge.source == ANY_ACTIVE and record_source in ACTIVE_PHASES)
     dest_ok = edge.dest == record_dest.value or (edge.dest == ANY_ACTIVE and record_dest in ACTIVE_PHASES)
@@ -137,19 +170,33 @@ def reachable(transitions: Iterable[Transition]) -> list[Transition]:
     return [t for t in edges if t.source in seen and t.dest in seen]
 
 
+def _drawn_rules(rules: list[Rule], phases: set[Phase]) -> list[Rule]:
+    """The rules out of ``phases``, and out of the choices they lead to, that end in ``phases``."""
+    kept = [r for r in rules if r.source in phases]
+    choices = {r.dest for r in kept if not isinstance(r.dest, Phase)}
+    while True:
+        more = {r.dest for r in rules if r.source in choices and not isinstance(r.dest, Phase)} - choices
+        if not more:
+            break
+        choices |= more
+    return [*kept, *(r for r in rules if r.source in choices)]
+
+
 def _agent_labels(agent: Agent, outline: AgentOutline, edges: Iterable[Edge]) -> dict[Edge, str]:
     """The labels of an agent's edges that say more than their guard: its exit conditions, step and usage limits."""
     labels: dict[Edge, str] = {}
     for edge in edges:
+        if edge.number is None:
+            continue
         if edge.trigger == "exit":
             conditions = " | ".join("text reply" if c == "text" else f"{c} ran" for c in agent.exit_conditions)
-            labels[edge] = f"exit [{conditions}]"
-        elif edge.trigger == "max_steps":
-            labels[edge] = f"max_steps [{agent.max_agent_steps} model calls made]"
-        elif edge.trigger in _LIMIT_EDGES and agent.usage_limits is not None:
-            labels[edge] = f"{edge.trigger} [{edge.condition}: {_limits_text(agent.usage_limits)}]"
+            labels[edge] = f"{edge.number} exit [{conditions}]"
+        elif edge.trigger in ("max_steps", "capped"):
+            labels[edge] = f"{edge.number} {edge.trigger} [{agent.max_agent_steps} model calls made]"
+        elif edge.trigger == "limited" and agent.usage_limits is not None:
+            labels[edge] = f"{edge.number} limited [{edge.condition}: {_limits_text(agent.usage_limits)}]"
         elif edge.trigger == "tool_calls" and not outline.tools:
-            labels[edge] = "tool_calls [never: the agent has no tools]"
+            labels[edge] = f"{edge.number} tool_calls [never: the agent has no tools]"
     return labels
 
 
@@ -181,41 +228,48 @@ def build_model(
     snapshot: AgentSnapshot | None = None,
     path: bool = False,
 ) -> DiagramModel:
-    """The diagram of the machine, annotated for ``agent`` and highlighted for a run's trace or snapshot.
+    """The diagram of the machine's rules, annotated for ``agent`` and highlighted for a run's trace or snapshot.
 
-    ``path``: each taken edge is labelled with the positions at which the trace took it, so the
-    drawing reads as the path (a counterexample), not only as which edges were taken how often.
+    Each rule is an edge, numbered by its place among the rules out of its phase or choice; a
+    record of the trace highlights every rule of the way it was compiled from. ``path``: each taken
+    edge is labelled with the positions at which the trace took it, so the drawing reads as the
+    path (a counterexample), not only as which edges were taken how often.
     """
-    transitions = list(TRANSITIONS)
+    transitions, rules = list(TRANSITIONS), list(RULES)
     title = "agentfsm machine"
     notes: dict[str, str] = {}
-    labels: dict[Edge, str] = {}
     outline = agent.outline() if agent is not None else None
     if outline is not None:
         title = f"agent: {', '.join(t.name for t in outline.tools) or 'no tools'}"
         transitions = reachable(specialise(outline.constants))
+        rules = specialise_rules(RULES, outline.constants)
     phases = {p for t in transitions for p in (t.source, t.dest)}
-    edges = _edges(transitions, {p for p in ACTIVE_PHASES if p in phases})
-    for edge in edges:
-        labels[edge] = f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger
+    by_rule = _rule_edges(_drawn_rules(rules, phases))
+    edges = [*by_rule.values(), *_interrupt_edges(transitions, {p for p in ACTIVE_PHASES if p in phases})]
+    labels = {edge: _label(edge) for edge in edges}
     if agent is not None and outline is not None:
         labels.update(_agent_labels(agent, outline, edges))
         notes = _agent_notes(agent, outline)
+    choices = [c.name for c in CHOICES if any(e.source == c.name for e in edges)]
     states = [p.value for p in Phase if p in phases]
+    states[states.index(Phase.EXIT_CHECK.value) + 1 : 1] = [] if Phase.EXIT_CHECK.value not in states else choices
     states.insert(states.index(Phase.DONE.value), ANY_ACTIVE)
 
     records = list(_trace_records(trace, snapshot))
     taken: Counter[Edge] = Counter()
     order: dict[Edge, tuple[int, ...]] = {}
     visited: set[str] = set()
-    for position, (step, source, dest, trigger) in enumerate(records, 1):
-        del step
+    for position, (_, source, dest, trigger) in enumerate(records, 1):
         visited.update((source.value, dest.value))
-        for edge in edges:
-            if _drawn(edge, source, dest, trigger):
-                taken[edge] += 1
-                if path:
-                    order[edge] = (*order.get(edge, ()), position)
+        compiled = _COMPILED.get((source, trigger, dest))
+        if compiled is not None:  # the rules of the way it was compiled from (those drawn for the agent)
+            hit = [by_rule[key] for key in ((_name(r.source), r.trigger) for r in compiled.rules) if key in by_rule]
+        else:
+            hit = [edge for edge in edges if _drawn(edge, source, dest, trigger)]
+        for edge in hit:
+            taken[edge] += 1
+            if path:
+                order[edge] = (*order.get(edge, ()), position)
     current, current_note = None, ""
     if snapshot is not None:
         current, current_note = snapshot.phase.value, f"paused here, step {snapshot.step}"
@@ -233,7 +287,48 @@ def build_model(
         current,
         current_note,
         order=order,
+        choices=frozenset(choices),
     )
+
+
+#: The compiled edge of each (source, trigger, destination), for the rules a trace's records took.
+_COMPILED = {(t.source, t.trigger, t.dest): t for t in TRANSITIONS if not t.interrupt}
+
+
+def _label(edge: Edge) -> str:
+    """``number trigger [condition]``; an interrupt has no number."""
+    text = edge.trigger if edge.number is None else f"{edge.number} {edge.trigger}"
+    return f"{text} [{edge.condition}]" if edge.condition else text
+
+
+def decision_tables() -> str:
+    """Each phase's and choice's rules as a Markdown decision table: rules as rows, in order; the facts they read as columns.
+
+    A cell says the value the rule needs (``yes``/``no``; empty: any); the slice column says which
+    capability declares the rule (``agentfsm.slices``).
+    """
+    owner = {id(rule): s.name for s in SLICES for rule in s.rules}
+    sources = [*(p.value for p in Phase), *(c.name for c in CHOICES)]
+    questions = {c.name: c.question for c in CHOICES}
+    by_source: dict[str, list[Rule]] = {}
+    for rule in sorted(RULES, key=lambda r: (sources.index(_name(r.source)), r.order)):
+        by_source.setdefault(_name(rule.source), []).append(rule)
+    blocks = []
+    for source, listed in by_source.items():
+        facts = list(dict.fromkeys(name for rule in listed for name, _ in rule.when))
+        heading = f"**{source}**" + (f" (choice: {questions[source]})" if source in questions else "")
+        rows = [
+            ["#", "rule", *(f"`{name}`" for name in facts), "goes to", "slice"],
+            ["---:", "---", *["---"] * (len(facts) + 2)],
+        ]
+        for number, rule in enumerate(listed, 1):
+            needed = dict(rule.when)
+            cells = [("yes" if needed[name] else "no") if name in needed else "" for name in facts]
+            said = f" (`{rule.exit_reason}`)" if rule.exit_reason else ""
+            rows.append([str(number), f"`{rule.trigger}`", *cells, f"{_name(rule.dest)}{said}", owner[id(rule)]])
+        table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
+        blocks.append(f"{heading}\n\n{table}\n")
+    return "\n".join(blocks)
 
 
 def build_call_model() -> DiagramModel:
@@ -272,9 +367,10 @@ def _trace_records(
 
 def to_mermaid(model: DiagramModel) -> str:
     """``stateDiagram-v2`` text (renders on GitHub and in most Markdown viewers)."""
-    lines = ["---", f"title: {model.title}", "---", "stateDiagram-v2", "    direction TB"]
+    lines = ["---", f"title: {_yaml_text(model.title)}", "---", "stateDiagram-v2", "    direction TB"]
     if ANY_ACTIVE in model.states:
         lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
+    lines.extend(f"    state {choice} <<choice>>" for choice in sorted(model.choices))
     lines.append(f"    [*] --> {model.initial}")
     for edge in model.edges:
         lines.append(f"    {edge.source} --> {edge.dest} : {_mermaid_text(_taken_label(model, edge))}")
@@ -302,6 +398,11 @@ def _taken_label(model: DiagramModel, edge: Edge) -> str:
     if edge in model.taken:
         return f"{label} \u00d7{model.taken[edge]}"
     return label
+
+
+def _yaml_text(text: str) -> str:
+    # The title sits in YAML front matter, where "agent: add" would be a mapping: Mermaid refuses it.
+    return text if re.fullmatch(r"\w[\w .()-]*", text) else json.dumps(text)
 
 
 def _mermaid_text(text: str) -> str:
@@ -339,6 +440,8 @@ def to_dot(model: DiagramModel) -> str:
     ]
     for state in model.states:
         attributes = ['label="any active phase"', "style=dashed"] if state == ANY_ACTIVE else []
+        if state in model.choices:
+            attributes = ["shape=diamond", f'label="{state}?"', "fontsize=13"]
         if state in model.finals:
             attributes.append("peripheries=2")
         if state == model.current:

@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
+from agentfsm._core.phases import HOOK_POINTS, Work
 from agentfsm.errors import ConfigurationError, DeserializationError, SerializationError
-from agentfsm.machine import HOOK_POINTS, Work
 from agentfsm.serialization import Slot, import_path, object_path, rebuild, resolve_class
 from agentfsm.signatures import accepted_keywords
 

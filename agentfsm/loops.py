@@ -8,7 +8,8 @@ once): it learns nothing new and would go on until
 ``on_loop`` hook point runs (``PHASE_WORK``): the agent's ``on_loop`` hooks, then the consequence
 picked by ``then``:
 
-- ``"stop"``: the run ends through the ``stop`` edge, with exit reason ``"loop_detected"``;
+- ``"stop"``: the run ends through its own edge, ``loop_stop``, with exit reason ``"loop_detected"``
+  (``agentfsm.slices.loops``);
 - ``"tell"``: a user message tells the model it repeats itself, and the run goes on (the message
   ends the row of repeated calls, so it is told once per row);
 - ``"hooks"``: only the agent's ``on_loop`` hooks act (they may set ``stop_run``, add a message...).
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from agentfsm.errors import ConfigurationError, check_int
 from agentfsm.messages import ChatMessage, ChatRole
-from agentfsm.output import FINAL_ANSWER_TOOL
+from agentfsm.slices.output import FINAL_ANSWER_TOOL
 from agentfsm.state import State
 
 #: What the run does when the model repeats itself.
@@ -69,9 +70,7 @@ class LoopDetection:
         return cls(**data)
 
     def consequence(self) -> tuple[Any, ...]:
-        """The hooks that carry out ``then`` at the ``on_loop`` point (none for ``"hooks"``)."""
-        if self.then == "stop":
-            return (StopOnLoop(),)
+        """The hooks that carry out ``then`` at the ``on_loop`` point: ``"tell"``'s (``"stop"`` is an edge, ``slices.loops``)."""
         if self.then == "tell":
             return (TellModel(self),)
         return ()
@@ -111,18 +110,6 @@ def repeated_call(messages: list[ChatMessage], repeats: int) -> str | None:
             continue
         return None
     return None
-
-
-class StopOnLoop:
-    """Ends the run: ``stop_run`` set to ``"loop_detected"`` (the ``stop`` edge's exit reason)."""
-
-    points = frozenset({"on_loop"})
-    #: The flow-control keys it writes: the run reads ``stop_run`` only (``runtime.constant_facts``).
-    writes = frozenset({"stop_run"})
-
-    def run(self, state: State) -> None:
-        """Ask the run to stop."""
-        state.set("stop_run", LOOP_EXIT_REASON)
 
 
 class TellModel:

@@ -21,15 +21,13 @@ import orjson
 import pydantic
 
 from agentfsm.errors import ConfigurationTypeError, DeserializationError
-from agentfsm.messages import ChatMessage, ChatRole
 from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import import_path, object_path
+from agentfsm.slices.output import FINAL_ANSWER_TOOL, RETRY_META_KEY
 from agentfsm.tools.tool import Tool
 
-#: The tool a model calls to give its final answer when its client has no native response format.
-FINAL_ANSWER_TOOL = "final_answer"
-#: The ``meta`` key of the message that tells the model why its answer was refused (its value: the try's number).
-RETRY_META_KEY = "output_retry"
+__all__ = ["FINAL_ANSWER_TOOL", "RETRY_META_KEY", "FinalAnswerTool", "OutputType", "resolve_output_type"]
+
 #: Where schemas keep the definitions their ``$ref``s point to (2020-12's name and draft 7's).
 _DEFINITIONS = ("$defs", "definitions")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*?)\n?```$", re.DOTALL)
@@ -148,40 +146,6 @@ class FinalAnswerTool(Tool):
 
     def validate_arguments(self, arguments: dict[str, Any]) -> None:
         """Accept any arguments: the answer is checked once the call ran."""
-
-
-def answer_of(messages: list[ChatMessage], exit_condition: str | None) -> str | dict[str, Any] | None:
-    """The final answer a conversation ends with: a text reply's text, or the final-answer tool's arguments."""
-    if exit_condition == "text":
-        return messages[-1].text or ""
-    if exit_condition == f"tool:{FINAL_ANSWER_TOOL}":
-        for message in reversed(messages):
-            if message.role is ChatRole.ASSISTANT:
-                calls = [c for c in message.tool_calls if c.tool_name == FINAL_ANSWER_TOOL]
-                return dict(calls[-1].arguments) if calls else None
-    return None
-
-
-def retries_made(messages: list[ChatMessage]) -> int:
-    """How many times the model was sent back since the last user message of its own (not a retry's)."""
-    count = 0
-    for message in reversed(messages):
-        if message.role is ChatRole.USER:
-            if RETRY_META_KEY not in message.meta:
-                break
-            count += 1
-    return count
-
-
-def retry_message(problems: list[str], number: int, tool: bool) -> ChatMessage:
-    """The user message that sends the model back: what is wrong with its answer, and how to answer."""
-    how = f"Call the {FINAL_ANSWER_TOOL} tool again" if tool else "Answer again with only a JSON value"
-    return ChatMessage.from_user(
-        "Your final answer does not match the required schema:\n"
-        + "\n".join(f"- {p}" for p in problems)
-        + f"\n{how}, fixing these problems.",
-        meta={RETRY_META_KEY: number},
-    )
 
 
 def _object_rooted(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from agentfsm.machine import Phase
+from agentfsm._core.phases import Phase
 
 
 class RunStatus(StrEnum):

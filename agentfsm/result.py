@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentfsm._core.runtime import TransitionRecord
+    from agentfsm._core.records import TransitionRecord
     from agentfsm.messages import ChatMessage
 
 

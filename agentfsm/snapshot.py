@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
+from agentfsm._core.phases import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
-from agentfsm.machine import ACTIVE_PHASES, PHASE_WORK, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, OutcomeUnknown, PauseReason, pause_reason
 from agentfsm.serialization import dump_json, load_json, nests_deeper

@@ -36,6 +36,7 @@ from agentfsm.generators import ScriptedChatGenerator  # noqa: E402
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI  # noqa: E402
 from agentfsm.machine import CallStatus, Phase, Transition, Work  # noqa: E402
 from agentfsm.messages import ChatMessage, ToolCall  # noqa: E402
+from agentfsm.slices import doubt  # noqa: E402
 from agentfsm.stores import sqlite as sqlite_store  # noqa: E402
 from agentfsm.tools.invoker import ToolInvoker  # noqa: E402
 
@@ -127,7 +128,7 @@ def _set_item(stack: contextlib.ExitStack, target: dict[Any, Any], key: Any, val
 def _skip_work(item: Work) -> Patch:
     def patch(stack: contextlib.ExitStack) -> None:
         def skip(run: runtime.AgentRun, work: Work) -> None:
-            run.stage += 1
+            """The work is "done" without doing it."""
 
         _set_item(stack, runtime._DO, item, skip)
 
@@ -139,7 +140,6 @@ def _skip_after_run_on_text(stack: contextlib.ExitStack) -> None:
 
     def after_run(run: runtime.AgentRun, work: Work) -> Any:
         if run.exit_reason == "text":  # one exit only
-            run.stage += 1
             return None
         return original(run, work)
 
@@ -173,7 +173,7 @@ def _bind_decisions_by_position(stack: contextlib.ExitStack) -> None:
 
 
 def _forget_in_doubt_rule(stack: contextlib.ExitStack) -> None:
-    _set(stack, runtime, "runs_again_after_crash", lambda call: True)
+    _set(stack, doubt, "runs_again_after_crash", lambda call: True)
 
 
 def _forget_in_doubt_edge(stack: contextlib.ExitStack) -> None:
@@ -250,7 +250,6 @@ def _skip_on_exit_after_a_tool_step(stack: contextlib.ExitStack) -> None:
 
     def on_exit(run: runtime.AgentRun, work: Work) -> Any:
         if run.step > 1:  # the exit after a tool's result only
-            run.stage += 1
             return None
         return original(run, work)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from agentfsm import BreakpointException, ChatMessage, Phase
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.demo import DEMO_QUESTION, demo_agent
-from agentfsm.diagrams import machine_diagram
+from agentfsm.diagrams import decision_tables, machine_diagram
 
 HERE = Path(__file__).resolve().parent
 #: The pages that show the machine's Mermaid diagram, between machine-diagram markers.
@@ -17,6 +17,8 @@ PAGES = (HERE.parent / "README.md", HERE.parent / "docs" / "machine.md")
 DIAGRAM_BLOCK = re.compile(
     r"(<!-- machine-diagram:start -->\n```mermaid\n)(.*?)(```\n<!-- machine-diagram:end -->)", re.DOTALL
 )
+#: The machine page's decision tables, between decision-tables markers.
+TABLES_BLOCK = re.compile(r"(<!-- decision-tables:start -->\n)(.*?)(<!-- decision-tables:end -->)", re.DOTALL)
 
 
 def _paused_demo_snapshot() -> object:
@@ -47,13 +49,15 @@ def expected_files() -> dict[str, str | bytes]:
 
 
 def expected_pages() -> dict[Path, str]:
-    """Each page of PAGES with the machine's Mermaid diagram embedded."""
+    """Each page of PAGES with the machine's Mermaid diagram (and the machine page's decision tables) embedded."""
     mermaid = machine_diagram("mermaid")
     assert isinstance(mermaid, str)
-    return {
-        page: DIAGRAM_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), page.read_text(encoding="utf-8"))
-        for page in PAGES
-    }
+    tables = decision_tables()
+    pages = {}
+    for page in PAGES:
+        text = DIAGRAM_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), page.read_text(encoding="utf-8"))
+        pages[page] = TABLES_BLOCK.sub(lambda m: m.group(1) + tables + m.group(3), text)
+    return pages
 
 
 def main() -> int:

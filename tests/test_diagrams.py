@@ -14,7 +14,7 @@ from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import ANY_ACTIVE, build_model, machine_diagram
 from agentfsm.errors import MissingRendererError
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.machine import CALL_TRANSITIONS, TRANSITIONS
+from agentfsm.machine import CALL_TRANSITIONS, RULES, TRANSITIONS
 from tests.helpers import add, call, calls, finish
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,20 +28,36 @@ def paused_demo() -> Any:
     return info.value.snapshot
 
 
-def test_every_declared_transition_is_drawn() -> None:
+def test_every_rule_is_drawn_numbered_in_its_order_and_every_edge_is_a_way_through_them() -> None:
     mermaid = machine_diagram("mermaid")
     assert isinstance(mermaid, str)
     assert mermaid.startswith("---\ntitle: agentfsm machine\n---\nstateDiagram-v2\n")
+    assert "    state go_on <<choice>>\n" in mermaid and "    state ending <<choice>>\n" in mermaid
+    drawn = {(e.source, e.trigger): e for e in build_model().edges}
+    for source in {r.source for r in RULES}:
+        ordered = sorted((r for r in RULES if r.source == source), key=lambda r: r.order)
+        for number, rule in enumerate(ordered, 1):
+            name = getattr(source, "value", source)
+            dest = getattr(rule.dest, "value", rule.dest)
+            assert f"    {name} --> {dest} : {number} {rule.trigger}" in mermaid, rule
+            assert drawn[(name, rule.trigger)].number == number
     for t in TRANSITIONS:
-        source = ANY_ACTIVE if t.trigger in ("pause", "fail", "cancel") else t.source.value
-        dest = ANY_ACTIVE if t.trigger == "resume" else t.dest.value
-        assert f"    {source} --> {dest} : {t.label}\n" in mermaid, t
+        if t.interrupt:
+            source = ANY_ACTIVE if t.trigger in ("pause", "fail", "cancel") else t.source.value
+            dest = ANY_ACTIVE if t.trigger == "resume" else t.dest.value
+            assert f"    {source} --> {dest} : {t.label}\n" in mermaid, t
+        else:  # the way through the rules it was compiled from is drawn, rule by rule
+            assert all((getattr(r.source, "value", r.source), r.trigger) in drawn for r in t.rules), t
     dot = machine_diagram("dot")
     assert isinstance(dot, str) and dot.startswith("digraph agentfsm {") and "rankdir=TB" in dot
+    assert 'go_on [shape=diamond, label="go_on?"' in dot
     edges = len(build_model().edges)
-    assert edges == len(TRANSITIONS) - 4 * 5 + 4, "pause, fail, resume and cancel are drawn once each"
+    interrupts = sum(1 for t in TRANSITIONS if t.interrupt)
+    assert edges == len(RULES) + interrupts - 4 * 5 + 4, "pause, fail, resume and cancel are drawn once each"
     assert mermaid.count(" --> ") == edges + 3, "plus [*] --> IDLE, DONE --> [*], FAILED --> [*]"
     assert dot.count(" -> ") == edges + 1, "plus the start arrow"
+    labels = [line.partition(" : ")[2] for line in mermaid.splitlines() if " : " in line]
+    assert max(label.count(",") + 1 for label in labels if "[" in label) <= 3, "at most three facts a label"
 
 
 def test_the_call_machine_is_drawn_with_every_declared_edge() -> None:
@@ -68,7 +84,9 @@ def test_a_tool_that_writes_stop_run_is_drawn_with_the_stop_edge_its_runs_take()
     taken = {(r.source.value, r.trigger, r.dest.value) for r in result["trace"]}
     assert ("EXIT_CHECK", "stop", "DONE") in taken and result["exit_reason"] == "enough"
     drawn = {(e.source, e.trigger, e.dest) for e in build_model(agent).edges}
-    assert taken <= drawn, "every edge the run took is drawn"
+    compiled = {(t.source.value, t.trigger, t.dest.value): t for t in TRANSITIONS}
+    ways = {(getattr(r.source, "value", r.source), r.trigger) for edge in taken for r in compiled[edge].rules}
+    assert ways <= {(source, trigger) for source, trigger, _ in drawn}, "every rule the run took is drawn"
     assert ("EXIT_CHECK", "stop", "DONE") not in {
         (e.source, e.trigger, e.dest) for e in build_model(agent_with(tools=[add])).edges
     }
@@ -91,7 +109,7 @@ def test_agent_diagrams_show_the_agents_configuration() -> None:
     other = agent_with(tools=[add, finish], exit_conditions=["finish"], max_agent_steps=9).draw()
     assert one != other
     assert "note right of TOOL_RUN : tools - add, up to 4 in parallel" in one  # type: ignore[operator]
-    assert "exit [text reply]" in one and "max_steps [3 model calls made]" in one  # type: ignore[operator]
+    assert "exit [text reply]" in one and "capped [3 model calls made]" in one  # type: ignore[operator]
     assert "exit [finish ran]" in other and "tools - add, finish" in other  # type: ignore[operator]
     assert "CONFIRM" not in one, "no confirmation strategy can send a call to CONFIRM"  # type: ignore[operator]
     assert "ANY_ACTIVE --> PAUSED" in one  # type: ignore[operator]
@@ -109,6 +127,7 @@ def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
         ("TOOL_PENDING", "run_tools"): 2,
         ("TOOL_RUN", "tools_done"): 2,
         ("EXIT_CHECK", "continue"): 2,
+        ("go_on", "go"): 2,
         ("LLM_CALL", "text_reply"): 1,
         ("EXIT_CHECK", "exit"): 1,
     }
@@ -119,10 +138,7 @@ def test_run_diagrams_highlight_the_path_and_the_current_phase() -> None:
     assert "class TOOL_RUN current" in mermaid and "note left of TOOL_RUN : paused here, step 2" in mermaid  # type: ignore[operator]
     assert "tool_calls [reply has tool calls] \u00d72" in mermaid  # type: ignore[operator]
     dot = demo_agent().draw("dot", trace=[r.to_dict() for r in result["trace"]])
-    assert (
-        'EXIT_CHECK -> LLM_CALL [label="continue\\n[no exit condition\\nmet, steps left] \u00d72", color="#1565c0", penwidth=2];'
-        in dot
-    )  # type: ignore[operator]
+    assert 'EXIT_CHECK -> go_on [label="2 continue \u00d72", color="#1565c0", penwidth=2];' in dot  # type: ignore[operator]
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -143,7 +159,7 @@ def test_svg_and_png_render_to_read_on_a_page() -> None:
     labels = re.findall(r'label="([^"]*)"', dot)  # type: ignore[arg-type]
     lines = [line for label in labels for line in label.split("\\n")]
     assert max(map(len, lines)) <= 36, "long guards wrap instead of widening the page"
-    assert "continue_capped" in lines, "a trigger has a line of its own"
+    assert "3 continue_run" in lines, "a trigger has a line of its own"
 
 
 def test_missing_renderer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -313,7 +313,7 @@ def test_the_agent_diagram_draws_each_hook_on_its_phase() -> None:
     drawn = seed_agent(seed_script()).draw()
     assert isinstance(drawn, str)
     assert "hooks before_llm - build_context" in drawn and "hooks on_exit - require_search" in drawn
-    assert "continue_run" in drawn and "EXIT_CHECK --> DONE : stop" in drawn
+    assert "continue_run" in drawn and "EXIT_CHECK --> DONE : 1 stop" in drawn
     assert "continue_run" not in Agent(chat_generator=ScriptedChatGenerator([])).draw()
 
 

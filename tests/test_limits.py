@@ -224,7 +224,7 @@ def test_limit_edges_exist_only_for_agents_with_limits() -> None:
     plain, bounded = limited(None), limited(UsageLimits(requests=5))
     assert "usage_limit" not in str(plain.draw())
     drawing = str(bounded.draw())
-    assert "EXIT_CHECK --> DONE : usage_limit" in drawing and "requests=5" in drawing
+    assert "go_on --> DONE : 2 limited [a usage limit reached - requests=5]" in drawing
 
     assert ("usage_limit_reached", False) in plain.outline().constants
     assert not any(t.trigger == "usage_limit" for t in specialise(plain.outline().constants))

@@ -31,7 +31,7 @@ def test_stop_ends_the_run_at_the_repeated_call() -> None:
     result = looping(LoopDetection(repeats=3)).run(USER)
     assert result.exit_reason == "loop_detected"
     assert result["step_count"] == 3 and result["messages"][-1].role.value == "tool"
-    assert [r.trigger for r in result.trace][-1] == "stop"
+    assert [r.trigger for r in result.trace][-1] == "loop_stop"
 
 
 def test_tell_adds_a_message_once_per_row_and_the_run_goes_on() -> None:
@@ -126,8 +126,8 @@ def test_a_loop_stopped_by_detection_shows_in_the_events() -> None:
     events: list[Any] = []
     looping(LoopDetection(repeats=3)).run(USER, on_event=events.append)
     [entering_done] = [e for e in events if e.kind == "transition" and e.dest is Phase.DONE]
-    assert (entering_done.trigger, entering_done.exit_reason) == ("stop", "loop_detected")
-    assert [(e.point, e.hook) for e in events if e.kind == "hook"] == [("on_loop", "StopOnLoop")]
+    assert (entering_done.trigger, entering_done.exit_reason) == ("loop_stop", "loop_detected")
+    assert [e for e in events if e.kind == "hook"] == [], "the loop_stop edge, not a library hook, ends the run"
     assert events[-1].kind == "run_ended" and events[-1].exit_reason == "loop_detected"
 
 

@@ -18,20 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, assert_never
 
+from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
-from agentfsm._core.runtime import (
-    AgentRun,
-    CallModel,
-    Confirm,
-    Fail,
-    Finish,
-    Pause,
-    RunDelta,
-    RunHooks,
-    RunObserver,
-    RunTools,
-)
+from agentfsm._core.records import RunDelta, RunObserver
+from agentfsm._core.runtime import AgentRun
 from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelDeadlineError, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentfsm._core import listeners
-from agentfsm._core.runtime import Action, AgentRun, CallModel, Fail, Finish, RunTools, add_usage, bad_model_output
+from agentfsm._core.actions import Action, CallModel, Fail, Finish, RunTools
+from agentfsm._core.runtime import AgentRun, add_usage, bad_model_output
 from agentfsm.events import (
     CallChanged,
     Event,

@@ -8,16 +8,19 @@ not done yet.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from agentfsm._core.decisions import check_snapshot_decisions
-from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord
+from agentfsm._core.records import TransitionRecord
+from agentfsm._core.runtime import AgentRun, RunConfig
 from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.pauses import AwaitingDecision
+from agentfsm.slices import limits
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome
@@ -53,6 +56,8 @@ def resume_run(
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
     check_fingerprint(snap.run_id, snap.agent_fingerprint, expected, strict=strict)
+    if snap.outcome_unknown_calls():  # recorded while its tools ran: the run applies the in-doubt rule
+        config = replace(config, recovers=True)
     try:
         run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
@@ -83,7 +88,7 @@ def resume_run(
             "confirmation strategy of this agent covers them: pass decisions=[...] for them. Nothing ran."
         )
     if snap.pause is not None:  # the time it sat paused is not the run's running time
-        run.resumed_after(datetime.fromisoformat(snap.created_at).timestamp())
+        limits.resumed_after(run, datetime.fromisoformat(snap.created_at).timestamp())
     if before_resume is not None:
         before_resume(snap)
     run.interrupt("resume", snap.phase, stage=snap.stage)

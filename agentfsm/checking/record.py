@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfsm._core.runtime import TransitionRecord
+from agentfsm._core.records import TransitionRecord
 from agentfsm.events import Event
 from agentfsm.messages import ChatMessage
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from agentfsm._core.runtime import AgentRun, RunDelta
+from agentfsm._core.records import RunDelta, snapshot_fields
+from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
 from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
 from agentfsm.errors import HITLBreakpointException, ModelClientError
@@ -283,7 +284,7 @@ class World:
             return ""
         run = self.run
         assert run is not None
-        fields = run.snapshot_fields()
+        fields = snapshot_fields(run)
         for name in ("run_id", "agent_fingerprint"):
             fields.pop(name, None)
         happened = (

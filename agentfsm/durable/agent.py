@@ -16,8 +16,9 @@ from dbos import error as dbos_errors
 
 from agentfsm._core import listeners
 from agentfsm._core.drivers import pause_exception
+from agentfsm._core.records import final_snapshot, result_from_record
 from agentfsm._core.resume import check_fingerprint
-from agentfsm._core.runtime import AgentRun, final_snapshot, result_from_record
+from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
 from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
@@ -125,6 +126,7 @@ class DurableAgent:
                     strict=True,
                     on_event=on_event,
                     agent_name=self.name,
+                    recovers=True,
                 )
             )
         check_fingerprint(request["run_id"], request["fingerprint"], self.agent.fingerprint, strict=True)
@@ -138,6 +140,7 @@ class DurableAgent:
                 run_id=request["run_id"],
                 on_event=on_event,
                 agent_name=self.name,
+                recovers=True,
             )
         )
         # The trace of the span that started the run (``agentfsm.telemetry``), whichever worker runs it,

@@ -2,9 +2,9 @@
 
 Same decisions as ``drive_sync`` (the sans-I/O runtime takes them); only the I/O differs: each
 model call, tool call, confirmation and hook point is a step whose output is its checkpoint. The
-journal (``AgentRun.started_calls``), the in-doubt rule (``AgentRun.crashed_during_tool_run``), the
+journal (``slices.doubt.started_calls``), the in-doubt rule (``AgentRun.crashed_during_tool_run``), the
 decision check (``agentfsm._core.decisions``), the fingerprint check (``agentfsm._core.resume``) and what a
-finished run's record and final snapshot are (``runtime.result_record``, ``runtime.final_snapshot``)
+finished run's record and final snapshot are (``records.result_record``, ``records.final_snapshot``)
 are the core's, as for every driver. A
 workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
 fields, in DONE).
@@ -18,29 +18,19 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
+from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import BufferRelay, progress_calls
-from agentfsm._core.runtime import (
-    AgentRun,
-    CallModel,
-    Confirm,
-    Fail,
-    Finish,
-    Pause,
-    RunHooks,
-    RunTools,
-    bad_model_output,
-    final_snapshot,
-    result_record,
-    runs_again_after_crash,
-)
+from agentfsm._core.records import final_snapshot, result_record
+from agentfsm._core.runtime import AgentRun, bad_model_output
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.machine import CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
+from agentfsm.slices import doubt, limits
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, PreparedCall
@@ -59,7 +49,7 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
     if started is not None:
         # A new run's wall clock counts from its first start, recorded as a step: a workflow
         # recovered or resumed after a cancellation reads it back instead of starting it again.
-        run.clock_started_at(steps.run("clock", lambda: started))
+        limits.clock_started_at(run, steps.run("clock", lambda: started))
     if emitter is not None:
         emitter.start()
     while True:
@@ -145,7 +135,7 @@ def _restore_state(state: State, record: dict[str, Any]) -> None:
 
 
 def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps, emitter: Emitter | None) -> None:
-    """Each ready call a step, after the run's journal of started calls (``AgentRun.started_calls``) is a step.
+    """Each ready call a step, after the run's journal of started calls (``slices.doubt.started_calls``) is a step.
 
     When the journal was recorded by an earlier attempt, that attempt may have run the calls whose
     steps have no output: their steps record them as in doubt, and the run applies the in-doubt rule
@@ -156,16 +146,16 @@ def _run_tools(run: AgentRun, calls: list[PreparedCall], steps: Steps, emitter: 
 
     def journal() -> list[str]:
         fresh.append(True)
-        return run.started_calls()
+        return doubt.started_calls(run)
 
-    if all(runs_again_after_crash(c) for c in ready):
+    if all(doubt.runs_again_after_crash(c) for c in ready):
         fresh.append(True)  # no journal: calls that run again by the in-doubt rule run as if for the first time
     else:
         steps.run("tools_started", journal)
     in_doubt = _run_calls(run, ready, steps, emitter, started_before=not fresh)
     if in_doubt:
         run.crashed_during_tool_run(in_doubt)
-        if not run.calls_in_doubt:  # else no call runs until they are decided (RUN_TOOLS's SKIP_WORK)
+        if not doubt.calls_in_doubt(run):  # else no call runs until they are decided (RUN_TOOLS's SKIP_WORK)
             _run_calls(run, [c for c in ready if c.status is CallStatus.READY], steps, emitter, started_before=False)
     run.tools_ran()  # with calls in doubt, the run takes its in_doubt edge to PAUSED next
 

@@ -16,7 +16,7 @@ from dbos import DBOSClient
 from dbos import error as dbos_errors
 
 from agentfsm._core.decisions import check_snapshot_decisions
-from agentfsm._core.runtime import final_snapshot
+from agentfsm._core.records import final_snapshot
 from agentfsm.durable.driver import paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.pauses import RunStatus

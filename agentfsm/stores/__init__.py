@@ -5,7 +5,7 @@ given each ``RunDelta`` of a run). Both stores here can also keep the events of 
 processes to read (``record_events=True``: an ``EventStore``), as the review page's live view does.
 """
 
-from agentfsm._core.runtime import RunDelta
+from agentfsm._core.records import RunDelta
 from agentfsm.stores.base import DurableSnapshotStore, EventStore, RunInfo, SnapshotInfo, SnapshotStore, StoredEvent
 from agentfsm.stores.json_files import JsonFileStore
 from agentfsm.stores.sqlite import SQLiteSnapshotStore

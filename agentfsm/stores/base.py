@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from agentfsm._core.runtime import RunDelta
+from agentfsm._core.records import RunDelta
 from agentfsm.errors import SnapshotError, StaleSnapshotError
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus

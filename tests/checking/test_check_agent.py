@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from agentfsm._core import runtime
 from agentfsm.checking.invariants import transcript_problem
 from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.machine import Work
+from agentfsm.slices import doubt
 from agentfsm.testing import RecordedRun, Scenario, check_agent, invariant, replay
 from tests.checking import agents
 
@@ -31,7 +34,7 @@ def test_an_on_exit_hook_that_keeps_going_is_found() -> None:
     assert violation.run.ending == "cut"
     # The shortest path: the model answers text at once, and the hook keeps the run going.
     assert violation.scenario.script[0].text == "final answer"
-    assert "EXIT_CHECK --> LLM_CALL : continue_run" in violation.diagram and "\u27e8" in violation.diagram
+    assert re.search(r"EXIT_CHECK --> go_on : \d continue_run", violation.diagram) and "\u27e8" in violation.diagram
     # Drawn and traced as cut by the checker, not as a failure; the hook's firings are in the trace.
     assert "cut here by the checker" in violation.diagram and "ended here" not in violation.diagram
     assert "FAILED" not in violation.trace and "cut here by the checker" in violation.trace
@@ -107,7 +110,7 @@ def test_the_regression_test_starts_from_the_checked_state() -> None:
 
 
 def test_a_runtime_that_forgets_the_in_doubt_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "runs_again_after_crash", lambda call: True)
+    monkeypatch.setattr(doubt, "runs_again_after_crash", lambda call: True)
     result = check_agent(agents.shop, max_steps=1, replies=["tool"], breakpoints=False, stop_on_violation=True)
     assert [v.invariant for v in result.violations] == ["no_double_effect"]
     assert "is not idempotent and ran 2 times" in result.violations[0].message
@@ -120,10 +123,10 @@ def test_a_runtime_that_skips_after_run_is_caught(monkeypatch: pytest.MonkeyPatc
 
     agent = Agent(chat_generator=ScriptedChatGenerator(["x"]), hooks={"after_run": [after]})
 
-    def skip_after_run(run: runtime.AgentRun, item: runtime.Work) -> None:
-        run.stage += 1  # the hooks' work is "done" without running them
+    def skip_after_run(run: runtime.AgentRun, item: Work) -> None:
+        """The hooks' work is "done" without running them."""
 
-    monkeypatch.setitem(runtime._DO, runtime.Work.AFTER_RUN, skip_after_run)
+    monkeypatch.setitem(runtime._DO, Work.AFTER_RUN, skip_after_run)
     result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
     [violation] = result.violations
     assert violation.invariant == "hooks_once" and "after_run" in violation.message
@@ -250,7 +253,7 @@ def test_a_path_is_drawn_with_its_edges_in_order() -> None:
     assert lines["IDLE --> LLM_CALL"].endswith("\u27e81\u27e9")
     assert lines["LLM_CALL --> EXIT_CHECK"].endswith("\u27e82\u27e9")
     assert [line for line in mermaid.splitlines() if "\u27e83\u27e9" in line] == [
-        "    EXIT_CHECK --> DONE : exit [text reply] \u27e83\u27e9"
+        "    EXIT_CHECK --> DONE : 1 exit [text reply] \u27e83\u27e9"
     ]
     dot = str(machine_diagram("dot", agent=agents.plain, trace=trace, path=True))
     assert "\u27e82\u27e9" in dot

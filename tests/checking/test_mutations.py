@@ -46,9 +46,9 @@ def test_a_skipped_hook_point_or_call_edge_is_caught(mutations: ModuleType, name
 
 
 def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
-    from agentfsm._core import runtime
+    from agentfsm.slices import doubt
 
-    before = runtime.runs_again_after_crash
+    before = doubt.runs_again_after_crash
     with mutations.mutated(mutations.RUNTIME_MUTANTS["R8"][1]):
-        assert runtime.runs_again_after_crash is not before
-    assert runtime.runs_again_after_crash is before
+        assert doubt.runs_again_after_crash is not before
+    assert doubt.runs_again_after_crash is before

@@ -17,6 +17,7 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    LoopDetection,
     Phase,
     ToolInvocationError,
     UsageLimits,
@@ -269,6 +270,10 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     edges |= _failed_edges(
         Agent(chat_generator=ScriptedChatGenerator(["{}"]), output_type=schema, usage_limits=limited)
     )
+    # A model that repeats itself, stopped by LoopDetection(then="stop") through its own edge.
+    repeating = ScriptedChatGenerator([calls(call("add", a=1, b=2))] * 3)
+    looped = Agent(chat_generator=repeating, tools=[add], loop_detection=LoopDetection(repeats=3, then="stop"))
+    edges |= _edges_of(looped.run(USER))
     return edges
 
 
@@ -484,7 +489,8 @@ def test_edge_labels_are_written_from_their_guards() -> None:
         else:
             assert t.condition == t.note
     assert DISPATCH.next(Phase.EXIT_CHECK, Facts(steps_left=False)).label == (
-        "max_steps [no stop asked, no exit condition met, max_agent_steps reached]"
+        # loop_stop (LoopDetection(then="stop")) comes second: the edges after it read its fact.
+        "max_steps [no stop asked, no loop to stop, no exit condition met, max_agent_steps reached]"
     )
 
 
@@ -500,6 +506,7 @@ def test_edges_into_done_say_the_exit_reason() -> None:
     into_done = {t.trigger: t.exit_reason for t in TRANSITIONS if t.dest is Phase.DONE}
     assert into_done == {
         "stop": "{stop_run}",
+        "loop_stop": "loop_detected",
         "exit": "{exit_condition}",
         "continue_capped": "max_agent_steps",
         "max_steps": "max_agent_steps",
@@ -553,8 +560,8 @@ def test_a_plan_leaves_out_work_a_constant_always_skips() -> None:
 
 
 def test_the_tables_are_checked_against_what_the_run_works_out() -> None:
-    from agentfsm._core.runtime import AgentRun, check_facts_readable
-    from agentfsm.machine import SKIP_WORK, Transition, Work, check_exit_reasons, check_skip_work
+    from agentfsm._core.runtime import AgentRun
+    from agentfsm.machine import SKIP_WORK, Transition, Work, check_exit_reasons, check_facts_readable, check_skip_work
 
     check_facts_readable(AgentRun)
     check_skip_work(SKIP_WORK)

@@ -7,9 +7,11 @@ from dataclasses import replace
 import pytest
 
 from agentfsm import ChatMessage, Phase, State, ToolInvoker
-from agentfsm._core.runtime import AgentRun, CallModel, Finish, Pause, RunConfig, RunTools
+from agentfsm._core.actions import CallModel, Finish, Pause, RunTools
+from agentfsm._core.runtime import AgentRun, RunConfig
 from agentfsm.errors import MachineError
 from agentfsm.machine import PHASE_WORK, Facts, Work
+from agentfsm.slices.loop import exit_condition
 from agentfsm.tools.invoker import CallStatus
 from tests.helpers import add, call, calls, finish
 
@@ -80,10 +82,10 @@ def test_facts_are_computed_from_the_run_data_state_included() -> None:
     assert isinstance(action, RunTools)
     run.config.invoker.execute_sync(action.calls, None, run.tool_completed)
     run.tools_ran()
-    assert run.exit_condition() == "tool:finish" and run.facts().exit_reached
+    assert exit_condition(run) == "tool:finish" and run.facts().exit_reached
     # A message written through State after the tools ran: the end of the conversation is no exit any more.
     run.state.set("messages", [ChatMessage.from_user("Check the answer before you finish.")])
-    assert run.exit_condition() is None and not run.facts().exit_reached
+    assert exit_condition(run) is None and not run.facts().exit_reached
     action = run.next_action()
     assert isinstance(action, CallModel) and run.phase is Phase.LLM_CALL, "the run went on"
 
@@ -145,11 +147,13 @@ def test_the_cancel_interrupt_is_taken_when_its_fact_holds() -> None:
 
 
 def test_a_run_reads_only_the_guarded_interrupts_that_can_hold_after_the_edge_it_took() -> None:
-    from agentfsm._core.runtime import watched_interrupts
-    from agentfsm.machine import Phase
+    from agentfsm.machine import Phase, watched_interrupts
 
     def read(phase: Phase, trigger: str | None, **given: bool) -> list[str]:
-        watched = watched_interrupts(cancel=given.get("cancel", False), limits=given.get("limits", False))
+        # A handle not cancelled, no usage limits: facts the run holds constant (its watch leaves them out).
+        constants = {("cancel_requested", False)} if not given.get("cancel") else set()
+        constants |= {("usage_limit_reached", False)} if not given.get("limits") else set()
+        watched = watched_interrupts(frozenset(constants))
         after = watched.get(phase)
         return [] if after is None else [t.trigger for t in after.get(trigger, after[None])]
 

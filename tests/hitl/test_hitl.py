@@ -302,7 +302,7 @@ def test_strategies_serialize_with_the_agent(allow_tests_modules: None, tmp_path
 def test_confirm_is_drawn_only_with_strategies() -> None:
     assert "CONFIRM" not in two_adds(strategies={}).draw()
     drawn = two_adds(strategies={"add": blocking()}).draw()
-    assert "TOOL_PENDING --> CONFIRM : confirm [a strategy covers a call]" in drawn
+    assert "TOOL_PENDING --> CONFIRM : 1 confirm [a strategy covers a call]" in drawn
     assert "confirmation - add" in drawn
 
 
