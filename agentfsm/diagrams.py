@@ -18,7 +18,9 @@ The pause, fail, resume and cancel edges exist from (or to) every active phase; 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -272,7 +274,7 @@ def _trace_records(
 
 def to_mermaid(model: DiagramModel) -> str:
     """``stateDiagram-v2`` text (renders on GitHub and in most Markdown viewers)."""
-    lines = ["---", f"title: {model.title}", "---", "stateDiagram-v2", "    direction TB"]
+    lines = ["---", f"title: {_yaml_text(model.title)}", "---", "stateDiagram-v2", "    direction TB"]
     if ANY_ACTIVE in model.states:
         lines.append(f'    state "any active phase" as {ANY_ACTIVE}')
     lines.append(f"    [*] --> {model.initial}")
@@ -302,6 +304,11 @@ def _taken_label(model: DiagramModel, edge: Edge) -> str:
     if edge in model.taken:
         return f"{label} \u00d7{model.taken[edge]}"
     return label
+
+
+def _yaml_text(text: str) -> str:
+    # The title sits in YAML front matter, where "agent: add" would be a mapping: Mermaid refuses it.
+    return text if re.fullmatch(r"\w[\w .()-]*", text) else json.dumps(text)
 
 
 def _mermaid_text(text: str) -> str:
