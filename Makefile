@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check docs bench diagrams clean chromium postgresql
+.PHONY: demo test lint typecheck check docs bench diagrams clean chromium postgresql node-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,22 @@ postgresql:
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 		|| echo "PostgreSQL could not be installed: its tests will be skipped (CI fails them)."
 
-test: $(VENV)/.installed-dev chromium postgresql
+# Node tools for development, never for the library: mermaid-cli, with which `make diagrams` and the tests
+# render every Mermaid diagram the repository ships (diagrams/render_check.py), in the Chromium above.
+# Installed from package-lock.json once, again only when package.json or the lock changes; no install
+# scripts run, so puppeteer downloads no browser of its own. Without Node the render test is skipped
+# (CI fails it) and `make diagrams` fails.
+NODE_TOOLS := node_modules/.installed
+
+$(NODE_TOOLS): package.json package-lock.json
+	PUPPETEER_SKIP_DOWNLOAD=1 npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-tools:
+	@if ! command -v npm >/dev/null 2>&1; then echo "Node is not installed: the Mermaid render test will be skipped (CI fails it)."; \
+	else $(MAKE) -s --no-print-directory $(NODE_TOOLS) || echo "mermaid-cli could not be installed: the Mermaid render test will be skipped (CI fails it)."; fi
+
+test: $(VENV)/.installed-dev chromium postgresql node-tools
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-dev
@@ -51,12 +66,15 @@ check: test lint typecheck docs
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-diagrams: $(VENV)/.installed-dev chromium
+# Regenerate diagrams/ and the pages' diagram blocks, check that Mermaid renders every one of them, and
+# take the review page's picture again.
+diagrams: $(VENV)/.installed-dev chromium node-tools
 	$(BIN)/python diagrams/generate.py
+	$(BIN)/python diagrams/render_check.py
 	$(BIN)/python diagrams/review_page.py
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis site

@@ -108,6 +108,7 @@ def test_agent_diagrams_show_the_agents_configuration() -> None:
     one = agent_with(tools=[add], max_agent_steps=3).draw()
     other = agent_with(tools=[add, finish], exit_conditions=["finish"], max_agent_steps=9).draw()
     assert one != other
+    assert one.startswith('---\ntitle: "agent: add"\n---\n'), "quoted: YAML reads 'agent: add' as a mapping"  # type: ignore[union-attr]
     assert "note right of TOOL_RUN : tools - add, up to 4 in parallel" in one  # type: ignore[operator]
     assert "exit [text reply]" in one and "capped [3 model calls made]" in one  # type: ignore[operator]
     assert "exit [finish ran]" in other and "tools - add, finish" in other  # type: ignore[operator]
