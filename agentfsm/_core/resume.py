@@ -13,7 +13,7 @@ from typing import Any
 
 from agentfsm._core.decisions import check_snapshot_decisions
 from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord
-from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
+from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
@@ -57,7 +57,8 @@ def resume_run(
         run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
         raise
-    except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
+    # A signal raised here (by a toolset's or a strategy's restore) is no pause of this run: it cannot resume.
+    except (AgentFSMError, AgentFSMSignal, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
     pause = snap.pause
     waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
