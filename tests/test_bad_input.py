@@ -16,10 +16,17 @@ from hypothesis import strategies as st
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm.cli import main as cli_main
-from agentfsm.errors import AgentFSMError, BreakpointException, DecisionError, DeserializationError, SerializationError, SnapshotError
+from agentfsm.decisions import as_decision
+from agentfsm.errors import (
+    AgentFSMError,
+    BreakpointException,
+    DecisionError,
+    DeserializationError,
+    SerializationError,
+    SnapshotError,
+)
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
-from agentfsm.hitl.types import as_decision
 from agentfsm.serialization import dump_json, load_json, serialize_value
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 from tests.helpers import add, call, calls, finish

@@ -32,10 +32,10 @@ from agentfsm._core.runtime import (
     RunObserver,
     RunTools,
 )
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelDeadlineError, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hooks import Hook, accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work

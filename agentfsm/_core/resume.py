@@ -13,6 +13,7 @@ from typing import Any
 
 from agentfsm._core.decisions import check_snapshot_decisions
 from agentfsm._core.runtime import AgentRun, RunConfig, TransitionRecord
+from agentfsm.decisions import ToolExecutionDecision, as_decisions
 from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
@@ -47,8 +48,6 @@ def resume_run(
     decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
     result as ``feedback``).
     """
-    from agentfsm.hitl.types import as_decisions
-
     decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
@@ -126,8 +125,6 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     run.decisions = [dict(d) for d in snap.decisions]
     run.trace_context = dict(snap.trace_context) if snap.trace_context else None
     if run.decisions:
-        from agentfsm.hitl.types import ToolExecutionDecision
-
         taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions if not d.get("outcome_unknown")]
         for strategy in config.confirmation.strategies():
             restore = getattr(strategy, "restore", None)

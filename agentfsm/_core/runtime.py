@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 import orjson
 
 from agentfsm._core import listeners
-from agentfsm._core.decisions import call_fingerprint, check_decisions
+from agentfsm._core.decisions import check_decisions
 from agentfsm.breakpoints import Breakpoint
+from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import (
     ConfigurationError,
     IterationStoppedError,
@@ -83,8 +84,8 @@ from agentfsm.tools.toolset import Toolset
 
 if TYPE_CHECKING:
     from agentfsm.cancellation import RunHandle
+    from agentfsm.decisions import ToolExecutionDecision
     from agentfsm.hitl.strategies import Decider
-    from agentfsm.hitl.types import ToolExecutionDecision
     from agentfsm.hooks import Hook
 
 #: The hook points after which the pending calls are read again from the conversation.
@@ -890,8 +891,6 @@ class AgentRun:
         ``taken_before``: replayed from the snapshot (checked when it was taken).
         For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import as_decision
-
         if taken_before:
             d = as_decision(decision)
         else:
