@@ -2,8 +2,8 @@
 
 The names here are the seeds' (Haystack's Agent, State, tools, breakpoints) and what a user needs
 every day; ``tests/test_exported_members.py`` pins them. The rest is one import away:
-``agentfsm.errors`` (every error, drawn as a tree), ``agentfsm.machine`` (the transition tables),
-``agentfsm.hitl``, ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
+``agentfsm.errors`` (every error and signal, drawn as trees), ``agentfsm.machine`` (the transition tables),
+``agentfsm.hitl`` (its decision type: ``agentfsm.decisions``), ``agentfsm.generators``, ``agentfsm.stores``, ``agentfsm.builtin_hooks``,
 ``agentfsm.durable``, ``agentfsm.mcp``, ``agentfsm.limits``, ``agentfsm.loops``, ``agentfsm.cancellation``. The run's machinery lives in ``agentfsm._core``.
 """
 

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from agentfsm.errors import AgentFSMError
+from agentfsm.errors import AgentFSMError, BreakpointException
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, BreakpointHit
 from agentfsm.serialization import dump_json, import_named_module
@@ -919,7 +919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except (CLIError, AgentFSMError) as exc:
+    # A pause no command takes on (a run started by the agent module itself, say) ends with its message too.
+    except (CLIError, AgentFSMError, BreakpointException) as exc:
         if args.debug:
             raise
         message = str(exc)

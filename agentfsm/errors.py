@@ -1,7 +1,10 @@
-"""The errors of agentfsm: one tree, every error the library raises.
+"""The errors and signals of agentfsm: two trees, every exception the library raises.
 
 Every error derives from ``AgentFSMError``. Where the documented API names a built-in exception,
 the error subclasses it too (in brackets below), so ``except ValueError`` keeps working.
+A pause is no error: ``BreakpointException`` and its subclasses derive from ``AgentFSMSignal``
+and carry the snapshot the run goes on from, so ``except AgentFSMError`` never swallows a pause
+(``except BreakpointException`` catches every one).
 Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are defined here.
 ``tests/test_errors.py`` keeps this drawing true::
 
@@ -19,9 +22,6 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── SnapshotError (ValueError)                       a snapshot is malformed, unknown or cannot resume here
     │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
-    ├── BreakpointException                              a breakpoint paused the run (signal: carries the snapshot)
-    │   ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
-    │   └── RunCancelled                                 the run was cancelled from outside (signal: carries the snapshot)
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
     ├── ToolError                                        preparing or running a tool call failed
     │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
@@ -54,6 +54,11 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
     ├── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
     └── AgentCheckFailed (AssertionError)                ``check_agent`` found paths that violate invariants
+
+    AgentFSMSignal                                       the run stopped where it can go on: no failure
+    └── BreakpointException                              a breakpoint paused the run; carries the snapshot
+        ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+        └── RunCancelled                                 the run was cancelled from outside; carries the snapshot
 """
 
 from __future__ import annotations
@@ -64,6 +69,13 @@ from typing import Any
 
 class AgentFSMError(Exception):
     """Base class of every error raised by agentfsm."""
+
+
+class AgentFSMSignal(Exception):
+    """Base class of agentfsm's signals: the run stopped where it can go on, and did not fail.
+
+    Not an ``AgentFSMError``, so ``except AgentFSMError`` lets a pause through to its caller.
+    """
 
 
 class ConfigurationError(AgentFSMError, ValueError):
@@ -159,8 +171,11 @@ class DurabilityError(AgentFSMError, RuntimeError):
     """A durable run cannot start or be found as asked: DBOS is not launched here, the run is unknown, its id is taken."""
 
 
-class BreakpointException(AgentFSMError):
-    """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it."""
+class BreakpointException(AgentFSMSignal):
+    """A breakpoint paused the run; ``snapshot`` holds everything needed to resume it.
+
+    A signal, not an error: ``except AgentFSMError`` does not catch it.
+    """
 
     def __init__(self, message: str, snapshot: Any = None, snapshot_file_path: str | None = None) -> None:
         super().__init__(message)

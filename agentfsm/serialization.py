@@ -467,7 +467,7 @@ def _type_from_ast(node: ast.expr, text: str, allowed: Iterable[str] | None) -> 
 
 #: agentfsm's modules whose classes are values (a State value, a tool's result), not configuration
 #: or machinery (a store, a hook) whose ``from_dict`` could open files.
-_AGENTFSM_VALUE_MODULES = ("agentfsm.messages", "agentfsm.hitl.types")
+_AGENTFSM_VALUE_MODULES = ("agentfsm.messages", "agentfsm.decisions", "agentfsm.hitl.types")
 
 _VALUE_TAGS = frozenset({"dict", "tuple", "set", "frozenset", "object", "pydantic", "dataclass", "int", "float"})
 

@@ -22,6 +22,7 @@ from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
 from agentfsm._core.phases import ACTIVE_PHASES, PHASE_WORK, Phase
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.messages import ChatMessage
@@ -174,8 +175,6 @@ class AgentSnapshot(BaseModel):
     @field_validator("decisions")
     @classmethod
     def _valid_decisions(cls, decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from agentfsm.hitl.types import ToolExecutionDecision  # agentfsm.hitl imports this module
-
         for index, decision in enumerate(decisions):
             try:
                 ToolExecutionDecision.from_dict(decision)

@@ -698,6 +698,8 @@ class ReviewApp:
             await run_in_threadpool(self.resume, snapshot, decisions)
         except StaleSnapshotError as exc:
             return error_page(409, f"{exc}")
+        except BreakpointException:
+            pass  # a resume of your own let the run's next pause out: it is no failure, the run page shows where
         except AgentFSMError as exc:
             return error_page(400, f"The run could not go on: {exc}")
         return RedirectResponse(f"/runs/{quote(run_id)}", status_code=303)

@@ -16,10 +16,17 @@ from hypothesis import strategies as st
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm.cli import main as cli_main
-from agentfsm.errors import AgentFSMError, DecisionError, DeserializationError, SerializationError, SnapshotError
+from agentfsm.decisions import as_decision
+from agentfsm.errors import (
+    AgentFSMError,
+    BreakpointException,
+    DecisionError,
+    DeserializationError,
+    SerializationError,
+    SnapshotError,
+)
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException, ToolExecutionDecision
-from agentfsm.hitl.types import as_decision
 from agentfsm.serialization import dump_json, load_json, serialize_value
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
 from tests.helpers import add, call, calls, finish
@@ -136,10 +143,10 @@ def mutate(changes: list[tuple[int, str, Any]], base: Any = None) -> Any:
 
 
 def fine_or_typed(action: Any) -> Any:
-    """What ``action()`` returns, or None when it raised an AgentFSMError; any other exception fails the test."""
+    """What ``action()`` returns, or None when it raised an AgentFSMError or paused; any other exception fails the test."""
     try:
         return action()
-    except AgentFSMError:
+    except (AgentFSMError, BreakpointException):  # a resumed run may pause again: no failure
         return None
 
 

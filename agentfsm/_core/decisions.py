@@ -1,8 +1,8 @@
 """Decisions on a run's tool calls: the one check every way of deciding goes through.
 
-A decision (``ToolExecutionDecision``, or its dict) names the call it was taken for
-(``tool_call_id``), its tool, and may carry the fingerprint of that call's tool name and arguments
-as proposed (``call_fingerprint``). ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
+A decision (``agentfsm.decisions.ToolExecutionDecision``, or its dict) names the call it was taken
+for (``tool_call_id``), its tool, and may carry the fingerprint of that call's tool name and
+arguments as proposed (``call_fingerprint``). ``check_decisions`` refuses, with ``DecisionError`` and before anything runs, one that
 names no call waiting for a decision, another tool, or a call whose arguments changed since, and
 two decisions for one call. In-process resumes (``agentfsm._core.resume``), a run's own strategies
 (``AgentRun.decided``) and durable continuations (``agentfsm.durable``, and so ``agentfsm decide``)
@@ -11,22 +11,13 @@ all call it; the review page resumes in-process.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agentfsm.decisions import ToolExecutionDecision, as_decisions, call_fingerprint
 from agentfsm.errors import DecisionError
 from agentfsm.machine import Phase
-from agentfsm.serialization import dump_json
 from agentfsm.snapshot import AgentSnapshot
-
-if TYPE_CHECKING:
-    from agentfsm.hitl.types import ToolExecutionDecision
-
-
-def call_fingerprint(tool_name: str, arguments: dict[str, Any]) -> str:
-    """A short hash of a tool name and its arguments in canonical JSON: what a decision was taken for."""
-    return hashlib.sha256(dump_json([tool_name, arguments], sort_keys=True)).hexdigest()[:16]
 
 
 def check_decisions(
@@ -42,8 +33,6 @@ def check_decisions(
     keys of those that wait for a decision. ``where`` says where the run stands, for the message
     when nothing waits. ``DecisionError`` for the first decision that does not fit; nothing changes.
     """
-    from agentfsm.hitl.types import as_decisions
-
     taken = as_decisions(decisions)
     if taken and not waiting:
         raise DecisionError(f"Run {run_id} is not waiting for decisions{where}. Nothing ran.")

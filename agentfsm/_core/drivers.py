@@ -23,10 +23,10 @@ from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
 from agentfsm._core.records import RunDelta, RunObserver
 from agentfsm._core.runtime import AgentRun
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelDeadlineError, RunCancelled
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hooks import Hook, accepts, hook_name
 from agentfsm.logs import logger
 from agentfsm.machine import Work

@@ -15,7 +15,8 @@ from typing import Any
 from agentfsm._core.decisions import check_snapshot_decisions
 from agentfsm._core.records import TransitionRecord
 from agentfsm._core.runtime import AgentRun, RunConfig
-from agentfsm.errors import AgentFSMError, DecisionError, SnapshotError
+from agentfsm.decisions import ToolExecutionDecision, as_decisions
+from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
@@ -50,8 +51,6 @@ def resume_run(
     decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
     result as ``feedback``).
     """
-    from agentfsm.hitl.types import as_decisions
-
     decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     expected = config.fingerprint()
@@ -62,7 +61,8 @@ def resume_run(
         run = _rebuild(config, schema, snap, expected)
     except SnapshotError:
         raise
-    except (AgentFSMError, KeyError, TypeError, ValueError) as exc:
+    # A signal raised here (by a toolset's or a strategy's restore) is no pause of this run: it cannot resume.
+    except (AgentFSMError, AgentFSMSignal, KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"Cannot resume snapshot {snap.run_id}: {exc}") from exc
     pause = snap.pause
     waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
@@ -130,8 +130,6 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     run.decisions = [dict(d) for d in snap.decisions]
     run.trace_context = dict(snap.trace_context) if snap.trace_context else None
     if run.decisions:
-        from agentfsm.hitl.types import ToolExecutionDecision
-
         taken = [ToolExecutionDecision.from_dict(d) for d in run.decisions if not d.get("outcome_unknown")]
         for strategy in config.confirmation.strategies():
             restore = getattr(strategy, "restore", None)

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any, cast
 from agentfsm._core import listeners
 from agentfsm._core.actions import Action, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.config import RunConfig
-from agentfsm._core.decisions import call_fingerprint, check_decisions
+from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
+from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import ConfigurationError, IterationStoppedError, MachineError, ModelClientError
 from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed
 from agentfsm.logs import logger, stdlib_logger
@@ -69,8 +70,8 @@ from agentfsm.tools.invoker import CallOutcome, PreparedCall, timed_out
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
 
 if TYPE_CHECKING:
+    from agentfsm.decisions import ToolExecutionDecision
     from agentfsm.hitl.strategies import Decider
-    from agentfsm.hitl.types import ToolExecutionDecision
     from agentfsm.result import AgentResult
     from agentfsm.snapshot import AgentSnapshot
 
@@ -431,8 +432,6 @@ class AgentRun(RunFacts):
         ``taken_before``: replayed from the snapshot (checked when it was taken).
         For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
-        from agentfsm.hitl.types import as_decision
-
         if taken_before:
             d = as_decision(decision)
         else:

@@ -30,9 +30,9 @@ from agentfsm.checking.world import (
     build_agent,
     fitting_answer,
 )
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import BreakpointException, SnapshotError
 from agentfsm.events import Event, ModelFailed
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown

@@ -27,8 +27,8 @@ from agentfsm._core.records import RunDelta, snapshot_fields
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
 from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import HITLBreakpointException, ModelClientError
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall

@@ -6,7 +6,7 @@ tuple naming it, then ``"*"``). A blocking strategy asks while the run waits; a 
 strategy pauses the run (CONFIRM -> PAUSED) until ``agent.run(snapshot=..., decisions=[...])``.
 """
 
-from agentfsm._core.decisions import call_fingerprint
+from agentfsm.decisions import ToolExecutionDecision, call_fingerprint
 from agentfsm.errors import DecisionError, HITLBreakpointException
 from agentfsm.hitl.breakpoint import get_tool_calls_and_descriptions_from_snapshot
 from agentfsm.hitl.policies import AlwaysAskPolicy, AskOncePolicy, ConfirmationPolicy, NeverAskPolicy
@@ -15,7 +15,7 @@ from agentfsm.hitl.strategies import (
     BreakpointConfirmationStrategy,
     ConfirmationStrategy,
 )
-from agentfsm.hitl.types import ConfirmationUIResult, ToolExecutionDecision
+from agentfsm.hitl.types import ConfirmationUIResult
 from agentfsm.hitl.user_interfaces import ConfirmationUI, RichConsoleUI, SimpleConsoleUI
 
 __all__ = [

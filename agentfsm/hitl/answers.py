@@ -6,9 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import DecisionError, DeserializationError
 from agentfsm.hitl.strategies import decision_from
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.serialization import load_json
 
 if TYPE_CHECKING:

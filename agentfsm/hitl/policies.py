@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfsm._core.decisions import call_fingerprint
-from agentfsm.hitl.types import ConfirmationUIResult, ToolExecutionDecision
+from agentfsm.decisions import ToolExecutionDecision, call_fingerprint
+from agentfsm.hitl.types import ConfirmationUIResult
 from agentfsm.serialization import object_path
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from agentfsm._core.decisions import call_fingerprint
+from agentfsm.decisions import ToolExecutionDecision, call_fingerprint
 from agentfsm.errors import HITLBreakpointException
 from agentfsm.hitl.policies import ConfirmationPolicy
-from agentfsm.hitl.types import ToolExecutionDecision
 from agentfsm.hitl.user_interfaces import ConfirmationUI
 from agentfsm.serialization import Slot, object_from_dict, object_path
 from agentfsm.signatures import accepted_keywords

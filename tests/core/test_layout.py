@@ -3,7 +3,9 @@
 Imports are read from the source (``ast``), at module level and inside functions alike: a lazy import
 is still a dependency. Imports under ``if TYPE_CHECKING:`` are left out of the cycle check (they
 never run) but count for the core's rule. Importing ``a.b.c`` runs ``a/b/__init__.py`` first; those
-implicit edges are left out, as every module would otherwise depend on the whole package.
+implicit edges are left out of the package-wide check, as every module would otherwise depend on the
+whole package, and counted between the core and ``agentfsm.hitl``: the decision type sits below both
+(``agentfsm.decisions``), so the core imports ``hitl`` and never the other way round.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "agentfsm"
 
 #: The run core: the transition tables and the run, its drivers, its resume and its decision check.
 CORE = ("agentfsm._core", "agentfsm.machine")
+#: Confirmation: the core asks its strategies, so it must never import the core back.
+HITL = ("agentfsm.hitl",)
 #: What sits on top of the core: users' entry points and the capabilities built from it.
 APPLICATIONS = (
     "agentfsm.builtin_hooks",
@@ -45,8 +49,12 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(name: str, *, typing_only: bool) -> set[str]:
-    """The agentfsm modules ``name`` imports (with those under ``if TYPE_CHECKING:`` when ``typing_only``)."""
+def imports(name: str, *, typing_only: bool, packages: bool = False) -> set[str]:
+    """The agentfsm modules ``name`` imports (with those under ``if TYPE_CHECKING:`` when ``typing_only``).
+
+    ``packages``: with the subpackages whose ``__init__`` such an import runs first (``agentfsm.hitl``
+    for ``agentfsm.hitl.types``), but ``agentfsm`` itself and the packages ``name`` is part of.
+    """
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -69,6 +77,13 @@ def imports(name: str, *, typing_only: bool) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
+    if packages:
+        found.update(
+            parent
+            for module in list(found)
+            for parent in (module.rsplit(".", depth)[0] for depth in range(1, module.count(".")))
+            if not within(name, (parent,))
+        )
     return {m for m in found if m in MODULES and m != name}
 
 
@@ -110,10 +125,35 @@ def test_the_core_imports_no_application(module: str) -> None:
     assert not {m for m in imports(module, typing_only=True) if within(m, APPLICATIONS)}
 
 
+def test_the_core_and_hitl_import_each_other_in_no_ring() -> None:
+    """Counting the ``__init__`` an import runs: ``_core.decisions`` -> ``hitl.types`` ran all of ``hitl``."""
+    parts = (*CORE, *HITL, "agentfsm.decisions")
+    graph = {m: {t for t in imports(m, typing_only=False, packages=True) if within(t, parts)} for m in MODULES}
+    ring = cycle_in({m: targets for m, targets in graph.items() if within(m, parts)})
+    assert ring is None, "import cycle: " + " -> ".join(ring or [])
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, HITL)))
+def test_hitl_imports_nothing_of_the_core(module: str) -> None:
+    assert not {m for m in imports(module, typing_only=True) if m.startswith("agentfsm._core")}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, CORE)))
+def test_the_core_takes_the_decision_type_from_below_hitl(module: str) -> None:
+    assert "agentfsm.hitl.types" not in imports(module, typing_only=True)
+
+
+def test_the_decision_type_imports_neither_the_core_nor_hitl() -> None:
+    assert not {m for m in imports("agentfsm.decisions", typing_only=True) if within(m, (*CORE, *HITL))}
+
+
 def test_the_checks_see_a_cycle_and_an_application_import() -> None:
     assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle_in({"a": {"b"}, "b": set()}) is None
     assert "agentfsm.machine" in imports("agentfsm._core.runtime", typing_only=False)
+    assert "agentfsm.hitl" in imports("agentfsm._core.config", typing_only=False, packages=True)
+    assert "agentfsm.hitl" not in imports("agentfsm.hitl.strategies", typing_only=False, packages=True)
+    assert "agentfsm" not in imports("agentfsm.hitl", typing_only=False, packages=True)
     assert within("agentfsm.durable.driver", APPLICATIONS) and not within("agentfsm.durability", APPLICATIONS)
 
 

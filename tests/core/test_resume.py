@@ -25,6 +25,7 @@ from agentfsm import (
     Phase,
     SnapshotError,
     ToolBreakpoint,
+    Toolset,
 )
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
@@ -201,6 +202,29 @@ async def test_resume_with_run_async_and_a_dict_snapshot() -> None:
     resumed.chat_generator.position = 1  # type: ignore[attr-defined]
     result = await resumed.run_async(snapshot=snapshot.to_dict())
     assert comparable_result(result) == comparable_result(agent().run(USER))
+
+
+class PausesOnRestore(Toolset):
+    """A dynamic toolset whose ``restore`` raises a pause: its own bug, no pause of the run it restores."""
+
+    dynamic = True
+
+    def warm_up(self) -> None:
+        self.tools = [add]
+
+    def restore(self, messages: list[ChatMessage]) -> None:
+        raise BreakpointException("not this run's pause")
+
+
+def test_a_pause_raised_while_a_run_is_rebuilt_is_a_snapshot_error() -> None:
+    def restoring(position: int = 0) -> Agent:
+        script = [calls(call("add", "c1", a=1, b=2)), "done"]
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=PausesOnRestore())
+
+    with pytest.raises(BreakpointException) as paused:
+        restoring().run(USER, break_point=Breakpoint(phase=Phase.LLM_CALL, step=1))
+    with pytest.raises(SnapshotError, match=r"Cannot resume snapshot .*not this run's pause"):
+        restoring(position=1).run(snapshot=paused.value.snapshot)
 
 
 def test_resume_refuses_new_state_values() -> None:

@@ -203,6 +203,22 @@ def test_a_decision_resumes_the_run_once(runs: Runs, make_client: Any) -> None:
     assert PAID == ["30 to ann", "90 to bob"], "the second decision ran nothing"
 
 
+def test_a_resume_of_your_own_that_pauses_again_shows_the_run_not_an_error(runs: Runs, make_client: Any) -> None:
+    def resume_and_pause(snapshot: Any, decisions: list[Any]) -> None:
+        runs.agent.run(snapshot=snapshot, decisions=decisions[:1])  # p2 is left: the strategy pauses again
+
+    client = make_client(create_app(runs.store, runs.agent, resume=resume_and_pause))
+    form = csrf_and_seq(client.get(f"/runs/{runs.waiting}").text)
+    decided = client.post(
+        f"/runs/{runs.waiting}/decide",
+        data={**form, "action:p1": "approve", "action:p2": "reject"},
+        follow_redirects=False,
+    )
+    assert decided.status_code == 303 and decided.headers["location"] == f"/runs/{runs.waiting}"
+    assert PAID == [], "the calls run once both are decided"
+    assert "Waiting for your decision" in client.get(f"/runs/{runs.waiting}").text
+
+
 def test_no_decision_is_chosen_beforehand(runs: Runs, make_client: Any) -> None:
     client = make_client(create_app(runs.store, runs.agent))
     page = client.get(f"/runs/{runs.waiting}").text
