@@ -14,12 +14,9 @@ import asyncio
 import codecs
 import inspect
 import math
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -32,22 +29,19 @@ from agentfsm.errors import (
     ConfigurationError,
     DeserializationError,
     ModelClientError,
-    ModelConnectionError,
     ModelDeadlineError,
     ModelHTTPError,
     ModelResponseError,
-    ModelTimeoutError,
     RateLimitError,
     SerializationError,
     ServerError,
 )
+from agentfsm.generators._retry import backoff_delay, retry_after_seconds, retryable, transport_error
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, StreamingChunk, parse_tool_arguments
 from agentfsm.secrets import ENV_ALLOWED_ENDPOINTS, Secret, endpoint_allowed
 from agentfsm.serialization import nests_deeper, object_path
 from agentfsm.tools.tool import Tool
 
-#: Statuses worth another try: the server is busy or failed for a moment.
-_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 #: The largest body (or single event line) read from a model server.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 #: The deepest nesting accepted in a server's JSON (a reply is a few levels deep; tool arguments a few more).
@@ -131,24 +125,6 @@ def http_error(status: int, body: str, retry_after: str | None = None) -> ModelH
     return error_
 
 
-def retryable(error: ModelClientError) -> bool:
-    """Whether another try may succeed: a timeout, a connection problem, 429 or a passing server failure."""
-    if isinstance(error, ModelDeadlineError):
-        return False
-    if isinstance(error, ModelHTTPError):
-        return error.status_code in _RETRY_STATUSES
-    return isinstance(error, (ModelTimeoutError, ModelConnectionError))
-
-
-def transport_error(exc: httpx.HTTPError) -> ModelClientError:
-    """The typed error for an httpx error that is not a status (a timeout, a connection problem)."""
-    if isinstance(exc, httpx.ConnectTimeout):
-        return ModelTimeoutError(f"Could not connect to the model server in time ({type(exc).__name__}).")
-    if isinstance(exc, httpx.TimeoutException):
-        return ModelTimeoutError(f"The model server did not answer in time ({type(exc).__name__}).")
-    return ModelConnectionError(f"Could not talk to the model server: {type(exc).__name__}: {exc}")
-
-
 # -- deadlines and retries ----------------------------------------------------------------------------
 
 
@@ -179,29 +155,6 @@ class Deadline:
         """The timeouts of one try: the configured ones, none longer than the time left."""
         left = max(self.remaining(), 0.001)
         return httpx.Timeout(min(read, left), connect=min(connect, left))
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """The wait a ``Retry-After`` header asks for (seconds or an HTTP date); ``None`` when absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - time.time()
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
-
-
-def backoff_delay(attempt: int, backoff_base: float, max_backoff: float) -> float:
-    """Exponential backoff with jitter: about ``backoff_base * 2**attempt`` seconds, at most ``max_backoff``."""
-    return min(max_backoff, backoff_base * 2.0 ** min(attempt, 62)) * random.uniform(0.5, 1.0)
 
 
 # -- reading bodies and events ------------------------------------------------------------------------

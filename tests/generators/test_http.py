@@ -22,7 +22,8 @@ from agentfsm.errors import (
     ServerError,
 )
 from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator, _http
-from agentfsm.generators._http import EventReader, backoff_delay, retry_after_seconds
+from agentfsm.generators._http import EventReader
+from agentfsm.generators._retry import backoff_delay, retry_after_seconds
 from agentfsm.secrets import Secret
 from tests.generators.conftest import ScriptedServer
 from tests.generators.test_openai import completion, delta, events, generator, tool_call
