@@ -1,9 +1,10 @@
-"""What the HTTP model clients share: typed errors, deadlines, retries, server-sent events, the request loops.
+"""What the HTTP model clients share: typed errors, server-sent events, one try of a request.
 
 ``HTTPChatGenerator`` does the I/O (one ``httpx.Client`` / ``httpx.AsyncClient`` per generator,
-retries with backoff honouring ``Retry-After``, an overall deadline per call, errors mapped where
-httpx raises them, bodies and streams read piece by piece); a client for one API says how to build
-a request, read a reply and assemble a stream (``OpenAIChatGenerator``, ``AnthropicChatGenerator``).
+errors mapped where httpx raises them, bodies and streams read piece by piece); whether and when
+to try again, and the deadline of each call, are its ``RetryPlan``'s (``_retry.py``). A client for
+one API says how to build a request, read a reply and assemble a stream (``OpenAIChatGenerator``,
+``AnthropicChatGenerator``).
 What the server sends is untrusted: anything that is not the reply the API describes becomes a
 ``ModelResponseError``, never a raw exception from deeper down.
 """
@@ -14,12 +15,9 @@ import asyncio
 import codecs
 import inspect
 import math
-import random
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -31,23 +29,18 @@ from agentfsm.errors import (
     BadRequestError,
     ConfigurationError,
     DeserializationError,
-    ModelClientError,
-    ModelConnectionError,
-    ModelDeadlineError,
     ModelHTTPError,
     ModelResponseError,
-    ModelTimeoutError,
     RateLimitError,
     SerializationError,
     ServerError,
 )
+from agentfsm.generators._retry import RetryPlan, retry, retry_async
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, StreamingChunk, parse_tool_arguments
 from agentfsm.secrets import ENV_ALLOWED_ENDPOINTS, Secret, endpoint_allowed
 from agentfsm.serialization import nests_deeper, object_path
 from agentfsm.tools.tool import Tool
 
-#: Statuses worth another try: the server is busy or failed for a moment.
-_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 #: The largest body (or single event line) read from a model server.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 #: The deepest nesting accepted in a server's JSON (a reply is a few levels deep; tool arguments a few more).
@@ -129,79 +122,6 @@ def http_error(status: int, body: str, retry_after: str | None = None) -> ModelH
     error_ = kind(f"The model server answered {status}: {message}", status, body[:100_000])
     error_.retry_after = retry_after
     return error_
-
-
-def retryable(error: ModelClientError) -> bool:
-    """Whether another try may succeed: a timeout, a connection problem, 429 or a passing server failure."""
-    if isinstance(error, ModelDeadlineError):
-        return False
-    if isinstance(error, ModelHTTPError):
-        return error.status_code in _RETRY_STATUSES
-    return isinstance(error, (ModelTimeoutError, ModelConnectionError))
-
-
-def transport_error(exc: httpx.HTTPError) -> ModelClientError:
-    """The typed error for an httpx error that is not a status (a timeout, a connection problem)."""
-    if isinstance(exc, httpx.ConnectTimeout):
-        return ModelTimeoutError(f"Could not connect to the model server in time ({type(exc).__name__}).")
-    if isinstance(exc, httpx.TimeoutException):
-        return ModelTimeoutError(f"The model server did not answer in time ({type(exc).__name__}).")
-    return ModelConnectionError(f"Could not talk to the model server: {type(exc).__name__}: {exc}")
-
-
-# -- deadlines and retries ----------------------------------------------------------------------------
-
-
-class Deadline:
-    """The end of one model call's time, retries and waits between them included."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._end = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        """Seconds left (negative once passed)."""
-        return self._end - time.monotonic()
-
-    def error(self) -> ModelDeadlineError:
-        """The error for a call that ran out of time."""
-        return ModelDeadlineError(
-            f"The model call did not finish within its deadline of {self.seconds:g} s (retries included). "
-            "Give the generator a larger deadline= for long answers."
-        )
-
-    def check(self) -> None:
-        """Raise ``ModelDeadlineError`` once the deadline has passed."""
-        if self.remaining() <= 0:
-            raise self.error()
-
-    def timeouts(self, read: float, connect: float) -> httpx.Timeout:
-        """The timeouts of one try: the configured ones, none longer than the time left."""
-        left = max(self.remaining(), 0.001)
-        return httpx.Timeout(min(read, left), connect=min(connect, left))
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """The wait a ``Retry-After`` header asks for (seconds or an HTTP date); ``None`` when absent or unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - time.time()
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
-
-
-def backoff_delay(attempt: int, backoff_base: float, max_backoff: float) -> float:
-    """Exponential backoff with jitter: about ``backoff_base * 2**attempt`` seconds, at most ``max_backoff``."""
-    return min(max_backoff, backoff_base * 2.0 ** min(attempt, 62)) * random.uniform(0.5, 1.0)
 
 
 # -- reading bodies and events ------------------------------------------------------------------------
@@ -338,15 +258,6 @@ class StreamAssembly:
         """Whether ``event`` ends the stream (besides ``[DONE]`` and the end of the body)."""
         return False
 
-    def broken(self, exc: httpx.HTTPError) -> ModelClientError:
-        """The error for a stream that broke: not retried once chunks reached the callback (they would repeat)."""
-        if not self.delivered:
-            return transport_error(exc)
-        return ModelResponseError(
-            f"The model server's stream broke after {self.delivered} chunks reached the callback "
-            f"({type(exc).__name__}); it is not retried, since the chunks would be sent again."
-        )
-
     def take(self, raws: list[str]) -> tuple[list[StreamingChunk], bool]:
         """The chunks that the events ``raws`` add, and whether the stream is over."""
         chunks: list[StreamingChunk] = []
@@ -381,8 +292,12 @@ class StreamAssembly:
         return message, [*chunks, self.final_chunk()]
 
 
-def _counted(size: int, piece: bytes) -> int:
-    """``size`` plus the bytes of ``piece``; ``ModelResponseError`` past ``MAX_BODY_BYTES``."""
+def _counted(size: int, piece: bytes, plan: RetryPlan) -> int:
+    """``size`` plus the bytes of ``piece``; ``ModelResponseError`` past ``MAX_BODY_BYTES``.
+
+    Past the deadline, ``ModelDeadlineError``: a server that trickles bytes or keep-alives cannot hold the call.
+    """
+    plan.check()
     size += len(piece)
     if size > MAX_BODY_BYTES:
         raise ModelResponseError(f"The model server's answer is larger than the limit of {MAX_BODY_BYTES >> 20} MiB.")
@@ -396,25 +311,22 @@ class StreamReading:
     as delivered once the callback returned) until ``over``; then hand on what ``end`` yields.
     """
 
-    def __init__(self, assembly: StreamAssembly) -> None:
+    def __init__(self, assembly: StreamAssembly, plan: RetryPlan) -> None:
         self.assembly = assembly
         self.over = False
+        self._plan = plan
         self._reader = EventReader()
         self._size = 0
 
     def feed(self, piece: bytes) -> Iterator[StreamingChunk]:
         """The chunks the next piece of the body completes."""
-        self._size = _counted(self._size, piece)
+        self._size = _counted(self._size, piece, self._plan)
         chunks, self.over = self.assembly.take(self._reader.feed(piece))
         return self._delivering(chunks)
 
     def end(self) -> Iterator[StreamingChunk]:
         """The chunks of an event the body ended in (none once the server said the stream is over)."""
         return self._delivering([] if self.over else self.assembly.take(self._reader.close())[0])
-
-    def broken(self, exc: httpx.HTTPError, deadline: Deadline) -> ModelClientError:
-        """The error for a stream that broke: the deadline's when it passed (a read cut short by it)."""
-        return deadline.error() if deadline.remaining() <= 0 else self.assembly.broken(exc)
 
     def _delivering(self, chunks: list[StreamingChunk]) -> Iterator[StreamingChunk]:
         for chunk in chunks:
@@ -601,18 +513,21 @@ class HTTPChatGenerator:
 
     # -- what one try does, whatever the I/O ----------------------------------------------------------
 
-    def _wait_before_retry(self, error: ModelClientError, attempt: int, deadline: Deadline) -> float | None:
-        """Seconds to wait before the next try, or ``None`` when ``error`` ends the call."""
-        if attempt >= self.max_retries or not retryable(error):
-            return None
-        asked = retry_after_seconds(getattr(error, "retry_after", None))
-        wait = asked if asked is not None else backoff_delay(attempt, self.backoff_base, self.max_backoff)
-        return wait if wait < deadline.remaining() else None
+    def _plan(self) -> RetryPlan:
+        """The retry plan of one call, its deadline starting now."""
+        return RetryPlan(
+            deadline=self.deadline,
+            timeout=self.timeout,
+            connect_timeout=self.connect_timeout,
+            max_retries=self.max_retries,
+            backoff_base=self.backoff_base,
+            max_backoff=self.max_backoff,
+        )
 
-    def _answer(self, status: int, body: bytes, retry_after: str | None) -> dict[str, list[ChatMessage]]:
+    def _answer(self, response: httpx.Response, body: bytes) -> dict[str, list[ChatMessage]]:
         """The replies of a whole (non-streamed) answer, or the typed error of a failed one."""
-        if status >= 400:
-            raise http_error(status, body.decode(errors="replace"), retry_after)
+        if response.status_code >= 400:
+            raise http_error(response.status_code, body.decode(errors="replace"), response.headers.get("retry-after"))
         data = decode_json(body, "an answer")
         try:
             replies = self.replies(data)
@@ -622,45 +537,31 @@ class HTTPChatGenerator:
             raise ModelResponseError("The model server answered with no reply.")
         return {"replies": replies}
 
-    @staticmethod
-    def _collect(parts: list[bytes], piece: bytes, size: int) -> int:
-        parts.append(piece)
-        return _counted(size, piece)
-
     def _url(self) -> str:
         return f"{self.api_base_url}{self.path}"
 
     # -- sync ---------------------------------------------------------------------------------------------
 
-    def _body(self, pieces: Iterator[bytes], deadline: Deadline) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        for piece in pieces:
-            deadline.check()
-            size = self._collect(parts, piece, size)
-        return b"".join(parts)
-
     def _try(
-        self, payload: dict[str, Any], callback: StreamingCallback | None, deadline: Deadline
+        self, payload: dict[str, Any], callback: StreamingCallback | None, plan: RetryPlan
     ) -> dict[str, list[ChatMessage]]:
         assert self._client is not None
-        timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        stream = StreamReading(self.assembly())
+        stream = StreamReading(self.assembly(), plan)
         try:
-            with self._client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if callback is None or response.status_code >= 400:
-                    body = self._body(response.iter_bytes(), deadline)
-                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
+            with self._client.stream("POST", self._url(), json=payload, timeout=plan.timeouts()) as response:
                 pieces = response.iter_bytes()
-                try:
+                if callback is None or response.status_code >= 400:
+                    parts: list[bytes] = []
+                    size = 0
                     for piece in pieces:
-                        deadline.check()
-                        for chunk in stream.feed(piece):
-                            callback(chunk)
-                        if stream.over:
-                            break
-                except httpx.HTTPError as exc:
-                    raise stream.broken(exc, deadline) from exc
+                        size = _counted(size, piece, plan)
+                        parts.append(piece)
+                    return self._answer(response, b"".join(parts))
+                for piece in pieces:
+                    for chunk in stream.feed(piece):
+                        callback(chunk)
+                    if stream.over:
+                        break
                 for chunk in stream.end():
                     callback(chunk)
                 message, closing = stream.assembly.closing_chunks()
@@ -669,9 +570,7 @@ class HTTPChatGenerator:
                     callback(chunk)
                 return {"replies": [message]}
         except httpx.HTTPError as exc:
-            if deadline.remaining() <= 0:
-                raise deadline.error() from exc
-            raise transport_error(exc) from exc
+            raise plan.broken(exc, stream.assembly.delivered) from exc
 
     def run(
         self,
@@ -682,49 +581,35 @@ class HTTPChatGenerator:
     ) -> dict[str, list[ChatMessage]]:
         """Ask the model for its reply (streamed to ``streaming_callback`` when given)."""
         self.warm_up()
-        deadline = Deadline(self.deadline)
+        plan = self._plan()
         payload = self.payload(messages, tools, streaming_callback is not None, **kwargs)
-        attempt = 0
-        while True:
-            try:
-                return self._try(payload, streaming_callback, deadline)
-            except ModelClientError as error:
-                wait = self._wait_before_retry(error, attempt, deadline)
-                if wait is None:
-                    raise
-                time.sleep(wait)
-                attempt += 1
+        return retry(plan, lambda: self._try(payload, streaming_callback, plan))
 
     # -- async --------------------------------------------------------------------------------------------
 
-    async def _body_async(self, pieces: AsyncIterator[bytes]) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        async for piece in pieces:
-            size = self._collect(parts, piece, size)
-        return b"".join(parts)
-
     async def _try_async(
-        self, payload: dict[str, Any], callback: StreamingCallback | None, deadline: Deadline
+        self, payload: dict[str, Any], callback: StreamingCallback | None, plan: RetryPlan
     ) -> dict[str, list[ChatMessage]]:
         if self._async_client is None:
             self._async_client = httpx.AsyncClient(**self._client_options())
-        timeouts = deadline.timeouts(self.timeout, self.connect_timeout)
-        stream = StreamReading(self.assembly())
+        stream = StreamReading(self.assembly(), plan)
         try:
-            async with self._async_client.stream("POST", self._url(), json=payload, timeout=timeouts) as response:
-                if callback is None or response.status_code >= 400:
-                    body = await self._body_async(response.aiter_bytes())
-                    return self._answer(response.status_code, body, response.headers.get("retry-after"))
+            async with self._async_client.stream(
+                "POST", self._url(), json=payload, timeout=plan.timeouts()
+            ) as response:
                 pieces = response.aiter_bytes()
-                try:
+                if callback is None or response.status_code >= 400:
+                    parts: list[bytes] = []
+                    size = 0
                     async for piece in pieces:
-                        for chunk in stream.feed(piece):
-                            await _called(callback, chunk)
-                        if stream.over:
-                            break
-                except httpx.HTTPError as exc:
-                    raise stream.broken(exc, deadline) from exc
+                        size = _counted(size, piece, plan)
+                        parts.append(piece)
+                    return self._answer(response, b"".join(parts))
+                async for piece in pieces:
+                    for chunk in stream.feed(piece):
+                        await _called(callback, chunk)
+                    if stream.over:
+                        break
                 for chunk in stream.end():
                     await _called(callback, chunk)
                 message, closing = stream.assembly.closing_chunks()
@@ -733,7 +618,7 @@ class HTTPChatGenerator:
                     await _called(callback, chunk)
                 return {"replies": [message]}
         except httpx.HTTPError as exc:
-            raise transport_error(exc) from exc
+            raise plan.broken(exc, stream.assembly.delivered) from exc
 
     async def run_async(
         self,
@@ -743,23 +628,9 @@ class HTTPChatGenerator:
         **kwargs: Any,
     ) -> dict[str, list[ChatMessage]]:
         """Async twin of ``run``; the streaming callback may be async. Cancelling closes the stream."""
-        deadline = Deadline(self.deadline)
+        plan = self._plan()
         payload = self.payload(messages, tools, streaming_callback is not None, **kwargs)
-        attempt = 0
-        while True:
-            try:
-                async with asyncio.timeout(max(deadline.remaining(), 0)):
-                    return await self._try_async(payload, streaming_callback, deadline)
-            except TimeoutError as exc:
-                if deadline.remaining() > 0:
-                    raise  # a TimeoutError of the callback's own
-                raise deadline.error() from exc
-            except ModelClientError as error:
-                wait = self._wait_before_retry(error, attempt, deadline)
-                if wait is None:
-                    raise
-                await asyncio.sleep(wait)
-                attempt += 1
+        return await retry_async(plan, lambda: self._try_async(payload, streaming_callback, plan))
 
     # -- serialization ----------------------------------------------------------------------------------
 

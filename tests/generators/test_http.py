@@ -22,7 +22,8 @@ from agentfsm.errors import (
     ServerError,
 )
 from agentfsm.generators import AnthropicChatGenerator, OpenAIChatGenerator, _http
-from agentfsm.generators._http import EventReader, backoff_delay, retry_after_seconds
+from agentfsm.generators._http import EventReader
+from agentfsm.generators._retry import retry_after_seconds
 from agentfsm.secrets import Secret
 from tests.generators.conftest import ScriptedServer
 from tests.generators.test_openai import completion, delta, events, generator, tool_call
@@ -241,23 +242,6 @@ def test_an_unreadable_retry_after_falls_back_to_backoff(server: ScriptedServer,
     server.reply(body=completion({"content": "ok"}))
     assert generator(server).run([ChatMessage.from_user("x")])["replies"][0].text == "ok"
     assert retry_after_seconds(value) is None
-
-
-def test_retry_after_as_seconds_and_as_an_http_date() -> None:
-    assert retry_after_seconds("2") == 2.0 and retry_after_seconds(" 0.5 ") == 0.5
-    assert retry_after_seconds("-3") == 0.0 and retry_after_seconds(None) is None
-    later = retry_after_seconds(formatdate(time.time() + 20, usegmt=True))
-    assert later is not None and 15 < later <= 20
-    assert retry_after_seconds(formatdate(time.time() - 20, usegmt=True)) == 0.0
-
-
-def test_backoff_grows_with_jitter_up_to_its_cap() -> None:
-    delays = [backoff_delay(attempt, 0.5, 4.0) for attempt in range(8) for _ in range(20)]
-    assert all(0 < d <= 4.0 for d in delays)
-    assert (
-        max(backoff_delay(0, 0.5, 4.0) for _ in range(20)) <= 0.5 < min(backoff_delay(2, 0.5, 4.0) for _ in range(20))
-    )
-    assert backoff_delay(10_000, 0.5, 4.0) <= 4.0
 
 
 def test_an_http_date_retry_after_is_honoured(server: ScriptedServer) -> None:
