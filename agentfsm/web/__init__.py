@@ -21,7 +21,8 @@ was rebound to this machine gets nothing; a state-changing one (a POST) from thi
 (``Origin``, else ``Referer``) and carrying a CSRF token bound to the browser's session cookie and
 to the snapshot the form showed; with ``token`` set, carrying the token too (``?token=``, then a
 cookie). Every response forbids framing and allows only the page's own script and style (which
-may read this page's own URLs, for the live view). Needs the ``web`` extra: ``pip install 'agentfsm[web]'``.
+may read this page's own URLs, for the live view): files in ``static/``, served by ``assets``.
+Needs the ``web`` extra: ``pip install 'agentfsm[web]'``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore
+from agentfsm.web.assets import static_files
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
@@ -99,148 +101,6 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
-
-#: The page's style sheet, served as ``/review.css`` (the security policy allows no inline style).
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 72rem; }
-table { border-collapse: collapse; } td, th { padding: .3rem .6rem; border-bottom: 1px solid #ddd; text-align: left; }
-.status { font-weight: 600; } .waiting { color: #b45309; } .done { color: #15803d; } .failed { color: #b91c1c; }
-.message { border-left: 3px solid #ccc; padding: .3rem .8rem; margin: .5rem 0; white-space: pre-wrap; }
-.assistant { border-color: #2563eb; } .tool { border-color: #9333ea; } .user { border-color: #15803d; }
-.error { background: #fee2e2; padding: .8rem; } .call { border: 1px solid #ddd; padding: .8rem; margin: .8rem 0; }
-.diagram svg { max-width: 100%; height: auto; } textarea { width: 100%; font-family: monospace; }
-#live-log { max-height: 24rem; overflow-y: auto; font-family: monospace; font-size: .85rem; }
-#live-log time { color: #666; margin-right: .6rem; }
-"""
-
-
-#: Checks the decisions in the browser before the form is sent, served as ``/review.js``: a choice
-#: for every call; modified arguments JSON, an object, with the schema's required keys and property
-#: types. The server checks them again, against the whole schema. It listens on the document, so a
-#: form the live view brings in later is checked too.
-CHECK_DECISIONS = """
-const types = {
-  string: (v) => typeof v === "string", integer: Number.isInteger, number: (v) => typeof v === "number",
-  boolean: (v) => typeof v === "boolean", array: Array.isArray,
-  object: (v) => typeof v === "object" && v !== null && !Array.isArray(v),
-};
-function problemWith(text, schema) {
-  let value;
-  try { value = JSON.parse(text); } catch (error) { return "The new arguments are not JSON: " + error.message; }
-  if (!types.object(value)) return "The new arguments must be a JSON object.";
-  for (const key of schema.required || []) if (!(key in value)) return `"${key}" is required.`;
-  for (const [key, property] of Object.entries(schema.properties || {})) {
-    const check = types[property.type];
-    if (key in value && check && !check(value[key])) return `"${key}" must be of type ${property.type}.`;
-  }
-  return null;
-}
-document.addEventListener("submit", (event) => {
-  if (event.target.id !== "decisions") return;
-  for (const call of document.querySelectorAll(".call")) {
-    const shown = call.querySelector(".problem");
-    const chosen = Array.from(call.querySelectorAll("input[type=radio]")).find((radio) => radio.checked);
-    const problem = chosen === undefined ? "Choose approve, reject or modify for this call."
-      : chosen.value === "modify" ? problemWith(call.querySelector("textarea").value, JSON.parse(call.dataset.schema))
-      : null;
-    shown.hidden = problem === null;
-    shown.textContent = problem || "";
-    if (problem !== null) event.preventDefault();
-  }
-});
-"""
-
-
-#: The live view, served as ``/live.js``: follows the run's event stream (``#live``'s
-#: ``data-events``), appends each event to the live log as text (never as markup), and redraws the
-#: run's status, diagram, forms and record from the run's page when its phase changes, it pauses,
-#: resumes or ends. The browser reconnects by itself, resuming after the last event it got.
-LIVE_VIEW = """
-const live = document.getElementById("live");
-if (live !== null) {
-  const log = document.getElementById("live-log");
-  const state = document.getElementById("live-state");
-  const KEPT = 300;
-  const REDRAWN_ON = new Set(["transition", "paused", "resumed", "run_ended"]);
-  const shown = (value) => (typeof value === "string" ? value : JSON.stringify(value));
-  const chunkText = (event) => shown(((event.chunk || {}).data || {}).content || "");
-  const describe = {
-    run_started: (e) => (e.resumed ? "run resumed" : "run started"),
-    transition: (e) => `${e.source} -> ${e.dest} (${e.trigger})` + (e.exit_reason ? `, exit reason ${e.exit_reason}` : ""),
-    call_transition: (e) => `call ${e.call} (${e.tool}): ${e.source} -> ${e.dest} (${e.trigger})`,
-    model_started: (e) => `model ${e.model} called with ${e.messages} messages`,
-    model_chunk: (e) => "streamed: " + chunkText(e),
-    model_ended: (e) => `model ${e.model} replied` + (e.finish_reasons.length ? ` (${e.finish_reasons.join(", ")})` : ""),
-    model_failed: (e) => `model ${e.model} failed: ${e.error}`,
-    tool_started: (e) => `${e.tool} (call ${e.call}) started with ${shown(e.arguments)}`,
-    tool_progress: (e) => `${e.tool} (call ${e.call}) at ${e.progress}` + (e.total !== null ? ` of ${e.total}` : "") + (e.message ? `: ${e.message}` : ""),
-    tool_ended: (e) => (e.error ? `${e.tool} (call ${e.call}) failed: ${e.error}` : `${e.tool} (call ${e.call}) returned ${shown(e.result)}`),
-    hook: (e) => `hook ${e.hook} at ${e.point}` + (e.error ? ` failed: ${e.error}` : ""),
-    decision: (e) => `decision on call ${e.call}: ` + (e.decision.execute ? "run it" : "do not run it"),
-    paused: (e) => `paused: ${e.reason}`,
-    resumed: (e) => `resumed into ${e.phase}`,
-    run_ended: (e) => (e.error ? `run failed: ${e.error}` : `run ended: ${e.exit_reason}`),
-  };
-  function append(event, number) {
-    const last = log.lastElementChild;
-    if (event.kind === "model_chunk" && last !== null && last.dataset.kind === "model_chunk") {
-      last.lastChild.textContent += chunkText(event);  // one line per streamed reply
-      return;
-    }
-    let text;
-    try { text = Object.hasOwn(describe, event.kind) ? describe[event.kind](event) : event.kind; } catch (error) { text = event.kind; }
-    const item = document.createElement("li");
-    item.dataset.kind = event.kind;
-    item.dataset.number = number;
-    const time = document.createElement("time");
-    time.textContent = new Date(event.at * 1000).toLocaleTimeString();
-    item.append(time, document.createTextNode(text));
-    log.append(item);
-    while (log.children.length > KEPT) log.firstElementChild.remove();
-    log.scrollTop = log.scrollHeight;
-  }
-  let redrawing = false;
-  let again = false;
-  async function redraw() {
-    if (redrawing) { again = true; return; }
-    redrawing = true;
-    try {
-      const response = await fetch(location.href, { credentials: "same-origin", cache: "no-store" });
-      if (!response.ok) throw new Error(`the page answered ${response.status}`);
-      const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-      for (const part of ["run-state", "run-record"]) {
-        const now = document.getElementById(part);
-        const next = fresh.getElementById(part);
-        if (now !== null && next !== null) now.replaceWith(document.adoptNode(next));
-      }
-    } catch (error) {
-      state.textContent = "Could not redraw the run: " + error.message;
-    } finally {
-      redrawing = false;
-      if (again) { again = false; redraw(); }
-    }
-  }
-  const source = new EventSource(live.dataset.events);
-  source.onopen = () => { state.textContent = "Following the run: its events appear below as they happen."; };
-  source.onerror = () => {
-    state.textContent = source.readyState === EventSource.CLOSED ? "The live view stopped." : "Reconnecting...";
-  };
-  source.onmessage = (message) => {
-    const event = JSON.parse(message.data);
-    append(event, message.lastEventId);
-    if (REDRAWN_ON.has(event.kind)) redraw();
-  };
-  source.addEventListener("end", () => {
-    source.close();
-    state.textContent = "The run ended.";
-  });
-  source.addEventListener("problem", (message) => {
-    source.close();
-    state.textContent = JSON.parse(message.data).error;
-    state.classList.add("error");
-  });
-}
-"""
 
 #: The Server-Sent Event after a run's last one: the page stops listening.
 _END = "event: end\ndata: {}\n\n"
@@ -815,12 +675,6 @@ def create_app(
 
         return endpoint
 
-    def served(text: str, media_type: str) -> Any:
-        async def asset(request: Request) -> Response:
-            return Response(text, media_type=media_type)
-
-        return asset
-
     app = Starlette(
         routes=[
             Route("/", guarded(review.runs)),
@@ -828,9 +682,7 @@ def create_app(
             Route("/runs/{run_id}/snapshots/{seq}", guarded(review.snapshot_json)),
             Route("/runs/{run_id}/decide", guarded(review.decide), methods=["POST"]),
             Route("/runs/{run_id}/events", guarded(review.events)),
-            Route("/review.css", guarded(served(STYLE, "text/css"))),
-            Route("/review.js", guarded(served(CHECK_DECISIONS, "text/javascript"))),
-            Route("/live.js", guarded(served(LIVE_VIEW, "text/javascript"))),
+            *(Route(path, guarded(endpoint)) for path, endpoint in static_files().items()),
         ]
     )
     app.router.redirect_slashes = False  # a path the page never links to is not found, whatever the method
