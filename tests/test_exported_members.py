@@ -192,6 +192,20 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "estimate_tokens",
         "total_tokens",
     ),
+    "agentfsm.web": (
+        "LOOPBACK_HOSTS",
+        "MAX_FORM_BYTES",
+        "RequestChecks",
+        "Resume",
+        "ReviewApp",
+        "Runs",
+        "SECURITY_HEADERS",
+        "SESSION_COOKIE",
+        "TOKEN_COOKIE",
+        "allowed_host_names",
+        "create_app",
+        "resume_here",
+    ),
 }
 
 

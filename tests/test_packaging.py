@@ -32,6 +32,8 @@ def test_the_wheel_installs_alone_and_runs_the_demo(tmp_path: Path) -> None:
     (wheel,) = dist.glob("agentfsm-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "agentfsm/py.typed" in names
+    static = {f"agentfsm/web/static/{name}" for name in ("review.css", "review.js", "live.js")}
+    assert static <= set(names), "the review page's script and style files ship in the wheel"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "examples/"))]
 
