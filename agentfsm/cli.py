@@ -9,10 +9,12 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -91,12 +93,38 @@ def _durable_module() -> Any:
 
 
 def _load_snapshot(path: str, *, stores: str = "--store PATH or --system-db URL") -> Any:
-    """The snapshot file at ``path``; when there is none, a hint that ``path`` may be a run id."""
+    """The snapshot file at ``path``; when there is none, a hint that ``path`` may be a run id.
+
+    A store's database given in its place is refused unread: ``--agent``'s module may hold it open.
+    """
     from agentfsm.snapshot import AgentSnapshot
 
     if not os.path.exists(path):
         raise CLIError(f"no snapshot file {path!r} (a run id? give {stores}).")
+    with contextlib.suppress(sqlite3.Error):  # a file SQLite cannot open is read below, for that error
+        if os.stat(path).st_size and is_sqlite_database(path):
+            raise CLIError(f"{path!r} is a store, not a snapshot file: name one of its runs, RUN_ID --store {path}.")
     return AgentSnapshot.from_file(path)
+
+
+def is_sqlite_database(path: str) -> bool:
+    """Whether SQLite reads the file at ``path`` as a database (an empty file is one); ``sqlite3.Error`` if it cannot.
+
+    Never through ``open()``: closing a descriptor of a file drops every POSIX lock the process
+    holds on it, and ``--agent``'s module may hold the store open, SQLite's locks with it; another
+    process could then delete the write-ahead log that connection writes to. SQLite's own
+    connections keep a descriptor open while another of the process holds locks. Read-only, the
+    connection writes nothing to the database (SQLite may create its ``-wal`` and ``-shm`` files).
+    """
+    uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:
+            return False
+        raise
+    return True
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -195,13 +223,13 @@ def open_store(path: str, *, durable: bool = False, record_events: bool = False)
         return JsonFileStore(path, record_events=record_events)
     if not os.path.exists(path):
         raise CLIError(f"no store at {path!r}: give an SQLite file or a directory of JSON snapshots.")
-    with open(path, "rb") as file:
-        head = file.read(64).lstrip()
-    if head.startswith(b"{"):
-        raise CLIError(
-            f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent MODULE:ATTR "
-            "(deciding its calls with --approve ID...), or show it with agentfsm snapshot show " + path + "."
-        )
+    if not is_sqlite_database(path):
+        if Path(path).suffix == ".json":
+            raise CLIError(
+                f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent "
+                f"MODULE:ATTR (deciding its calls with --approve ID...), or show it with agentfsm snapshot show {path}."
+            )
+        raise CLIError(f"{path!r} is not a store: give an SQLite file or a directory of JSON snapshots.")
     return SQLiteSnapshotStore(path, durable=durable, record_events=record_events)
 
 
