@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from agentfsm._extras import extra_needed
 from agentfsm.errors import AgentFSMError
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, BreakpointHit
@@ -86,7 +87,7 @@ def load_durable_agent(spec: str) -> Any:
 
 
 def _durable_module() -> Any:
-    # Imported when a command needs it: without the dbos extra, main() says how to install it.
+    # Imported when a command needs it: without the dbos extra, it says how to install it.
     from agentfsm import durable
 
     return durable
@@ -284,8 +285,9 @@ def dbos_client(system_db: str) -> Any:
     (several lines, on stderr through logging's last resort) is left out. A worker launches DBOS,
     which sets up its own log, and does not come here.
     """
-    from dbos import DBOSClient
-    from sqlalchemy.engine import make_url
+    with extra_needed("--system-db", "dbos"):
+        from dbos import DBOSClient
+        from sqlalchemy.engine import make_url
 
     url = make_url(system_db)
     # A client opening an SQLite file that is not there would create it, empty, and fail on it.
@@ -594,9 +596,9 @@ def _held_log(name: str, *, show_on_error: bool) -> Iterator[None]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from dbos import DBOS
-
     durable = _durable_module()
+    from dbos import DBOS  # installed: agentfsm.durable, just imported, needs it
+
     agents = [load_durable_agent(spec) for spec in args.agent]
     with _held_log("dbos", show_on_error=args.debug):
         durable.launch(
@@ -624,8 +626,8 @@ EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # Without the web extra, main() says how to install it.
-    import uvicorn
+    with extra_needed("agentfsm serve", "web"):
+        import uvicorn
 
     from agentfsm.web import allowed_host_names, create_app
 
@@ -895,19 +897,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: The extra that brings each optional module a command may import.
-EXTRAS = {
-    "dbos": "dbos",
-    "psycopg": "dbos",
-    "sqlalchemy": "dbos",
-    "starlette": "web",
-    "uvicorn": "web",
-    "multipart": "web",
-    "python_multipart": "web",
-    "rich": "rich",
-    "bm25s": "search",
-}
-
 #: Where a database driver's errors come from: an error of these modules means the database was not reached.
 _DATABASE_MODULES = ("sqlalchemy.", "psycopg.", "psycopg2.", "sqlite3")
 
@@ -951,11 +940,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         message = str(exc)
-    except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").partition(".")[0])
-        if extra is None or args.debug:
-            raise
-        message = f"this command needs the {extra} extra: pip install 'agentfsm[{extra}]' ({exc})."
     except Exception as exc:
         url = getattr(args, "system_db", None) or getattr(args, "store", None)
         if not _database_error(exc) or url is None or args.debug:

@@ -40,22 +40,9 @@ from typing import Any, Protocol, cast
 from urllib.parse import quote, urlsplit
 
 import orjson
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
-from starlette.requests import Request
-from starlette.responses import (
-    HTMLResponse,
-    JSONResponse,
-    PlainTextResponse,
-    RedirectResponse,
-    Response,
-    StreamingResponse,
-)
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentfsm._core.decisions import decidable_calls
+from agentfsm._extras import extra_needed
 from agentfsm.agent import Agent
 from agentfsm.diagrams import machine_diagram
 from agentfsm.errors import (
@@ -64,6 +51,7 @@ from agentfsm.errors import (
     ConfigurationError,
     DecisionError,
     DeserializationError,
+    MissingExtraError,
     MissingRendererError,
     SerializationError,
     SnapshotError,
@@ -76,6 +64,27 @@ from agentfsm.pauses import RunStatus
 from agentfsm.serialization import dump_json
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore
+
+with extra_needed("agentfsm.web", "web"):
+    from starlette import formparsers
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.datastructures import MutableHeaders
+    from starlette.requests import Request
+    from starlette.responses import (
+        HTMLResponse,
+        JSONResponse,
+        PlainTextResponse,
+        RedirectResponse,
+        Response,
+        StreamingResponse,
+    )
+    from starlette.routing import Route
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# The decision forms are read by python-multipart, which starlette imports only when it is there.
+if vars(formparsers).get("multipart") is None:
+    raise MissingExtraError("agentfsm.web", "web", "No module named 'python_multipart'", name="python_multipart")
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
