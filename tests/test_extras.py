@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,16 @@ def test_a_missing_extra_is_one_typed_error_naming_it(case: str) -> None:
     message = str(raised["message"])
     assert message.startswith(f"{feature} needs the {extra} extra: pip install 'agentfsm[{extra}]' ("), message
     assert blocked[0] in message.partition("]' (")[2] and message.endswith(").") and "\n" not in message, message
+
+
+def test_check_agent_explores_every_path_without_hypothesis() -> None:
+    """The README's check_agent example runs on a plain install: only sampling needs hypothesis."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Check every path\n", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert example and "check_agent" in example[1] and "agentfsm[testing]" in section
+    assert probe(["hypothesis"], example[1]) is None
+    assert probe(["hypothesis"], SAMPLED_CHECK.replace("max_paths=1", "max_paths=1, samples=0")) is None
 
 
 def test_svg_without_graphviz_names_the_diagrams_extra(monkeypatch: pytest.MonkeyPatch) -> None:
