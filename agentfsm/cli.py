@@ -9,15 +9,18 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.metadata import version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import orjson
 
+from agentfsm._extras import extra_needed
 from agentfsm.errors import AgentFSMError, BreakpointException
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, BreakpointHit
@@ -84,19 +87,45 @@ def load_durable_agent(spec: str) -> Any:
 
 
 def _durable_module() -> Any:
-    # Imported when a command needs it: without the dbos extra, main() says how to install it.
+    # Imported when a command needs it: without the dbos extra, it says how to install it.
     from agentfsm import durable
 
     return durable
 
 
 def _load_snapshot(path: str, *, stores: str = "--store PATH or --system-db URL") -> Any:
-    """The snapshot file at ``path``; when there is none, a hint that ``path`` may be a run id."""
+    """The snapshot file at ``path``; when there is none, a hint that ``path`` may be a run id.
+
+    A store's database given in its place is refused unread: ``--agent``'s module may hold it open.
+    """
     from agentfsm.snapshot import AgentSnapshot
 
     if not os.path.exists(path):
         raise CLIError(f"no snapshot file {path!r} (a run id? give {stores}).")
+    with contextlib.suppress(sqlite3.Error):  # a file SQLite cannot open is read below, for that error
+        if os.stat(path).st_size and is_sqlite_database(path):
+            raise CLIError(f"{path!r} is a store, not a snapshot file: name one of its runs, RUN_ID --store {path}.")
     return AgentSnapshot.from_file(path)
+
+
+def is_sqlite_database(path: str) -> bool:
+    """Whether SQLite reads the file at ``path`` as a database (an empty file is one); ``sqlite3.Error`` if it cannot.
+
+    Never through ``open()``: closing a descriptor of a file drops every POSIX lock the process
+    holds on it, and ``--agent``'s module may hold the store open, SQLite's locks with it; another
+    process could then delete the write-ahead log that connection writes to. SQLite's own
+    connections keep a descriptor open while another of the process holds locks. Read-only, the
+    connection writes nothing to the database (SQLite may create its ``-wal`` and ``-shm`` files).
+    """
+    uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:
+            return False
+        raise
+    return True
 
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -195,13 +224,13 @@ def open_store(path: str, *, durable: bool = False, record_events: bool = False)
         return JsonFileStore(path, record_events=record_events)
     if not os.path.exists(path):
         raise CLIError(f"no store at {path!r}: give an SQLite file or a directory of JSON snapshots.")
-    with open(path, "rb") as file:
-        head = file.read(64).lstrip()
-    if head.startswith(b"{"):
-        raise CLIError(
-            f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent MODULE:ATTR "
-            "(deciding its calls with --approve ID...), or show it with agentfsm snapshot show " + path + "."
-        )
+    if not is_sqlite_database(path):
+        if Path(path).suffix == ".json":
+            raise CLIError(
+                f"{path!r} is a snapshot file, not a store: resume it with agentfsm resume {path} --agent "
+                f"MODULE:ATTR (deciding its calls with --approve ID...), or show it with agentfsm snapshot show {path}."
+            )
+        raise CLIError(f"{path!r} is not a store: give an SQLite file or a directory of JSON snapshots.")
     return SQLiteSnapshotStore(path, durable=durable, record_events=record_events)
 
 
@@ -256,8 +285,9 @@ def dbos_client(system_db: str) -> Any:
     (several lines, on stderr through logging's last resort) is left out. A worker launches DBOS,
     which sets up its own log, and does not come here.
     """
-    from dbos import DBOSClient
-    from sqlalchemy.engine import make_url
+    with extra_needed("--system-db", "dbos"):
+        from dbos import DBOSClient
+        from sqlalchemy.engine import make_url
 
     url = make_url(system_db)
     # A client opening an SQLite file that is not there would create it, empty, and fail on it.
@@ -566,9 +596,9 @@ def _held_log(name: str, *, show_on_error: bool) -> Iterator[None]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from dbos import DBOS
-
     durable = _durable_module()
+    from dbos import DBOS  # installed: agentfsm.durable, just imported, needs it
+
     agents = [load_durable_agent(spec) for spec in args.agent]
     with _held_log("dbos", show_on_error=args.debug):
         durable.launch(
@@ -596,8 +626,8 @@ EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # Without the web extra, main() says how to install it.
-    import uvicorn
+    with extra_needed("agentfsm serve", "web"):
+        import uvicorn
 
     from agentfsm.web import allowed_host_names, create_app
 
@@ -867,19 +897,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: The extra that brings each optional module a command may import.
-EXTRAS = {
-    "dbos": "dbos",
-    "psycopg": "dbos",
-    "sqlalchemy": "dbos",
-    "starlette": "web",
-    "uvicorn": "web",
-    "multipart": "web",
-    "python_multipart": "web",
-    "rich": "rich",
-    "bm25s": "search",
-}
-
 #: Where a database driver's errors come from: an error of these modules means the database was not reached.
 _DATABASE_MODULES = ("sqlalchemy.", "psycopg.", "psycopg2.", "sqlite3")
 
@@ -924,11 +941,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         message = str(exc)
-    except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").partition(".")[0])
-        if extra is None or args.debug:
-            raise
-        message = f"this command needs the {extra} extra: pip install 'agentfsm[{extra}]' ({exc})."
     except Exception as exc:
         url = getattr(args, "system_db", None) or getattr(args, "store", None)
         if not _database_error(exc) or url is None or args.debug:

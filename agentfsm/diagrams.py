@@ -491,8 +491,10 @@ def render(dot_source: str, output_format: Literal["svg", "png"]) -> bytes:
     program = find_renderer()
     if program is None:
         raise MissingRendererError(
-            "SVG and PNG diagrams need Graphviz: pip install 'agentfsm[diagrams]' (a self-contained dot), "
-            "or install Graphviz so that `dot` is on PATH. Mermaid and DOT output need nothing."
+            "SVG and PNG output",
+            "diagrams",
+            "no Graphviz dot found: the extra brings one, or install Graphviz so that `dot` is on PATH; "
+            "Mermaid and DOT output need nothing",
         )
     done = subprocess.run(
         [program, f"-T{output_format}"], input=dot_source.encode(), capture_output=True, timeout=60, check=False

@@ -18,7 +18,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── UnsupportedOperationError (NotImplementedError)  the object does not support the operation
     ├── SerializationError (TypeError)                   a value has no JSON-compatible form
     ├── DeserializationError (ValueError)                data is malformed, or names code the allow-list refuses
-    ├── MissingRendererError (RuntimeError)              SVG/PNG output needs Graphviz's ``dot``
+    ├── MissingExtraError (ImportError)                  an optional dependency is missing (names its extra)
+    │   └── MissingRendererError (RuntimeError)          SVG/PNG output needs Graphviz's ``dot``
     ├── SnapshotError (ValueError)                       a snapshot is malformed, unknown or cannot resume here
     │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
@@ -124,8 +125,26 @@ class DeserializationError(AgentFSMError, ValueError):
     """
 
 
-class MissingRendererError(AgentFSMError, RuntimeError):
-    """SVG/PNG output needs a Graphviz ``dot`` program, and none was found."""
+class MissingExtraError(AgentFSMError, ImportError):
+    """A feature's optional dependency is not installed: ``extra`` names the extra that brings it.
+
+    Its message is one line, the same wherever it is raised (the command line prints it as it is):
+    ``agentfsm.durable needs the dbos extra: pip install 'agentfsm[dbos]' (No module named 'dbos').``
+    ``feature`` is what needs it, ``reason`` what is missing; ``name`` (``ImportError``'s) is the
+    module that could not be imported, when one could not.
+    """
+
+    def __init__(self, feature: str, extra: str, reason: str = "", *, name: str | None = None) -> None:
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"{feature} needs the {extra} extra: pip install 'agentfsm[{extra}]'{why}.", name=name)
+        self.feature, self.extra, self.reason = feature, extra, reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.feature, self.extra, self.reason), {"name": self.name}
+
+
+class MissingRendererError(MissingExtraError, RuntimeError):
+    """SVG/PNG output needs a Graphviz ``dot`` program (the ``diagrams`` extra brings one), and none was found."""
 
 
 def check_int(name: str, value: Any, least: int) -> int:

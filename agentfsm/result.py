@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 class AgentResult(dict[str, Any]):
     """The result of a run: its State data (``messages`` and the ``state_schema`` keys) and ``last_message``.
 
+    The counters the agent keeps are always there: ``step_count`` (model calls) and
+    ``tool_call_counts`` (``{}`` when no tool ran), as the seeds' hooks read them.
     agentfsm adds ``exit_reason`` (``"text"``, ``"tool:<name>"``, ``"max_agent_steps"``, a hook's
     ``stop_run``) and ``trace`` (a ``TransitionRecord`` per edge) under those keys, unless the
     agent's ``state_schema`` declares a key of the same name: the key then holds the user's State
@@ -47,6 +49,8 @@ class AgentResult(dict[str, Any]):
         #: The final answer as a value of the agent's ``output_type`` (``None`` without one).
         self.output: Any = output[0] if output else None
         super().__init__(data)
+        # The run's State holds the counts once a tool has run; a run without one counted none.
+        self.setdefault("tool_call_counts", {})
         # The State's keys win: agentfsm's values fill only the names the schema left free.
         for key, value in (("last_message", self.last_message), ("exit_reason", exit_reason), ("trace", self.trace)):
             self.setdefault(key, value)

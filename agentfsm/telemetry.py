@@ -1,7 +1,7 @@
 """OpenTelemetry traces and metrics of runs, read from their events (the GenAI semantic conventions).
 
 ``instrument()`` makes every run of the process a trace; ``uninstrument()`` stops it. Only the
-OpenTelemetry API is needed (``pip install agentfsm[otel]``); the SDK and the exporters are the
+OpenTelemetry API is needed (``pip install 'agentfsm[otel]'``); the SDK and the exporters are the
 application's, set up as usual or passed as ``tracer_provider`` / ``meter_provider``.
 
 What a run gives (docs/telemetry.md shows it):
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentfsm._core import listeners
+from agentfsm._extras import extra_needed
 from agentfsm.events import (
     CallChanged,
     DecisionTaken,
@@ -55,16 +56,12 @@ from agentfsm.events import (
 )
 from agentfsm.messages import ChatMessage
 
-try:
+# The SDK and the exporters are the application's choice (e.g. opentelemetry-sdk): only the API is needed.
+with extra_needed("agentfsm.telemetry", "otel"):
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError as exc:  # pragma: no cover - the extra is not installed
-    raise ImportError(
-        "agentfsm.telemetry needs the OpenTelemetry API: pip install 'agentfsm[otel]' "
-        "(and an SDK and exporter of your choice, e.g. opentelemetry-sdk)."
-    ) from exc
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import AgentRun

@@ -32,8 +32,7 @@ import pprint
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from hypothesis import strategies as st
-
+from agentfsm._extras import extra_needed
 from agentfsm.agent import Agent
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking import (
@@ -57,6 +56,10 @@ from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset, flatten_tools
+
+# check_agent itself needs no hypothesis (agentfsm.checking); the strategies below do.
+with extra_needed("agentfsm.testing", "testing"):
+    from hypothesis import strategies as st
 
 __all__ = [
     "BUILTIN_INVARIANTS",

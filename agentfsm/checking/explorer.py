@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentfsm._extras import extra_needed
 from agentfsm.agent import Agent
 from agentfsm.checking.counterexample import path_diagram, regression_test, trace_text
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
@@ -309,8 +310,9 @@ class _Checker:
         The answers an interruption asks (a call in doubt, a deferred decision) are drawn too, and the
         same invariants checked. Every sample is drawn (unless ``stop_on_violation``): the shortest violation found is kept.
         """
-        from hypothesis import HealthCheck, given, settings
-        from hypothesis import strategies as st
+        with extra_needed("check_agent's sampling past max_paths (or give samples=0)", "testing"):
+            from hypothesis import HealthCheck, given, settings
+            from hypothesis import strategies as st
 
         @settings(
             max_examples=samples,
@@ -397,7 +399,8 @@ def check_agent(
         builtin_invariants: Check ``BUILTIN_INVARIANTS`` too.
         state: Initial values of the agent's ``state_schema`` keys.
         max_paths: Paths explored exhaustively; past it, ``samples`` more are drawn with hypothesis.
-        samples: How many paths hypothesis draws once ``max_paths`` is reached.
+        samples: How many paths hypothesis draws once ``max_paths`` is reached (hypothesis comes with
+            the ``testing`` extra; without it, sampling raises ``MissingExtraError``).
         stop_on_violation: Stop at the first violation (the shortest path found so far).
         progress: Show a progress bar (rich); ``None``: when stderr is a terminal and rich is installed.
         agent_ref: ``module:attribute`` of the agent, for the regression tests' import line.

@@ -22,19 +22,22 @@ otherwise the run pauses with break point ``outcome_unknown`` until a decision s
 before the next step), and ``resume_cancelled(db, run_id)`` continues it from its recorded steps.
 """
 
-from agentfsm.durable.agent import DurableAgent, DurableRun
-from agentfsm.durable.executor import launch
-from agentfsm.durable.records import (
-    DEFAULT_QUEUE,
-    RunRecord,
-    cancel,
-    continue_run,
-    decide,
-    find_run,
-    list_runs,
-    resume_cancelled,
-)
-from agentfsm.durable.views import DurableRuns
+from agentfsm import _extras
+
+with _extras.extra_needed("agentfsm.durable", "dbos"):
+    from agentfsm.durable.agent import DurableAgent, DurableRun
+    from agentfsm.durable.executor import launch
+    from agentfsm.durable.records import (
+        DEFAULT_QUEUE,
+        RunRecord,
+        cancel,
+        continue_run,
+        decide,
+        find_run,
+        list_runs,
+        resume_cancelled,
+    )
+    from agentfsm.durable.views import DurableRuns
 
 __all__ = [
     "DEFAULT_QUEUE",

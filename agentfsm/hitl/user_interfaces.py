@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agentfsm._extras import extra_needed
 from agentfsm.hitl.types import ConfirmationUIResult
 from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import object_path
@@ -95,12 +96,8 @@ class RichConsoleUI(ConfirmationUI):
     """
 
     def __init__(self, console: Any = None, stream: Any = None) -> None:
-        try:
+        with extra_needed("RichConsoleUI", "rich"):
             from rich.console import Console
-        except ImportError:
-            from agentfsm.errors import ConfigurationError
-
-            raise ConfigurationError("RichConsoleUI needs rich: pip install 'agentfsm[rich]'.") from None
         self._console = console or Console()
         self._stream = stream
 

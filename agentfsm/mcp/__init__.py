@@ -5,6 +5,7 @@ server (or those named), ``MCPTool`` one; ``StdioServerInfo`` starts a server as
 ``StreamableHttpServerInfo`` (or, for older servers, ``SSEServerInfo``) reaches one by URL. See ``docs/mcp.md``.
 """
 
+from agentfsm import _extras
 from agentfsm.errors import (
     MCPConnectionError,
     MCPConnectionLostError,
@@ -13,12 +14,14 @@ from agentfsm.errors import (
     MCPToolError,
     MCPToolNotFoundError,
 )
-from agentfsm.mcp.annotations import AskDestructiveMCPToolsPolicy
-from agentfsm.mcp.connection import MCPConnection
-from agentfsm.mcp.connection_states import ConnectionState
-from agentfsm.mcp.server_info import MCPServerInfo, SSEServerInfo, StdioServerInfo, StreamableHttpServerInfo
-from agentfsm.mcp.tool import MCPTool
-from agentfsm.mcp.toolset import MCPToolset
+
+with _extras.extra_needed("agentfsm.mcp", "mcp"):
+    from agentfsm.mcp.annotations import AskDestructiveMCPToolsPolicy
+    from agentfsm.mcp.connection import MCPConnection
+    from agentfsm.mcp.connection_states import ConnectionState
+    from agentfsm.mcp.server_info import MCPServerInfo, SSEServerInfo, StdioServerInfo, StreamableHttpServerInfo
+    from agentfsm.mcp.tool import MCPTool
+    from agentfsm.mcp.toolset import MCPToolset
 
 __all__ = [
     "AskDestructiveMCPToolsPolicy",

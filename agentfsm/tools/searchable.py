@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from agentfsm._extras import extra_needed
 from agentfsm.errors import ConfigurationError, UnsupportedOperationError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import object_path
@@ -120,13 +121,8 @@ class SearchableToolset(Toolset):
         )
 
     def _build_index(self) -> Any:
-        try:
+        with extra_needed("SearchableToolset (a catalog of search_threshold tools or more)", "search"):
             import bm25s
-        except ImportError:
-            raise ConfigurationError(
-                "SearchableToolset needs the bm25s package for catalogs of search_threshold tools or more: "
-                "pip install 'agentfsm[search]'."
-            ) from None
         corpus = [
             f"{_words(t.name)} {t.description} {' '.join(t.parameters.get('properties', {}))}" for t in self._catalog
         ]

@@ -78,7 +78,15 @@ def _local(model: Any, tools: list[Any], **kwargs: Any) -> Agent:
     return Agent(chat_generator=model, tools=tools, tool_concurrency=4, **kwargs)
 
 
+class Answering:
+    """Answers at once, calling no tool."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("no tool needed")]}
+
+
 plain = DurableAgent(_local(TurnModel(), [effect]), "plain")
+answering = DurableAgent(Agent(chat_generator=Answering()), "answering")
 waiting = DurableAgent(_local(WaitingModel(), [effect, wait_for_release]), "waiting")
 failing = DurableAgent(_local(TurnModel(tool="broken"), [broken], raise_on_tool_invocation_failure=True), "failing")
 
@@ -149,6 +157,14 @@ def test_a_durable_run_gives_the_in_process_result_with_one_step_per_model_and_t
     final = plain.snapshot("r1")
     assert (final.phase, final.exit_reason, len(final.messages)) == (Phase.EXIT_CHECK, "text", 5)
     assert [r["dest"] for r in final.trace][-1] == "EXIT_CHECK"
+
+
+def test_a_durable_run_that_calls_no_tool_counts_none(launched: str) -> None:
+    result = answering.run(user("1"), run_id="n1")
+    assert {"messages", "last_message", "step_count", "tool_call_counts", "exit_reason", "trace"} <= set(result)
+    assert (result["tool_call_counts"], result["step_count"], result["last_message"].text) == ({}, 1, "no tool needed")
+    assert answering.result("n1")["tool_call_counts"] == {}
+    assert plain.run(user("2"), run_id="n2")["tool_call_counts"] == {"effect": 2}
 
 
 async def test_run_async_runs_the_workflow_off_the_event_loop(launched: str) -> None:
