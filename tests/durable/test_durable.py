@@ -383,11 +383,11 @@ def _effects(tmp_path: Path) -> list[str]:
         return sorted(label for (label,) in db.execute("SELECT label FROM effects"))
 
 
-def _wait(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
+def _wait(condition: Any, what: str, seconds: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         time.sleep(0.02)
 
 
@@ -543,6 +543,21 @@ def _resident(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["Threads"])
 
 
+def _settled(pid: int) -> tuple[int, int]:
+    """``_resident`` once the process has settled: its thread count the same for a second (a minute at most).
+
+    A worker says it is running once DBOS is launched; its threads start around then, on a busy
+    machine later than on an idle one. Measured settled, two workers compare alike.
+    """
+    samples = [_resident(pid)]
+    deadline = time.monotonic() + TIMEOUT
+    while len(samples) < 5 or len({threads for _, threads in samples[-5:]}) > 1:
+        assert time.monotonic() < deadline, f"the worker's threads never settled: {samples}"
+        time.sleep(0.25)
+        samples.append(_resident(pid))
+    return samples[-1]
+
+
 def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memory(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
@@ -552,8 +567,7 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
     env = _env(tmp_path)
     runs = 10_000
     idle = Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)
-    time.sleep(0.5)
-    baseline = _resident(idle.process.pid)
+    baseline = _settled(idle.process.pid)
     idle.stop()
     workers = [
         Worker(url, "tests.durable.durable_agents:confirmed", name, env, concurrency=32) for name in ("w1", "w2")
@@ -569,14 +583,14 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
         _wait(
             lambda: len(client.list_workflows(status="SUCCESS", load_input=False, load_output=False)) == runs,
             "every run to pause",
+            seconds=10 * TIMEOUT,  # 10,000 runs: on a busy 2-core machine, minutes
         )
         assert client.list_workflows(status=["PENDING", "ENQUEUED"], load_input=False, load_output=False) == []
         for worker in workers:
             worker.stop()
         # A worker started now holds nothing for the waiting runs: no workflow to recover, no thread, no memory.
         workers = [Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)]
-        time.sleep(0.5)
-        rss, threads = _resident(workers[0].process.pid)
+        rss, threads = _settled(workers[0].process.pid)
         # (DBOS's own threads come and go: a few either way; a thread or coroutine per run would be 10,000.)
         assert threads <= baseline[1] + 3, (threads, baseline)
         assert rss < baseline[0] * 1.2, (rss, baseline)
@@ -616,7 +630,7 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
         _wait(lambda: _attempts(tmp_path)["3-slow"] == 1, "the slow call")
         postgres.stop()  # every connection cut while the call runs
         (tmp_path / "block").unlink()  # the call finishes; its result cannot be recorded yet
-        time.sleep(1.0)
+        _wait(lambda: "3-slow" in _effects(tmp_path), "the slow call to finish while the database is down")
         postgres.start()
         result = handle.result(timeout=TIMEOUT)
     finally:

@@ -49,7 +49,7 @@ class Scripted(BaseHTTPRequestHandler):
         try:
             for number, piece in enumerate(pieces):
                 if number and "hold" in answer:  # the next pieces wait until the client has seen the first
-                    answer["held"] = answer["hold"].wait(5)
+                    answer["held"] = answer["hold"].wait(60)
                 self.wfile.write(piece)
                 self.wfile.flush()
                 time.sleep(answer.get("gap", 0))

@@ -243,7 +243,8 @@ def test_streamed_replies_share_one_connection(server: ScriptedServer) -> None:
 
 def test_cancelling_an_async_run_closes_the_stream(server: ScriptedServer) -> None:
     pieces = [events(delta(f"word {i} "))[: -len(b"data: [DONE]\n\n")] for i in range(40)]
-    server.reply(pieces=pieces, gap=0.05)
+    cancelled = threading.Event()  # the server sends the rest only once the run was cancelled
+    server.reply(pieces=pieces, gap=0.05, hold=cancelled)
     first = asyncio.Event()
 
     async def callback(chunk: StreamingChunk) -> None:
@@ -258,8 +259,9 @@ def test_cancelling_an_async_run_closes_the_stream(server: ScriptedServer) -> No
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        cancelled.set()
         # The client is still open: only the cancelled stream's own exit can have closed the connection.
-        closed = await asyncio.to_thread(server.hung_up.wait, 5)
+        closed = await asyncio.to_thread(server.hung_up.wait, 60)
         await model.close_async()
         return closed
 

@@ -7,9 +7,11 @@ import json
 import os
 import pickle
 import pty
+import select
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -340,8 +342,12 @@ def test_simple_console_ui_in_a_terminal_asks_again_until_it_can_use_the_answer(
     os.close(follower)
     for answer in (b"x\n", b"m\n", b"{not json\n", b"m\n", b'{"a": "two"}\n', b"m\n", b'{"a": 2}\n'):
         os.write(leader, answer)
-    output = b""
+    output, deadline = b"", time.monotonic() + 60
     while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the console UI did not end within a minute; it wrote {output!r}"
+        if not select.select([leader], [], [], left)[0]:
+            continue
         try:
             chunk = os.read(leader, 4096)
         except OSError:  # the terminal closes when the program ends
@@ -349,7 +355,7 @@ def test_simple_console_ui_in_a_terminal_asks_again_until_it_can_use_the_answer(
         if not chunk:
             break
         output += chunk
-    process.wait(timeout=30)
+    process.wait(timeout=60)
     os.close(leader)
     text = output.decode()
     assert 'Arguments: {"a": 1}' in text

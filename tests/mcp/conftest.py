@@ -44,7 +44,7 @@ def children() -> list[int]:
     return found
 
 
-def wait_for_no_children(before: list[int], seconds: float = 10.0) -> list[int]:
+def wait_for_no_children(before: list[int], seconds: float = 60.0) -> list[int]:
     """The children started since ``before`` still alive after waiting up to ``seconds`` for them to end."""
     deadline = time.monotonic() + seconds
     while True:
@@ -54,7 +54,7 @@ def wait_for_no_children(before: list[int], seconds: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
-def wait_for_text(path: Path, text: str, seconds: float = 10.0) -> str:
+def wait_for_text(path: Path, text: str, seconds: float = 60.0) -> str:
     """The file's text once it is ``text``, or after ``seconds`` (a server acts on a cancel notice in its own time)."""
     deadline = time.monotonic() + seconds
     while not (path.exists() and path.read_text() == text) and time.monotonic() < deadline:
@@ -62,7 +62,17 @@ def wait_for_text(path: Path, text: str, seconds: float = 10.0) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def wait_for_state(connection: MCPConnection, state: ConnectionState, seconds: float = 10.0) -> ConnectionState:
+def cancelled_on_the_server(marker: Path) -> bool:
+    """Whether the ``slow`` call whose marker this is ended cancelled on the server, and not finished.
+
+    The marker says ``cancelled`` once the server acts on the cancel notice; or it was never
+    written: a call that timed out before the server read it (a loaded machine's doing) is
+    cancelled unread, and its tool never starts. Either way the server did not run it to its end.
+    """
+    return wait_for_text(marker, "cancelled") == "cancelled" or not marker.exists()
+
+
+def wait_for_state(connection: MCPConnection, state: ConnectionState, seconds: float = 60.0) -> ConnectionState:
     """The connection's state once it is ``state``, or after ``seconds``.
 
     A server process that died is noticed when its end of the pipe is read: a call made in the
@@ -122,9 +132,10 @@ class HttpServer:
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
+        deadline = time.monotonic() + 60
         while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError("the test MCP server did not start")
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test MCP server did not start (within a minute)")
             time.sleep(0.01)
         self._server, self._thread, self._socket = server, thread, sock
 

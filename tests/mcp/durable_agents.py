@@ -12,6 +12,8 @@ from tests.mcp.conftest import stdio_info
 
 #: The marker file of the ``slow`` call (see tests/mcp/server.py), named by the test.
 MARKER = "AGENTFSM_TEST_MCP_MARKER"
+#: The file whose creation ends the ``slow`` call (before its seconds are up), named by the test.
+RELEASE = "AGENTFSM_TEST_MCP_RELEASE"
 
 
 class SleepModel:
@@ -21,7 +23,8 @@ class SleepModel:
         last = messages[-1]
         if last.tool_call_result is not None:
             return {"replies": [ChatMessage.from_assistant(f"done: {last.tool_call_result.result[0].text}")]}
-        call = ToolCall("slow", {"seconds": float(last.text), "marker": os.environ[MARKER]}, id="sleep")
+        arguments = {"seconds": float(last.text), "marker": os.environ[MARKER], "release": os.environ.get(RELEASE, "")}
+        call = ToolCall("slow", arguments, id="sleep")
         return {"replies": [ChatMessage.from_assistant(tool_calls=[call])]}
 
 

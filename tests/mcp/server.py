@@ -45,12 +45,17 @@ def build_server() -> MCPServer:
         return calls["count"]
 
     @server.tool()
-    async def slow(seconds: float, marker: str, ctx: Context) -> str:
-        """Sleep, reporting progress; the marker file says 'started', then 'finished' or 'cancelled'."""
+    async def slow(seconds: float, marker: str, ctx: Context, release: str = "") -> str:
+        """Sleep, reporting progress; the marker file says 'started', then 'finished' or 'cancelled'.
+
+        With ``release`` (a path), it ends as soon as that file exists, or after ``seconds`` at most.
+        """
         Path(marker).write_text("started")
         await ctx.report_progress(0.5, 1.0, "half way")
         try:
-            await anyio.sleep(seconds)
+            with anyio.move_on_after(seconds):
+                while not (release and Path(release).exists()):
+                    await anyio.sleep(0.01 if release else seconds)
         except anyio.get_cancelled_exc_class():
             Path(marker).write_text("cancelled")
             raise

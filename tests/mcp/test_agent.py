@@ -19,7 +19,15 @@ from agentfsm import Agent, BreakpointException, ChatMessage, ComponentTool, Pha
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.mcp import ConnectionState, MCPTool, MCPToolset
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
+from tests.mcp.conftest import (
+    HttpServer,
+    cancelled_on_the_server,
+    children,
+    stdio_info,
+    wait_for_no_children,
+    wait_for_state,
+    wait_for_text,
+)
 
 QUESTION = [ChatMessage.from_user("What is 2 + 3?")]
 
@@ -82,7 +90,7 @@ def test_a_timed_out_call_is_an_error_result_the_model_reads(tmp_path: Path, dri
     with Agent(chat_generator=generator, tools=MCPToolset(stdio_info(), invocation_timeout=0.5)) as agent:
         question = [ChatMessage.from_user("sleep")]
         result = agent.run(question) if driver == "run" else asyncio.run(agent.run_async(question))
-        assert wait_for_text(marker, "cancelled") == "cancelled"  # on the server, before the session closed
+        assert cancelled_on_the_server(marker)  # on the server, before the session closed
     tool_result = result["messages"][-2].tool_call_result
     assert tool_result.error
     assert "MCPTimeoutError" in tool_result.result
@@ -196,8 +204,9 @@ def test_a_run_paused_before_its_mcp_call_resumes_in_another_process(tmp_path: P
 
 
 async def test_inline_tools_never_stall_the_event_loop_during_an_mcp_call(tmp_path: Path) -> None:
-    marker = tmp_path / "marker"
-    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 1.0, "marker": str(marker)}, id="s")])
+    marker, release = tmp_path / "marker", tmp_path / "release"
+    arguments = {"seconds": 60, "marker": str(marker), "release": str(release)}
+    reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", arguments, id="s")])
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"]),
         tools=MCPToolset(stdio_info(), tool_names=["slow"]),
@@ -209,6 +218,7 @@ async def test_inline_tools_never_stall_the_event_loop_during_an_mcp_call(tmp_pa
         while not marker.exists():
             await asyncio.sleep(0.01)
         seen.append(marker.read_text())
+        release.touch()  # the call ends only now (or after its minute, were the loop blocked)
 
     async with agent:
         watcher = asyncio.create_task(watch())

@@ -22,7 +22,16 @@ from agentfsm.mcp import (
     MCPToolset,
     StdioServerInfo,
 )
-from tests.mcp.conftest import HttpServer, children, stdio_info, wait_for_no_children, wait_for_state, wait_for_text
+from tests.helpers import wait_until
+from tests.mcp.conftest import (
+    HttpServer,
+    cancelled_on_the_server,
+    children,
+    stdio_info,
+    wait_for_no_children,
+    wait_for_state,
+    wait_for_text,
+)
 
 
 def tool(toolset: MCPToolset, name: str) -> MCPTool:
@@ -41,7 +50,7 @@ def test_a_call_past_its_timeout_is_cancelled_on_the_server(tmp_path: Path) -> N
         assert info.value.operation == "call"
         # The server saw notifications/cancelled: its tool was cancelled, and the session still serves.
         assert tool(toolset, "add").invoke(a=1, b=2)["text"] == "3"
-        assert wait_for_text(marker, "cancelled") == "cancelled"
+        assert cancelled_on_the_server(marker)
     finally:
         toolset.close()
 
@@ -63,7 +72,11 @@ async def test_cancelling_an_async_call_cancels_it_on_the_server(tmp_path: Path)
     try:
         await toolset.warm_up_async()
         call = asyncio.create_task(tool(toolset, "slow").invoke_async(seconds=30, marker=str(marker)))
-        await asyncio.sleep(1.0)
+        for _ in range(6000):  # cancelled once the server runs it (at most a minute)
+            if marker.exists() or call.done():
+                break
+            await asyncio.sleep(0.01)
+        assert marker.exists() and not call.done(), "the call did not start on the server"
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -97,10 +110,15 @@ def test_a_call_in_flight_when_the_server_dies_fails_and_is_not_sent_again(tmp_p
     try:
         toolset.warm_up()
         [server] = [pid for pid in children() if pid not in before]
-        killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.5); os.kill({server}, 9)"])
+        # Kills the server once it runs the call (the marker says so), within a minute or not at all.
+        kill_once_started = (
+            f"import os, pathlib, sys, time\nfor _ in range(3000):\n    if pathlib.Path({str(marker)!r}).exists():\n"
+            f"        os.kill({server}, 9)\n        sys.exit(0)\n    time.sleep(0.02)\nsys.exit('the call never started')"
+        )
+        killer = subprocess.Popen([sys.executable, "-c", kill_once_started])
         with pytest.raises(MCPConnectionLostError, match="not sent again"):
             tool(toolset, "slow").invoke(seconds=30, marker=str(marker))
-        killer.wait()
+        assert killer.wait(60) == 0
         assert marker.read_text() == "started"  # cut off with its server, and not sent to the next one
         assert tool(toolset, "count").invoke()["text"] == "1"
     finally:
@@ -150,33 +168,46 @@ def test_a_server_that_never_answers_times_out_and_is_not_left_running() -> None
 
 
 def test_no_server_process_outlives_close_errors_or_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C while a call runs: the run stops with ``KeyboardInterrupt`` and the server process ends with it.
+
+    The interrupt comes from outside, as a terminal's does, once the server has started the call
+    (its marker says so): when it came makes no difference to what the test expects.
+    """
+    marker = tmp_path / "m"
     script = tmp_path / "interrupted.py"
     script.write_text(
         textwrap.dedent(
             f"""
-            import os, signal, sys
+            import sys
             sys.path.insert(0, {str(Path(__file__).parents[2])!r})
             from agentfsm import Agent, ChatMessage, ToolCall
             from agentfsm.generators import ScriptedChatGenerator
             from agentfsm.mcp import MCPToolset
-            from tests.mcp.conftest import children, stdio_info
+            from tests.mcp.conftest import children, stdio_info, wait_for_no_children
 
-            def interrupt(*progress):  # the call is under way: interrupt the process, as Ctrl-C does
-                os.kill(os.getpid(), signal.SIGINT)
-
-            call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {{"seconds": 30, "marker": {str(tmp_path / "m")!r}}})])
-            toolset = MCPToolset(stdio_info(), progress_callback=interrupt)
-            agent = Agent(chat_generator=ScriptedChatGenerator([call, "done"]), tools=toolset)
+            before = children()
+            call = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {{"seconds": 60, "marker": {str(marker)!r}}})])
+            agent = Agent(chat_generator=ScriptedChatGenerator([call, "done"]), tools=MCPToolset(stdio_info()))
             try:
                 with agent:
                     agent.run([ChatMessage.from_user("sleep")])
+                print("not interrupted")
             except KeyboardInterrupt:
-                print("interrupted", children())
+                print("interrupted", wait_for_no_children(before))
             """
         )
     )
-    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=60)
-    assert "interrupted []" in done.stdout, done.stderr
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: marker.exists() or child.poll() is not None, "the child's call to start", seconds=120)
+        assert child.poll() is None, f"the child ended before its call started: {child.communicate()}"
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert "interrupted []" in out, (out, err)
 
 
 def test_closing_from_a_progress_callback_is_refused_instead_of_hanging(tmp_path: Path) -> None:

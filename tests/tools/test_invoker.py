@@ -21,17 +21,28 @@ def executed(invoker: ToolInvoker, prepared: list[PreparedCall], state: State) -
 
 
 class Overlap:
-    """Counts how many calls run at the same time."""
+    """Counts how many calls run at the same time; with ``together(n)``, each call waits for n of them.
+
+    The barrier makes overlap a fact, not a matter of timing: a call passes it only once n calls
+    run at the same time (or fails after a minute, were they run one by one).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.active = 0
         self.peak = 0
+        self.barrier: threading.Barrier | None = None
+
+    def together(self, parties: int | None) -> None:
+        self.peak = 0
+        self.barrier = threading.Barrier(parties, timeout=60) if parties else None
 
     def __enter__(self) -> None:
         with self.lock:
             self.active += 1
             self.peak = max(self.peak, self.active)
+        if self.barrier is not None:
+            self.barrier.wait()
 
     def __exit__(self, *exc: object) -> None:
         with self.lock:
@@ -41,11 +52,17 @@ class Overlap:
 overlap = Overlap()
 
 
+@pytest.fixture(autouse=True)
+def apart() -> None:
+    """Calls of ``slow`` wait for no other unless a test says so."""
+    overlap.together(None)
+
+
 @tool(outputs_to_state={"order": {"source": "index"}})
 def slow(index: int) -> dict[str, Any]:
     """Sleep, then report which call this was."""
     with overlap:
-        time.sleep(SLEEP if index % 2 == 0 else SLEEP / 4)  # odd calls finish first
+        time.sleep(SLEEP if index % 2 == 0 else SLEEP / 4)  # odd calls (most likely) finish first
     return {"index": index}
 
 
@@ -57,40 +74,33 @@ def calls(n: int) -> list[ToolCall]:
     return [ToolCall("slow", {"index": i}, id=str(i)) for i in range(n)]
 
 
-def reset_peak() -> None:
-    overlap.peak = 0
-
-
-def run_sync(invoker: ToolInvoker, n: int) -> tuple[list[ChatMessage], State, float]:
+def run_sync(invoker: ToolInvoker, n: int) -> tuple[list[ChatMessage], State]:
     state = fresh_state()
     prepared = invoker.prepare(calls(n), state)
-    started = time.perf_counter()
     invoker.execute_sync(prepared)
-    elapsed = time.perf_counter() - started
-    return invoker.finish(prepared, state), state, elapsed
+    return invoker.finish(prepared, state), state
 
 
 def test_parallel_sync_calls_overlap_and_results_stay_in_call_order() -> None:
-    reset_peak()
+    overlap.together(4)  # the four calls run side by side, or fail
     invoker = ToolInvoker([slow], tool_concurrency=4)
-    messages, state, elapsed = run_sync(invoker, 4)
+    messages, state = run_sync(invoker, 4)
     invoker.close()
     assert overlap.peak == 4
-    assert elapsed < 2 * SLEEP  # four calls of up to 0.2 s each, run side by side
     assert [m.tool_call_result.origin.id for m in messages] == ["0", "1", "2", "3"]  # type: ignore[union-attr]
     assert state.get("order") == [0, 1, 2, 3], "state writes follow call order, not completion order"
     assert state.get("tool_call_counts") == {"slow": 4}
 
 
 def test_concurrency_one_is_sequential() -> None:
-    reset_peak()
-    _, state, _ = run_sync(ToolInvoker([slow], tool_concurrency=1), 3)
+    overlap.together(None)
+    _, state = run_sync(ToolInvoker([slow], tool_concurrency=1), 3)
     assert overlap.peak == 1
     assert state.get("order") == [0, 1, 2]
 
 
 async def test_parallel_async_calls_respect_the_limit() -> None:
-    reset_peak()
+    overlap.together(2)  # two at a time: each pair meets, and a third would raise the peak
     invoker = ToolInvoker([slow], tool_concurrency=2)
     state = fresh_state()
     prepared = invoker.prepare(calls(4), state)
@@ -101,21 +111,32 @@ async def test_parallel_async_calls_respect_the_limit() -> None:
     assert state.get("order") == [0, 1, 2, 3]
 
 
+#: Set by the test's ticker once the event loop has run it a few times.
+TICKED = threading.Event()
+
+
+@tool
+def waits_for_the_loop() -> str:
+    """Return once the event loop ran other work meanwhile (a minute at most)."""
+    return "ticked" if TICKED.wait(60) else "the loop never ran"
+
+
 async def test_async_run_does_not_block_the_event_loop() -> None:
-    invoker = ToolInvoker([slow], tool_concurrency=1)
+    invoker = ToolInvoker([waits_for_the_loop], tool_concurrency=1)
     state = fresh_state()
-    ticks = 0
+    TICKED.clear()
 
     async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
+        for _ in range(3):
             await asyncio.sleep(0.01)
+        TICKED.set()
 
     task = asyncio.create_task(ticker())
-    await invoker.execute_async(invoker.prepare(calls(1), state))
-    task.cancel()
-    assert ticks >= 5
+    prepared = invoker.prepare([ToolCall("waits_for_the_loop", {}, id="w")], state)
+    await invoker.execute_async(prepared)
+    [message] = invoker.finish(prepared, state)
+    await task
+    assert message.tool_call_result.result == "ticked"  # type: ignore[union-attr]
 
 
 @tool

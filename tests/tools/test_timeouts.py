@@ -91,20 +91,30 @@ async def test_run_async_cancels_an_awaitable_tool_and_abandons_a_sync_one() -> 
     assert all("ToolTimeoutError" in text for text, _ in results(result))
 
 
+#: Set by the test's ticker once the event loop has run it a few times.
+TICKED = threading.Event()
+
+
+@tool(timeout=60)
+def needs_the_loop() -> str:
+    """Return once the event loop ran other work meanwhile (its timeout at most)."""
+    return "ticked" if TICKED.wait(30) else "the loop never ran"
+
+
 async def test_a_timed_call_never_blocks_the_event_loop_even_when_tools_run_inline() -> None:
-    agent = Agent(chat_generator=script(), tools=[stall, add], tool_invoker_kwargs={"sync_tools_in_threads": False})
-    ticks = 0
+    model = ScriptedChatGenerator([calls(call("needs_the_loop", "n1")), "done"])
+    agent = Agent(chat_generator=model, tools=[needs_the_loop], tool_invoker_kwargs={"sync_tools_in_threads": False})
+    TICKED.clear()
 
     async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
+        for _ in range(3):
             await asyncio.sleep(0.01)
+        TICKED.set()
 
     ticker = asyncio.create_task(tick())
     result = await agent.run_async(USER)
-    ticker.cancel()
-    assert results(result)[0][1] and ticks > 1, "the loop went on while the stalled call was waited for"
+    await ticker
+    assert results(result) == [("ticked", False)], "the loop went on while the timed call was waited for"
 
 
 def test_the_agent_default_applies_to_tools_without_their_own() -> None:

@@ -54,8 +54,8 @@ store.close()
 """
 
 
-def wait_for(found: Any, what: str, seconds: float = 30.0) -> Any:
-    """``found()``'s first true value, polled until ``seconds`` have passed."""
+def wait_for(found: Any, what: str, seconds: float = 120.0) -> Any:
+    """``found()``'s first true value, polled until ``seconds`` have passed (a busy machine starts processes slowly)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = found()
@@ -279,21 +279,19 @@ def test_the_stream_of_a_finished_run_ends_after_its_last_event(tmp_path: Path) 
         [run] = store.runs()
         run_id = run.run_id
         counted = wait_for(lambda: store.event_count(run_id), "the run's events to be written")
-        with review_page.serving(create_app(store)) as url:
-            started = time.monotonic()
-            with httpx.stream("GET", f"{url}/runs/{run_id}/events", timeout=30) as response:
-                received = list(messages(response))  # the server ends the response: no reconnecting forever
-            assert time.monotonic() - started < 10, "well before the stream's own limit"
+        with (
+            review_page.serving(create_app(store)) as url,
+            httpx.stream("GET", f"{url}/runs/{run_id}/events", timeout=30) as response,
+        ):
+            received = list(messages(response))  # the server ends the response: no reconnecting forever
         assert [n for _, n, _ in received[:-1]] == [str(i) for i in range(1, counted + 1)]
         assert json.loads(received[-2][2])["kind"] == "run_ended"
-        assert received[-1][0] == "end"
+        assert received[-1][0] == "end"  # sent at the run's end only: a stream that ran out of time has none
         # A page drawn after the run ended, or a browser reconnecting, follows from its last event: it ends at once.
         with review_page.serving(create_app(store)) as url:
-            started = time.monotonic()
             last = {"Last-Event-ID": str(counted)}
             with httpx.stream("GET", f"{url}/runs/{run_id}/events", headers=last, timeout=30) as response:
                 assert [name for name, _, _ in messages(response)] == ["end"]
-            assert time.monotonic() - started < 10
     finally:
         store.close()
 
@@ -381,7 +379,7 @@ def test_a_reviewer_watches_a_run_live_and_decides_without_reloading_the_page(tm
             browser = p.chromium.launch(executable_path=CHROMIUM, args=review_page.CHROMIUM_ARGS)
             try:
                 page = browser.new_page()
-                page.set_default_timeout(20_000)
+                page.set_default_timeout(60_000)  # a busy machine draws slowly
                 console: list[str] = []
                 page.on("console", lambda message: console.append(message.text))
                 page.goto(f"{url}/runs/{run_id}")
