@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 from agentfsm._core.config import RunConfig
-from agentfsm._core.drivers import SavePause, drive_async, drive_sync
-from agentfsm._core.iterating import iterate, iterate_async
+from agentfsm._core.drivers import SavePause, drive_async, drive_sync, steps_async, steps_sync
+from agentfsm._core.iterating import Outbox
 from agentfsm._core.records import RunObserver
 from agentfsm._core.resume import resume_run
 from agentfsm._core.runtime import AgentRun
@@ -19,6 +20,7 @@ from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
 from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
     AgentFSMError,
+    BreakpointException,
     ConfigurationError,
     ConfigurationTypeError,
     DeserializationError,
@@ -82,6 +84,19 @@ from agentfsm.tools.toolset import (
 )
 
 ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def takes_arguments_of(declared: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Give a method ``declared``'s arguments, for type checkers and ``inspect``: they are declared once."""
+
+    def typed(method: Callable[..., R]) -> Callable[P, R]:
+        method.__signature__ = inspect.signature(declared)  # type: ignore[attr-defined]
+        return method
+
+    return typed
+
 
 #: Haystack's ToolInvoker options, as ``tool_invoker_kwargs`` names them, and agentfsm's names for them.
 _HAYSTACK_INVOKER_NAMES = {
@@ -622,145 +637,126 @@ class Agent:
         ``on_event`` is called with each event of the run (``agentfsm.events``), in the run's
         thread, as it happens; ``iter`` hands them out as an iterator instead.
         """
-        callback = streaming_callback or self.streaming_callback
-        if callback is not None and inspect.iscoroutinefunction(callback):
-            raise ConfigurationTypeError(
-                "An async streaming_callback needs run_async(); pass a sync callback to run()."
-            )
-        _check_handler(on_event, sync=True)
-        if self._async_only_hooks:
-            raise ConfigurationTypeError(
-                f"Hooks {self._async_only_hooks} are async functions: run the agent with run_async()."
-            )
-        request = RunRequest(
-            messages=messages,
-            system_prompt=system_prompt,
-            tools=tools,
-            state=kwargs,
-            break_point=break_point,
-            snapshot=snapshot,
-            strict=strict,
-            decisions=decisions,
-            fork=fork,
-            take_over=take_over,
-            hook_context=_context(hook_context, confirmation_strategy_context),
-            on_event=on_event,
-            usage_limits=usage_limits,
-            cancel=cancel,
-        )
+        arguments = locals()  # run's arguments, as given: the one declaration of every way to run (``_request``)
+        request, callback = self._request("run", arguments)
         run = self.new_run(request)
         try:
             return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            if cancel is not None:
-                cancel.snapshot = exc.snapshot
+            if request.cancel is not None:
+                request.cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
 
-    async def run_async(
-        self,
-        messages: list[ChatMessage] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-        *,
-        break_point: AgentBreakpoint | Breakpoint | None = None,
-        snapshot: AgentSnapshot | dict[str, Any] | None = None,
-        system_prompt: str | None = None,
-        tools: ToolSelection | None = None,
-        strict: bool = False,
-        decisions: Sequence[Any] = (),
-        fork: bool = False,
-        take_over: bool = False,
-        hook_context: dict[str, Any] | None = None,
-        confirmation_strategy_context: dict[str, Any] | None = None,
-        on_event: EventHandler | None = None,
-        usage_limits: UsageLimits | None = None,
-        cancel: RunHandle | None = None,
-        **kwargs: Any,
-    ) -> AgentResult:
-        """Async twin of ``run``: same decisions, same result; the streaming callback and ``on_event`` may be async."""
-        _check_handler(on_event, sync=False)
-        request = RunRequest(
-            messages=messages,
-            system_prompt=system_prompt,
-            tools=tools,
-            state=kwargs,
-            break_point=break_point,
-            snapshot=snapshot,
-            strict=strict,
-            decisions=decisions,
-            fork=fork,
-            take_over=take_over,
-            hook_context=_context(hook_context, confirmation_strategy_context),
-            on_event=on_event,
-            usage_limits=usage_limits,
-            cancel=cancel,
-        )
-        callback = streaming_callback or self.streaming_callback
+    @takes_arguments_of(run)
+    async def run_async(self, *args: Any, **kwargs: Any) -> AgentResult:
+        """Async twin of ``run``: same arguments and decisions, same result; the streaming callback and ``on_event`` may be async."""
+        request, callback = self._request("run_async", RUN_ARGUMENTS.bind(self, *args, **kwargs))
         run = self.new_run(request)
         try:
             return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
         except RunCancelled as exc:
-            if cancel is not None:
-                cancel.snapshot = exc.snapshot
+            if request.cancel is not None:
+                request.cancel.snapshot = exc.snapshot
             raise
         finally:
             self._release(run)
 
-    def iter(
-        self,
-        messages: list[ChatMessage] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-        **options: Any,
-    ) -> Iterator[Event]:
+    @takes_arguments_of(run)
+    def iter(self, *args: Any, **kwargs: Any) -> Iterator[Event]:
         """The run's events (``agentfsm.events``) as the run goes: ``run``'s arguments, an iterator instead of a result.
 
-        The run takes a step only when the loop asks for the next event. The last event is
-        ``RunEnded`` (``result`` is what ``run`` returns) or ``RunPaused`` (its ``snapshot``
-        resumes the run; the iteration ends without raising); a failed run raises its error after
-        its ``RunEnded``. Stopping the loop early cancels the run where it stands: it pauses
-        (``cancel`` edge), its snapshot kept in the snapshot store and in ``cancel=``'s ``RunHandle``.
+        The run takes a step only when the loop asks for the next event, in the loop's own thread.
+        The last event is ``RunEnded`` (``result`` is what ``run`` returns) or ``RunPaused`` (its
+        ``snapshot`` resumes the run; the iteration ends without raising); a failed run raises its
+        error after its ``RunEnded``. Stopping the loop early (``break``, or closing the iterator)
+        cancels the run where it stands: it pauses (``cancel`` edge), its snapshot kept in the
+        snapshot store and in ``cancel=``'s ``RunHandle``.
         """
-        if "on_event" in options:
-            raise ConfigurationError("iter() hands the events out itself: use run(on_event=...) for a handler.")
-        self._check_options("iter", options)
+        outbox = Outbox()
+        request, callback = self._request("iter", RUN_ARGUMENTS.bind(self, *args, **kwargs), outbox.put)
+        return self._events(request, callback, outbox)
 
-        def drive(on_event: EventHandler) -> AgentResult:
-            return self.run(messages, streaming_callback, on_event=on_event, **options)
+    def _events(self, request: RunRequest, callback: StreamingCallback | None, outbox: Outbox) -> Iterator[Event]:
+        run = self.new_run(request)
+        try:
+            yield from steps_sync(run, self.chat_generator, callback, self._save_pause, outbox)
+        except BreakpointException as exc:  # its RunPaused event was the last
+            if isinstance(exc, RunCancelled) and request.cancel is not None:
+                request.cancel.snapshot = exc.snapshot
+        finally:
+            self._release(run)
 
-        return iterate(drive)
-
-    def iter_async(
-        self,
-        messages: list[ChatMessage] | None = None,
-        streaming_callback: StreamingCallback | None = None,
-        **options: Any,
-    ) -> AsyncIterator[Event]:
-        """Async twin of ``iter`` (``run_async``'s arguments); the run is a task that waits at each event.
+    @takes_arguments_of(run)
+    def iter_async(self, *args: Any, **kwargs: Any) -> AsyncIterator[Event]:
+        """Async twin of ``iter`` (``run_async``'s arguments), stepped in the loop's own task.
 
         Close it when leaving the loop early (``contextlib.aclosing``) to end the run there and then;
         otherwise it ends when the iterator is collected.
         """
-        if "on_event" in options:
-            raise ConfigurationError("iter_async() hands the events out itself: use run_async(on_event=...).")
-        self._check_options("iter_async", options)
+        outbox = Outbox()
+        request, callback = self._request("iter_async", RUN_ARGUMENTS.bind(self, *args, **kwargs), outbox.put)
+        return self._events_async(request, callback, outbox)
 
-        async def drive(on_event: EventHandler) -> AgentResult:
-            return await self.run_async(messages, streaming_callback, on_event=on_event, **options)
+    async def _events_async(
+        self, request: RunRequest, callback: StreamingCallback | None, outbox: Outbox
+    ) -> AsyncIterator[Event]:
+        run = self.new_run(request)
+        try:
+            steps = steps_async(run, self.chat_generator, callback, self._save_pause, outbox, [])
+            async with contextlib.aclosing(steps):  # closing the loop over the events closes the run's steps
+                async for event in steps:
+                    yield event
+        except BreakpointException as exc:
+            if isinstance(exc, RunCancelled) and request.cancel is not None:
+                request.cancel.snapshot = exc.snapshot
+        finally:
+            self._release(run)
 
-        return iterate_async(drive)
+    def _request(
+        self, method: str, arguments: Mapping[str, Any] | inspect.BoundArguments, on_event: EventHandler | None = None
+    ) -> tuple[RunRequest, StreamingCallback | None]:
+        """What ``method`` (``run``, ``run_async``, ``iter`` or ``iter_async``) was asked, checked, and its streaming callback.
 
-    def _check_options(self, method: str, options: Mapping[str, Any]) -> None:
-        """Refuse, now rather than at the first event, an option that is neither ``run``'s nor a State key."""
-        keywords = [name for name, p in inspect.signature(Agent.run).parameters.items() if p.kind is p.KEYWORD_ONLY]
-        for name in options:
-            if name not in keywords and name not in self._full_schema:
-                close = difflib.get_close_matches(name, [*keywords, *self._full_schema], n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+        ``arguments`` are ``run``'s, as given; ``on_event``: the handler ``iter`` hands its events to.
+        """
+        if isinstance(arguments, inspect.BoundArguments):
+            arguments.apply_defaults()
+            arguments = arguments.arguments
+        options = dict(arguments)
+        state = options.pop("kwargs")
+        sync = method in ("run", "iter")
+        if on_event is not None:
+            if options["on_event"] is not None:
                 raise ConfigurationError(
-                    f"{method}() got {name!r}, which is neither an argument of run() ({', '.join(keywords)}) "
-                    f"nor a key of the agent's State schema.{hint}"
+                    f"{method}() hands the events out itself: use run(on_event=...) for a handler."
                 )
+            options["on_event"] = on_event
+        else:
+            _check_handler(options["on_event"], sync=sync)
+        unknown = [name for name in state if name not in self._full_schema]
+        if unknown:
+            keywords = [name for name in RUN_ARGUMENTS.parameters if name not in ("self", "kwargs")]
+            close = difflib.get_close_matches(unknown[0], [*keywords, *self._full_schema], n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"State: Key {unknown[0]!r} not found in schema. {method}() got it, and it is neither an argument "
+                f"of run() ({', '.join(keywords)}) nor a key of the agent's state_schema.{hint}"
+            )
+        callback = options.pop("streaming_callback") or self.streaming_callback
+        if sync:
+            if callback is not None and inspect.iscoroutinefunction(callback):
+                raise ConfigurationTypeError(
+                    f"An async streaming_callback needs {method}_async(); pass a sync callback to {method}()."
+                )
+            if self._async_only_hooks:
+                raise ConfigurationTypeError(
+                    f"Hooks {self._async_only_hooks} are async functions: run the agent with {method}_async()."
+                )
+        context = _context(options.pop("hook_context"), options.pop("confirmation_strategy_context"))
+        del options["self"]
+        return RunRequest(**options, state=state, hook_context=context), callback
 
     def _release(self, run: AgentRun) -> None:
         """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
@@ -852,6 +848,9 @@ class Agent:
             # A part's own from_dict met data it cannot read: the document is malformed there.
             raise DeserializationError(f"Malformed agent data: {exc!r}") from exc
 
+
+#: The arguments of ``run``, and so of ``run_async``, ``iter`` and ``iter_async`` (``takes_arguments_of``).
+RUN_ARGUMENTS = inspect.signature(Agent.run)
 
 #: The ``init_parameters`` that ``Agent.to_dict`` writes.
 _AGENT_PARAMETERS = frozenset(

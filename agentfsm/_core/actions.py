@@ -55,6 +55,10 @@ class Confirm:
     calls: list[PreparedCall]
     strategies: list[Decider]
 
+    def asked(self) -> list[tuple[PreparedCall, Decider]]:
+        """Each call, with the strategy that decides it."""
+        return list(zip(self.calls, self.strategies, strict=True))
+
 
 @dataclass(frozen=True, slots=True)
 class RunHooks:

@@ -10,21 +10,30 @@ new one that a driver does not handle fails type checking (``assert_never``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, assert_never
 
 from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.emitting import Emitter, emitter_for
+from agentfsm._core.iterating import Outbox, Result, ran
 from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
 from agentfsm._core.records import RunDelta, RunObserver
 from agentfsm._core.runtime import AgentRun
 from agentfsm.decisions import ToolExecutionDecision
-from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelDeadlineError, RunCancelled
+from agentfsm.errors import (
+    AgentFSMSignal,
+    BreakpointException,
+    HITLBreakpointException,
+    ModelDeadlineError,
+    RunCancelled,
+)
+from agentfsm.events import Event
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hooks import Hook, accepts, hook_name
@@ -339,7 +348,7 @@ def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -
 
 def ask_strategies(run: AgentRun, action: Confirm) -> list[ToolExecutionDecision | None]:
     """Each call's decision from its strategy (``None`` where it defers), asked in this thread."""
-    return [_ask(s, c, run.config.hook_context) for c, s in zip(action.calls, action.strategies, strict=True)]
+    return [_ask(s, c, run.config.hook_context) for c, s in action.asked()]
 
 
 def _completed_with_events(emitter: Emitter, record: Callable[[PreparedCall], None]) -> Callable[[PreparedCall], None]:
@@ -389,21 +398,28 @@ def drive_sync(
     save_pause: SavePause | None = None,
 ) -> dict[str, Any]:
     """Perform a run's I/O synchronously until it finishes."""
+    return ran(steps_sync(run, generator, streaming_callback, save_pause))
+
+
+def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drivers' one place for it)
+    run: AgentRun,
+    generator: ChatGenerator,
+    streaming_callback: Callable[[StreamingChunk], Any] | None,
+    save_pause: SavePause | None = None,
+    outbox: Outbox | None = None,
+) -> Generator[Event, None, dict[str, Any]]:
+    """``drive_sync``'s loop; with an ``outbox`` (``Agent.iter``) it yields the run's events after each action.
+
+    Without one it yields nothing and returns the result.
+    """
     observers = run.config.observers
     emitter = emitter_for(run, generator)
     execute: _ExecuteTools = (
         run.config.invoker.execute_sync if emitter is None else functools.partial(_execute_with_events, run, emitter)
     )
-
-    def completed(call: PreparedCall) -> None:
-        run.tool_completed(call)
-        write_deltas(run)  # a finished call is committed before the next one is reported
-
-    on_complete: Callable[[PreparedCall], None] = completed if observers else run.tool_completed
+    on_complete = _recording(run, emitter)
     if emitter is not None:
         emitter.start()
-        on_complete = _completed_with_events(emitter, on_complete)
-
     while True:
         try:
             action = run.next_action()
@@ -411,27 +427,29 @@ def drive_sync(
                 write_deltas(run)
             if emitter is not None:
                 emitter.announce(action)
+                yield from _drained(outbox)  # what the last action and this one's start gave
             match action:
-                case CallModel() if emitter is not None:
-                    call = functools.partial(call_model, generator, action, emitter.streaming(streaming_callback))
-                    run.model_replied(emitter.call_model(call, action))
+                # Each action's events are handed out before the run records what it did: a loop that
+                # stops at one finds the run where it stood when the event happened.
                 case CallModel():
-                    run.model_replied(call_model(generator, action, streaming_callback))
+                    output = yield from _model_output(generator, action, streaming_callback, emitter, outbox)
+                    yield from _drained(outbox)
+                    run.model_replied(output)
                 case RunTools():
-                    execute(action.calls, streaming_callback, on_complete)
-                    results = run.tools_ran()
-                    if streaming_callback is not None:
-                        for chunk in _tool_chunks(results):
-                            streaming_callback(chunk)
+                    yield from _tools_ran(run, action, streaming_callback, execute, on_complete, outbox)
                 case RunHooks():
                     run_hooks(run, action, emitter)
+                    yield from _drained(outbox)
                     run.hooks_ran(action.point)
                 case Confirm():
-                    run.decided(ask_strategies(run, action))
+                    decisions = ask_strategies(run, action)
+                    yield from _drained(outbox)
+                    run.decided(decisions)
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:
                         emitter.send(emitter.paused(paused.snapshot, paused.snapshot_file_path))
+                    yield from _drained(outbox)
                     raise paused
                 case Finish():
                     return action.result
@@ -439,11 +457,92 @@ def drive_sync(
                     raise action.error
                 case _:
                     assert_never(action)
+        except GeneratorExit:  # the loop over the events stopped: the run pauses where it stands
+            _stop_where_it_stands(run, save_pause, emitter, outbox)
+            raise
         except BaseException as exc:
             if not run.fail(exc):  # not an error of the run's own work (a pause, or the failure itself)
                 if emitter is not None:
                     emitter.escaped(exc)
+                if not isinstance(exc, AgentFSMSignal):
+                    yield from _drained(outbox)
                 raise
+
+
+def _model_output(
+    generator: ChatGenerator,
+    action: CallModel,
+    streaming_callback: StreamingCallback | None,
+    emitter: Emitter | None,
+    outbox: Outbox | None,
+) -> Generator[Event, None, Any]:
+    """The generator's output for ``action``; a streamed call's events yielded as they come, with an ``outbox``."""
+    if emitter is None:
+        return call_model(generator, action, streaming_callback)
+    call = functools.partial(call_model, generator, action, emitter.streaming(streaming_callback))
+    if outbox is not None and streaming_callback is not None:
+        return (yield from outbox.live(functools.partial(emitter.call_model, call, action)))
+    return emitter.call_model(call, action)
+
+
+def _tools_ran(
+    run: AgentRun,
+    action: RunTools,
+    streaming_callback: StreamingCallback | None,
+    execute: _ExecuteTools,
+    on_complete: Callable[[PreparedCall], None],
+    outbox: Outbox | None,
+) -> Generator[Event, None, None]:
+    """Run the step's calls and record their results; the progress they report yielded as it comes, with an ``outbox``."""
+    if outbox is not None and progress_calls(action.calls):
+        yield from outbox.live(functools.partial(execute, action.calls, streaming_callback, on_complete))
+    else:
+        execute(action.calls, streaming_callback, on_complete)
+    yield from _drained(outbox)
+    results = run.tools_ran()
+    if streaming_callback is not None:
+        for chunk in _tool_chunks(results):
+            streaming_callback(chunk)
+
+
+def _drained(outbox: Outbox | None) -> Iterator[Event]:
+    """The events ``outbox`` holds, oldest first (none without one)."""
+    return iter(()) if outbox is None else outbox.drain()
+
+
+def _recording(run: AgentRun, emitter: Emitter | None) -> Callable[[PreparedCall], None]:
+    """What records each finished call under ``drive_sync``: committed before the next one is (with observers), its end an event."""
+
+    def committed(call: PreparedCall) -> None:
+        run.tool_completed(call)
+        write_deltas(run)
+
+    on_complete = committed if run.config.observers else run.tool_completed
+    return on_complete if emitter is None else _completed_with_events(emitter, on_complete)
+
+
+def _stop_where_it_stands(
+    run: AgentRun, save_pause: SavePause | None, emitter: Emitter | None, outbox: Outbox | None
+) -> None:
+    """Pause a run whose events nobody reads any more, and keep its snapshot: in the store, and in its ``RunHandle``.
+
+    The sync twin of ``_keep_cancelled``: its listeners but the loop (a store, the log) learn it as
+    they learn of any pause.
+    """
+    if outbox is not None:
+        outbox.close()
+    if not run.task_cancelled():  # it was not in a phase it can pause from
+        return
+    action = run.next_action()  # its pause reported: nothing else is left to do
+    assert isinstance(action, Pause)
+    write_deltas(run)
+    if emitter is not None:
+        emitter.announce(action)
+    stopped = pause_exception(action.snapshot, save_pause)
+    if emitter is not None:
+        emitter.send(emitter.paused(stopped.snapshot, stopped.snapshot_file_path))
+    if run.config.cancel is not None:
+        run.config.cancel.snapshot = stopped.snapshot
 
 
 async def _call_model_with_events(
@@ -484,6 +583,24 @@ async def drive_async(
 
     What the run records is written to its observers in worker threads, off the event loop.
     """
+    result: list[dict[str, Any]] = []
+    async for _ in steps_async(run, generator, streaming_callback, save_pause, None, result):
+        raise AssertionError("a driver without an outbox yields no event")
+    return result[0]
+
+
+async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as in steps_sync)
+    run: AgentRun,
+    generator: ChatGenerator,
+    streaming_callback: StreamingCallback | None,
+    save_pause: SavePause | None,
+    outbox: Outbox | None,
+    into: list[dict[str, Any]],
+) -> AsyncGenerator[Event, None]:
+    """``drive_async``'s loop; with an ``outbox`` (``Agent.iter_async``) it yields the run's events after each action.
+
+    The result of a finished run is appended to ``into``.
+    """
     writer = AsyncDeltaWriter(run) if run.config.observers else None
     emitter = emitter_for(run, generator)
     if emitter is not None:
@@ -495,58 +612,130 @@ async def drive_async(
                 await writer.write()
             if emitter is not None:
                 await emitter.announce_async(action)
+                for event in _drained(outbox):  # what the last action and this one's start gave
+                    yield event
             match action:
-                case CallModel() if emitter is not None:
-                    run.model_replied(await _call_model_with_events(generator, action, streaming_callback, emitter))
                 case CallModel():
-                    run.model_replied(await call_model_async(generator, action, streaming_callback))
+                    calling = _model_replied_async(run, generator, action, streaming_callback, emitter, outbox)
+                    async with contextlib.aclosing(calling):  # a loop that stops closes what runs under it
+                        async for event in calling:
+                            yield event
                 case RunTools():
-                    await _execute_async(run, action, streaming_callback, writer, emitter)
-                    results = run.tools_ran()
-                    if streaming_callback is not None:
-                        for chunk in _tool_chunks(results):
-                            pending = streaming_callback(chunk)
-                            if inspect.isawaitable(pending):
-                                await pending
+                    running = _tools_ran_async(run, action, streaming_callback, writer, emitter, outbox)
+                    async with contextlib.aclosing(running):
+                        async for event in running:
+                            yield event
                 case RunHooks():
                     await _run_hooks_async(run, action, emitter)
+                    for event in _drained(outbox):  # before the run records what the action did (see steps_sync)
+                        yield event
                     run.hooks_ran(action.point)
                 case Confirm():
-                    run.decided(
-                        [
-                            await _ask_async(s, c, run.config.hook_context)
-                            for c, s in zip(action.calls, action.strategies, strict=True)
-                        ]
-                    )
+                    run.decided([await _ask_async(s, c, run.config.hook_context) for c, s in action.asked()])
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:
                         await emitter.send_async(emitter.paused(paused.snapshot, paused.snapshot_file_path))
+                    for event in _drained(outbox):
+                        yield event
                     raise paused
                 case Finish():
-                    return action.result
+                    into.append(action.result)
+                    return
                 case Fail():
                     raise action.error
                 case _:
                     assert_never(action)
-        except asyncio.CancelledError:
-            await _keep_cancelled(run, writer, save_pause, emitter)
+        except (asyncio.CancelledError, GeneratorExit):  # the task, or the loop over the events, stopped
+            await _keep_cancelled(run, writer, save_pause, emitter, outbox)
             raise  # the task ends cancelled, as asyncio expects
         except BaseException as exc:
             if not run.fail(exc):
                 if emitter is not None:
                     await emitter.escaped_async(exc)
+                if not isinstance(exc, AgentFSMSignal):
+                    for event in _drained(outbox):
+                        yield event
                 raise
 
 
-async def _keep_cancelled(
-    run: AgentRun, writer: AsyncDeltaWriter | None, save_pause: SavePause | None, emitter: Emitter | None
-) -> None:
-    """Pause a run whose task was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``.
+async def _model_replied_async(
+    run: AgentRun,
+    generator: ChatGenerator,
+    action: CallModel,
+    streaming_callback: StreamingCallback | None,
+    emitter: Emitter | None,
+    outbox: Outbox | None,
+) -> AsyncGenerator[Event, None]:
+    """Call the model and record its reply; a streamed call's events yielded as they come, with an ``outbox``."""
+    call = (
+        call_model_async(generator, action, streaming_callback)
+        if emitter is None
+        else _call_model_with_events(generator, action, streaming_callback, emitter)
+    )
+    output: list[Any] = []
+    awaiting = _awaited(call, outbox if streaming_callback is not None else None, output)
+    async with contextlib.aclosing(awaiting):
+        async for event in awaiting:
+            yield event
+    for event in _drained(outbox):
+        yield event
+    run.model_replied(output[0])
 
-    Its listeners learn it as they learn of any pause: the ``cancel`` transition, then ``paused``.
-    (The task's cancellation was delivered already, so these awaits are not cut short.)
+
+async def _tools_ran_async(
+    run: AgentRun,
+    action: RunTools,
+    streaming_callback: StreamingCallback | None,
+    writer: AsyncDeltaWriter | None,
+    emitter: Emitter | None,
+    outbox: Outbox | None,
+) -> AsyncGenerator[Event, None]:
+    """Run the step's calls on the event loop and record their results; their progress yielded as it comes, with an ``outbox``."""
+    tools = _execute_async(run, action, streaming_callback, writer, emitter)
+    awaiting = _awaited(tools, outbox if progress_calls(action.calls) else None, [])
+    async with contextlib.aclosing(awaiting):
+        async for event in awaiting:
+            yield event
+    for event in _drained(outbox):
+        yield event
+    results = run.tools_ran()
+    if streaming_callback is not None:
+        for chunk in _tool_chunks(results):
+            pending = streaming_callback(chunk)
+            if inspect.isawaitable(pending):
+                await pending
+
+
+async def _awaited(action: Awaitable[Any], outbox: Outbox | None, into: list[Any]) -> AsyncGenerator[Event, None]:
+    """Await ``action``, its result appended to ``into``; with an ``outbox``, its events yielded as they come."""
+    if outbox is None:
+        into.append(await action)
+        return
+    live = outbox.live_async(action)
+    async with contextlib.aclosing(live):
+        async for item in live:
+            if isinstance(item, Result):
+                into.append(item.value())
+            else:
+                yield item
+
+
+async def _keep_cancelled(
+    run: AgentRun,
+    writer: AsyncDeltaWriter | None,
+    save_pause: SavePause | None,
+    emitter: Emitter | None,
+    outbox: Outbox | None = None,
+) -> None:
+    """Pause a run whose task (or loop over its events) was cancelled, and keep its snapshot: in the store, and in its ``RunHandle``.
+
+    Its listeners learn it as they learn of any pause: the ``cancel`` transition, then ``paused``
+    (but a loop that stopped). The task's cancellation was delivered already, so these awaits are
+    not cut short.
     """
+    if outbox is not None:
+        outbox.close()
     if not run.task_cancelled():  # it was not in a phase it can pause from
         return
     action = run.next_action()  # its pause reported: nothing else is left to do

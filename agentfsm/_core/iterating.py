@@ -1,119 +1,177 @@
-"""A run's events as an iterator: the run waits at each event until the loop asks for the next one.
+"""A run's events as an iterator: ``Agent.iter`` and ``iter_async`` step the run in the caller's own loop.
 
-``Agent.iter`` drives the run (``Agent.run`` with an ``on_event`` handler) in a worker thread,
-``Agent.iter_async`` in a task; either way the handler hands each event to the loop and waits
-until the loop is back for the next, so the run goes no further than the loop has read. A loop
-that stops early (``break``, an exception) cancels the run at the event it waits at (the handler
-raises ``IterationStoppedError``, which the run takes as a cancellation): it pauses, its snapshot
-kept in a snapshot store and in its ``RunHandle``, and the thread or task is gone when the loop
-has stopped. A pause ends the iteration with the
-``RunPaused`` event (it does not raise); a failed run's ``RunEnded`` event comes, then its error.
+The drivers are generators of events (``steps_sync``, ``steps_async`` in ``agentfsm._core.drivers``):
+given an ``Outbox``, they hand the run's events to it and yield them after each action, so the run
+goes no further than the loop has read. The run lives in the caller's thread (or task): no thread
+or task of its own. An action whose events come while it is under way (a streamed model call, the
+tools that report progress) is done by a worker (a thread; under ``iter_async``, a task) while the
+loop yields its events as they come; every other action is done in place. A loop that stops early
+(``break``, an exception, ``aclose``) cancels the run where it stands: the action under way is
+told (a progress report or streamed chunk after the stop raises ``IterationStoppedError`` in it)
+and waited for, then the run takes its ``cancel`` edge and pauses, its snapshot kept in a snapshot
+store and in its ``RunHandle``. A pause ends the iteration with the ``RunPaused`` event (it does not
+raise); a failed run's ``RunEnded`` event comes, then its error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import queue
+import contextlib
+import functools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from typing import Generic, TypeVar
 
-from agentfsm.errors import BreakpointException, IterationStoppedError
-from agentfsm.events import Event, EventHandler
+from agentfsm.errors import IterationStoppedError
+from agentfsm.events import Event
+from agentfsm.workers import run_in_own_thread
 
-#: What the run's side hands the loop: an event, the run's error, or its end.
-_Item = tuple[str, Any]
+T = TypeVar("T")
 
 
-def iterate(drive: Callable[[EventHandler], object]) -> Iterator[Event]:
-    """The events of ``drive(on_event)`` (a run), which runs in a worker thread as the loop reads them."""
-    out: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-    go_on: queue.SimpleQueue[bool] = queue.SimpleQueue()
-    stopped = threading.Event()
+class Outbox:
+    """Where a run's events wait for the loop over them; ``put`` is the run's event handler (from any thread).
 
-    def on_event(event: Event) -> None:
-        if stopped.is_set():  # the run's last events after the loop stopped (on_error hooks, its end)
-            return
-        out.put(("event", event))
-        if not go_on.get():
+    While a worker does an action (``live``), whoever reports an event waits until the loop took
+    it, as the run itself does at every event: the action goes no further than the loop has read.
+    """
+
+    __slots__ = ("_closed", "_events", "_stopped", "_waiting", "_wake", "_woken")
+
+    def __init__(self) -> None:
+        #: Each event, and what tells its reporter the loop took it (``None``: nobody waits).
+        self._events: deque[tuple[Event, Callable[[], object] | None]] = deque()
+        #: Set while a worker does an action, to wake the loop at each event (a thread's or a task's).
+        self._wake: threading.Event | None = None
+        self._woken: asyncio.Event | None = None
+        #: The reporters waiting for the loop to take their event (threads' events, or tasks' futures).
+        self._waiting: set[threading.Event | asyncio.Future[None]] = set()
+        #: The loop stopped while an action was under way: its events raise in whoever reports them.
+        self._stopped = False
+        #: The loop stopped: events are dropped (the run's other listeners, a store or the log, still get them).
+        self._closed = False
+
+    def put(self, event: Event) -> asyncio.Future[None] | None:
+        """Keep ``event`` for the loop; during ``live``, wait until it is taken (a task is given a future to await)."""
+        if self._closed:
+            return None
+        if self._stopped:
             raise IterationStoppedError("The loop over the run's events stopped before the run ended.")
+        if self._wake is not None:  # a worker thread's event
+            taken = threading.Event()
+            self._waiting.add(taken)
+            self._events.append((event, taken.set))
+            self._wake.set()
+            taken.wait()
+            self._waiting.discard(taken)
+            if self._stopped:
+                raise IterationStoppedError("The loop over the run's events stopped before the run ended.")
+            return None
+        if self._woken is not None:  # a task's event: it awaits the future
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.add(future)
+            future.add_done_callback(self._waiting.discard)
+            self._events.append((event, functools.partial(_release, future)))
+            self._woken.set()
+            return future
+        self._events.append((event, None))
+        return None
 
-    def body() -> None:
-        try:
-            drive(on_event)
-        except BreakpointException:  # its RunPaused event was the last
-            out.put(("end", None))
-        except BaseException as exc:
-            out.put(("error", exc))
-        else:
-            out.put(("end", None))
+    def close(self) -> None:
+        """The loop stopped: drop every event from now on."""
+        self._closed = True
 
-    # The run sees the caller's context variables, as in Agent.run.
-    context = contextvars.copy_context()
-    worker = threading.Thread(target=context.run, args=(body,), name="agentfsm-iter", daemon=True)
-    worker.start()
-    done = False
-    try:
-        while True:
-            tag, value = out.get()
-            if tag == "event":
-                yield value
-                go_on.put(True)
-            elif tag == "error":
-                done = True
-                raise value
+    def _stop(self) -> None:
+        """The loop stopped while an action was under way: release its reporters, each of whose events then raises."""
+        self._stopped = True
+        for waiting in list(self._waiting):
+            if isinstance(waiting, threading.Event):
+                waiting.set()
             else:
-                done = True
-                return
-    finally:
-        if not done:
-            stopped.set()
-            go_on.put(False)
-            while out.get()[0] == "event":  # the run fails where it waited; wait for its end
-                pass
-        worker.join()
+                waiting.cancel()
 
+    def drain(self) -> Generator[Event, None, None]:
+        """Yield the events kept so far, oldest first; each reporter waiting for its event is released once it is taken."""
+        events = self._events
+        while events:
+            event, taken = events.popleft()
+            yield event
+            if taken is not None:
+                taken()
 
-async def iterate_async(drive: Callable[[EventHandler], Awaitable[object]]) -> AsyncIterator[Event]:
-    """The events of ``drive(on_event)`` (a run), which runs in a task as the loop reads them."""
-    out: asyncio.Queue[_Item] = asyncio.Queue()
-    go_on: asyncio.Queue[bool] = asyncio.Queue()
-    stopped = False
+    def live(self, action: Callable[[], T]) -> Generator[Event, None, T]:
+        """Do ``action`` in a worker thread, yielding its events as they come; its result (or error) once done.
 
-    async def on_event(event: Event) -> None:
-        if stopped:
-            return
-        out.put_nowait(("event", event))
-        if not await go_on.get():
-            raise IterationStoppedError("The loop over the run's events stopped before the run ended.")
-
-    async def body() -> None:
+        When the loop stops while it is under way, the action is told (its next event raises in it)
+        and waited for before the stop goes on.
+        """
+        self._wake = wake = threading.Event()
+        done = run_in_own_thread(action)
+        done.add_done_callback(lambda _: wake.set())
         try:
-            await drive(on_event)
-        except BreakpointException:
-            out.put_nowait(("end", None))
-        except BaseException as exc:
-            out.put_nowait(("error", exc))
-        else:
-            out.put_nowait(("end", None))
+            while True:
+                yield from self.drain()
+                if done.done() and not self._events:
+                    break
+                wake.wait()  # set by each event, and once the action is done
+                wake.clear()
+        except GeneratorExit:
+            self._stop()
+            with contextlib.suppress(BaseException):  # what it raised is the stop's own doing
+                done.result()
+            raise
+        finally:
+            self._wake = None
+        return done.result()
 
-    task = asyncio.ensure_future(body())
-    done = False
+    async def live_async(self, action: Awaitable[T]) -> AsyncGenerator[Event | Result[T], None]:
+        """Like ``live``, with ``action`` awaited in a task: its events as they come, then its ``Result``."""
+        self._woken = woken = asyncio.Event()
+        task = asyncio.ensure_future(action)
+        task.add_done_callback(lambda _: woken.set())
+        try:
+            while True:
+                for event in self.drain():
+                    yield event
+                if task.done() and not self._events:
+                    break
+                await woken.wait()  # set by each event, and once the action is done
+                woken.clear()
+        except GeneratorExit:
+            self._stop()
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise
+        finally:
+            self._woken = None
+        yield Result(task)
+
+
+def _release(future: asyncio.Future[None]) -> None:
+    """Tell the task that awaits ``future`` its event was taken (unless the loop stopped, and cancelled it)."""
+    if not future.done():
+        future.set_result(None)
+
+
+class Result(Generic[T]):
+    """What ``live_async`` yields last: the task that did the action, done."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Future[T]) -> None:
+        self.task = task
+
+    def value(self) -> T:
+        """The action's result, or its error raised."""
+        return self.task.result()
+
+
+def ran(steps: Generator[Event, None, T]) -> T:
+    """The result of a driver's ``steps`` run without an outbox: they yield nothing, and return it."""
     try:
-        while True:
-            tag, value = await out.get()
-            if tag == "event":
-                yield value
-                go_on.put_nowait(True)
-            elif tag == "error":
-                done = True
-                raise value
-            else:
-                done = True
-                return
-    finally:
-        if not done:
-            stopped = True
-            go_on.put_nowait(False)
-        await task
+        next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("a driver without an outbox yields no event")
