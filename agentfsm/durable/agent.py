@@ -19,7 +19,7 @@ from agentfsm._core.drivers import pause_exception
 from agentfsm._core.records import final_snapshot, result_from_record
 from agentfsm._core.resume import check_fingerprint
 from agentfsm._core.runtime import AgentRun
-from agentfsm.agent import Agent, RunRequest
+from agentfsm.agent import RUN_ARGUMENTS, Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
 from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
 from agentfsm.durable.executor import dbos_launched
@@ -39,8 +39,9 @@ from agentfsm.serialization import serialize_value
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.workers import run_in_worker
 
-#: ``Agent.run`` options that hold objects of the calling process, or are about snapshot stores.
-_IN_PROCESS_ONLY = frozenset({"streaming_callback", "hook_context", "tools", "fork", "take_over", "strict"})
+#: The ``Agent.run`` options a durable run does not take (all but its own: the messages, system
+#: prompt and breakpoint): they hold objects of the calling process, or are about snapshot stores.
+_IN_PROCESS_ONLY = frozenset(RUN_ARGUMENTS.parameters) - {"self", "kwargs", "messages", "system_prompt", "break_point"}
 
 
 class DurableRun:
