@@ -318,7 +318,11 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_json(snapshot.to_dict(), indent=True).decode() + "\n")
         return 0
     print(f"run          {snapshot.run_id}")
-    print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
+    if snapshot.ended:
+        ended = f"ended        in {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})"
+        print(ended + (f": {snapshot.exit_reason}" if snapshot.exit_reason else ""))
+    else:
+        print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
     pause = snapshot.pause
     if pause is not None:
         # A breakpoint is shown as its class and settings; a pause for decisions as its kind.

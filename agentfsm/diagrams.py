@@ -271,11 +271,12 @@ def build_model(
             if path:
                 order[edge] = (*order.get(edge, ()), position)
     current, current_note = None, ""
-    if snapshot is not None:
+    if snapshot is not None and not snapshot.ended:
         current, current_note = snapshot.phase.value, f"paused here, step {snapshot.step}"
     elif records:
         current = records[-1][2].value
-        current_note = f"ended here, step {records[-1][0]}"
+        ended = snapshot.exit_reason if snapshot is not None else None
+        current_note = f"ended here, step {records[-1][0]}" + (f": {ended[:80]}" if ended else "")
     return DiagramModel(
         title,
         tuple(states),

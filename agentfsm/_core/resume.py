@@ -24,6 +24,7 @@ from agentfsm.pauses import AwaitingDecision
 from agentfsm.slices import limits
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
+from agentfsm.stores.lifecycle import run_done
 from agentfsm.tools.invoker import CallOutcome
 
 
@@ -50,9 +51,15 @@ def resume_run(
     run takes its ``in_doubt`` edge from TOOL_RUN to PAUSED (break point ``outcome_unknown``) until a
     decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
     result as ``feedback``).
+
+    A finished run's record resumes nowhere: a done one is refused (``StaleSnapshotError``), a failed
+    one goes on from where it stood before its ``fail`` edge, retrying the work that failed.
     """
     decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
+    if snap.phase is Phase.DONE:
+        raise run_done(snap.run_id, snap.seq, snap.seq)
+    snap = snap.reopened()  # a failed run's record: it is retried where it failed
     expected = config.fingerprint()
     check_fingerprint(snap.run_id, snap.agent_fingerprint, expected, strict=strict)
     if snap.outcome_unknown_calls():  # recorded while its tools ran: the run applies the in-doubt rule

@@ -49,7 +49,8 @@ class RunInfo:
     taken_over_by: str | None = None
     parent_run_id: str | None = None
     parent_seq: int | None = None
-    #: How a finished run ended (``text``, ``max_agent_steps``...), as its result says.
+    #: What the run's last ending said: how a finished run ended (``text``, ``max_agent_steps``..., as
+    #: its result says), a failed run's error, or ``cancelled`` for a run cancelled from outside.
     exit_reason: str | None = None
 
 
@@ -111,8 +112,13 @@ class SnapshotStore(Protocol):
         """
         ...
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason."""
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason.
+
+        ``snapshot``: a finished run's record (in DONE or FAILED), kept as its newest snapshot.
+        """
         ...
 
     def latest(self, run_id: str) -> AgentSnapshot:

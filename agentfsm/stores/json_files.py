@@ -198,14 +198,19 @@ class JsonFileStore:
             self._lost[run_id] = request.owner
             raise
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` and its exit reason."""
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` and its exit reason (and ``snapshot``, its record)."""
         owner = self._claims.pop(run_id, None)
         if owner is None:
             return
         before = self._stored(run_id)
         request = Request(ending_trigger(status, exit_reason), owner, exit_reason=exit_reason)
-        self._write(run_id, before, self._fenced(run_id, before, request))
+        after = self._fenced(run_id, before, request)
+        if snapshot is not None:
+            self._write_file(before.head + 1, snapshot)
+        self._write(run_id, before, after)
 
     # -- snapshots ----------------------------------------------------------------------------------
 
@@ -225,15 +230,19 @@ class JsonFileStore:
             trigger = Trigger.CANCEL if reason else Trigger.PAUSE
             after = self._fenced(run_id, before, Request(trigger, owner, exit_reason=reason))
         seq = before.head + 1
-        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
         try:
-            snapshot.model_copy(update={"seq": None}).to_file(self._folder(run_id) / name)
+            self._write_file(seq, snapshot)
         except SerializationError:
             if owner is not None:  # the pause cannot be kept: the run failed
                 self._write(run_id, before, move(run_id, before, Request(Trigger.FAIL, owner)))
             raise
         self._write(run_id, before, after)
         return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+
+    def _write_file(self, seq: int, snapshot: AgentSnapshot) -> None:
+        """Write ``snapshot`` atomically as its run's snapshot number ``seq``."""
+        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
+        snapshot.model_copy(update={"seq": None}).to_file(self._folder(snapshot.run_id) / name)
 
     def _load_file(self, run_id: str, path: Path, seq: int) -> AgentSnapshot:
         return of_run(AgentSnapshot.from_file(path), run_id, path).model_copy(update={"seq": seq})

@@ -168,16 +168,23 @@ WRITERS_CLAIM = Check(
         owner=run.owner,
     ),
 )
+
+
+def run_done(run_id: str, seq: int | None, head: int | None) -> StaleSnapshotError:
+    """The refusal of anything asked of a run that is done (its snapshot ``seq``; its head)."""
+    return StaleSnapshotError(
+        f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
+        run_id,
+        seq,
+        head,
+    )
+
+
 #: The refusal of any request on a run that is done (the table declares no edge out of it).
 ENDED = Check(
     "the run is not done",
     lambda run, request: run.status is RunStatus.DONE,
-    lambda run_id, run, request: StaleSnapshotError(
-        f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
-        run_id,
-        request.seq,
-        run.head,
-    ),
+    lambda run_id, run, request: run_done(run_id, request.seq, run.head),
 )
 
 #: What each trigger checks, in order: the first check that refuses raises its error.

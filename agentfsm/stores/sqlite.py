@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.records import RunDelta, TransitionRecord
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
-from agentfsm.machine import COMMIT_ON_ENTRY, Phase
+from agentfsm.machine import COMMIT_ON_ENTRY, TERMINAL_PHASES, Phase
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
@@ -333,11 +333,21 @@ class SQLiteSnapshotStore:
         self._lost.pop(run_id, None)
         self._cursors.pop(run_id, None)
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``.
+
+        A finished run's record is ``snapshot`` or, in a durable store, the one recorded at its last edge
+        (``observe``), which keeps ``exit_reason`` (a failed run's error) too.
+        """
         if run_id not in self._claims:
             return
         cursor = self._cursor(run_id)
+        if snapshot is not None:
+            self._add_whole(cursor, snapshot)
+        elif cursor.entries and cursor.body is not None and cursor.body["phase"] in TERMINAL_PHASES:
+            cursor.entries[-1][2]["exit_reason"] = cursor.body["exit_reason"] = exit_reason
         cursor.ending = Request(ending_trigger(status, exit_reason), cursor.owner, exit_reason=exit_reason)
         self._commit(run_id, cursor)
 
@@ -446,8 +456,9 @@ class SQLiteSnapshotStore:
         except StaleSnapshotError:
             self._lose(run_id, cursor.owner)
             raise
-        # Only once written: a failed commit keeps the snapshots for the next one.
-        cursor.entries, cursor.ending, cursor.body = [], None, None
+        # Only once written: a failed commit keeps the snapshots for the next one. The last one's fields
+        # stay (``body``): the record of the run's end is written from them.
+        cursor.entries, cursor.ending = [], None
         if ending is not None:  # the run is no longer written by this process
             self._cursors.pop(run_id, None)
             self._claims.pop(run_id, None)
@@ -460,6 +471,18 @@ class SQLiteSnapshotStore:
         cursor.ending = Request(Trigger.FAIL, cursor.owner)
         self._commit(run_id, cursor)
 
+    def _whole(self, snapshot: AgentSnapshot) -> list[Any]:
+        """``snapshot`` as a batch's entry that holds all of it: messages, trace, the other fields, created_at."""
+        data = snapshot.to_dict()
+        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
+        del data["seq"]  # the snapshot's number is where it is stored
+        return [messages, [[r[name] for name in _TRACE_FIELDS] for r in trace], data, created_at]
+
+    def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot) -> int:
+        """Record all of ``snapshot`` as the run's next snapshot, starting a batch: its number."""
+        messages, trace, body, created_at = self._whole(snapshot)
+        return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at)
+
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run, which is then paused.
 
@@ -467,38 +490,41 @@ class SQLiteSnapshotStore:
         outside); any other is saved from outside the run, refused (``StaleSnapshotError``) while
         another process's claim holds it.
         """
-        data = snapshot.to_dict()
-        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
-        del data["seq"]  # the snapshot's number is where it is stored
-        trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
         run_id, reason = snapshot.run_id, CANCELLED if isinstance(snapshot.pause, Cancelled) else None
         if run_id not in self._claims and run_id not in self._lost:
-            entry = [messages, trace, data, created_at]
-            number = self._move(run_id, Request(Trigger.SAVE, new_claim(), exit_reason=reason), [entry])
-            seq = self._count(number) - 1
+            request = Request(Trigger.SAVE, new_claim(), exit_reason=reason)
+            seq = self._count(self._move(run_id, request, [self._whole(snapshot)])) - 1
         else:
             cursor = self._cursor(run_id)
-            seq = self._add(run_id, cursor, True, messages, trace, data, created_at)
+            seq = self._add_whole(cursor, snapshot)
             trigger = Trigger.CANCEL if reason else Trigger.PAUSE
             cursor.ending = Request(trigger, cursor.owner, exit_reason=reason)
             self._commit(run_id, cursor)
         return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
     def observe(self, delta: RunDelta) -> None:
-        """Record a run's snapshot where it now stands; give the run up when it ends.
+        """Record a run's snapshot where it now stands; at its end, the record of how it ended.
 
-        A run that pauses is saved (``save``) by the driver, with the snapshot it pauses with.
+        A run that pauses is saved (``save``) by the driver, with the snapshot it pauses with; the
+        record of a finished run is committed when the driver releases it (``release``), with its exit
+        reason or error.
         """
+        record = delta.record
+        cursor = self._cursors.get(delta.run_id)
         if delta.fields is not None:
+            fields = delta.fields
             cursor = self._cursor(delta.run_id)
-            messages = [m.to_dict() for m in delta.messages]
-            trace = [list(r) for r in delta.trace]
-            # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
-            self._add(delta.run_id, cursor, delta.rewritten, messages, trace, delta.fields, time.time())
-            if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
-                self._commit(delta.run_id, cursor)
-        elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            self.release(delta.run_id, RunStatus.ended_in(delta.record.dest), delta.exit_reason)
+        elif record is not None and record.dest in TERMINAL_PHASES and cursor is not None and cursor.body:
+            # Where it stood before its last edge, that edge taken: in DONE or FAILED, its stage kept.
+            fields = {**cursor.body, "phase": record.dest, "exit_reason": delta.exit_reason, "break_point": None}
+        else:
+            return
+        messages = [m.to_dict() for m in delta.messages]
+        trace = [list(r) for r in delta.trace]
+        # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
+        self._add(delta.run_id, cursor, delta.rewritten, messages, trace, fields, time.time())
+        if delta.fields is not None and (record is None or record.dest in COMMIT_ON_ENTRY):
+            self._commit(delta.run_id, cursor)
 
     # -- reading ----------------------------------------------------------------------------------
 
