@@ -483,6 +483,44 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
     assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 2}
 
 
+def test_a_run_cancelled_from_another_process_is_paused_resumes_and_ends_in_done(
+    system_db: str, tmp_path: Path
+) -> None:
+    """On SQLite and PostgreSQL, a worker in its own process: the cancel edge, the listing, the resume, the end."""
+    from agentfsm.durable import cancel
+
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(system_db, "tests.durable.durable_agents:killable", "w1", env)
+    client = DBOSClient(system_database_url=system_db)
+    try:
+        durable_agents.killable.start(user("20"), run_id="x1", client=client)
+        _wait(lambda: [n for _, n in step_names("x1", client)].count("tool") == 2, "two recorded calls")
+        _wait(lambda: _attempts(tmp_path)["20-slow"] == 1, "the slow call")
+        assert cancel(client, "x1") == "x1"
+        (tmp_path / "block").unlink()  # the slow call finishes; its result cannot be recorded any more
+        _wait(lambda: find_run(client, "x1").status == "paused", "the cancel edge")
+        [row] = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
+        assert (row["status"], row["phase"], row["exit_reason"]) == ("paused", "TOOL_RUN", "cancelled")
+        resumed = _cli("resume", "x1", "--system-db", system_db)
+        assert resumed.returncode == 0 and "continues as workflow x1/2" in resumed.stdout, resumed.stderr
+        client.retrieve_workflow("x1/2").get_result(polling_interval_sec=0.05)  # the worker ran it
+        result = durable_agents.killable.result("x1", client)
+        # The worker finished it: its record ends in DONE, with its last edge.
+        [row] = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
+        assert (row["status"], row["phase"], row["exit_reason"]) == ("done", "DONE", "text")
+        shown = _cli("snapshot", "show", "x1", "--system-db", system_db)
+        assert "ended        in DONE at step 2" in shown.stdout, shown.stderr
+    finally:
+        worker.stop()
+        client.destroy()
+    expected = durable_agents.killable.agent.run(user("20"))
+    assert comparable_result(result) == comparable_result(expected), "the same end as an uncancelled run"
+    # The finished calls ran once; the one under way ran again (its tool is idempotent), its effect once.
+    assert _attempts(tmp_path) == {"20-a": 1, "20-b": 1, "20-slow": 2}
+    assert _effects(tmp_path) == ["20-a", "20-b", "20-slow"]
+
+
 def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     worker = Worker(url, "tests.durable.durable_reconfigured:parallel", "w1", _env(tmp_path))
