@@ -9,6 +9,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
   write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
   its runs use (``Agent.outline``, by ``runtime.constant_facts``);
 - one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
+- a stored run's lifecycle: ``machine_diagram(machine="runs")`` (``agentfsm.stores.lifecycle.LIFECYCLE``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
@@ -350,6 +351,33 @@ def build_call_model() -> DiagramModel:
     )
 
 
+#: The state a stored run's lifecycle starts from: a run the store does not know yet.
+NOT_STORED = "new"
+
+
+def build_lifecycle_model() -> DiagramModel:
+    """The diagram of a stored run's lifecycle (``agentfsm.stores.lifecycle.LIFECYCLE``): each edge labelled with its checks."""
+    from agentfsm.stores.lifecycle import LIFECYCLE, TERMINAL_STATUSES
+
+    edges = tuple(
+        Edge(e.source.value if e.source else NOT_STORED, e.dest.value, e.trigger.value, e.condition) for e in LIFECYCLE
+    )
+    states = (NOT_STORED, *dict.fromkeys(e.dest for e in edges))
+    return DiagramModel(
+        "agentfsm stored run",
+        states,
+        edges,
+        {edge: f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger for edge in edges},
+        {},
+        {},
+        frozenset(),
+        None,
+        "",
+        NOT_STORED,
+        tuple(s.value for s in TERMINAL_STATUSES),
+    )
+
+
 def _trace_records(
     trace: Iterable[Any] | None, snapshot: AgentSnapshot | None
 ) -> Iterable[tuple[int, Phase, Phase, str]]:
@@ -511,16 +539,22 @@ def machine_diagram(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
     snapshot: AgentSnapshot | None = None,
-    machine: Literal["phases", "calls"] = "phases",
+    machine: Literal["phases", "calls", "runs"] = "phases",
     path: bool = False,
 ) -> str | bytes:
     """A diagram of the machine (optionally for ``agent``, highlighting a run's ``trace`` or ``snapshot``).
 
-    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``). With
-    ``path``, the trace's edges are numbered in the order they were taken (``⟨1,5⟩``).
+    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``),
+    ``machine="runs"`` the one of a stored run (``LIFECYCLE``). With ``path``, the trace's edges
+    are numbered in the order they were taken (``⟨1,5⟩``).
     Mermaid and DOT come back as ``str``; SVG and PNG as ``bytes``.
     """
-    model = build_call_model() if machine == "calls" else build_model(agent, trace, snapshot, path)
+    if machine == "calls":
+        model = build_call_model()
+    elif machine == "runs":
+        model = build_lifecycle_model()
+    else:
+        model = build_model(agent, trace, snapshot, path)
     if output_format == "mermaid":
         return to_mermaid(model)
     if output_format == "dot":

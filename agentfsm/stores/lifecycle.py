@@ -113,7 +113,7 @@ class Check:
 
 
 NOT_HELD = Check(
-    "no live claim of another process holds it",
+    "no other live claim",
     _held,
     lambda run_id, run, request: StaleSnapshotError(
         f"Run {run_id!r} is being run by {run.owner} (its claim holds until "
@@ -127,7 +127,7 @@ NOT_HELD = Check(
 )
 #: ``NOT_HELD`` for a snapshot saved from outside the run.
 NOT_RUNNING = Check(
-    "no live claim holds it",
+    "no live claim",
     _held,
     lambda run_id, run, request: StaleSnapshotError(
         f"Run {run_id!r} is being run by {run.owner}: a snapshot cannot be saved into it now.",
@@ -137,7 +137,7 @@ NOT_RUNNING = Check(
     ),
 )
 KNOWS_SEQ = Check(
-    "the snapshot says its number",
+    "its seq given",
     lambda run, request: run.status is not None and request.seq is None,
     lambda run_id, run, request: StaleSnapshotError(
         f"This snapshot of run {run_id!r} does not say which of its {run.head + 1} stored snapshots it is "
@@ -159,7 +159,7 @@ FROM_HEAD = Check(
     ),
 )
 WRITERS_CLAIM = Check(
-    "the writer's claim holds it",
+    "the writer's claim",
     lambda run, request: run.owner != request.owner,
     lambda run_id, run, request: StaleSnapshotError(
         f"Run {run_id!r} was taken over by {run.owner} while this process ran it (claim {request.owner}); "
@@ -208,10 +208,9 @@ class LifecycleEdge:
     dest: RunStatus
 
     @property
-    def label(self) -> str:
-        """``trigger [checks]``, as drawn on diagrams."""
-        checks = "; ".join(c.name for c in TRIGGER_CHECKS[self.trigger])
-        return f"{self.trigger.value} [{checks}]" if checks else self.trigger.value
+    def condition(self) -> str:
+        """What the edge checks, in words (nothing for a run the store does not know: there is nothing to check)."""
+        return "; ".join(c.name for c in TRIGGER_CHECKS[self.trigger]) if self.source is not None else ""
 
 
 S = RunStatus
