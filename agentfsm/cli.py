@@ -500,11 +500,15 @@ def _runs(args: argparse.Namespace) -> int:
         ]
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    print(f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  {'updated':<32}  forked from")
+    print(
+        f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  {'updated':<32}  {'forked from':<38}  "
+        "exit reason"
+    )
     for r in runs:
         parent = f"{r.parent_run_id} #{r.parent_seq}" if r.parent_run_id else "-"
         print(
-            f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at:<32}  {parent}"
+            f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at:<32}  "
+            f"{parent:<38}  {(r.exit_reason or '-')[:80]}"
         )
     return 0
 

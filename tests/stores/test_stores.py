@@ -678,3 +678,42 @@ def test_a_failed_run_is_kept_with_its_fail_edge_and_its_error(kind: str, tmp_pa
         failing.run(snapshot=record)
     again = store.latest(run.run_id)
     assert again.seq is not None and record.seq is not None and again.seq > record.seq and again.phase is Phase.FAILED
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite", "sqlite durable"])
+def test_a_run_cancelled_in_process_is_listed_paused_cancelled_and_resumes(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm import RunHandle
+    from agentfsm.cli import main
+    from agentfsm.errors import RunCancelled
+    from agentfsm.pauses import Cancelled
+
+    store = any_store(kind, tmp_path)
+    handle = RunHandle()
+
+    @tool
+    def cancelling(label: str) -> str:
+        """Cancel the run from inside it: it stops at its next transition."""
+        handle.cancel()
+        return label
+
+    def cancellable(position: int = 0) -> Agent:
+        script = [calls(call("cancelling", "c1", label="x")), "done"]
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position), tools=[cancelling], snapshot_store=store
+        )
+
+    with pytest.raises(RunCancelled):
+        cancellable().run(USER, cancel=handle)
+    [run] = store.runs()
+    assert (run.status, run.exit_reason, run.owner) == ("paused", "cancelled", None), "its cancel edge"
+    snapshot = store.latest(run.run_id)
+    assert isinstance(snapshot.pause, Cancelled)
+    where = tmp_path / ("snapshots" if kind == "json" else "runs.db")
+    assert main(["runs", "--store", str(where)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith(run.run_id) and " paused " in row and row.endswith("  cancelled"), row
+    assert cancellable(position=1).run(snapshot=snapshot)["last_message"].text == "done"
+    [run] = store.runs()
+    assert (run.status, run.exit_reason) == ("done", "text")
