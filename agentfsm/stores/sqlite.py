@@ -35,7 +35,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -292,10 +292,11 @@ class SQLiteSnapshotStore:
         except ValueError as exc:
             raise self._damaged(exc) from None
 
-    def _move(self, run_id: str, request: Request, batch: list[list[Any]] | None = None) -> int:
-        """Move the run as the lifecycle decides and write its new record, with a whole snapshot ``batch``: its number.
+    def _move(self, run_id: str, request: Request, batch: Callable[[int, int], tuple[Any, ...]] | None = None) -> int:
+        """Move the run as the lifecycle decides and write its new record, and ``batch``'s row: the run's number.
 
-        One transaction, begun for writing: no other writer comes between the check and the write.
+        ``batch(number, head)`` is the row of snapshots to write with it (the run's number, its head
+        before). One transaction, begun for writing: no other writer comes between the check and the write.
         """
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -309,9 +310,7 @@ class SQLiteSnapshotStore:
                 else:
                     self._db.execute(_UPDATE_RECORD, (now_iso(), *values, number))
                 if batch is not None:
-                    body = batch[-1][2]
-                    row = ((number << _SEQ_BITS) + run.head + 1, 1, body["phase"], body["step"], True, dump_json(batch))
-                    self._db.execute(_INSERT_CHECKED, row)
+                    self._db.execute(_INSERT_CHECKED, batch(number, run.head))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -435,19 +434,8 @@ class SQLiteSnapshotStore:
                     and now < cursor.renew_at
                     and self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
                 ):
-                    self._db.execute("BEGIN IMMEDIATE")
-                    try:
-                        _, run = self._stored(run_id)
-                        request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
-                        moved = move(run_id, run, request)
-                        if row:
-                            self._db.execute(_INSERT_CHECKED, row)
-                        values = [getattr(moved, name) for name in _RECORD]
-                        self._db.execute(_UPDATE_RECORD, (now_iso(), *values, cursor.number))
-                        self._db.execute("COMMIT")
-                    except BaseException:
-                        self._db.execute("ROLLBACK")
-                        raise
+                    request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
+                    self._move(run_id, request, (lambda number, head: row) if row else None)
                     cursor.renew_at = now + self.lease_seconds / 3
         except sqlite3.IntegrityError as exc:  # the snapshots' numbers are taken: the file was changed
             if entries:
@@ -492,8 +480,12 @@ class SQLiteSnapshotStore:
         """
         run_id, reason = snapshot.run_id, CANCELLED if isinstance(snapshot.pause, Cancelled) else None
         if run_id not in self._claims and run_id not in self._lost:
+            encoded, phase, step = dump_json([self._whole(snapshot)]), snapshot.phase.value, snapshot.step
             request = Request(Trigger.SAVE, new_claim(), exit_reason=reason)
-            seq = self._count(self._move(run_id, request, [self._whole(snapshot)])) - 1
+            number = self._move(
+                run_id, request, lambda n, head: ((n << _SEQ_BITS) + head + 1, 1, phase, step, 1, encoded)
+            )
+            seq = self._count(number) - 1
         else:
             cursor = self._cursor(run_id)
             seq = self._add_whole(cursor, snapshot)
