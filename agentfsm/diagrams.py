@@ -9,7 +9,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
   write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
   its runs use (``Agent.outline``, by ``runtime.constant_facts``);
 - one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
-- a stored run's lifecycle: ``machine_diagram(machine="runs")`` (``agentfsm.stores.lifecycle.LIFECYCLE``);
+- a stored run's lifecycle: ``machine_diagram(machine="runs")`` (``agentfsm.lifecycle.LIFECYCLE``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentfsm._core.rules import specialise_rules
 from agentfsm.errors import AgentFSMError, ConfigurationError, MissingRendererError
 from agentfsm.hooks import hook_name
+from agentfsm.lifecycle import LIFECYCLE, TERMINAL_STATUSES
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_TRANSITIONS,
@@ -356,9 +357,7 @@ NOT_STORED = "new"
 
 
 def build_lifecycle_model() -> DiagramModel:
-    """The diagram of a stored run's lifecycle (``agentfsm.stores.lifecycle.LIFECYCLE``): each edge labelled with its checks."""
-    from agentfsm.stores.lifecycle import LIFECYCLE, TERMINAL_STATUSES
-
+    """The diagram of a stored run's lifecycle (``agentfsm.lifecycle.LIFECYCLE``): each edge labelled with its checks."""
     edges = tuple(
         Edge(e.source.value if e.source else NOT_STORED, e.dest.value, e.trigger.value, e.condition) for e in LIFECYCLE
     )

@@ -17,6 +17,7 @@ from agentfsm._core.records import TransitionRecord
 from agentfsm._core.runtime import AgentRun, RunConfig
 from agentfsm.decisions import ToolExecutionDecision, as_decisions
 from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
+from agentfsm.lifecycle import run_done
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
@@ -24,7 +25,6 @@ from agentfsm.pauses import AwaitingDecision
 from agentfsm.slices import limits
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
-from agentfsm.stores.lifecycle import run_done
 from agentfsm.tools.invoker import CallOutcome
 
 

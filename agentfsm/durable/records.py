@@ -4,7 +4,7 @@ A run's first workflow has the run's id; a run that paused and was decided goes 
 ``RUN_ID/1``, then ``RUN_ID/2``... (its segments). ``db`` is DBOS launched in this process, or a
 ``DBOSClient``: reading runs, deciding and cancelling them needs neither the agent nor a launched DBOS.
 
-A durable run's record is the stored run's lifecycle (``agentfsm.stores.lifecycle``) read from its
+A durable run's record is the stored run's lifecycle (``agentfsm.lifecycle``) read from its
 workflows: its newest workflow holds it while it runs, and the way that workflow ended is the edge
 its run took (paused, cancelled, done, failed). A continuation claims the run from its newest
 pause; a cancellation takes it over from its workflow, which DBOS stops, and its own workflow
@@ -27,10 +27,10 @@ from agentfsm._core.records import final_snapshot
 from agentfsm.durable.driver import paused_snapshot
 from agentfsm.errors import DecisionError, DurabilityError, StaleSnapshotError
 from agentfsm.events import error_text
+from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, move
 from agentfsm.machine import Phase
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
-from agentfsm.stores.lifecycle import CANCELLED, Request, StoredRun, Trigger, move
 
 #: The DBOS queue durable runs are enqueued on, unless their ``DurableAgent`` names another.
 DEFAULT_QUEUE = "agentfsm"

@@ -26,12 +26,12 @@ import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
+from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores._events import EventWriter, check_window, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
-from agentfsm.stores.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 
 if TYPE_CHECKING:
     from agentfsm.events import Event

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.records import RunDelta, TransitionRecord
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
+from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 from agentfsm.machine import COMMIT_ON_ENTRY, TERMINAL_PHASES, Phase
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
@@ -48,7 +49,6 @@ from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores._events import EventWriter, check_window, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
-from agentfsm.stores.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
@@ -117,7 +117,7 @@ _INSERT = (
     "(SELECT 1 FROM runs WHERE number = ? AND owner = ?)"
 )
 _INSERT_CHECKED = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?)"
-#: A run's record, as the lifecycle has it (``agentfsm.stores.lifecycle.StoredRun``), but its head.
+#: A run's record, as the lifecycle has it (``agentfsm.lifecycle.StoredRun``), but its head.
 _RECORD = (
     "status",
     "owner",

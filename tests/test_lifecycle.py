@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, AgentSnapshot, ChatMessage, StaleSnapshotError, tool
+from agentfsm import Agent, AgentSnapshot, ChatMessage, StaleSnapshotError, lifecycle, tool
 from agentfsm.errors import MachineError
 from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.lifecycle import LIFECYCLE, TRIGGER_CHECKS, Lifecycle, LifecycleEdge, Trigger
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import now_iso
-from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore, json_files, lifecycle, sqlite
-from agentfsm.stores.lifecycle import LIFECYCLE, TRIGGER_CHECKS, Lifecycle, LifecycleEdge, Trigger
+from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore, json_files, sqlite
 from tests.helpers import call, calls
 
 S = RunStatus
