@@ -13,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from agentfsm._core.config import RunConfig
 from agentfsm._core.drivers import SavePause, drive_async, drive_sync, steps_async, steps_sync
 from agentfsm._core.iterating import Outbox
-from agentfsm._core.records import RunObserver
+from agentfsm._core.records import RunObserver, ending_reason, finished_record
 from agentfsm._core.resume import resume_run
 from agentfsm._core.runtime import AgentRun
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint
@@ -759,9 +759,13 @@ class Agent:
         return RunRequest(**options, state=state, hook_context=context), callback
 
     def _release(self, run: AgentRun) -> None:
-        """Give up the store's claim on the run (a no-op once a pause or a durable store's record of the end did)."""
+        """Give up the store's claim on the run, keeping a finished run's record (a no-op once a pause did).
+
+        A durable store recorded the finished run at its last edge; any other is given its record.
+        """
         if self.snapshot_store is not None:
-            self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), run.exit_reason)
+            record = None if self._observers else finished_record(run)
+            self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), ending_reason(run), snapshot=record)
 
     def draw(self, format: str = "mermaid", *, trace: Any = None, snapshot: Any = None) -> str | bytes:
         """This agent's state diagram (``mermaid``, ``dot``, ``svg`` or ``png``); see ``agentfsm.diagrams``."""

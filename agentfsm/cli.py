@@ -318,7 +318,11 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         sys.stdout.write(dump_json(snapshot.to_dict(), indent=True).decode() + "\n")
         return 0
     print(f"run          {snapshot.run_id}")
-    print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
+    if snapshot.ended:
+        ended = f"ended        in {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})"
+        print(ended + (f": {snapshot.exit_reason}" if snapshot.exit_reason else ""))
+    else:
+        print(f"paused       before {snapshot.phase.value} at step {snapshot.step} ({snapshot.created_at})")
     pause = snapshot.pause
     if pause is not None:
         # A breakpoint is shown as its class and settings; a pause for decisions as its kind.
@@ -398,6 +402,14 @@ def decisions_from_args(
 
 
 def _resume(args: argparse.Namespace) -> int:
+    if args.system_db:  # a paused durable run (a cancelled one, say) goes on in a worker
+        if args.seq is not None or args.fork or args.take_over:
+            raise CLIError(
+                "--seq, --fork and --take-over are about a run in a store: a durable run goes on from its pause."
+            )
+        return _continue_durable(args, args.target, required=False)
+    if not args.agent:
+        raise CLIError("a run goes on in this process: give its agent with --agent MODULE:ATTR.")
     if args.store:
         agent, snapshot = _stored_run(args, args.target, args.seq)
     else:
@@ -488,11 +500,15 @@ def _runs(args: argparse.Namespace) -> int:
         ]
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    print(f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  {'updated':<32}  forked from")
+    print(
+        f"{'run':<34} {'status':<8} {'phase':<13} {'step':>4} {'snapshots':>9}  {'updated':<32}  {'forked from':<38}  "
+        "exit reason"
+    )
     for r in runs:
         parent = f"{r.parent_run_id} #{r.parent_seq}" if r.parent_run_id else "-"
         print(
-            f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at:<32}  {parent}"
+            f"{r.run_id:<34} {r.status:<8} {r.phase or '-':<13} {r.step:>4} {r.snapshots:>9}  {r.updated_at:<32}  "
+            f"{parent:<38}  {(r.exit_reason or '-')[:80]}"
         )
     return 0
 
@@ -507,9 +523,9 @@ def _list_durable_runs(args: argparse.Namespace) -> int:
             "workflow_id": r.workflow_id,
             "workflow_status": r.workflow_status,
             "workflow_name": r.workflow_name,
-            "phase": r.paused.phase.value if r.paused else None,
+            "phase": r.phase.value if r.phase else None,
             "waiting_for": sorted(r.paused.pending_calls_by_key()) if r.paused else [],
-            "exit_reason": r.done["exit_reason"] if r.done else None,
+            "exit_reason": r.exit_reason,
             "error": repr(r.error) if r.error is not None else None,
         }
         for r in records
@@ -527,22 +543,27 @@ def _list_durable_runs(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace) -> int:
     """A person's decisions on the calls a paused run waits for, in a snapshot store or on DBOS."""
     if args.system_db:
-        if args.agent:
-            raise CLIError("--agent is for --store runs: a durable run goes on in a worker, which has its agent.")
-        durable = _durable_module()
-        with _dbos_client(args.system_db) as client:
-            record = durable.find_run(client, args.run_id)
-            if record.paused is None:
-                raise CLIError(f"run {args.run_id} is {record.status}, not paused: there is nothing to decide.")
-            decisions = _decisions_taken(args, record.paused)
-            workflow_id = durable.continue_run(client, args.run_id, decisions)
-        print(f"run {args.run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
-        return 0
+        return _continue_durable(args, args.run_id, required=True)
     _require_source(args)
     if not args.agent:
         raise CLIError("a run of a snapshot store goes on in this process: give its agent with --agent MODULE:ATTR.")
     agent, snapshot = _stored_run(args, args.run_id)
     return _go_on(args, agent, snapshot, _decisions_taken(args, snapshot, agent.known_tools()))
+
+
+def _continue_durable(args: argparse.Namespace, run_id: str, *, required: bool) -> int:
+    """Continue paused durable run ``run_id`` on its queue, for a worker (decisions ``required`` or not)."""
+    if args.agent:
+        raise CLIError("--agent is for --store runs: a durable run goes on in a worker, which has its agent.")
+    durable = _durable_module()
+    with _dbos_client(args.system_db) as client:
+        record = durable.find_run(client, run_id)
+        if record.paused is None:
+            raise CLIError(f"run {run_id} is {record.status}, not paused: there is nothing to decide.")
+        decisions = _decisions_taken(args, record.paused, required=required)
+        workflow_id = durable.continue_run(client, run_id, decisions, expected_segment=record.segment)
+    print(f"run {run_id} continues as workflow {workflow_id} ({len(decisions)} decisions)")
+    return 0
 
 
 def _decisions_taken(
@@ -664,22 +685,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run_source(parser: argparse.ArgumentParser, *, durable: bool = True) -> None:
-    """``--store PATH`` (``--db`` is still accepted) or ``--system-db URL``: where a command finds runs.
-
-    ``durable=False`` leaves ``--system-db`` out, for ``resume``: a durable run goes on in a worker.
-    """
+def _add_run_source(parser: argparse.ArgumentParser) -> None:
+    """``--store PATH`` (``--db`` is still accepted) or ``--system-db URL``: where a command finds runs."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--store", metavar="PATH", help="a snapshot store: an SQLite file, or a directory of JSON snapshots"
     )
     where.add_argument("--db", dest="store", help=argparse.SUPPRESS)
-    if durable:
-        where.add_argument(
-            "--system-db",
-            metavar="URL",
-            help="the DBOS system database of durable runs (sqlite:///... or postgresql://...)",
-        )
+    where.add_argument(
+        "--system-db",
+        metavar="URL",
+        help="the DBOS system database of durable runs (sqlite:///... or postgresql://...)",
+    )
 
 
 def _add_decision_options(parser: argparse.ArgumentParser) -> None:
@@ -785,8 +802,10 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
     """``agentfsm resume``: a paused or crashed run goes on in this process."""
     resume = commands.add_parser("resume", parents=[common], help="resume a paused or crashed run and print its answer")
     resume.add_argument("target", metavar="FILE_OR_RUN_ID", help="a snapshot file, or a run id with --store")
-    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR", help="the agent that runs it")
-    _add_run_source(resume, durable=False)
+    resume.add_argument(
+        "--agent", metavar="MODULE:ATTR", help="the agent that runs it (a durable run goes on in a worker instead)"
+    )
+    _add_run_source(resume)
     resume.add_argument("--seq", type=int, metavar="N", help="with --store: snapshot N of the run (with --fork)")
     resume.add_argument(
         "--fork", action="store_true", help="start a new run from the snapshot; the snapshot's run stays as it is"

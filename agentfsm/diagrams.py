@@ -9,6 +9,7 @@ Three views, all read from ``agentfsm.machine.TRANSITIONS`` (never a hand-drawn 
   write ``stop_run`` or ``continue_run``): the table ``machine.specialise`` makes for the constants
   its runs use (``Agent.outline``, by ``runtime.constant_facts``);
 - one tool call's lifecycle: ``machine_diagram(machine="calls")`` (``CALL_TRANSITIONS``);
+- a stored run's lifecycle: ``machine_diagram(machine="runs")`` (``agentfsm.lifecycle.LIFECYCLE``);
 - a run: ``machine_diagram(trace=result["trace"])`` or ``machine_diagram(snapshot=snapshot)``
   highlights the phase the run is in (or paused before) and the edges it took, with how often.
 
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentfsm._core.rules import specialise_rules
 from agentfsm.errors import AgentFSMError, ConfigurationError, MissingRendererError
 from agentfsm.hooks import hook_name
+from agentfsm.lifecycle import LIFECYCLE, TERMINAL_STATUSES
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_TRANSITIONS,
@@ -271,11 +273,12 @@ def build_model(
             if path:
                 order[edge] = (*order.get(edge, ()), position)
     current, current_note = None, ""
-    if snapshot is not None:
+    if snapshot is not None and not snapshot.ended:
         current, current_note = snapshot.phase.value, f"paused here, step {snapshot.step}"
     elif records:
         current = records[-1][2].value
-        current_note = f"ended here, step {records[-1][0]}"
+        ended = snapshot.exit_reason if snapshot is not None else None
+        current_note = f"ended here, step {records[-1][0]}" + (f": {ended[:80]}" if ended else "")
     return DiagramModel(
         title,
         tuple(states),
@@ -346,6 +349,31 @@ def build_call_model() -> DiagramModel:
         "",
         CallStatus.PROPOSED.value,
         tuple(s.value for s in CallStatus if s in TERMINAL_CALL_STATUSES),
+    )
+
+
+#: The state a stored run's lifecycle starts from: a run the store does not know yet.
+NOT_STORED = "new"
+
+
+def build_lifecycle_model() -> DiagramModel:
+    """The diagram of a stored run's lifecycle (``agentfsm.lifecycle.LIFECYCLE``): each edge labelled with its checks."""
+    edges = tuple(
+        Edge(e.source.value if e.source else NOT_STORED, e.dest.value, e.trigger.value, e.condition) for e in LIFECYCLE
+    )
+    states = (NOT_STORED, *dict.fromkeys(e.dest for e in edges))
+    return DiagramModel(
+        "agentfsm stored run",
+        states,
+        edges,
+        {edge: f"{edge.trigger} [{edge.condition}]" if edge.condition else edge.trigger for edge in edges},
+        {},
+        {},
+        frozenset(),
+        None,
+        "",
+        NOT_STORED,
+        tuple(s.value for s in TERMINAL_STATUSES),
     )
 
 
@@ -510,16 +538,22 @@ def machine_diagram(
     agent: Agent | None = None,
     trace: Iterable[Any] | None = None,
     snapshot: AgentSnapshot | None = None,
-    machine: Literal["phases", "calls"] = "phases",
+    machine: Literal["phases", "calls", "runs"] = "phases",
     path: bool = False,
 ) -> str | bytes:
     """A diagram of the machine (optionally for ``agent``, highlighting a run's ``trace`` or ``snapshot``).
 
-    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``). With
-    ``path``, the trace's edges are numbered in the order they were taken (``⟨1,5⟩``).
+    ``machine="calls"`` draws the lifecycle of one tool call instead (``CALL_TRANSITIONS``),
+    ``machine="runs"`` the one of a stored run (``LIFECYCLE``). With ``path``, the trace's edges
+    are numbered in the order they were taken (``⟨1,5⟩``).
     Mermaid and DOT come back as ``str``; SVG and PNG as ``bytes``.
     """
-    model = build_call_model() if machine == "calls" else build_model(agent, trace, snapshot, path)
+    if machine == "calls":
+        model = build_call_model()
+    elif machine == "runs":
+        model = build_lifecycle_model()
+    else:
+        model = build_model(agent, trace, snapshot, path)
     if output_format == "mermaid":
         return to_mermaid(model)
     if output_format == "dot":

@@ -5,6 +5,11 @@ next phase's work (or, in TOOL_RUN, as each tool call finishes). It holds data o
 no code): the phase to enter on resume and how far its work got (``stage``), the step, the
 conversation, the other State values, the pending tool calls, the tool results already completed
 in TOOL_RUN, the breakpoint that stopped the run, and a fingerprint of the agent.
+
+A finished run's record is a snapshot too, in DONE or FAILED: its trace ends with the edge into
+that phase, its ``exit_reason`` says how the run ended (a failed run's: its error), and its
+``stage`` how far the phase that edge left had got. It resumes nowhere: where the run stood before
+its last edge (``reopened``) is what a fork of it starts from, and what resuming a failed run retries.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
-from agentfsm._core.phases import ACTIVE_PHASES, PHASE_WORK, Phase
+from agentfsm._core.phases import ACTIVE_PHASES, PHASE_WORK, TERMINAL_PHASES, Phase
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
@@ -84,7 +89,7 @@ class OutcomeData(TypedDict, total=False):
 
 
 class AgentSnapshot(BaseModel):
-    """Everything needed to continue a run, as validated, JSON-compatible data."""
+    """Everything needed to continue a run (or a finished run's record), as validated, JSON-compatible data."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -139,8 +144,8 @@ class AgentSnapshot(BaseModel):
     @field_validator("phase")
     @classmethod
     def _resumable_phase(cls, phase: Phase) -> Phase:
-        if phase not in ACTIVE_PHASES:
-            raise ValueError(f"a run resumes into an active phase, not {phase.value}")
+        if phase not in ACTIVE_PHASES and phase not in TERMINAL_PHASES:
+            raise ValueError(f"a run resumes into an active phase (or ended in DONE or FAILED), not {phase.value}")
         return phase
 
     @field_validator("messages")
@@ -163,9 +168,17 @@ class AgentSnapshot(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentSnapshot:
-        work = len(PHASE_WORK.get(self.phase, ()))
+        phase = self.phase
+        if phase in TERMINAL_PHASES:  # a finished run's record: its stage is the one of the phase it left last
+            if not self.trace or self.trace[-1]["dest"] is not phase:
+                raise ValueError(
+                    f"a run resumes into an active phase; the record of one that ended in {phase.value} ends with "
+                    "its edge into it"
+                )
+            phase = self.trace[-1]["source"]
+        work = len(PHASE_WORK.get(phase, ()))
         if self.stage > work:
-            raise ValueError(f"stage {self.stage} is past the {work} items of {self.phase.value}'s work")
+            raise ValueError(f"stage {self.stage} is past the {work} items of {phase.value}'s work")
         keys = [_call_key(c, i) for i, c in enumerate(self.pending_tool_calls)]
         shared = sorted({k for k in keys if keys.count(k) > 1})
         if shared:
@@ -292,13 +305,36 @@ class AgentSnapshot(BaseModel):
         """Why the run paused, typed (``break_point`` is its data); ``None`` for a run that did not pause."""
         return pause_reason(self.break_point)
 
+    @property
+    def ended(self) -> bool:
+        """Whether this is a finished run's record (in DONE or FAILED), not a point to resume."""
+        return self.phase in TERMINAL_PHASES
+
+    def reopened(self) -> AgentSnapshot:
+        """Where a finished run stood before its last edge (in that phase, its work as far as it got); any other as it is.
+
+        ``SnapshotError`` for a run that ended before its first phase (nothing of it ran to resume).
+        """
+        if not self.ended:
+            return self
+        last = self.trace[-1]
+        if last["source"] not in ACTIVE_PHASES:
+            raise SnapshotError(
+                f"Run {self.run_id} ended before its first phase ({last['source'].value} --{last['trigger']}--> "
+                f"{self.phase.value}): there is no point of it to start from; start a new run with its messages."
+            )
+        return self.model_copy(
+            update={"phase": last["source"], "trace": self.trace[:-1], "exit_reason": None, "break_point": None}
+        )
+
     def fork(self, run_id: str | None = None) -> AgentSnapshot:
         """The same point of the run under a new run id: resuming it starts a branch, the original stays.
 
-        The branch is a run of its own: it starts a trace of its own (no ``trace_context``).
+        The branch is a run of its own: it starts a trace of its own (no ``trace_context``). A fork of
+        a finished run's record starts where the run stood before its last edge (``reopened``).
         """
         update = {"run_id": run_id or uuid.uuid4().hex, "created_at": now_iso(), "seq": None, "trace_context": None}
-        return self.model_copy(update=update)
+        return self.reopened().model_copy(update=update)
 
     def file_name(self) -> str:
         """A descriptive file name: ``<run id>_<step>_<phase>.json``."""

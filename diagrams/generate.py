@@ -12,13 +12,18 @@ from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.diagrams import decision_tables, machine_diagram
 
 HERE = Path(__file__).resolve().parent
-#: The pages that show the machine's Mermaid diagram, between machine-diagram markers.
-PAGES = (HERE.parent / "README.md", HERE.parent / "docs" / "machine.md")
-DIAGRAM_BLOCK = re.compile(
-    r"(<!-- machine-diagram:start -->\n```mermaid\n)(.*?)(```\n<!-- machine-diagram:end -->)", re.DOTALL
-)
+#: The Mermaid diagrams embedded in pages, between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
+#: markers: the pages that show each, and what it draws.
+EMBEDDED: dict[str, tuple[tuple[Path, ...], dict[str, str]]] = {
+    "machine-diagram": ((HERE.parent / "README.md", HERE.parent / "docs" / "machine.md"), {}),
+    "lifecycle-diagram": ((HERE.parent / "docs" / "snapshots-and-stores.md",), {"machine": "runs"}),
+}
 #: The machine page's decision tables, between decision-tables markers.
 TABLES_BLOCK = re.compile(r"(<!-- decision-tables:start -->\n)(.*?)(<!-- decision-tables:end -->)", re.DOTALL)
+
+
+def _block(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- {name}:start -->\n```mermaid\n)(.*?)(```\n<!-- {name}:end -->)", re.DOTALL)
 
 
 def _paused_demo_snapshot() -> object:
@@ -40,6 +45,7 @@ def expected_files() -> dict[str, str | bytes]:
         "demo-run": {"agent": demo, "trace": demo_result["trace"]},
         "demo-paused": {"agent": demo, "snapshot": paused},
         "call-machine": {"machine": "calls"},
+        "run-lifecycle": {"machine": "runs"},
     }
     files: dict[str, str | bytes] = {}
     for name, view in views.items():
@@ -49,15 +55,16 @@ def expected_files() -> dict[str, str | bytes]:
 
 
 def expected_pages() -> dict[Path, str]:
-    """Each page of PAGES with the machine's Mermaid diagram (and the machine page's decision tables) embedded."""
-    mermaid = machine_diagram("mermaid")
-    assert isinstance(mermaid, str)
+    """Each page of ``EMBEDDED`` with its Mermaid diagrams (and the machine page's decision tables) embedded."""
     tables = decision_tables()
-    pages = {}
-    for page in PAGES:
-        text = DIAGRAM_BLOCK.sub(lambda m: m.group(1) + mermaid + m.group(3), page.read_text(encoding="utf-8"))
-        pages[page] = TABLES_BLOCK.sub(lambda m: m.group(1) + tables + m.group(3), text)
-    return pages
+    pages: dict[Path, str] = {}
+    for name, (shown_on, view) in EMBEDDED.items():
+        mermaid = machine_diagram("mermaid", **view)  # type: ignore[arg-type]
+        assert isinstance(mermaid, str)
+        for page in shown_on:
+            text = pages.get(page) or page.read_text(encoding="utf-8")
+            pages[page] = _block(name).sub(lambda m, d=mermaid: m.group(1) + d + m.group(3), text)
+    return {page: TABLES_BLOCK.sub(lambda m: m.group(1) + tables + m.group(3), text) for page, text in pages.items()}
 
 
 def main() -> int:

@@ -12,7 +12,10 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from agentfsm._core.phases import CALL_DONE, EXIT_CHECK, PHASE_WORK, Phase
+from agentfsm._core.phases import CALL_DONE, FAILED, PHASE_WORK, TERMINAL_PHASES, Phase
+from agentfsm.errors import SerializationError
+from agentfsm.events import error_text
+from agentfsm.machine import TRANSITIONS
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import Cancelled, PauseReason
 from agentfsm.result import AgentResult
@@ -129,14 +132,29 @@ def result_of(run: AgentRun) -> AgentResult:
 
 
 def result_record(run: AgentRun) -> dict[str, Any]:
-    """A finished run as data (the workflow's output): its snapshot fields, in DONE."""
+    """A finished run as data (a workflow's output, a store's record of it): its snapshot fields, in DONE or FAILED.
+
+    Its ``stage`` is how far the phase its last edge left had got: all of that phase's work after an
+    edge taken once the work was done, none after an interrupt (a failure, a limit on entering).
+    """
+    last = run.trace[-1]
+    interrupted = any(t.interrupt and (t.trigger, t.source) == (last.trigger, last.source) for t in TRANSITIONS)
     return {
         **snapshot_fields(run),
         "phase": run.phase.value,
+        "stage": 0 if interrupted else len(PHASE_WORK.get(last.source, ())),
+        "exit_reason": ending_reason(run),
         "messages": [m.to_dict() for m in run.state.data.get("messages") or []],
         "trace": [r.to_dict() for r in run.trace],
         "created_at": now_iso(),
     }
+
+
+def ending_reason(run: AgentRun) -> str | None:
+    """What a finished run's record says of its end: its exit reason, or a failed run's error (its first 500 characters)."""
+    if run.phase is FAILED and run.error is not None:
+        return error_text(run.error)[:500]
+    return run.exit_reason
 
 
 def result_from_record(record: dict[str, Any], output: OutputType | None = None) -> AgentResult:
@@ -151,21 +169,26 @@ def result_from_record(record: dict[str, Any], output: OutputType | None = None)
     return run_result(data, record["exit_reason"], trace, None if problems else value)
 
 
-def final_snapshot(record: dict[str, Any], segment: int) -> AgentSnapshot:
-    """A finished run where it stood last: in EXIT_CHECK with its work done, before the edge to DONE.
+def final_snapshot(record: dict[str, Any], segment: int | None = None) -> AgentSnapshot:
+    """A finished run's record as its last snapshot, in DONE or FAILED, its trace ending with that edge.
 
-    What a snapshot store keeps of a finished run; resuming it takes the same edge to the same result.
-    ``record`` is ``result_record``'s; ``segment`` numbers the snapshot (its ``seq``).
+    ``record`` is ``result_record``'s; ``segment`` numbers the snapshot (its ``seq``). A fork of it
+    starts where the run stood before its last edge (``AgentSnapshot.reopened``).
     """
-    return AgentSnapshot.from_dict(
-        {
-            **record,
-            "phase": EXIT_CHECK.value,
-            "stage": len(PHASE_WORK[EXIT_CHECK]),
-            "trace": record["trace"][:-1],
-            "seq": segment,
-        }
-    )
+    return AgentSnapshot.from_dict({**record, "seq": segment})
+
+
+def finished_record(run: AgentRun) -> AgentSnapshot | None:
+    """The record a store keeps of a run that ended in DONE or FAILED (``final_snapshot``), else ``None``.
+
+    ``None`` too for a run whose State has no JSON form: the store keeps how it ended without it.
+    """
+    if run.phase not in TERMINAL_PHASES:
+        return None
+    try:
+        return final_snapshot(result_record(run))
+    except SerializationError:
+        return None
 
 
 def run_result(

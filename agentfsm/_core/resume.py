@@ -17,6 +17,7 @@ from agentfsm._core.records import TransitionRecord
 from agentfsm._core.runtime import AgentRun, RunConfig
 from agentfsm.decisions import ToolExecutionDecision, as_decisions
 from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
+from agentfsm.lifecycle import run_done
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
@@ -50,9 +51,15 @@ def resume_run(
     run takes its ``in_doubt`` edge from TOOL_RUN to PAUSED (break point ``outcome_unknown``) until a
     decision says to run them again (``execute=True``) or gives their result (``execute=False``, the
     result as ``feedback``).
+
+    A finished run's record resumes nowhere: a done one is refused (``StaleSnapshotError``), a failed
+    one goes on from where it stood before its ``fail`` edge, retrying the work that failed.
     """
     decisions = as_decisions(decisions)
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
+    if snap.phase is Phase.DONE:
+        raise run_done(snap.run_id, snap.seq, snap.seq)
+    snap = snap.reopened()  # a failed run's record: it is retried where it failed
     expected = config.fingerprint()
     check_fingerprint(snap.run_id, snap.agent_fingerprint, expected, strict=strict)
     if snap.outcome_unknown_calls():  # recorded while its tools ran: the run applies the in-doubt rule

@@ -516,7 +516,7 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
     def _commit(self, run_id: str, cursor: Any) -> None:
         if self.world.dead:
             raise Killed("the process is gone")
-        had = bool(cursor.entries) or cursor.status is not None
+        had = bool(cursor.entries) or cursor.ending is not None
         super()._commit(run_id, cursor)
         if had:
             self.world.committed()

@@ -18,8 +18,10 @@ Tool calls are DBOS steps, run at least once: a call that started and whose resu
 recorded (its worker died) runs again only when its tool is idempotent (``@tool(idempotent=True)``);
 otherwise the run pauses with break point ``outcome_unknown`` until a decision settles the call.
 
-``cancel(db, run_id)`` stops a running durable run from any process (DBOS cancels its workflow
-before the next step), and ``resume_cancelled(db, run_id)`` continues it from its recorded steps.
+``cancel(db, run_id)`` stops a running durable run from any process, as in-process through the
+run's ``cancel`` edge: DBOS stops its workflow before the next step, and the cancellation's own
+workflow takes the edge where that one's record ends. The run is then paused (reason
+``cancelled``), and any continuation resumes it (``resume_cancelled(db, run_id)`` is one).
 """
 
 from agentfsm import _extras

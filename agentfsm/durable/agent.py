@@ -15,12 +15,14 @@ from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos import error as dbos_errors
 
 from agentfsm._core import listeners
+from agentfsm._core.actions import Pause
 from agentfsm._core.drivers import pause_exception
 from agentfsm._core.records import final_snapshot, result_from_record
 from agentfsm._core.resume import check_fingerprint
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import RUN_ARGUMENTS, Agent, RunRequest
 from agentfsm.breakpoints import AgentBreakpoint, Breakpoint, breakpoint_from_dict
+from agentfsm.cancellation import RunHandle
 from agentfsm.durable.driver import drive_durable, paused_snapshot, snapshot_where
 from agentfsm.durable.executor import dbos_launched
 from agentfsm.durable.records import (
@@ -114,10 +116,48 @@ class DurableAgent:
     # -- inside the workflow ----------------------------------------------------------------------------
 
     def _execute(self, request: dict[str, Any]) -> dict[str, Any]:
+        if "cancelled" in request:
+            return self._cancel(request["cancelled"])
         run = self._run_for(request, self.on_event)
         return drive_durable(run, self.agent.chat_generator, WorkflowSteps(self._pool))
 
-    def _run_for(self, request: dict[str, Any], on_event: EventHandler | None = None) -> AgentRun:
+    def _cancel(self, cancelled: dict[str, Any]) -> dict[str, Any]:
+        """The workflow of a cancellation (``records.cancel``): the run takes its ``cancel`` edge where it was stopped.
+
+        Where it stands is read from the record of the workflow DBOS stopped, in one step (a
+        recovered cancellation reads it back); a run that ended before it was stopped ends the same
+        way here. One stopped before its first phase (its before_run hooks not recorded) starts
+        here and takes the edge at its first transition, as a run whose ``RunHandle`` was cancelled
+        before it started does.
+        """
+        workflow_id = cancelled["workflow_id"]
+
+        def where_it_stands() -> dict[str, Any] | None:
+            run = self._run_for(cancelled["request"])
+            recorded = RecordedSteps(workflow_id, DBOS.list_workflow_steps(workflow_id))
+            try:
+                return drive_durable(run, self.agent.chat_generator, recorded)
+            except EndOfRecord:
+                if run.error is not None:  # it failed before it was stopped
+                    raise run.error from None
+                if not run.task_cancelled():
+                    return None
+            action = run.next_action()
+            assert isinstance(action, Pause)
+            return {"paused": action.snapshot.to_dict()}
+
+        steps = WorkflowSteps(self._pool)
+        output: dict[str, Any] | None = steps.run("cancel", where_it_stands)
+        if output is not None:
+            return output
+        handle = RunHandle()
+        run = self._run_for(cancelled["request"], self.on_event, handle)
+        handle.cancel()
+        return drive_durable(run, self.agent.chat_generator, steps)
+
+    def _run_for(
+        self, request: dict[str, Any], on_event: EventHandler | None = None, cancel: RunHandle | None = None
+    ) -> AgentRun:
         """The run a workflow's input starts: a new run, or a paused one continued with decisions."""
         if "snapshot" in request:
             return self.agent.new_run(
@@ -142,6 +182,7 @@ class DurableAgent:
                 on_event=on_event,
                 agent_name=self.name,
                 recovers=True,
+                cancel=cancel,
             )
         )
         # The trace of the span that started the run (``agentfsm.telemetry``), whichever worker runs it,
@@ -337,8 +378,12 @@ class DurableAgent:
         """Where the run ``record`` is of stands (``snapshot``, for a record read already)."""
         if record.ended is not None:
             return record.ended
-        run = self._run_for(record.request)
-        steps = RecordedSteps(record.workflow_id, db.list_workflow_steps(record.workflow_id))
+        request, workflow_id = record.request, record.workflow_id
+        cancelled = request.get("cancelled")
+        if cancelled is not None:  # a cancellation under way: the run stands where the stopped workflow left it
+            request, workflow_id = cancelled["request"], cancelled["workflow_id"]
+        run = self._run_for(request)
+        steps = RecordedSteps(workflow_id, db.list_workflow_steps(workflow_id))
         try:
             output: dict[str, Any] = drive_durable(run, self.agent.chat_generator, steps)
         except EndOfRecord:

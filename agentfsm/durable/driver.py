@@ -6,8 +6,8 @@ journal (``slices.doubt.started_calls``), the in-doubt rule (``AgentRun.crashed_
 decision check (``agentfsm._core.decisions``), the fingerprint check (``agentfsm._core.resume``) and what a
 finished run's record and final snapshot are (``records.result_record``, ``records.final_snapshot``)
 are the core's, as for every driver. A
-workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's snapshot
-fields, in DONE).
+workflow's output is ``{"paused": snapshot}`` or ``{"done": record}`` (a finished run's record: its
+snapshot fields, in DONE, its trace ending with that edge).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from agentfsm._core.runtime import AgentRun, bad_model_output
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.generators.base import ChatGenerator
-from agentfsm.machine import CallStatus, Phase
+from agentfsm.machine import CANNOT_FAIL, TERMINAL_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
 from agentfsm.slices import doubt, limits
@@ -90,12 +90,20 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
         except (EndOfRecord, dbos_errors.DBOSException, dbos_errors.DBOSBaseException):
             raise  # not the run's own error: DBOS's, or the end of what a workflow recorded
         except BaseException as exc:
-            if steps.reading:  # a failed run is shown where it failed, before its fail edge
-                raise EndOfRecord from exc
+            if steps.reading:
+                raise _failed_on_record(run, exc) from exc
             if not run.fail(exc):
                 if emitter is not None:
                     emitter.escaped(exc)
                 raise
+
+
+def _failed_on_record(run: AgentRun, error: BaseException) -> EndOfRecord:
+    """The end of a failed run's record: the run takes its fail edge where the error was recorded (nothing else runs)."""
+    if run.phase not in CANNOT_FAIL:
+        run.error = error
+        run.interrupt("fail", Phase.FAILED)
+    return EndOfRecord()
 
 
 def _call_model(generator: ChatGenerator, action: CallModel, emitter: Emitter | None) -> dict[str, Any]:
@@ -222,12 +230,12 @@ def paused_snapshot(output: Any, segment: int) -> AgentSnapshot | None:
 def snapshot_where(run: AgentRun, segment: int) -> AgentSnapshot:
     """Where a run driven over its workflow's record stands when the record ends, as its snapshot.
 
-    In DONE (its after_run hooks not recorded yet) that is where it stood last (``final_snapshot``);
-    before its first phase (its before_run hooks not recorded yet) there is none, as in a snapshot
-    store: ``SnapshotError``.
+    In DONE (its after_run hooks not recorded yet) or FAILED that is the finished run's record
+    (``final_snapshot``); before its first phase (its before_run hooks not recorded yet) there is
+    none, as in a snapshot store: ``SnapshotError``.
     """
     if run.phase is Phase.IDLE:
         raise SnapshotError(f"Run {run.run_id} has not started yet: it has no snapshot before its first phase.")
-    if run.phase is Phase.DONE:
+    if run.phase in TERMINAL_PHASES:
         return final_snapshot(result_record(run), segment)
     return run.make_snapshot().model_copy(update={"seq": segment})

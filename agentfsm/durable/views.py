@@ -44,11 +44,11 @@ class DurableRuns:
                 RunInfo(
                     record.run_id,
                     record.status,
-                    snapshot.phase if snapshot else None,
+                    snapshot.phase if snapshot else record.phase,
                     snapshot.step if snapshot else 0,
                     record.segment + 1,
                     record.updated_at,
-                    exit_reason=record.done["exit_reason"] if record.done else None,
+                    exit_reason=record.exit_reason,
                 )
             )
         return sorted(infos, key=lambda info: info.updated_at, reverse=True)

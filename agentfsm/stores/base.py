@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentfsm._core.records import RunDelta
-from agentfsm.errors import SnapshotError, StaleSnapshotError
+from agentfsm.errors import SnapshotError
 from agentfsm.machine import Phase
 from agentfsm.pauses import RunStatus
-from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
+from agentfsm.snapshot import AgentSnapshot
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
@@ -50,7 +49,8 @@ class RunInfo:
     taken_over_by: str | None = None
     parent_run_id: str | None = None
     parent_seq: int | None = None
-    #: How a finished run ended (``text``, ``max_agent_steps``...), as its result says.
+    #: What the run's last ending said: how a finished run ended (``text``, ``max_agent_steps``..., as
+    #: its result says), a failed run's error, or ``cancelled`` for a run cancelled from outside.
     exit_reason: str | None = None
 
 
@@ -71,49 +71,6 @@ class StoredEvent:
 def new_claim() -> str:
     """A claim's owner id: this host and process, and a token of its own."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def check_not_held(
-    run_id: str, seq: int | None, head: int, holder: str | None, until: float | None, take_over: bool
-) -> None:
-    """``StaleSnapshotError`` while another process's claim (``holder``, live ``until``) holds the run, unless ``take_over``."""
-    if holder is not None and until is not None and until > time.time() and not take_over:
-        raise StaleSnapshotError(
-            f"Run {run_id!r} is being run by {holder} (its claim holds until {iso_from_timestamp(until)} "
-            "unless renewed); nothing ran. If that process is gone, take the run over (take_over=True, "
-            "or agentfsm resume --take-over).",
-            run_id,
-            seq,
-            head,
-            holder,
-        )
-
-
-def check_head(run_id: str, seq: int | None, head: int, status: str | None) -> None:
-    """``StaleSnapshotError`` unless snapshot ``seq`` is the newest (``head``) of a run that is not done."""
-    if seq is None:
-        raise StaleSnapshotError(
-            f"This snapshot of run {run_id!r} does not say which of its {head + 1} stored snapshots it is "
-            f"(no seq); nothing ran. Resume store.latest({run_id!r}), or start a new run from it (fork=True).",
-            run_id,
-            seq,
-            head,
-        )
-    if seq != head:
-        raise StaleSnapshotError(
-            f"Snapshot {seq} of run {run_id!r} is not its newest ({head}): the run went on from it "
-            "already; nothing ran. Resume the newest, or start a new run from this point (fork=True).",
-            run_id,
-            seq,
-            head,
-        )
-    if status == RunStatus.DONE:
-        raise StaleSnapshotError(
-            f"Run {run_id!r} is done; nothing ran. Start a new run from any of its snapshots (fork=True).",
-            run_id,
-            seq,
-            head,
-        )
 
 
 def of_run(snapshot: AgentSnapshot, run_id: str, where: object) -> AgentSnapshot:
@@ -155,8 +112,13 @@ class SnapshotStore(Protocol):
         """
         ...
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason."""
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` (done, failed or paused) and its exit reason.
+
+        ``snapshot``: a finished run's record (in DONE or FAILED), kept as its newest snapshot.
+        """
         ...
 
     def latest(self, run_id: str) -> AgentSnapshot:

@@ -26,15 +26,18 @@ import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write
-from agentfsm.pauses import RunStatus
+from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
+from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
 from agentfsm.stores._events import EventWriter, check_window, read_event
-from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
 
+#: The fields of ``run.json`` but its status, in ``StoredRun``'s order.
+_RUN_FIELDS = ("taken_over_from", "taken_over_by", "parent_run_id", "parent_seq", "exit_reason")
 #: The fields of ``run.json`` and ``claim.json``, and their types.
 _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("status", "exit_reason", "taken_over_from", "taken_over_by", "parent_run_id"), (str, type(None))),
@@ -95,6 +98,9 @@ class JsonFileStore:
         self.record_events = record_events
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
+        #: Runs this store ran until another process took them over, and the claim each lost: its
+        #: writes are refused from now on (``WRITERS_CLAIM``).
+        self._lost: dict[str, str] = {}
         # Its thread starts with the first event; what it holds at exit is written then.
         self._events = EventWriter(functools.partial(_append_events, self.directory), name="agentfsm-json-events")
         weakref.finalize(self, self._events.stop)
@@ -130,9 +136,44 @@ class JsonFileStore:
         """The run's ``run.json``: its status, and where a fork started."""
         return self._read(self._folder(run_id) / "run.json") or {}
 
-    def _set_record(self, run_id: str, **changes: Any) -> None:
-        path = self._folder(run_id) / "run.json"
-        atomic_write(path, dump_json({**self._record(run_id), **changes}))
+    def _stored(self, run_id: str) -> StoredRun:
+        """The run's record, as the lifecycle reads it: ``run.json``, its claim and its head."""
+        record = self._record(run_id)
+        holder = self._read(self._folder(run_id) / "claim.json") or {}
+        head = len(self._files(run_id)) - 1
+        status = record.get("status") or (RunStatus.PAUSED.value if head >= 0 else None)
+        return StoredRun(
+            RunStatus(status) if status else None,
+            head,
+            holder.get("owner"),
+            holder.get("lease_until"),
+            *(record.get(name) for name in _RUN_FIELDS),
+        )
+
+    def _write(self, run_id: str, before: StoredRun, after: StoredRun) -> None:
+        """Write what the lifecycle decided: the claim file (created exclusively by a first claim), then ``run.json``."""
+        path = self._folder(run_id) / "claim.json"
+        if after.owner is not None and after.owner != before.owner:
+            claim = orjson.dumps({"owner": after.owner, "lease_until": after.lease_until})
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if before.owner is None:
+                try:
+                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    raise StaleSnapshotError(
+                        f"Run {run_id!r} was claimed by another process just now; nothing ran.",
+                        run_id,
+                        head=before.head,
+                    ) from None
+                with os.fdopen(descriptor, "wb") as file:
+                    file.write(claim)
+            else:
+                atomic_write(path, claim)
+        assert after.status is not None
+        record = {"status": after.status.value, **{name: getattr(after, name) for name in _RUN_FIELDS}}
+        atomic_write(self._folder(run_id) / "run.json", dump_json(record))
+        if after.owner is None and before.owner is not None:
+            path.unlink(missing_ok=True)
 
     # -- claims -------------------------------------------------------------------------------------
 
@@ -140,78 +181,68 @@ class JsonFileStore:
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
     ) -> None:
         """Take the run from its snapshot ``seq`` to run it in this process (see ``SnapshotStore.claim``)."""
-        path = self._folder(run_id) / "claim.json"
-        head = len(self._files(run_id)) - 1
-        holder = self._read(path)
-        owner_before, until = (
-            (holder.get("owner"), holder.get("lease_until", 0)) if holder is not None else (None, None)
-        )
-        check_not_held(run_id, seq, head, owner_before, until, take_over)
-        if head >= 0:
-            check_head(run_id, seq, head, self._record(run_id).get("status"))
         owner = new_claim()
-        claim = orjson.dumps({"owner": owner, "lease_until": time.time() + self.lease_seconds})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if holder is None:
-            try:
-                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                raise StaleSnapshotError(
-                    f"Run {run_id!r} was claimed by another process just now; nothing ran.", run_id, seq, head
-                ) from None
-            with os.fdopen(descriptor, "wb") as file:
-                file.write(claim)
-        else:
-            atomic_write(path, claim)
-        changes: dict[str, Any] = {"status": RunStatus.ACTIVE.value}
-        if holder is not None:
-            changes["taken_over_from"], changes["taken_over_by"] = owner_before, owner
-        if parent is not None:
-            changes["parent_run_id"], changes["parent_seq"] = parent
-        self._set_record(run_id, **changes)
+        before = self._stored(run_id)
+        request = Request(
+            claim_trigger(take_over, parent), owner, time.time() + self.lease_seconds, seq=seq, parent=parent
+        )
+        self._write(run_id, before, move(run_id, before, request))
         self._claims[run_id] = owner
+        self._lost.pop(run_id, None)
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` and its exit reason."""
+    def _fenced(self, run_id: str, before: StoredRun, request: Request) -> StoredRun:
+        """``move`` for a request of this process's claim; a refusal means the claim was lost."""
+        try:
+            return move(run_id, before, request)
+        except StaleSnapshotError:
+            self._lost[run_id] = request.owner
+            raise
+
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Give up this process's claim on the run, leaving it ``status`` and its exit reason (and ``snapshot``, its record)."""
         owner = self._claims.pop(run_id, None)
         if owner is None:
             return
-        path = self._folder(run_id) / "claim.json"
-        holder = self._read(path)
-        if holder is None or holder.get("owner") != owner:
-            raise StaleSnapshotError(
-                f"Run {run_id!r} was taken over by {holder and holder.get('owner')} while this process ran it.",
-                run_id,
-            )
-        self._set_record(run_id, status=RunStatus(status).value, exit_reason=exit_reason)
-        path.unlink()
+        before = self._stored(run_id)
+        request = Request(ending_trigger(status, exit_reason), owner, exit_reason=exit_reason)
+        after = self._fenced(run_id, before, request)
+        if snapshot is not None:
+            self._write_file(before.head + 1, snapshot)
+        self._write(run_id, before, after)
 
     # -- snapshots ----------------------------------------------------------------------------------
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Write the snapshot atomically as the next file of its run, which is then paused."""
+        """Write the snapshot atomically as the next file of its run, which is then paused.
+
+        The snapshot of a run this process runs is its pause (its cancel, for a run cancelled from
+        outside); any other is saved from outside the run, refused while another process's claim holds it.
+        """
         run_id = snapshot.run_id
-        if run_id not in self._claims:
-            holder = self._read(self._folder(run_id) / "claim.json")
-            if holder is not None and holder.get("lease_until", 0) > time.time():
-                raise StaleSnapshotError(
-                    f"Run {run_id!r} is being run by {holder.get('owner')}: a snapshot cannot be saved into it now.",
-                    run_id,
-                    owner=holder.get("owner"),
-                )
-        seq = len(self._files(run_id))
-        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
-        try:
-            snapshot.model_copy(update={"seq": None}).to_file(self._folder(run_id) / name)
-        except SerializationError:
-            if run_id in self._claims:  # the pause cannot be kept: the run failed
-                self.release(run_id, RunStatus.FAILED)
-            raise
-        if run_id in self._claims:
-            self.release(run_id, RunStatus.PAUSED)
+        reason = CANCELLED if isinstance(snapshot.pause, Cancelled) else None
+        owner = self._claims.pop(run_id, None) or self._lost.get(run_id)
+        before = self._stored(run_id)
+        if owner is None:
+            after = move(run_id, before, Request(Trigger.SAVE, new_claim(), exit_reason=reason))
         else:
-            self._set_record(run_id, status=RunStatus.PAUSED.value)
+            trigger = Trigger.CANCEL if reason else Trigger.PAUSE
+            after = self._fenced(run_id, before, Request(trigger, owner, exit_reason=reason))
+        seq = before.head + 1
+        try:
+            self._write_file(seq, snapshot)
+        except SerializationError:
+            if owner is not None:  # the pause cannot be kept: the run failed
+                self._write(run_id, before, move(run_id, before, Request(Trigger.FAIL, owner)))
+            raise
+        self._write(run_id, before, after)
         return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+
+    def _write_file(self, seq: int, snapshot: AgentSnapshot) -> None:
+        """Write ``snapshot`` atomically as its run's snapshot number ``seq``."""
+        name = f"{seq:06d}_{snapshot.step:04d}_{snapshot.phase.value}.json"
+        snapshot.model_copy(update={"seq": None}).to_file(self._folder(snapshot.run_id) / name)
 
     def _load_file(self, run_id: str, path: Path, seq: int) -> AgentSnapshot:
         return of_run(AgentSnapshot.from_file(path), run_id, path).model_copy(update={"seq": seq})

@@ -35,19 +35,20 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.records import RunDelta, TransitionRecord
 from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
-from agentfsm.machine import COMMIT_ON_ENTRY, Phase
-from agentfsm.pauses import RunStatus
+from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
+from agentfsm.machine import COMMIT_ON_ENTRY, TERMINAL_PHASES, Phase
+from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores._events import EventWriter, check_window, read_event
-from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, check_head, check_not_held, new_claim, of_run
+from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
@@ -109,19 +110,31 @@ _LAST_SEQ = (1 << _SEQ_BITS) - 1
 
 #: A stored trace entry's values, in order.
 _TRACE_FIELDS = TransitionRecord._fields
-#: A batch is written only while the writer's claim holds the run (one statement: atomic on its own).
+#: A batch of snapshots: written by the holder of the run's claim only, which the statement checks
+#: itself (the lifecycle's ``WRITERS_CLAIM``, applied by the database: one statement is atomic on its own).
 _INSERT = (
     "INSERT INTO snapshot_batches SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS "
     "(SELECT 1 FROM runs WHERE number = ? AND owner = ?)"
 )
-#: Renews the claim, or gives it up with the run's new status (owner and lease cleared).
-_RENEW = "UPDATE runs SET updated_at = ?, lease_until = ? WHERE number = ? AND owner = ?"
+_INSERT_CHECKED = "INSERT INTO snapshot_batches VALUES (?, ?, ?, ?, ?, ?)"
+#: A run's record, as the lifecycle has it (``agentfsm.lifecycle.StoredRun``), but its head.
+_RECORD = (
+    "status",
+    "owner",
+    "lease_until",
+    "taken_over_from",
+    "taken_over_by",
+    "parent_run_id",
+    "parent_seq",
+    "exit_reason",
+)
+_SELECT_RECORD = f"SELECT number, {', '.join(_RECORD)} FROM runs WHERE run_id = ?"
+_INSERT_RECORD = (
+    f"INSERT INTO runs (run_id, created_at, updated_at, {', '.join(_RECORD)}) VALUES ({', '.join('?' * 11)})"
+)
+_UPDATE_RECORD = f"UPDATE runs SET updated_at = ?, {', '.join(f'{name} = ?' for name in _RECORD)} WHERE number = ?"
 #: The next event of a run: numbered after its newest, in the same statement (atomic on its own).
 _INSERT_EVENT = "INSERT INTO events SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM events WHERE run_id = ?"
-_RELEASE = (
-    "UPDATE runs SET status = ?, exit_reason = ?, updated_at = ?, owner = NULL, lease_until = NULL "
-    "WHERE number = ? AND owner = ?"
-)
 
 
 @dataclass(slots=True)
@@ -133,13 +146,11 @@ class _Cursor:
     #: The claim under which this process writes the run, and when to renew its lease.
     owner: str
     renew_at: float
-    #: How the run ended, committed with its final status.
-    exit_reason: str | None = None
     #: Snapshots recorded but not committed yet (they start at ``next_seq - len(entries)``), and the
-    #: run status to commit with them.
+    #: ending (a pause, a cancel, the run's end) to commit with them.
     entries: list[list[Any]] = field(default_factory=list)
     full: bool = False
-    status: RunStatus | None = None
+    ending: Request | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
 
@@ -217,8 +228,8 @@ class SQLiteSnapshotStore:
         self._cursors: dict[str, _Cursor] = {}
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
-        #: Runs this store ran until another process took them over.
-        self._lost: set[str] = set()
+        #: Runs this store ran until another process took them over, and the claim each lost.
+        self._lost: dict[str, str] = {}
         self._checkpointer: Checkpointer | None = None
         if wal:  # not for ":memory:"
             # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
@@ -268,104 +279,100 @@ class SQLiteSnapshotStore:
             self._closer()
         self._db.close()
 
+    # -- the run's record: read, moved by the lifecycle, written -------------------------------------
+
+    def _stored(self, run_id: str) -> tuple[int | None, StoredRun]:
+        """The run's row number (None: not stored) and its record, as the lifecycle reads it."""
+        row = self._db.execute(_SELECT_RECORD, (run_id,)).fetchone()
+        if row is None:
+            return None, StoredRun()
+        number, status, *rest = row
+        try:
+            return number, StoredRun(RunStatus(status), self._count(number) - 1, *rest)
+        except ValueError as exc:
+            raise self._damaged(exc) from None
+
+    def _move(self, run_id: str, request: Request, batch: Callable[[int, int], tuple[Any, ...]] | None = None) -> int:
+        """Move the run as the lifecycle decides and write its new record, and ``batch``'s row: the run's number.
+
+        ``batch(number, head)`` is the row of snapshots to write with it (the run's number, its head
+        before). One transaction, begun for writing: no other writer comes between the check and the write.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                number, run = self._stored(run_id)
+                moved = move(run_id, run, request)
+                values = [getattr(moved, name) for name in _RECORD]
+                if number is None:
+                    number = self._db.execute(_INSERT_RECORD, (run_id, now_iso(), now_iso(), *values)).lastrowid
+                    assert number is not None
+                else:
+                    self._db.execute(_UPDATE_RECORD, (now_iso(), *values, number))
+                if batch is not None:
+                    self._db.execute(_INSERT_CHECKED, batch(number, run.head))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return number
+
     # -- claims ---------------------------------------------------------------------------------
 
     def claim(
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
     ) -> None:
         """Take the run from its snapshot ``seq`` to run it in this process (see ``SnapshotStore.claim``)."""
-        self._claim(run_id, seq, take_over=take_over, parent=parent, from_head=True)
-
-    def _claim(
-        self,
-        run_id: str,
-        seq: int | None,
-        *,
-        take_over: bool = False,
-        parent: tuple[str, int | None] | None = None,
-        from_head: bool,
-    ) -> None:
-        owner, now = new_claim(), time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the claim
-            try:
-                row = self._db.execute(
-                    "SELECT number, status, owner, lease_until FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()
-                if row is None:
-                    parent_run_id, parent_seq = parent or (None, None)
-                    self._db.execute(
-                        "INSERT INTO runs (run_id, status, created_at, updated_at, owner, lease_until, "
-                        "parent_run_id, parent_seq) VALUES (?, 'active', ?, ?, ?, ?, ?, ?)",
-                        (run_id, now_iso(), now_iso(), owner, now + self.lease_seconds, parent_run_id, parent_seq),
-                    )
-                else:
-                    number, status, holder, until = row
-                    if from_head:
-                        head = self._count(number) - 1
-                        check_not_held(run_id, seq, head, holder, until, take_over)
-                        check_head(run_id, seq, head, status)
-                    elif holder is not None and until > now:
-                        raise StaleSnapshotError(
-                            f"Run {run_id!r} is being run by {holder}: a snapshot cannot be saved into it now.",
-                            run_id,
-                            seq,
-                            owner=holder,
-                        )
-                    self._db.execute(
-                        "UPDATE runs SET status = 'active', updated_at = ?, owner = ?, lease_until = ?, "
-                        "taken_over_from = COALESCE(?, taken_over_from), "
-                        "taken_over_by = CASE WHEN ? IS NULL THEN taken_over_by ELSE ? END WHERE number = ?",
-                        (now_iso(), owner, now + self.lease_seconds, holder, holder, owner, number),
-                    )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        owner = new_claim()
+        request = Request(
+            claim_trigger(take_over, parent), owner, time.time() + self.lease_seconds, seq=seq, parent=parent
+        )
+        self._move(run_id, request)
         self._claims[run_id] = owner
+        self._lost.pop(run_id, None)
         self._cursors.pop(run_id, None)
 
-    def release(self, run_id: str, status: RunStatus, exit_reason: str | None = None) -> None:
-        """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``."""
+    def release(
+        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+    ) -> None:
+        """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``.
+
+        A finished run's record is ``snapshot`` or, in a durable store, the one recorded at its last edge
+        (``observe``), which keeps ``exit_reason`` (a failed run's error) too.
+        """
         if run_id not in self._claims:
             return
         cursor = self._cursor(run_id)
-        cursor.status, cursor.exit_reason = status, exit_reason
+        if snapshot is not None:
+            self._add_whole(cursor, snapshot)
+        elif cursor.entries and cursor.body is not None and cursor.body["phase"] in TERMINAL_PHASES:
+            cursor.entries[-1][2]["exit_reason"] = cursor.body["exit_reason"] = exit_reason
+        cursor.ending = Request(ending_trigger(status, exit_reason), cursor.owner, exit_reason=exit_reason)
         self._commit(run_id, cursor)
 
-    def _taken_over(self, run_id: str, cursor: _Cursor) -> StaleSnapshotError:
-        """This process lost the run (its claim expired and another took it over): it writes nothing more."""
+    def _lose(self, run_id: str, owner: str) -> None:
+        """This process lost the run (another took its claim ``owner`` over): its writes are refused from now on."""
         self._cursors.pop(run_id, None)
         self._claims.pop(run_id, None)
-        self._lost.add(run_id)
-        with self._lock:
-            row = self._db.execute("SELECT owner FROM runs WHERE number = ?", (cursor.number,)).fetchone()
-        return StaleSnapshotError(
-            f"Run {run_id!r} was taken over by {row[0] if row else None} while this process ran it (claim "
-            f"{cursor.owner}); what this process did after snapshot {cursor.next_seq - len(cursor.entries) - 1} "
-            "is not stored.",
-            run_id,
-            owner=row[0] if row else None,
-        )
+        self._lost[run_id] = owner
 
     # -- writing ----------------------------------------------------------------------------------
 
     def _cursor(self, run_id: str) -> _Cursor:
-        """The run's cursor; the first write of a new run claims it for this process."""
+        """The run's cursor; the first write of a new run claims it for this process.
+
+        A run this process lost keeps the claim it lost: its commits are refused (``WRITERS_CLAIM``).
+        """
         cursor = self._cursors.get(run_id)
         if cursor is None:
-            owner = self._claims.get(run_id)
-            if run_id in self._lost:
-                raise StaleSnapshotError(
-                    f"Run {run_id!r} was taken over: this process writes nothing more of it.", run_id
-                )
+            owner = self._claims.get(run_id) or self._lost.get(run_id)
             if owner is None:
-                self._claim(run_id, None, from_head=False)
+                self.claim(run_id, None)
                 owner = self._claims[run_id]
             number = self._number(run_id)
             assert number is not None
             renew_at = time.time() + self.lease_seconds / 3
-            cursor = _Cursor(number=number, next_seq=self._count(number), owner=owner, renew_at=renew_at)
+            cursor = _Cursor(number, self._count(number), owner, renew_at)
             self._cursors[run_id] = cursor
         return cursor
 
@@ -396,13 +403,15 @@ class SQLiteSnapshotStore:
         return cursor.next_seq - 1
 
     def _commit(self, run_id: str, cursor: _Cursor) -> None:
-        """Commit the run's recorded snapshots as one row, in one transaction with its new status, if any.
+        """Commit the run's recorded snapshots as one row, in one transaction with its ending, if any.
 
-        Written only while this process's claim holds the run (else ``StaleSnapshotError``); a status
-        (done, failed, paused) gives the claim up, and a commit after a third of the lease renews it.
+        Written only while this process's claim holds the run (else the lifecycle's
+        ``StaleSnapshotError``): a batch alone is one statement that checks the claim itself; an
+        ending (pause, cancel, end), and a commit after a third of the lease (which renews it), move
+        the run's record in the same transaction.
         """
-        entries, status = cursor.entries, cursor.status
-        if not entries and status is None:
+        entries, ending = cursor.entries, cursor.ending
+        if not entries and ending is None:
             return
         row: tuple[Any, ...] = ()
         if entries:
@@ -419,35 +428,26 @@ class SQLiteSnapshotStore:
         now = time.time()
         try:
             with self._lock:
-                if status is None and now < cursor.renew_at:
-                    # One statement is atomic on its own: no transaction to open.
-                    held = self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
-                else:
-                    self._db.execute("BEGIN")
-                    try:
-                        # The batch first: it is written only while the claim is held, which the status clears.
-                        if row:
-                            self._db.execute(_INSERT, (*row, cursor.number, cursor.owner))
-                        if status is None:
-                            renewed = (now_iso(), now + self.lease_seconds, cursor.number, cursor.owner)
-                            held = self._db.execute(_RENEW, renewed).rowcount == 1
-                        else:
-                            released = (status, cursor.exit_reason, now_iso(), cursor.number, cursor.owner)
-                            held = self._db.execute(_RELEASE, released).rowcount == 1
-                        self._db.execute("COMMIT" if held else "ROLLBACK")
-                    except BaseException:
-                        self._db.execute("ROLLBACK")
-                        raise
+                # A batch that the claim's check refused (taken over) goes the checked way: the lifecycle says why.
+                if not (
+                    ending is None
+                    and now < cursor.renew_at
+                    and self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
+                ):
+                    request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
+                    self._move(run_id, request, (lambda number, head: row) if row else None)
                     cursor.renew_at = now + self.lease_seconds / 3
         except sqlite3.IntegrityError as exc:  # the snapshots' numbers are taken: the file was changed
             if entries:
                 self._give_up(run_id, cursor, cursor.next_seq - len(entries))
             raise self._damaged(exc) from None
-        if not held:
-            raise self._taken_over(run_id, cursor)
-        # Only once written: a failed commit keeps the snapshots for the next one.
-        cursor.entries, cursor.status, cursor.body = [], None, None
-        if status is not None:  # the run is no longer written by this process
+        except StaleSnapshotError:
+            self._lose(run_id, cursor.owner)
+            raise
+        # Only once written: a failed commit keeps the snapshots for the next one. The last one's fields
+        # stay (``body``): the record of the run's end is written from them.
+        cursor.entries, cursor.ending = [], None
+        if ending is not None:  # the run is no longer written by this process
             self._cursors.pop(run_id, None)
             self._claims.pop(run_id, None)
         if self._checkpointer is not None:
@@ -456,40 +456,67 @@ class SQLiteSnapshotStore:
     def _give_up(self, run_id: str, cursor: _Cursor, first_seq: int) -> None:
         """The recorded snapshots can never be written: the run fails, and gives its claim up, with what is stored."""
         cursor.next_seq, cursor.entries, cursor.body = first_seq, [], None
-        cursor.status, cursor.exit_reason = RunStatus.FAILED, None
+        cursor.ending = Request(Trigger.FAIL, cursor.owner)
         self._commit(run_id, cursor)
+
+    def _whole(self, snapshot: AgentSnapshot) -> list[Any]:
+        """``snapshot`` as a batch's entry that holds all of it: messages, trace, the other fields, created_at."""
+        data = snapshot.to_dict()
+        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
+        del data["seq"]  # the snapshot's number is where it is stored
+        return [messages, [[r[name] for name in _TRACE_FIELDS] for r in trace], data, created_at]
+
+    def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot) -> int:
+        """Record all of ``snapshot`` as the run's next snapshot, starting a batch: its number."""
+        messages, trace, body, created_at = self._whole(snapshot)
+        return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at)
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Store a whole snapshot as the newest of its run, which is then paused.
 
-        The snapshot of a run this process runs is its pause; any other snapshot is refused
-        (``StaleSnapshotError``) while another process's claim holds its run.
+        The snapshot of a run this process runs is its pause (its cancel, for a run cancelled from
+        outside); any other is saved from outside the run, refused (``StaleSnapshotError``) while
+        another process's claim holds it.
         """
-        data = snapshot.to_dict()
-        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
-        del data["seq"]  # the snapshot's number is where it is stored
-        trace = [[r[name] for name in _TRACE_FIELDS] for r in trace]
-        cursor = self._cursor(snapshot.run_id)
-        seq = self._add(snapshot.run_id, cursor, True, messages, trace, data, created_at)
-        cursor.status = RunStatus.PAUSED
-        self._commit(snapshot.run_id, cursor)
-        return SnapshotInfo(snapshot.run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
+        run_id, reason = snapshot.run_id, CANCELLED if isinstance(snapshot.pause, Cancelled) else None
+        if run_id not in self._claims and run_id not in self._lost:
+            encoded, phase, step = dump_json([self._whole(snapshot)]), snapshot.phase.value, snapshot.step
+            request = Request(Trigger.SAVE, new_claim(), exit_reason=reason)
+            number = self._move(
+                run_id, request, lambda n, head: ((n << _SEQ_BITS) + head + 1, 1, phase, step, 1, encoded)
+            )
+            seq = self._count(number) - 1
+        else:
+            cursor = self._cursor(run_id)
+            seq = self._add_whole(cursor, snapshot)
+            trigger = Trigger.CANCEL if reason else Trigger.PAUSE
+            cursor.ending = Request(trigger, cursor.owner, exit_reason=reason)
+            self._commit(run_id, cursor)
+        return SnapshotInfo(run_id, seq, snapshot.phase, snapshot.step, snapshot.created_at)
 
     def observe(self, delta: RunDelta) -> None:
-        """Record a run's snapshot where it now stands; give the run up when it ends.
+        """Record a run's snapshot where it now stands; at its end, the record of how it ended.
 
-        A run that pauses is saved (``save``) by the driver, with the snapshot it pauses with.
+        A run that pauses is saved (``save``) by the driver, with the snapshot it pauses with; the
+        record of a finished run is committed when the driver releases it (``release``), with its exit
+        reason or error.
         """
+        record = delta.record
+        cursor = self._cursors.get(delta.run_id)
         if delta.fields is not None:
+            fields = delta.fields
             cursor = self._cursor(delta.run_id)
-            messages = [m.to_dict() for m in delta.messages]
-            trace = [list(r) for r in delta.trace]
-            # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
-            self._add(delta.run_id, cursor, delta.rewritten, messages, trace, delta.fields, time.time())
-            if delta.record is None or delta.record.dest in COMMIT_ON_ENTRY:
-                self._commit(delta.run_id, cursor)
-        elif delta.record is not None and delta.record.dest is not Phase.PAUSED:
-            self.release(delta.run_id, RunStatus.ended_in(delta.record.dest), delta.exit_reason)
+        elif record is not None and record.dest in TERMINAL_PHASES and cursor is not None and cursor.body:
+            # Where it stood before its last edge, that edge taken: in DONE or FAILED, its stage kept.
+            fields = {**cursor.body, "phase": record.dest, "exit_reason": delta.exit_reason, "break_point": None}
+        else:
+            return
+        messages = [m.to_dict() for m in delta.messages]
+        trace = [list(r) for r in delta.trace]
+        # A number, formatted when read: formatting the time costs more than the rest of the snapshot.
+        self._add(delta.run_id, cursor, delta.rewritten, messages, trace, fields, time.time())
+        if delta.fields is not None and (record is None or record.dest in COMMIT_ON_ENTRY):
+            self._commit(delta.run_id, cursor)
 
     # -- reading ----------------------------------------------------------------------------------
 

@@ -205,6 +205,27 @@ def test_decide_a_paused_run_of_a_snapshot_store(tmp_path: Path, kind: str) -> N
     assert missing.returncode == 1 and missing.stderr.startswith("agentfsm: error: ")
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "json"])
+def test_a_run_decided_from_another_process_ends_in_done_with_its_last_edge(tmp_path: Path, kind: str) -> None:
+    where = tmp_path / "runs.db" if kind == "sqlite" else tmp_path / "runs"
+    store = SQLiteSnapshotStore(where, durable=True) if kind == "sqlite" else JsonFileStore(where)
+    run_id = paused_payments(store)
+    getattr(store, "close", lambda: None)()
+    agent = ("--agent", "tests.cli.test_cli:paying_agent")
+    decided = cli("decide", run_id, "--store", str(where), *agent, "--approve-all")
+    assert decided.returncode == 0, decided.stderr
+    [row] = json.loads(cli("runs", "--store", str(where), "--json").stdout)
+    assert (row["status"], row["phase"], row["exit_reason"]) == ("done", "DONE", "text")
+    shown = cli("snapshot", "show", run_id, "--store", str(where))
+    assert shown.returncode == 0 and "ended        in DONE at step 2 (" in shown.stdout, shown.stderr
+    final = json.loads(cli("snapshot", "show", run_id, "--store", str(where), "--json").stdout)
+    assert (final["trace"][-1]["source"], final["trace"][-1]["dest"]) == ("EXIT_CHECK", "DONE")
+    drawn = cli("diagram", "--store", str(where), "--run", run_id, *agent)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "note left of DONE : ended here, step 2 - text" in drawn.stdout and "class DONE current" in drawn.stdout
+    assert "EXIT_CHECK --> DONE : 1 exit [text reply] \u00d71" in drawn.stdout, "its last edge, taken once"
+
+
 def test_decide_approve_all_and_the_former_db_option(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = SQLiteSnapshotStore(db, durable=True)

@@ -153,10 +153,10 @@ def test_a_durable_run_gives_the_in_process_result_with_one_step_per_model_and_t
     assert step_names("r1") == [(1, "model"), (2, "tool"), (3, "tool"), (4, "model")]
     # The run's record: done, with the result kept as data.
     assert plain.result("r1")["last_message"].text == "done: 1-A, 1-B"
-    # Its snapshot: where it stood last, as a snapshot store keeps a finished run.
+    # Its snapshot: the finished run's record, its last edge taken, as a snapshot store keeps it.
     final = plain.snapshot("r1")
-    assert (final.phase, final.exit_reason, len(final.messages)) == (Phase.EXIT_CHECK, "text", 5)
-    assert [r["dest"] for r in final.trace][-1] == "EXIT_CHECK"
+    assert (final.phase, final.exit_reason, len(final.messages)) == (Phase.DONE, "text", 5)
+    assert [(r["source"], r["dest"]) for r in final.trace][-1] == ("EXIT_CHECK", "DONE")
 
 
 def test_a_durable_run_that_calls_no_tool_counts_none(launched: str) -> None:
@@ -201,9 +201,11 @@ def test_hooks_and_state_run_as_steps_and_resume_from_their_record(launched: str
 def test_a_failed_run_raises_its_error(launched: str) -> None:
     with pytest.raises(ToolInvocationError, match="RuntimeError: broken 3-a"):
         failing.run(user("3"), run_id="f1")
-    # Where it failed: its tools ran (their results recorded), their results were being taken in.
+    # The failed run's record: its tools ran (their results recorded), their results were being taken in.
     snapshot = failing.snapshot("f1")
-    assert snapshot.phase is Phase.TOOL_RUN and sorted(snapshot.completed_tool_results) == ["call-3-a", "call-3-b"]
+    assert snapshot.phase is Phase.FAILED and "broken 3-a" in (snapshot.exit_reason or "")
+    retried = snapshot.reopened()  # where it failed: resuming its record retries from there
+    assert retried.phase is Phase.TOOL_RUN and sorted(retried.completed_tool_results) == ["call-3-a", "call-3-b"]
     record = find_run(DBOS, "f1")
     assert record.status == "failed" and "broken 3-a" in str(record.error)
 
@@ -481,6 +483,44 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
     assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 2}
 
 
+def test_a_run_cancelled_from_another_process_is_paused_resumes_and_ends_in_done(
+    system_db: str, tmp_path: Path
+) -> None:
+    """On SQLite and PostgreSQL, a worker in its own process: the cancel edge, the listing, the resume, the end."""
+    from agentfsm.durable import cancel
+
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(system_db, "tests.durable.durable_agents:killable", "w1", env)
+    client = DBOSClient(system_database_url=system_db)
+    try:
+        durable_agents.killable.start(user("20"), run_id="x1", client=client)
+        _wait(lambda: [n for _, n in step_names("x1", client)].count("tool") == 2, "two recorded calls")
+        _wait(lambda: _attempts(tmp_path)["20-slow"] == 1, "the slow call")
+        assert cancel(client, "x1") == "x1"
+        (tmp_path / "block").unlink()  # the slow call finishes; its result cannot be recorded any more
+        _wait(lambda: find_run(client, "x1").status == "paused", "the cancel edge")
+        [row] = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
+        assert (row["status"], row["phase"], row["exit_reason"]) == ("paused", "TOOL_RUN", "cancelled")
+        resumed = _cli("resume", "x1", "--system-db", system_db)
+        assert resumed.returncode == 0 and "continues as workflow x1/2" in resumed.stdout, resumed.stderr
+        client.retrieve_workflow("x1/2").get_result(polling_interval_sec=0.05)  # the worker ran it
+        result = durable_agents.killable.result("x1", client)
+        # The worker finished it: its record ends in DONE, with its last edge.
+        [row] = orjson.loads(_cli("runs", "--system-db", system_db, "--json").stdout)
+        assert (row["status"], row["phase"], row["exit_reason"]) == ("done", "DONE", "text")
+        shown = _cli("snapshot", "show", "x1", "--system-db", system_db)
+        assert "ended        in DONE at step 2" in shown.stdout, shown.stderr
+    finally:
+        worker.stop()
+        client.destroy()
+    expected = durable_agents.killable.agent.run(user("20"))
+    assert comparable_result(result) == comparable_result(expected), "the same end as an uncancelled run"
+    # The finished calls ran once; the one under way ran again (its tool is idempotent), its effect once.
+    assert _attempts(tmp_path) == {"20-a": 1, "20-b": 1, "20-slow": 2}
+    assert _effects(tmp_path) == ["20-a", "20-b", "20-slow"]
+
+
 def test_a_worker_with_another_agent_configuration_refuses_the_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     worker = Worker(url, "tests.durable.durable_reconfigured:parallel", "w1", _env(tmp_path))
@@ -659,7 +699,7 @@ def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(lau
         assert "page-waiting" in listing and "waiting for approval" in listing
         assert "page-done" in listing and "<td class='status'>done</td>" in listing and "<td>text</td>" in listing
         done = client.get("/runs/page-done").text
-        assert "done: 12-A, 12-B" in done and "EXIT_CHECK" in done
+        assert "done: 12-A, 12-B" in done and "phase DONE" in done
         page = client.get("/runs/page-waiting").text
         assert "call-11-a" in page and "call-11-b" in page
         form = {
@@ -675,7 +715,7 @@ def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(lau
         again = client.post("/runs/page-waiting/decide", data=form)
         assert again.status_code == 409  # that pause is decided
         history = runs.history("page-waiting")
-        assert [(i.seq, i.phase) for i in history] == [(0, Phase.CONFIRM), (1, Phase.EXIT_CHECK)]
+        assert [(i.seq, i.phase) for i in history] == [(0, Phase.CONFIRM), (1, Phase.DONE)]
         assert runs.load("page-waiting", 0).phase is Phase.CONFIRM
     finally:
         client.close()
@@ -783,7 +823,9 @@ def test_durable_runs_make_the_in_process_decisions_and_resume_from_any_step(
         if run.phase is Phase.IDLE:  # cut before its first phase: no snapshot, a recovered workflow starts over
             return
         snapshot = snapshot_where(run, 0)
-        resumed = agent(position=snapshot.step).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
+        # Cut in DONE (its after_run hooks not recorded): the finished run's record, which a fork goes on from.
+        again = agent(position=snapshot.step)
+        resumed = again.run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot), fork=snapshot.ended)
         assert comparable_result(resumed) == comparable_result(expected)
 
 

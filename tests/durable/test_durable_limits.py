@@ -16,7 +16,7 @@ from agentfsm.durable import DurableAgent, DurableRun, cancel, find_run, launch,
 from agentfsm.errors import DurabilityError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
-from agentfsm.pauses import OutcomeUnknown
+from agentfsm.pauses import Cancelled, OutcomeUnknown
 from agentfsm.testing import comparable_result
 from tests.helpers import SIDE_EFFECTS, add, call, calls
 
@@ -113,7 +113,7 @@ def test_a_durable_run_cancelled_from_a_client_resumes_from_its_recorded_steps(l
         assert cancel(client, "c1") == "c1"
         RELEASE.set()  # the call under way finishes; the workflow stops before its next step
         deadline = time.monotonic() + 60
-        while find_run(client, "c1").workflow_status != "CANCELLED":
+        while find_run(client, "c1").status != "paused":  # it took its cancel edge
             assert time.monotonic() < deadline
             time.sleep(0.05)
         with pytest.raises(DurabilityError, match="only an active"):
@@ -140,7 +140,7 @@ def test_a_durable_runs_wall_clock_counts_from_its_first_start_across_resume_can
     cancel(DBOS, "w1")
     RELEASE.set()
     deadline = time.monotonic() + 60
-    while find_run(DBOS, "w1").workflow_status != "CANCELLED":
+    while find_run(DBOS, "w1").status != "paused":  # it took its cancel edge
         assert time.monotonic() < deadline
         time.sleep(0.05)
     before_resume = time.time()
@@ -160,3 +160,71 @@ def test_per_run_limits_and_handles_are_refused_with_what_to_use_instead() -> No
     assert "Agent(usage_limits=" in str(refused.value)
     with pytest.raises(ConfigurationError, match=r"agentfsm\.durable\.cancel"):
         limited.start([ChatMessage.from_user("go")], cancel=RunHandle())
+
+
+@tool(idempotent=True)
+def released_step(label: str) -> str:
+    """``slow_step``, for a tool that may run again: a call in doubt after a cancellation reruns by itself."""
+    return str(slow_step.function(label))
+
+
+def _resumable() -> Agent:
+    script = [calls(call("released_step", "r1", label="r")), "done"]
+    return Agent(chat_generator=ScriptedChatGenerator(script), tools=[released_step])
+
+
+resumable = DurableAgent(_resumable(), "resumable")
+
+
+def test_a_durable_cancel_takes_the_cancel_edge_lists_paused_and_resumes_to_the_same_end(launched: str) -> None:
+    import subprocess
+    import sys
+
+    import orjson
+
+    from agentfsm.durable import DurableRuns
+    from agentfsm.web import create_app
+    from tests.web.test_web import ASGIClient
+
+    STARTED.clear()
+    RELEASE.clear()
+    SIDE_EFFECTS.clear()
+    resumable.start([ChatMessage.from_user("go")], run_id="k1")
+    assert STARTED.wait(60)
+    client = DBOSClient(system_database_url=launched)  # what another process uses
+    try:
+        assert cancel(client, "k1") == "k1"
+        RELEASE.set()
+        deadline = time.monotonic() + 60
+        while find_run(client, "k1").status != "paused":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # As in-process: the run took its cancel edge where it stood, and its record says so.
+        record = find_run(client, "k1")
+        assert (record.exit_reason, record.phase, record.workflow_id) == ("cancelled", Phase.TOOL_RUN, "k1/1")
+        assert record.paused is not None and isinstance(record.paused.pause, Cancelled)
+        assert record.paused.started_tool_calls == ["r1"], "the call under way: in doubt when resumed"
+        listed = subprocess.run(
+            [sys.executable, "-m", "agentfsm.cli", "runs", "--system-db", launched, "--json"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        rows = orjson.loads(listed.stdout)
+        assert [(r["run_id"], r["status"], r["exit_reason"]) for r in rows] == [("k1", "paused", "cancelled")]
+        page = ASGIClient(create_app(DurableRuns(client, resumable)))
+        try:
+            listing = page.get("/").text
+        finally:
+            page.close()
+        assert "<td class='status'>paused</td><td>TOOL_RUN</td><td>1</td><td>cancelled</td>" in listing
+    finally:
+        client.destroy()
+    result = resumable.resume("k1").result(timeout=60)
+    expected = _resumable().run([ChatMessage.from_user("go")])
+
+    def ending(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in comparable_result(r).items() if k != "trace"}
+
+    assert ending(result) == ending(expected), "the same end as an uncancelled run"
+    assert find_run(DBOS, "k1").status == "done"

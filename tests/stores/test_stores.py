@@ -153,8 +153,10 @@ def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path)
         (p.EXIT_CHECK, 2),
         (p.LLM_CALL, 2),
         (p.EXIT_CHECK, 3),
+        (p.DONE, 3),  # the run's record: its last edge taken
     ]
-    assert len(history) == sum(1 for r in result["trace"] if r.dest is not p.DONE) + 3
+    assert len(history) == len(result["trace"]) + 3
+    assert store.latest(run_id).trace == [r.to_dict() for r in result["trace"]]
     assert store.runs() == [
         RunInfo(
             run_id,
@@ -170,7 +172,9 @@ def test_durable_store_records_every_transition_and_time_travels(tmp_path: Path)
         snapshot = store.load(run_id, info.seq)
         assert (snapshot.phase, snapshot.step, snapshot.seq) == (info.phase, info.step, info.seq)
         # A snapshot taken while the tools ran: its calls without a result may have run; run them again.
-        resumed = agent(position=snapshot.step).run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot))
+        # The finished run's record resumes nowhere: a fork of it starts before its last edge.
+        again = agent(position=snapshot.step)
+        resumed = again.run(snapshot=snapshot, decisions=rerun_in_doubt(snapshot), fork=snapshot.ended)
         assert comparable_result(resumed) == baseline, f"resuming from snapshot {info.seq} ({info.phase})"
 
 
@@ -208,7 +212,12 @@ def test_crash_inside_tool_run_resumes_only_unfinished_calls(tmp_path: Path) -> 
     run = store.runs()[0]
     assert run.status == "failed"
     snapshot = store.latest(run.run_id)
-    assert snapshot.phase is Phase.TOOL_RUN
+    # The failed run's record: its fail edge taken; resuming it retries the tool run where it failed.
+    assert snapshot.phase is Phase.FAILED and snapshot.trace[-1]["source"] is Phase.TOOL_RUN
+    assert (
+        snapshot.reopened().phase is Phase.TOOL_RUN
+        and snapshot.exit_reason == "KeyboardInterrupt: crash while running two"
+    )
     assert snapshot.completed_tool_results == {"f1": {"value": "ONE"}}
     resumed = agent(store, script=script, position=1, tool_concurrency=1)
     # f2 and f3 were handed to the tools before the crash: the run cannot know whether they ran.
@@ -280,7 +289,7 @@ def test_fork_an_earlier_point_of_a_durable_run(tmp_path: Path) -> None:
     assert forked["last_message"].text == "a different ending"
     assert forked["messages"][:3] == original["messages"][:3], "the branch shares the history up to the fork"
     assert {r.run_id: r.status for r in store.runs()} == {run_id: "done", branch.run_id: "done"}
-    assert len(store.history(run_id)) == 13, "the original run is untouched"
+    assert len(store.history(run_id)) == 14, "the original run is untouched"
 
 
 class RecordingStore(SQLiteSnapshotStore):
@@ -295,9 +304,13 @@ class RecordingStore(SQLiteSnapshotStore):
     def observe(self, delta: RunDelta) -> None:
         self.messages = [*([] if delta.rewritten else self.messages), *delta.messages]
         self.trace += delta.trace
+        whole = {"messages": [m.to_dict() for m in self.messages], "trace": [r.to_dict() for r in self.trace]}
         if delta.fields is not None:
-            whole = {**delta.fields, "messages": [m.to_dict() for m in self.messages]}
-            self.taken.append({**whole, "trace": [r.to_dict() for r in self.trace]})
+            self.taken.append({**delta.fields, **whole})
+        elif delta.record is not None and delta.record.dest in (Phase.DONE, Phase.FAILED):
+            # The run's record: where it stood before its last edge, that edge taken.
+            ended = {"phase": delta.record.dest, "exit_reason": delta.exit_reason, "break_point": None}
+            self.taken.append({**self.taken[-1], **ended, **whole})
         super().observe(delta)
 
 
@@ -578,7 +591,7 @@ def test_run_async_writes_to_its_store_off_the_event_loop(tmp_path: Path) -> Non
     assert result["last_message"].text == "done"
     assert store.threads and loop_thread not in store.threads
     [run] = store.runs()
-    assert run.status == "done" and store.latest(run.run_id).phase is Phase.EXIT_CHECK
+    assert run.status == "done" and store.latest(run.run_id).phase is Phase.DONE
     store.close()
 
 
@@ -608,3 +621,99 @@ def test_a_damaged_store_folder_is_a_snapshot_error(tmp_path: Path) -> None:
     (tmp_path / first.run_id / "run.json").mkdir()
     with pytest.raises(SnapshotError, match=r"run\.json"):
         store.runs()
+
+
+# -- a finished run's record ------------------------------------------------------------------------
+
+
+def any_store(kind: str, tmp_path: Path) -> SnapshotStore:
+    if kind == "json":
+        return JsonFileStore(tmp_path / "snapshots")
+    return SQLiteSnapshotStore(tmp_path / "runs.db", durable=kind == "sqlite durable")
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite", "sqlite durable"])
+def test_a_finished_run_is_kept_with_its_last_edge_and_forks_from_before_it(kind: str, tmp_path: Path) -> None:
+    store = any_store(kind, tmp_path)  # a store of pauses keeps the runs that paused: this one, at step 1
+    paused = pause(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    result = agent(store, position=1).run(snapshot=paused)
+    [run] = store.runs()
+    record = store.latest(run.run_id)
+    assert (run.status, run.phase, run.exit_reason) == ("done", Phase.DONE, "text")
+    assert (record.phase, record.exit_reason, record.seq) == (Phase.DONE, "text", run.snapshots - 1)
+    assert record.trace == [r.to_dict() for r in result["trace"]], "the stored trace ends with EXIT_CHECK -> DONE"
+    assert record.messages == [m.to_dict() for m in result["messages"]]
+    with pytest.raises(StaleSnapshotError, match="is done; nothing ran"):
+        agent(store, position=3).run(snapshot=record)
+    # A fork of the record starts where the run stood before its last edge, and ends as it did.
+    forked = agent(store, position=3).run(snapshot=record, fork=True)
+    assert comparable_result(forked) == comparable_result(result)
+    child = next(r for r in store.runs() if r.run_id != run.run_id)
+    assert (child.parent_run_id, child.parent_seq, child.phase) == (run.run_id, record.seq, Phase.DONE)
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite", "sqlite durable"])
+def test_a_failed_run_is_kept_with_its_fail_edge_and_its_error(kind: str, tmp_path: Path) -> None:
+    from tests.helpers import fail
+
+    store = any_store(kind, tmp_path)
+    script = [calls(call("fail", "x1", reason="the disk is full")), "never"]
+    failing = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[fail],
+        snapshot_store=store,
+        raise_on_tool_invocation_failure=True,
+    )
+    with pytest.raises(BreakpointException):  # a store of pauses keeps the runs that paused
+        failing.run(USER, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    with pytest.raises(Exception, match="the disk is full"):
+        failing.run(snapshot=store.latest(store.runs()[0].run_id))
+    [run] = store.runs()
+    record = store.latest(run.run_id)
+    assert (run.status, run.phase) == ("failed", Phase.FAILED)
+    assert run.exit_reason == record.exit_reason and "RuntimeError: the disk is full" in (run.exit_reason or "")
+    assert (record.trace[-1]["source"], record.trace[-1]["trigger"]) == (Phase.TOOL_RUN, "fail")
+    # Resuming the failed run's record retries the work that failed, from where it failed.
+    with pytest.raises(Exception, match="the disk is full"):
+        failing.run(snapshot=record)
+    again = store.latest(run.run_id)
+    assert again.seq is not None and record.seq is not None and again.seq > record.seq and again.phase is Phase.FAILED
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite", "sqlite durable"])
+def test_a_run_cancelled_in_process_is_listed_paused_cancelled_and_resumes(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm import RunHandle
+    from agentfsm.cli import main
+    from agentfsm.errors import RunCancelled
+    from agentfsm.pauses import Cancelled
+
+    store = any_store(kind, tmp_path)
+    handle = RunHandle()
+
+    @tool
+    def cancelling(label: str) -> str:
+        """Cancel the run from inside it: it stops at its next transition."""
+        handle.cancel()
+        return label
+
+    def cancellable(position: int = 0) -> Agent:
+        script = [calls(call("cancelling", "c1", label="x")), "done"]
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script, position=position), tools=[cancelling], snapshot_store=store
+        )
+
+    with pytest.raises(RunCancelled):
+        cancellable().run(USER, cancel=handle)
+    [run] = store.runs()
+    assert (run.status, run.exit_reason, run.owner) == ("paused", "cancelled", None), "its cancel edge"
+    snapshot = store.latest(run.run_id)
+    assert isinstance(snapshot.pause, Cancelled)
+    where = tmp_path / ("snapshots" if kind == "json" else "runs.db")
+    assert main(["runs", "--store", str(where)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith(run.run_id) and " paused " in row and row.endswith("  cancelled"), row
+    assert cancellable(position=1).run(snapshot=snapshot)["last_message"].text == "done"
+    [run] = store.runs()
+    assert (run.status, run.exit_reason) == ("done", "text")

@@ -219,6 +219,23 @@ def test_a_resume_of_your_own_that_pauses_again_shows_the_run_not_an_error(runs:
     assert "Waiting for your decision" in client.get(f"/runs/{runs.waiting}").text
 
 
+def test_a_run_decided_on_the_page_ends_in_done_with_its_last_edge(runs: Runs, make_client: Any) -> None:
+    client = make_client(create_app(runs.store, runs.agent))
+    form = csrf_and_seq(client.get(f"/runs/{runs.waiting}").text)
+    decided = client.post(
+        f"/runs/{runs.waiting}/decide",
+        data={**form, "action:p1": "approve", "action:p2": "reject", "feedback:p2": "too much"},
+        follow_redirects=False,
+    )
+    assert decided.status_code == 303
+    page = client.get(f"/runs/{runs.waiting}").text
+    assert "<p>phase DONE, step 2, exit reason text</p>" in page
+    assert "<td>EXIT_CHECK</td><td>&rarr;</td><td>DONE</td><td>exit</td>" in page, "its last edge"
+    assert "ended here, step 2" in page, "the diagram ends in DONE"
+    listing = client.get("/").text
+    assert "<td class='status'>done</td><td>DONE</td><td>2</td><td>text</td>" in listing
+
+
 def test_no_decision_is_chosen_beforehand(runs: Runs, make_client: Any) -> None:
     client = make_client(create_app(runs.store, runs.agent))
     page = client.get(f"/runs/{runs.waiting}").text
