@@ -11,6 +11,7 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from unittest.mock import AsyncMock, MagicMock
 
 import pytest
 from pydantic import BaseModel
@@ -21,10 +22,12 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    ChatRole,
     ComponentTool,
     PipelineTool,
     State,
     StreamingChunk,
+    TextContent,
     Tool,
     ToolCall,
     ToolInvoker,
@@ -293,6 +296,52 @@ def test_a_generator_without_streaming_callback_runs_and_keeps_what_it_was_given
     first, second = generator.seen
     assert first == messages, "later messages never appear in what the generator kept"
     assert len(second) == 3
+
+
+class MockChatGenerator:
+    """Haystack's test double: ``run`` and ``run_async``, each replaced by a mock in the test."""
+
+    def run(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+    async def run_async(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello from run_async")]}
+
+
+class MockChatGeneratorWithoutRunAsync:
+    def run(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+
+@pytest.mark.parametrize(
+    ("generator_class", "use_async", "mocked"),
+    [
+        (MockChatGenerator, False, "run"),
+        (MockChatGenerator, True, "run_async"),
+        (MockChatGeneratorWithoutRunAsync, False, "run"),
+        (MockChatGeneratorWithoutRunAsync, True, "run"),
+    ],
+)
+def test_a_mocked_generator_was_called_with_the_messages_the_user_expects(
+    generator_class: type[Any], use_async: bool, mocked: str
+) -> None:
+    generator = generator_class()
+    agent = Agent(chat_generator=generator, tools=[ADD])
+    reply = {"replies": [ChatMessage.from_assistant("Hello")]}
+    mock = AsyncMock(return_value=reply) if mocked == "run_async" else MagicMock(return_value=reply)
+    setattr(generator, mocked, mock)
+    messages = [ChatMessage.from_user("Hello")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    expected_messages = [ChatMessage(_role=ChatRole.USER, _content=[TextContent(text="Hello")], _name=None, _meta={})]
+    mock.assert_called_once_with(messages=expected_messages, tools=[ADD])
+    assert result["messages"][0] == expected_messages[0]
+    assert result["messages"][-1] == result["last_message"] == ChatMessage.from_assistant("Hello")
 
 
 class StreamingGenerator:
