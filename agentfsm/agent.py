@@ -448,6 +448,11 @@ class Agent:
         return values_from_dict(data, self._full_schema)
 
     @property
+    def state_keys(self) -> frozenset[str]:
+        """The keys the State of this agent's runs declares: its ``state_schema``'s, its hooks' and its own."""
+        return frozenset(self._full_schema)
+
+    @property
     def fingerprint(self) -> str:
         """A hash of the configuration a snapshot depends on (tools, schema, exit conditions, limits)."""
         return self._fingerprint()

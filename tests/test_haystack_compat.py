@@ -8,6 +8,7 @@ no ``**kwargs`` where Haystack's has none). Only the imports differ from Haystac
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -397,6 +398,23 @@ def test_a_users_trace_key_resumes_anywhere_to_the_same_result() -> None:
         )
 
     assert_resume_equivalent(agent, [ChatMessage.from_user("add")], allowed_modules=["tests"])
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_users_key_without_a_value_is_absent_not_agentfsms(use_async: bool) -> None:
+    """Haystack's result holds the State's data: a declared key the run never set is not in it."""
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["hi"]),
+        state_schema={"trace": {"type": list[str]}, "exit_reason": {"type": str}, "last_message": {"type": str}},
+    )
+    messages = [ChatMessage.from_user("hello")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    assert not {"trace", "exit_reason", "last_message"} & result.keys()
+    assert result.exit_reason == "text" and result.last_message == ChatMessage.from_assistant("hi")
+    assert result.trace[-1].trigger == "exit"
+    copied = pickle.loads(pickle.dumps(result))
+    assert copied == result and not {"trace", "exit_reason", "last_message"} & copied.keys()
+    assert copied.trace == result.trace
 
 
 def test_without_those_keys_the_result_carries_agentfsms_values() -> None:
