@@ -8,14 +8,16 @@ no ``**kwargs`` where Haystack's has none). Only the imports differ from Haystac
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from unittest.mock import AsyncMock, MagicMock
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentfsm import (
     Agent,
@@ -544,6 +546,122 @@ def test_component_parameters_are_described_by_the_run_docstring() -> None:
     assert google.description == "Summarize a text."
     assert google.parameters["properties"]["text"]["description"] == "The text to summarize."
     assert google.parameters["properties"]["max_words"]["description"] == "How many words to keep at most."
+
+
+@dataclass
+class Customer:
+    """A customer of the shop.
+
+    :param name: The customer's full name.
+    :param email: Where to send the receipt.
+    """
+
+    name: str
+    email: str | None = None
+
+
+@dataclass
+class LineItem:
+    """One line of an order."""
+
+    sku: str
+    quantity: int = 1
+
+
+@dataclass
+class Order:
+    """An order.
+
+    :param customer: Who ordered.
+    """
+
+    customer: Customer
+    items: list[LineItem] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class OrderPlacer:
+    """Place orders in the shop."""
+
+    def __init__(self) -> None:
+        self.placed: list[tuple[Order, list[LineItem] | None]] = []
+
+    def run(self, order: Order, gifts: list[LineItem] | None = None, priority: int = 0) -> dict[str, Any]:
+        """Place an order and return its number.
+
+        The schema's description is this docstring's first line only.
+
+        :param order: The order to place.
+        :param gifts: Items added for free.
+        """
+        self.placed.append((order, gifts))
+        return {"number": len(self.placed)}
+
+
+class PostalAddress(BaseModel):
+    """A postal address."""
+
+    street: str = Field(description="Street and number.")
+    city: str
+
+
+class Recipient(BaseModel):
+    """Who receives a parcel."""
+
+    name: str = Field(description="The recipient's name.")
+    address: PostalAddress
+    phones: list[str] = []
+
+
+class ParcelSender:
+    """Send parcels."""
+
+    def run(self, recipients: list[Recipient], express: bool = False) -> dict[str, Any]:
+        """
+        Send a parcel to each recipient.
+
+        :param recipients: Who gets a parcel.
+        """
+        return {"sent": [r.address.city for r in recipients]}
+
+
+class WordCounter:
+    def run(self, text: str, ignore: list[str] | None = None) -> dict[str, Any]:
+        return {"count": len([w for w in text.split() if w not in (ignore or [])])}
+
+
+SCHEMAS = Path(__file__).parent / "fixtures" / "component_schemas"
+
+
+@pytest.mark.parametrize("component", [OrderPlacer(), ParcelSender(), WordCounter()], ids=lambda c: type(c).__name__)
+def test_component_tool_schemas_are_the_ones_haystack_generates(component: Any) -> None:
+    tool = ComponentTool(component=component)
+    expected = json.loads((SCHEMAS / f"{tool.name}.json").read_text())
+    assert {"name": tool.name, "description": tool.description, "parameters": tool.parameters} == expected
+
+
+def test_arguments_fitting_the_described_schema_reach_run_as_dataclasses_and_models() -> None:
+    placer, sender = OrderPlacer(), ParcelSender()
+    order = {"customer": {"name": "Ada"}, "items": [{"sku": "pen", "quantity": 2}], "notes": {"door": "back"}}
+    address = {"street": "Main St 1", "city": "Turin"}
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(
+            [
+                ChatMessage.from_assistant(
+                    tool_calls=[
+                        ToolCall("order_placer", {"order": order, "gifts": [{"sku": "card"}]}),
+                        ToolCall("parcel_sender", {"recipients": [{"name": "Ada", "address": address}]}),
+                    ]
+                ),
+                "done",
+            ]
+        ),
+        tools=[ComponentTool(component=placer), ComponentTool(component=sender)],
+    )
+    assert tool_results(agent.run([ChatMessage.from_user("order and send")])) == ['{"number":1}', '{"sent":["Turin"]}']
+    assert placer.placed == [
+        (Order(Customer("Ada"), [LineItem("pen", 2)], {"door": "back"}), [LineItem("card")]),
+    ]
 
 
 class UppercasePipeline:

@@ -6,7 +6,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
@@ -55,13 +55,32 @@ def function_parameters_schema(
 
     ``Annotated[T, "text"]`` gives a description; parameters with defaults are not required.
     """
+    return fields_schema(getattr(function, "__name__", repr(function)), parameter_fields(function, skip))
+
+
+class Parameter(NamedTuple):
+    """A parameter of a tool's function, as its schema describes it."""
+
+    hint: Any
+    #: ``...`` for a required parameter.
+    default: Any
+    description: str | None
+
+
+def parameter_fields(
+    function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Parameter]:
+    """``function``'s parameters but those in ``skip``, by name.
+
+    ``Annotated[T, "text"]`` is ``T`` described by ``"text"``; a parameter with a default keeps it.
+    """
     name = getattr(function, "__name__", repr(function))
     signature = inspect.signature(function)
     try:
         hints = _type_hints(function, skip)
     except NameError as exc:
         raise SchemaGenerationError(f"Cannot resolve the type hints of {name!r}: {exc}") from exc
-    fields: dict[str, Any] = {}
+    fields: dict[str, Parameter] = {}
     for param_name, param in signature.parameters.items():
         if param_name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -80,9 +99,22 @@ def function_parameters_schema(
         if default is None and hint is not Any and type(None) not in typing.get_args(hint):
             # `x: int = None` accepts None: say so in the schema (PEP 484's implicit Optional).
             hint = hint | None
-        fields[param_name] = (hint, Field(default=default, description=description))
+        fields[param_name] = Parameter(hint, default, description)
+    return fields
+
+
+def fields_schema(name: str, fields: dict[str, Parameter], description: str = "") -> dict[str, Any]:
+    """The JSON schema of an object with these fields (``description``: the schema's own, if any)."""
+    pydantic_fields: dict[str, Any] = {
+        key: (p.hint, Field(default=p.default, description=p.description)) for key, p in fields.items()
+    }
     try:
-        model = create_model(f"{name}_parameters", __config__=ConfigDict(arbitrary_types_allowed=False), **fields)
+        model = create_model(
+            f"{name}_parameters",
+            __config__=ConfigDict(arbitrary_types_allowed=False),
+            __doc__=description,
+            **pydantic_fields,
+        )
         schema = model.model_json_schema()
     except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
         raise SchemaGenerationError(
