@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import pickle
 import threading
 from dataclasses import dataclass, field
@@ -913,6 +914,28 @@ def test_haystack_shaped_hooks_run_at_their_points(use_async: bool) -> None:
     assert result["messages"][0].text == "You are a calculator."
     assert result["last_message"].text == "3" and result["step_count"] == 3
     assert audit.events == ["warm_up", "async ['add']" if use_async else "run ['add']", "close"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("max_agent_steps", [0, 2])
+def test_reaching_max_agent_steps_logs_haystacks_warning(
+    caplog: pytest.LogCaptureFixture, use_async: bool, max_agent_steps: int
+) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2)] * 2),
+        tools=[ADD],
+        max_agent_steps=max_agent_steps,
+    )
+    messages = [ChatMessage.from_user("Hello")]
+    with caplog.at_level(logging.WARNING):
+        result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+        assert "Agent reached maximum agent steps" in caplog.text
+    assert result["exit_reason"] == "max_agent_steps"
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.name == "agentfsm"
+    assert record.getMessage() == f"Agent reached maximum agent steps of {max_agent_steps}, stopping."
+    assert caplog.messages == [f"Agent reached maximum agent steps of {max_agent_steps}, stopping."]
+    assert record.msg["event"] == "max_agent_steps reached"  # type: ignore[index]  # and the structured event
 
 
 # -- ToolInvoker as a component: run(messages=...) -----------------------------------------------------
