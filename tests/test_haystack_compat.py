@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import pickle
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from agentfsm import (
     Agent,
+    AgentBreakpoint,
     AgentSnapshot,
     Breakpoint,
     BreakpointException,
@@ -33,6 +35,7 @@ from agentfsm import (
     StreamingChunk,
     TextContent,
     Tool,
+    ToolBreakpoint,
     ToolCall,
     ToolInvoker,
     Toolset,
@@ -812,6 +815,210 @@ def test_inputs_from_state_must_name_a_parameter_of_the_function() -> None:
         ComponentTool(component=GoogleStyleSummarizer(), inputs_from_state={"document": "body"})
     tool = create_tool_from_function(search, inputs_from_state={"repository": "repo"})
     assert list(tool.parameters["properties"]) == ["query"]
+
+
+# -- configuration errors as Haystack words them -------------------------------------------------------
+
+
+WEATHER_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def get_weather_report(city: str) -> str:
+    return f"Weather report for {city}: 20°C, sunny"
+
+
+async def get_weather_report_async(city: str) -> str:
+    return get_weather_report(city)
+
+
+def weather_tool(**config: Any) -> Tool:
+    arguments = {"name": "weather", "description": "Get weather report", "parameters": WEATHER_PARAMETERS}
+    return Tool(**{**arguments, "function": get_weather_report, **config})
+
+
+class MockChatGeneratorWithoutTools:
+    def run(self, messages: list[ChatMessage]) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+
+def run_with_tools(agent_tools: list[Tool], tools: Any) -> Any:
+    return Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=agent_tools).run(
+        [ChatMessage.from_user("Hello")], tools=tools
+    )
+
+
+def untyped(city):  # type: ignore[no-untyped-def]
+    return city
+
+
+CONFIGURATION_ERRORS: list[tuple[str, Any, type[Exception], str]] = [
+    (
+        "inputs_from_state names an unknown parameter",
+        lambda: weather_tool(inputs_from_state={"state_key": "nonexistent"}),
+        ValueError,
+        "inputs_from_state maps 'state_key' to unknown parameter 'nonexistent'. Valid parameters are: {'city'}.",
+    ),
+    (
+        "inputs_from_state maps to a dict",
+        lambda: weather_tool(inputs_from_state={"state_key": {"source": "city"}}),
+        TypeError,
+        "inputs_from_state values must be str, not dict. Got {'source': 'city'} for key 'state_key'.",
+    ),
+    (
+        "a component's inputs_from_state maps to a dict",
+        lambda: ComponentTool(component=GoogleStyleSummarizer(), inputs_from_state={"documents": {"source": "text"}}),
+        TypeError,
+        "inputs_from_state values must be str, not dict.",
+    ),
+    (
+        "an async function",
+        lambda: weather_tool(function=get_weather_report_async),
+        ValueError,
+        "Async functions are not supported as tools. The function 'get_weather_report_async' is a coroutine function.",
+    ),
+    (
+        "parameters that are no JSON schema",
+        lambda: weather_tool(parameters={"type": "object", "properties": {"city": {"type": "text"}}}),
+        ValueError,
+        "The provided parameters do not define a valid JSON schema",
+    ),
+    (
+        "outputs_to_state given a string",
+        lambda: weather_tool(outputs_to_state={"result": "report"}),
+        TypeError,
+        "outputs_to_state configuration for key 'result' must be a dictionary",
+    ),
+    (
+        "outputs_to_state with a handler that is not callable",
+        lambda: weather_tool(outputs_to_state={"result": {"handler": "upper"}}),
+        ValueError,
+        "outputs_to_state handler for key 'result' must be callable",
+    ),
+    (
+        "outputs_to_string with a source that is not a string",
+        lambda: weather_tool(outputs_to_string={"source": 1}),
+        ValueError,
+        "outputs_to_string source must be a string.",
+    ),
+    (
+        "outputs_to_string with raw_result that is not a boolean",
+        lambda: weather_tool(outputs_to_string={"raw_result": "yes"}),
+        ValueError,
+        "outputs_to_string raw_result must be a boolean.",
+    ),
+    (
+        "outputs_to_string mixing the two formats",
+        lambda: weather_tool(outputs_to_string={"source": "report", "summary": {"source": "summary"}}),
+        ValueError,
+        "Invalid outputs_to_string config.",
+    ),
+    (
+        "raw_result in the multiple output format",
+        lambda: weather_tool(outputs_to_string={"report": {"source": "report", "raw_result": True}}),
+        ValueError,
+        "Invalid outputs_to_string configuration for key 'report': 'raw_result' is not supported in the multiple "
+        "output format.",
+    ),
+    (
+        "a function without type hints",
+        lambda: create_tool_from_function(untyped),
+        ValueError,
+        "Function 'untyped': parameter 'city' does not have a type hint.",
+    ),
+    (
+        "tools with the same name",
+        lambda: Toolset([weather_tool(), weather_tool()]),
+        ValueError,
+        "Duplicate tool names found: {'weather'}",
+    ),
+    (
+        "an item of tools that is no tool",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[weather_tool(), "search"]),
+        TypeError,
+        "Items in the tools list must be Tool or Toolset instances.",
+    ),
+    (
+        "invalid exit conditions",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[weather_tool()], exit_conditions=["x"]),
+        ValueError,
+        "Invalid exit conditions provided: ['x']. Valid exit conditions must be a subset of ['text', 'weather'].",
+    ),
+    (
+        "a chat generator without tools",
+        lambda: Agent(chat_generator=MockChatGeneratorWithoutTools(), tools=[weather_tool()]),
+        TypeError,
+        "MockChatGeneratorWithoutTools does not accept tools parameter in its run method.",
+    ),
+    (
+        "run(tools=...) naming an unknown tool",
+        lambda: run_with_tools([weather_tool()], ["invalid_tool_name"]),
+        ValueError,
+        "The following tool names are not valid: {'invalid_tool_name'}. Valid tool names are: {'weather'}.",
+    ),
+    (
+        "run(tools=...) naming tools of an agent without any",
+        lambda: run_with_tools([], ["weather"]),
+        ValueError,
+        "No tools were configured for the Agent at initialization.",
+    ),
+    (
+        "run(tools=...) given one name",
+        lambda: run_with_tools([weather_tool()], "weather"),
+        TypeError,
+        "tools must be a list of Tool and/or Toolset objects, a Toolset, or a list of tool names (strings).",
+    ),
+    (
+        "a State type that is no type",
+        lambda: State({"test": {"type": "not_a_type"}}),
+        ValueError,
+        "StateSchema: 'type' for key 'test' must be a Python type",
+    ),
+    (
+        "a State entry without a type",
+        lambda: State({"test": {"handler": replace_values}}),
+        ValueError,
+        "StateSchema: Key 'test' is missing a 'type' entry.",
+    ),
+    (
+        "a State handler that is not callable",
+        lambda: State({"test": {"type": list, "handler": "not_callable"}}),
+        ValueError,
+        "StateSchema: 'handler' for key 'test' must be callable or None",
+    ),
+    (
+        "a State key outside the schema",
+        lambda: State({"test": {"type": int}}).set("any_key", "value"),
+        ValueError,
+        "State: Key 'any_key' not found in schema.",
+    ),
+    (
+        "an unknown hook point",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), hooks={"before_everything": [build_context]}),
+        ValueError,
+        "Invalid hook point 'before_everything'. Valid hook points are: ",
+    ),
+    (
+        "a Breakpoint of the tool invoker",
+        lambda: AgentBreakpoint("agent", Breakpoint(component_name="tool_invoker")),
+        ValueError,
+        "If the break_point is a Breakpoint, it must have the component_name 'chat_generator'.",
+    ),
+    (
+        "a ToolBreakpoint of the chat generator",
+        lambda: AgentBreakpoint("agent", ToolBreakpoint(component_name="chat_generator")),
+        ValueError,
+        "If the break_point is a ToolBreakpoint, it must have the component_name 'tool_invoker'.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "opening"), [case[1:] for case in CONFIGURATION_ERRORS], ids=[c[0] for c in CONFIGURATION_ERRORS]
+)
+def test_configuration_errors_open_with_haystacks_words(build: Any, error: type[Exception], opening: str) -> None:
+    with pytest.raises(error, match=re.escape(opening)) as refused:
+        build()
+    assert str(refused.value).startswith(opening), "Haystack's words first; agentfsm's hint, if any, after them"
 
 
 # -- the agent's arguments and hooks ----------------------------------------------------------------

@@ -28,7 +28,7 @@ from agentfsm.tools.from_function import (
     json_schema_for,
     parameter_fields,
 )
-from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs
+from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs, state_inputs
 
 CHAT_MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "array",
@@ -214,7 +214,7 @@ class ComponentTool(Tool):
         run = getattr(component, "run", None)
         if isinstance(component, type) or not callable(run):
             raise ConfigurationTypeError(
-                f"{component!r} is not a component: pass an instance with a run(**kwargs) -> dict method."
+                f"Object {component!r} is not a component: pass an instance with a run(**kwargs) -> dict method."
             )
         from agentfsm.agent import Agent
 
@@ -223,7 +223,7 @@ class ComponentTool(Tool):
         self._message_params: set[str] = set()
         #: How the model's JSON arguments become what ``run`` takes, per parameter that needs it.
         self._converters: dict[str, TypeAdapter[Any]] = {}
-        skip = set((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else set()
+        skip = set(state_inputs(inputs_from_state))
         if isinstance(component, Agent):
             self._message_params = {"messages"}
             if parameters is None:
@@ -424,7 +424,7 @@ class PipelineTool(ComponentTool):
             if "." not in path:
                 raise ConfigurationError(f"output_mapping key {path!r} must be a 'component.output' path.")
         if parameters is None:
-            parameters = self._parameters(sockets, set((inputs_from_state or {}).values()))
+            parameters = self._parameters(sockets, set(state_inputs(inputs_from_state)))
         super().__init__(
             _PipelineRunner(self),
             name=name,

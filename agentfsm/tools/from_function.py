@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
-from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool, state_inputs
 
 
 def _strip_titles(node: Any) -> Any:
@@ -85,9 +85,9 @@ def parameter_fields(
         if param_name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param_name not in hints:
-            raise ConfigurationError(
-                f"Function {name!r}: parameter {param_name!r} has no type hint; every parameter of a tool "
-                "function needs one (e.g. `city: str`)."
+            raise ConfigurationError(  # Haystack's sentence first: its users' tests match it
+                f"Function {name!r}: parameter {param_name!r} does not have a type hint. Every parameter of a "
+                f"tool function needs one, and parameter {param_name!r} has no type hint: add one (e.g. `city: str`)."
             )
         hint = hints[param_name]
         description = None
@@ -158,8 +158,7 @@ def create_tool_from_function(
     are an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``) and a
     ``report_progress`` one (``agentfsm.tools.progress``).
     """
-    skip = frozenset((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else frozenset()
-    skip |= {IDEMPOTENCY_KEY, REPORT_PROGRESS}
+    skip = state_inputs(inputs_from_state) | {IDEMPOTENCY_KEY, REPORT_PROGRESS}
     return Tool(
         name=name or function.__name__,
         description=description if description is not None else inspect.getdoc(function) or "",
