@@ -416,6 +416,7 @@ def test_a_users_key_without_a_value_is_absent_not_agentfsms(use_async: bool) ->
     messages = [ChatMessage.from_user("hello")]
     result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
     assert not {"trace", "exit_reason", "last_message"} & result.keys()
+    assert {"trace", "exit_reason", "last_message", "messages", "step_count"} <= agent.state_keys
     assert result.exit_reason == "text" and result.last_message == ChatMessage.from_assistant("hi")
     assert result.trace[-1].trigger == "exit"
     copied = pickle.loads(pickle.dumps(result))
