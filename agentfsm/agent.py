@@ -25,6 +25,7 @@ from agentfsm.errors import (
     ConfigurationTypeError,
     DeserializationError,
     RunCancelled,
+    as_set,
     check_int,
     check_timeout,
 )
@@ -431,16 +432,27 @@ class Agent:
             for toolset in dynamic:
                 toolset.warm_up()
             selected = flatten_tools(static)
-        elif len(names) == len(tools):
+        elif len(names) == len(tools) and not isinstance(tools, str):
             by_name = {t.name: t for t in self._tools}
             unknown = [name for name in names if name not in by_name]
             if unknown:
+                # Haystack's sentences first: its users' tests match them.
+                opening = (
+                    f"The following tool names are not valid: {as_set(unknown)}. Valid tool names are: "
+                    f"{as_set(by_name)}."
+                    if by_name
+                    else "No tools were configured for the Agent at initialization."
+                )
                 raise ConfigurationError(
-                    f"Unknown tool names {unknown} in run(tools=...). The agent's tools are: {sorted(by_name)}."
+                    f"{opening} Unknown tool names {unknown} in run(tools=...). The agent's tools are: "
+                    f"{sorted(by_name)}."
                 )
             selected = [by_name[name] for name in names]
         else:
-            raise ConfigurationTypeError("run(tools=...) takes Tool objects, a Toolset, or tool names, not a mix.")
+            raise ConfigurationTypeError(
+                "tools must be a list of Tool and/or Toolset objects, a Toolset, or a list of tool names "
+                "(strings). run(tools=...) takes one of those, not a mix, nor one name without a list."
+            )
         every = [*selected, *(t for toolset in dynamic for t in toolset.catalog_tools())]
         check_unique_names(every)
         _check_tool_state_keys(every, self._full_schema)
@@ -461,6 +473,11 @@ class Agent:
         ``DeserializationError``.
         """
         return values_from_dict(data, self._full_schema)
+
+    @property
+    def state_keys(self) -> frozenset[str]:
+        """The keys the State of this agent's runs declares: its ``state_schema``'s, its hooks' and its own."""
+        return frozenset(self._full_schema)
 
     @property
     def fingerprint(self) -> str:
@@ -1063,9 +1080,11 @@ def _check_generator(generator: Any) -> None:
     except TypeError:  # an unhashable callable: not cached
         accepts = _accepts_tools.__wrapped__(function)
     if not accepts:
+        name = type(generator).__name__
         raise ConfigurationTypeError(
-            f"{type(generator).__name__}.run() does not accept a 'tools' parameter; the agent's chat generator "
-            "must support tools."
+            f"{name} does not accept tools parameter in its run method. {name}.run() does not accept a 'tools' "
+            "parameter; the agent's chat generator must support tools, even when the agent has none of its "
+            "own (run(tools=...) and an output_type give it some)."
         )
 
 

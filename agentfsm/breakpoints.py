@@ -79,7 +79,10 @@ class ToolBreakpoint(Breakpoint):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.target_phase is not Phase.TOOL_RUN:
-            raise ConfigurationError("A ToolBreakpoint pauses before TOOL_RUN: use component_name='tool_invoker'.")
+            raise ConfigurationError(
+                "If the break_point is a ToolBreakpoint, it must have the component_name 'tool_invoker'. "
+                "A ToolBreakpoint pauses before TOOL_RUN: use component_name='tool_invoker'."
+            )
 
     def matches(self, phase: Phase, step: int, visits: int, pending_tools: list[str]) -> bool:
         """Like ``Breakpoint.matches``, and the tool (if named) is among the pending calls."""

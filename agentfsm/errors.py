@@ -64,7 +64,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -145,6 +145,11 @@ class MissingExtraError(AgentFSMError, ImportError):
 
 class MissingRendererError(MissingExtraError, RuntimeError):
     """SVG/PNG output needs a Graphviz ``dot`` program (the ``diagrams`` extra brings one), and none was found."""
+
+
+def as_set(names: Iterable[str]) -> str:
+    """``names`` written as a set, sorted: ``{'a', 'b'}``, as Haystack's messages write them."""
+    return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
 
 
 def check_int(name: str, value: Any, least: int) -> int:

@@ -112,8 +112,9 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
     checked: dict[Work, tuple[Any, ...]] = {}
     for name, given in hooks.items():
         if name not in HOOK_POINT_NAMES:
-            raise ConfigurationError(
-                f"Unknown hook point {name!r}; the hook points are: {', '.join(HOOK_POINT_NAMES)}."
+            raise ConfigurationError(  # Haystack's sentence first: its users' tests match it
+                f"Invalid hook point {name!r}. Valid hook points are: {', '.join(HOOK_POINT_NAMES)}. "
+                f"Unknown hook point {name!r}: register the hook under one of those."
             )
         if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
             raise ConfigurationError(f"hooks[{name!r}] must be a list of hooks, got {type(given).__name__}.")
@@ -134,8 +135,9 @@ def check_hooks(hooks: Mapping[str, Sequence[Any]] | None) -> dict[Work, tuple[A
                 items.append(hook(h))
             else:
                 raise ConfigurationError(
-                    f"hooks[{name!r}] holds {h!r}, which is not a hook: give an object with run(state), "
-                    "or a function decorated with @hook."
+                    f"Hook registered for hook point {name!r} must have a callable 'run(state)', got an object of "
+                    f"type {type(h).__name__!r}. hooks[{name!r}] holds {h!r}, which is not a hook: give an object "
+                    "with run(state), or a function decorated with @hook."
                 )
         if items:
             checked[Work(name)] = tuple(items)

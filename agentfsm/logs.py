@@ -12,13 +12,17 @@ to see every transition::
 ``configure_logging`` writes the events straight to the stream with structlog, without building a
 standard-library ``LogRecord`` for each (~8-12 µs an event instead of ~50-75);
 ``use_standard_logging()`` sends them back through the ``"agentfsm"`` logger. Transition events
-are logged at DEBUG, the max-steps warning at WARNING.
+are logged at DEBUG, the max-steps warning at WARNING. An event with a ``message`` field is
+printed by standard logging as that text: the max-steps warning's is Haystack's
+("Agent reached maximum agent steps of 3, stopping."), which its users' tests and log searches
+match.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import orjson
@@ -28,10 +32,32 @@ LOGGER_NAME = "agentfsm"
 stdlib_logger = logging.getLogger(LOGGER_NAME)
 stdlib_logger.addHandler(logging.NullHandler())
 
+
+class _RecordMessage(dict[str, Any]):
+    """An event as the message of a standard-library record: its fields, printed as its ``message``.
+
+    Handlers that read the fields (structlog's ``ProcessorFormatter``) get the dict; ``%(message)s``,
+    ``caplog.text`` and ``caplog.messages`` get the event's ``message`` text, when it has one (the
+    max-steps warning carries Haystack's), else the dict as before.
+    """
+
+    def __str__(self) -> str:
+        message = self.get("message")
+        return message if isinstance(message, str) else super().__str__()
+
+
+def _as_record_message(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> _RecordMessage:
+    return _RecordMessage(event)
+
+
 # ``bind()`` turns structlog's lazy proxy into the bound logger once, not on every event.
 _THROUGH_STANDARD_LOGGING: Any = structlog.wrap_logger(
     stdlib_logger,
-    processors=[structlog.stdlib.add_log_level, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+    processors=[
+        structlog.stdlib.add_log_level,
+        _as_record_message,
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ],
     wrapper_class=structlog.stdlib.BoundLogger,
 ).bind()
 

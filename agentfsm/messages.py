@@ -221,12 +221,26 @@ def _field(data: Mapping[str, Any], key: str, kind: type, *, optional: bool = Fa
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One message of a conversation. Create messages with the ``from_*`` class methods."""
+    """One message of a conversation. Create messages with the ``from_*`` class methods.
+
+    Built directly, as Haystack's tests do (``ChatMessage(_role=ChatRole.USER, _content=[TextContent("Hi")])``),
+    a message keeps its content as a tuple, whatever sequence it was given: messages with the same
+    role, content, name and meta are equal however they were built, and hash alike.
+    """
 
     _role: ChatRole
-    _content: tuple[ChatMessageContent, ...]
+    _content: Sequence[ChatMessageContent]
     _name: str | None = None
     _meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self._content, tuple):
+            object.__setattr__(self, "_content", tuple(self._content))
+
+    def __hash__(self) -> int:
+        # Content parts such as tool calls and the meta hold dicts: the hash reads only the
+        # immutable parts, which equal messages share.
+        return hash((self._role, self._name, tuple(p.kind for p in self._content), self.text))
 
     # -- constructors -----------------------------------------------------------------------------
 

@@ -92,7 +92,10 @@ def validate_schema(schema: dict[str, Any]) -> None:
                 f"StateSchema: key '{key}' has unknown entries {sorted(unknown)}; use 'type' and 'handler'."
             )
         if key == "messages" and not _is_list_type(definition["type"]):
-            raise SchemaError("StateSchema: 'messages' must be of type list[ChatMessage].")
+            raise SchemaError(
+                f"StateSchema: 'messages' must be of type list[ChatMessage], got {definition['type']!r}. "
+                "The agent keeps the conversation under this key: leave it out of the schema, or declare it so."
+            )
 
 
 def complete_schema(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -8,24 +8,34 @@ no ``**kwargs`` where Haystack's has none). Only the imports differ from Haystac
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import pickle
+import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from unittest.mock import AsyncMock, MagicMock
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentfsm import (
     Agent,
+    AgentBreakpoint,
     AgentSnapshot,
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    ChatRole,
     ComponentTool,
     PipelineTool,
     State,
     StreamingChunk,
+    TextContent,
     Tool,
+    ToolBreakpoint,
     ToolCall,
     ToolInvoker,
     Toolset,
@@ -295,6 +305,52 @@ def test_a_generator_without_streaming_callback_runs_and_keeps_what_it_was_given
     assert len(second) == 3
 
 
+class MockChatGenerator:
+    """Haystack's test double: ``run`` and ``run_async``, each replaced by a mock in the test."""
+
+    def run(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+    async def run_async(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello from run_async")]}
+
+
+class MockChatGeneratorWithoutRunAsync:
+    def run(
+        self, messages: list[ChatMessage], tools: list[Tool] | Toolset | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+
+@pytest.mark.parametrize(
+    ("generator_class", "use_async", "mocked"),
+    [
+        (MockChatGenerator, False, "run"),
+        (MockChatGenerator, True, "run_async"),
+        (MockChatGeneratorWithoutRunAsync, False, "run"),
+        (MockChatGeneratorWithoutRunAsync, True, "run"),
+    ],
+)
+def test_a_mocked_generator_was_called_with_the_messages_the_user_expects(
+    generator_class: type[Any], use_async: bool, mocked: str
+) -> None:
+    generator = generator_class()
+    agent = Agent(chat_generator=generator, tools=[ADD])
+    reply = {"replies": [ChatMessage.from_assistant("Hello")]}
+    mock = AsyncMock(return_value=reply) if mocked == "run_async" else MagicMock(return_value=reply)
+    setattr(generator, mocked, mock)
+    messages = [ChatMessage.from_user("Hello")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    expected_messages = [ChatMessage(_role=ChatRole.USER, _content=[TextContent(text="Hello")], _name=None, _meta={})]
+    mock.assert_called_once_with(messages=expected_messages, tools=[ADD])
+    assert result["messages"][0] == expected_messages[0]
+    assert result["messages"][-1] == result["last_message"] == ChatMessage.from_assistant("Hello")
+
+
 class StreamingGenerator:
     """A generator that takes the callback: it is given the one the run streams to."""
 
@@ -348,6 +404,24 @@ def test_a_users_trace_key_resumes_anywhere_to_the_same_result() -> None:
         )
 
     assert_resume_equivalent(agent, [ChatMessage.from_user("add")], allowed_modules=["tests"])
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_users_key_without_a_value_is_absent_not_agentfsms(use_async: bool) -> None:
+    """Haystack's result holds the State's data: a declared key the run never set is not in it."""
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(["hi"]),
+        state_schema={"trace": {"type": list[str]}, "exit_reason": {"type": str}, "last_message": {"type": str}},
+    )
+    messages = [ChatMessage.from_user("hello")]
+    result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+    assert not {"trace", "exit_reason", "last_message"} & result.keys()
+    assert {"trace", "exit_reason", "last_message", "messages", "step_count"} <= agent.state_keys
+    assert result.exit_reason == "text" and result.last_message == ChatMessage.from_assistant("hi")
+    assert result.trace[-1].trigger == "exit"
+    copied = pickle.loads(pickle.dumps(result))
+    assert copied == result and not {"trace", "exit_reason", "last_message"} & copied.keys()
+    assert copied.trace == result.trace
 
 
 def test_without_those_keys_the_result_carries_agentfsms_values() -> None:
@@ -477,6 +551,122 @@ def test_component_parameters_are_described_by_the_run_docstring() -> None:
     assert google.description == "Summarize a text."
     assert google.parameters["properties"]["text"]["description"] == "The text to summarize."
     assert google.parameters["properties"]["max_words"]["description"] == "How many words to keep at most."
+
+
+@dataclass
+class Customer:
+    """A customer of the shop.
+
+    :param name: The customer's full name.
+    :param email: Where to send the receipt.
+    """
+
+    name: str
+    email: str | None = None
+
+
+@dataclass
+class LineItem:
+    """One line of an order."""
+
+    sku: str
+    quantity: int = 1
+
+
+@dataclass
+class Order:
+    """An order.
+
+    :param customer: Who ordered.
+    """
+
+    customer: Customer
+    items: list[LineItem] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class OrderPlacer:
+    """Place orders in the shop."""
+
+    def __init__(self) -> None:
+        self.placed: list[tuple[Order, list[LineItem] | None]] = []
+
+    def run(self, order: Order, gifts: list[LineItem] | None = None, priority: int = 0) -> dict[str, Any]:
+        """Place an order and return its number.
+
+        The schema's description is this docstring's first line only.
+
+        :param order: The order to place.
+        :param gifts: Items added for free.
+        """
+        self.placed.append((order, gifts))
+        return {"number": len(self.placed)}
+
+
+class PostalAddress(BaseModel):
+    """A postal address."""
+
+    street: str = Field(description="Street and number.")
+    city: str
+
+
+class Recipient(BaseModel):
+    """Who receives a parcel."""
+
+    name: str = Field(description="The recipient's name.")
+    address: PostalAddress
+    phones: list[str] = []
+
+
+class ParcelSender:
+    """Send parcels."""
+
+    def run(self, recipients: list[Recipient], express: bool = False) -> dict[str, Any]:
+        """
+        Send a parcel to each recipient.
+
+        :param recipients: Who gets a parcel.
+        """
+        return {"sent": [r.address.city for r in recipients]}
+
+
+class WordCounter:
+    def run(self, text: str, ignore: list[str] | None = None) -> dict[str, Any]:
+        return {"count": len([w for w in text.split() if w not in (ignore or [])])}
+
+
+SCHEMAS = Path(__file__).parent / "fixtures" / "component_schemas"
+
+
+@pytest.mark.parametrize("component", [OrderPlacer(), ParcelSender(), WordCounter()], ids=lambda c: type(c).__name__)
+def test_component_tool_schemas_are_the_ones_haystack_generates(component: Any) -> None:
+    tool = ComponentTool(component=component)
+    expected = json.loads((SCHEMAS / f"{tool.name}.json").read_text())
+    assert {"name": tool.name, "description": tool.description, "parameters": tool.parameters} == expected
+
+
+def test_arguments_fitting_the_described_schema_reach_run_as_dataclasses_and_models() -> None:
+    placer, sender = OrderPlacer(), ParcelSender()
+    order = {"customer": {"name": "Ada"}, "items": [{"sku": "pen", "quantity": 2}], "notes": {"door": "back"}}
+    address = {"street": "Main St 1", "city": "Turin"}
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(
+            [
+                ChatMessage.from_assistant(
+                    tool_calls=[
+                        ToolCall("order_placer", {"order": order, "gifts": [{"sku": "card"}]}),
+                        ToolCall("parcel_sender", {"recipients": [{"name": "Ada", "address": address}]}),
+                    ]
+                ),
+                "done",
+            ]
+        ),
+        tools=[ComponentTool(component=placer), ComponentTool(component=sender)],
+    )
+    assert tool_results(agent.run([ChatMessage.from_user("order and send")])) == ['{"number":1}', '{"sent":["Turin"]}']
+    assert placer.placed == [
+        (Order(Customer("Ada"), [LineItem("pen", 2)], {"door": "back"}), [LineItem("card")]),
+    ]
 
 
 class UppercasePipeline:
@@ -628,6 +818,210 @@ def test_inputs_from_state_must_name_a_parameter_of_the_function() -> None:
     assert list(tool.parameters["properties"]) == ["query"]
 
 
+# -- configuration errors as Haystack words them -------------------------------------------------------
+
+
+WEATHER_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def get_weather_report(city: str) -> str:
+    return f"Weather report for {city}: 20°C, sunny"
+
+
+async def get_weather_report_async(city: str) -> str:
+    return get_weather_report(city)
+
+
+def weather_tool(**config: Any) -> Tool:
+    arguments = {"name": "weather", "description": "Get weather report", "parameters": WEATHER_PARAMETERS}
+    return Tool(**{**arguments, "function": get_weather_report, **config})
+
+
+class MockChatGeneratorWithoutTools:
+    def run(self, messages: list[ChatMessage]) -> dict[str, Any]:
+        return {"replies": [ChatMessage.from_assistant("Hello")]}
+
+
+def run_with_tools(agent_tools: list[Tool], tools: Any) -> Any:
+    return Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=agent_tools).run(
+        [ChatMessage.from_user("Hello")], tools=tools
+    )
+
+
+def untyped(city):  # type: ignore[no-untyped-def]
+    return city
+
+
+CONFIGURATION_ERRORS: list[tuple[str, Any, type[Exception], str]] = [
+    (
+        "inputs_from_state names an unknown parameter",
+        lambda: weather_tool(inputs_from_state={"state_key": "nonexistent"}),
+        ValueError,
+        "inputs_from_state maps 'state_key' to unknown parameter 'nonexistent'. Valid parameters are: {'city'}.",
+    ),
+    (
+        "inputs_from_state maps to a dict",
+        lambda: weather_tool(inputs_from_state={"state_key": {"source": "city"}}),
+        TypeError,
+        "inputs_from_state values must be str, not dict. Got {'source': 'city'} for key 'state_key'.",
+    ),
+    (
+        "a component's inputs_from_state maps to a dict",
+        lambda: ComponentTool(component=GoogleStyleSummarizer(), inputs_from_state={"documents": {"source": "text"}}),
+        TypeError,
+        "inputs_from_state values must be str, not dict.",
+    ),
+    (
+        "an async function",
+        lambda: weather_tool(function=get_weather_report_async),
+        ValueError,
+        "Async functions are not supported as tools. The function 'get_weather_report_async' is a coroutine function.",
+    ),
+    (
+        "parameters that are no JSON schema",
+        lambda: weather_tool(parameters={"type": "object", "properties": {"city": {"type": "text"}}}),
+        ValueError,
+        "The provided parameters do not define a valid JSON schema",
+    ),
+    (
+        "outputs_to_state given a string",
+        lambda: weather_tool(outputs_to_state={"result": "report"}),
+        TypeError,
+        "outputs_to_state configuration for key 'result' must be a dictionary",
+    ),
+    (
+        "outputs_to_state with a handler that is not callable",
+        lambda: weather_tool(outputs_to_state={"result": {"handler": "upper"}}),
+        ValueError,
+        "outputs_to_state handler for key 'result' must be callable",
+    ),
+    (
+        "outputs_to_string with a source that is not a string",
+        lambda: weather_tool(outputs_to_string={"source": 1}),
+        ValueError,
+        "outputs_to_string source must be a string.",
+    ),
+    (
+        "outputs_to_string with raw_result that is not a boolean",
+        lambda: weather_tool(outputs_to_string={"raw_result": "yes"}),
+        ValueError,
+        "outputs_to_string raw_result must be a boolean.",
+    ),
+    (
+        "outputs_to_string mixing the two formats",
+        lambda: weather_tool(outputs_to_string={"source": "report", "summary": {"source": "summary"}}),
+        ValueError,
+        "Invalid outputs_to_string config.",
+    ),
+    (
+        "raw_result in the multiple output format",
+        lambda: weather_tool(outputs_to_string={"report": {"source": "report", "raw_result": True}}),
+        ValueError,
+        "Invalid outputs_to_string configuration for key 'report': 'raw_result' is not supported in the multiple "
+        "output format.",
+    ),
+    (
+        "a function without type hints",
+        lambda: create_tool_from_function(untyped),
+        ValueError,
+        "Function 'untyped': parameter 'city' does not have a type hint.",
+    ),
+    (
+        "tools with the same name",
+        lambda: Toolset([weather_tool(), weather_tool()]),
+        ValueError,
+        "Duplicate tool names found: {'weather'}",
+    ),
+    (
+        "an item of tools that is no tool",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[weather_tool(), "search"]),
+        TypeError,
+        "Items in the tools list must be Tool or Toolset instances.",
+    ),
+    (
+        "invalid exit conditions",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[weather_tool()], exit_conditions=["x"]),
+        ValueError,
+        "Invalid exit conditions provided: ['x']. Valid exit conditions must be a subset of ['text', 'weather'].",
+    ),
+    (
+        "a chat generator without tools",
+        lambda: Agent(chat_generator=MockChatGeneratorWithoutTools(), tools=[weather_tool()]),
+        TypeError,
+        "MockChatGeneratorWithoutTools does not accept tools parameter in its run method.",
+    ),
+    (
+        "run(tools=...) naming an unknown tool",
+        lambda: run_with_tools([weather_tool()], ["invalid_tool_name"]),
+        ValueError,
+        "The following tool names are not valid: {'invalid_tool_name'}. Valid tool names are: {'weather'}.",
+    ),
+    (
+        "run(tools=...) naming tools of an agent without any",
+        lambda: run_with_tools([], ["weather"]),
+        ValueError,
+        "No tools were configured for the Agent at initialization.",
+    ),
+    (
+        "run(tools=...) given one name",
+        lambda: run_with_tools([weather_tool()], "weather"),
+        TypeError,
+        "tools must be a list of Tool and/or Toolset objects, a Toolset, or a list of tool names (strings).",
+    ),
+    (
+        "a State type that is no type",
+        lambda: State({"test": {"type": "not_a_type"}}),
+        ValueError,
+        "StateSchema: 'type' for key 'test' must be a Python type",
+    ),
+    (
+        "a State entry without a type",
+        lambda: State({"test": {"handler": replace_values}}),
+        ValueError,
+        "StateSchema: Key 'test' is missing a 'type' entry.",
+    ),
+    (
+        "a State handler that is not callable",
+        lambda: State({"test": {"type": list, "handler": "not_callable"}}),
+        ValueError,
+        "StateSchema: 'handler' for key 'test' must be callable or None",
+    ),
+    (
+        "a State key outside the schema",
+        lambda: State({"test": {"type": int}}).set("any_key", "value"),
+        ValueError,
+        "State: Key 'any_key' not found in schema.",
+    ),
+    (
+        "an unknown hook point",
+        lambda: Agent(chat_generator=ScriptedChatGenerator(["hi"]), hooks={"before_everything": [build_context]}),
+        ValueError,
+        "Invalid hook point 'before_everything'. Valid hook points are: ",
+    ),
+    (
+        "a Breakpoint of the tool invoker",
+        lambda: AgentBreakpoint("agent", Breakpoint(component_name="tool_invoker")),
+        ValueError,
+        "If the break_point is a Breakpoint, it must have the component_name 'chat_generator'.",
+    ),
+    (
+        "a ToolBreakpoint of the chat generator",
+        lambda: AgentBreakpoint("agent", ToolBreakpoint(component_name="chat_generator")),
+        ValueError,
+        "If the break_point is a ToolBreakpoint, it must have the component_name 'tool_invoker'.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "opening"), [case[1:] for case in CONFIGURATION_ERRORS], ids=[c[0] for c in CONFIGURATION_ERRORS]
+)
+def test_configuration_errors_open_with_haystacks_words(build: Any, error: type[Exception], opening: str) -> None:
+    with pytest.raises(error, match=re.escape(opening)) as refused:
+        build()
+    assert str(refused.value).startswith(opening), "Haystack's words first; agentfsm's hint, if any, after them"
+
+
 # -- the agent's arguments and hooks ----------------------------------------------------------------
 
 
@@ -728,6 +1122,28 @@ def test_haystack_shaped_hooks_run_at_their_points(use_async: bool) -> None:
     assert result["messages"][0].text == "You are a calculator."
     assert result["last_message"].text == "3" and result["step_count"] == 3
     assert audit.events == ["warm_up", "async ['add']" if use_async else "run ['add']", "close"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("max_agent_steps", [0, 2])
+def test_reaching_max_agent_steps_logs_haystacks_warning(
+    caplog: pytest.LogCaptureFixture, use_async: bool, max_agent_steps: int
+) -> None:
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator([reply_calling("add", a=1, b=2)] * 2),
+        tools=[ADD],
+        max_agent_steps=max_agent_steps,
+    )
+    messages = [ChatMessage.from_user("Hello")]
+    with caplog.at_level(logging.WARNING):
+        result = asyncio.run(agent.run_async(messages)) if use_async else agent.run(messages)
+        assert "Agent reached maximum agent steps" in caplog.text
+    assert result["exit_reason"] == "max_agent_steps"
+    [record] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.name == "agentfsm"
+    assert record.getMessage() == f"Agent reached maximum agent steps of {max_agent_steps}, stopping."
+    assert caplog.messages == [f"Agent reached maximum agent steps of {max_agent_steps}, stopping."]
+    assert record.msg["event"] == "max_agent_steps reached"  # type: ignore[index]  # and the structured event
 
 
 # -- ToolInvoker as a component: run(messages=...) -----------------------------------------------------

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentfsm import ChatMessage, ChatRole, ReasoningContent, ToolCall, ToolCallResult
+from agentfsm import ChatMessage, ChatRole, ImageContent, ReasoningContent, TextContent, ToolCall, ToolCallResult
 from agentfsm.errors import DeserializationError
 from agentfsm.messages import RAW_ARGUMENTS_KEY, parse_tool_arguments
 
@@ -133,3 +134,45 @@ def test_user_messages_carry_images_in_order() -> None:
     ]
     with pytest.raises(ValueError, match="needs text or content_parts"):
         ChatMessage.from_user()
+
+
+def built_every_way(message: ChatMessage) -> list[ChatMessage]:
+    """``message`` built as the library builds messages and as users (and Haystack's tests) do."""
+    role, parts, name, meta = message.role, list(message._content), message.name, dict(message.meta)
+    return [
+        ChatMessage(role, parts, name, meta),
+        ChatMessage(role, tuple(parts), name, meta),
+        ChatMessage(_role=role, _content=parts, _name=name, _meta=meta),
+        ChatMessage(_role=role, _content=iter(parts), _name=name, _meta=meta),  # type: ignore[arg-type]
+        dataclasses.replace(message, _content=parts),
+        ChatMessage.from_dict(message.to_dict()),
+        copy.deepcopy(message),
+    ]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage.from_user("Hello"),
+        ChatMessage.from_user("Look", content_parts=[ImageContent("aGVsbG8=", "image/png")], name="ann"),
+        ChatMessage.from_system("Be brief.", meta={"source": "config"}),
+        ChatMessage.from_assistant("adding", tool_calls=[ToolCall("add", {"a": 1}, id="c1")], reasoning="sum"),
+        ChatMessage.from_tool("3", ToolCall("add", {"a": 1}, id="c1"), meta={"ms": 2}),
+    ],
+)
+def test_equal_messages_are_equal_and_hash_alike_however_they_were_built(message: ChatMessage) -> None:
+    for same in built_every_way(message):
+        assert same == message and message == same
+        assert hash(same) == hash(message)
+        assert isinstance(same._content, tuple)
+    assert len({message, *built_every_way(message)}) == 1
+    assert ChatMessage(message.role, [*message._content, TextContent("more")]) != message
+
+
+def test_messages_from_the_openai_format_equal_those_built_directly() -> None:
+    call = ToolCall("add", {"a": 1}, id="c1")
+    wire = {"role": "assistant", "content": "adding", "tool_calls": [{"id": "c1", "function": {"name": "add", "arguments": '{"a": 1}'}}]}  # fmt: skip
+    assert ChatMessage.from_openai_dict_format(wire) == ChatMessage(ChatRole.ASSISTANT, [TextContent("adding"), call])
+    user = ChatMessage.from_openai_dict_format({"role": "user", "content": "Hello"})
+    assert user == ChatMessage(_role=ChatRole.USER, _content=[TextContent(text="Hello")], _name=None, _meta={})
+    assert hash(user) == hash(ChatMessage.from_user("Hello"))

@@ -9,7 +9,7 @@ a snapshot; ``result_record`` / ``final_snapshot`` / ``result_from_record`` a fi
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from agentfsm._core.phases import CALL_DONE, FAILED, PHASE_WORK, TERMINAL_PHASES, Phase
@@ -128,7 +128,8 @@ def snapshot_of(run: AgentRun, pause: PauseReason | None = None, stage: int | No
 
 def result_of(run: AgentRun) -> AgentResult:
     """The documented result of a finished run: State data, ``last_message``, plus ``exit_reason`` and ``trace``."""
-    return run_result(run.data, run.exit_reason, run.trace, output_value(run) if run.config.output else _NO_OUTPUT)
+    output = output_value(run) if run.config.output else _NO_OUTPUT
+    return run_result(run.data, run.exit_reason, run.trace, run.state.schema, output)
 
 
 def result_record(run: AgentRun) -> dict[str, Any]:
@@ -157,16 +158,21 @@ def ending_reason(run: AgentRun) -> str | None:
     return run.exit_reason
 
 
-def result_from_record(record: dict[str, Any], output: OutputType | None = None) -> AgentResult:
-    """``Agent.run``'s result for a finished run's record (``output``: the agent's output type, if it has one)."""
+def result_from_record(
+    record: dict[str, Any], output: OutputType | None = None, state_keys: Collection[str] = ()
+) -> AgentResult:
+    """``Agent.run``'s result for a finished run's record.
+
+    ``output``: the agent's output type, if it has one; ``state_keys``: the names its State declares.
+    """
     data = {**deserialize_value(record["state"]), "messages": [ChatMessage.from_dict(m) for m in record["messages"]]}
     trace = [TransitionRecord.from_dict(r) for r in record["trace"]]
     if output is None:
-        return run_result(data, record["exit_reason"], trace)
+        return run_result(data, record["exit_reason"], trace, state_keys)
     # A run that ended on an answer ended on the exit condition its exit reason names.
     answer = answer_of(data["messages"], record["exit_reason"])
     value, problems = (None, [""]) if answer is None else output.check(answer)
-    return run_result(data, record["exit_reason"], trace, None if problems else value)
+    return run_result(data, record["exit_reason"], trace, state_keys, None if problems else value)
 
 
 def final_snapshot(record: dict[str, Any], segment: int | None = None) -> AgentSnapshot:
@@ -192,9 +198,15 @@ def finished_record(run: AgentRun) -> AgentSnapshot | None:
 
 
 def run_result(
-    data: Mapping[str, Any], exit_reason: str | None, trace: list[TransitionRecord], output: Any = _NO_OUTPUT
+    data: Mapping[str, Any],
+    exit_reason: str | None,
+    trace: list[TransitionRecord],
+    state_keys: Collection[str],
+    output: Any = _NO_OUTPUT,
 ) -> AgentResult:
-    """What ``Agent.run`` returns for a run with this State data, exit reason, trace (and ``output``, if it has one)."""
-    return (
-        AgentResult(data, exit_reason, trace) if output is _NO_OUTPUT else AgentResult(data, exit_reason, trace, output)
-    )
+    """What ``Agent.run`` returns for a run with this State data, exit reason, trace (and ``output``, if it has one).
+
+    ``state_keys`` are the names the run's State declares: the result's values under them are the State's.
+    """
+    outputs = () if output is _NO_OUTPUT else (output,)
+    return AgentResult(data, exit_reason, trace, *outputs, state_keys=state_keys)

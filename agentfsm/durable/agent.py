@@ -353,7 +353,7 @@ class DurableAgent:
             raise pause_exception(snapshot)
         if not isinstance(output, dict) or "done" not in output:
             raise DurabilityError(f"Workflow {workflow_id} is not a run of an agentfsm DurableAgent.")
-        return result_from_record(output["done"], self.agent.output_spec)
+        return result_from_record(output["done"], self.agent.output_spec, self.agent.state_keys)
 
     # -- reading runs -------------------------------------------------------------------------------------
 
@@ -362,7 +362,7 @@ class DurableAgent:
         record = find_run(db, run_id)
         if record.done is None:
             raise DurabilityError(f"Run {run_id} is {record.status}, not done.")
-        return result_from_record(record.done, self.agent.output_spec)
+        return result_from_record(record.done, self.agent.output_spec, self.agent.state_keys)
 
     def snapshot(self, run_id: str, db: Any = DBOS) -> AgentSnapshot:
         """Where run ``run_id`` stands, derived from its workflow's checkpoints (``db``: DBOS, or a ``DBOSClient``).

@@ -83,7 +83,11 @@ def _model_calls_allowed(run: AgentRun) -> bool:
 
 
 def _warn_steps_reached(run: AgentRun) -> None:
-    logger.warning("max_agent_steps reached", run_id=run.run_id, max_agent_steps=run.config.max_agent_steps)
+    steps = run.config.max_agent_steps
+    # Through standard logging (the default) the event's record prints as its ``message``: Haystack's
+    # warning, word for word, which its users' tests and log searches match.
+    message = f"Agent reached maximum agent steps of {steps}, stopping."
+    logger.warning("max_agent_steps reached", run_id=run.run_id, max_agent_steps=steps, message=message)
 
 
 def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[str, bool]]:

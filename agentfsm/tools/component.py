@@ -11,17 +11,24 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, create_model
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SchemaGenerationError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import Slot, object_from_dict, object_path, object_to_dict
-from agentfsm.tools.from_function import add_property, function_parameters_schema, json_schema_for
-from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs
+from agentfsm.tools.from_function import (
+    Parameter,
+    add_property,
+    fields_schema,
+    json_schema_for,
+    parameter_fields,
+)
+from agentfsm.tools.tool import Tool, _deserialize_specs, _serialize_specs, function_inputs, state_inputs
 
 CHAT_MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "array",
@@ -53,7 +60,7 @@ def _to_chat_messages(value: Any) -> list[ChatMessage]:
 
 def _is_chat_messages(hint: Any) -> bool:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
         hint = args[0]
     return hint is ChatMessage or (typing.get_origin(hint) is list and typing.get_args(hint) == (ChatMessage,))
 
@@ -99,6 +106,71 @@ _GOOGLE_ARGS_HEADERS = frozenset({"Args:", "Arguments:", "Parameters:"})
 _GOOGLE_PARAM = re.compile(r"^\*{0,2}(?P<name>\w+)\s*(?:\([^)]*\))?\s*:\s*(?P<text>.*)$")
 
 
+def doc_summary(doc: str | None) -> str:
+    """A docstring's first line (none when it opens with its parameters): Haystack's schema ``description``."""
+    first = inspect.cleandoc(doc or "").partition("\n")[0].strip()
+    return "" if first.startswith(":") or first in _DOC_SECTION_HEADERS else first
+
+
+_DOC_SECTION_HEADERS = _GOOGLE_ARGS_HEADERS | {"Returns:", "Raises:", "Yields:", "Example:", "Examples:"}
+
+
+class _DescribedTypes:
+    """Types as a component's schema shows them: each dataclass a model whose fields are described.
+
+    As Haystack describes a dataclass parameter: each field by its ``:param`` (or ``Args:``) entry
+    in the class docstring, else ``"Field '<name>' of '<Class>'."``, with its default (a
+    ``default_factory``'s value) — in nested dataclasses and in lists, dicts and unions of them too.
+    Pydantic models describe themselves and are left as they are. One instance per schema, so that
+    a dataclass used twice is one model (one ``$defs`` entry).
+    """
+
+    def __init__(self) -> None:
+        self._models: dict[type, type[BaseModel]] = {}
+        self._building: set[type] = set()
+
+    def of(self, hint: Any) -> Any:
+        """``hint`` with each dataclass in it replaced by its described model."""
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return self._model(hint)
+        args = typing.get_args(hint)
+        origin = typing.get_origin(hint)
+        if not args or origin is typing.Literal:
+            return hint
+        resolved = tuple(self.of(arg) for arg in args)
+        if all(new is old for new, old in zip(resolved, args, strict=True)):
+            return hint
+        if origin is typing.Annotated:
+            return typing.Annotated[(resolved[0], *hint.__metadata__)]
+        if origin in (typing.Union, types.UnionType):
+            return typing.Union[resolved]  # noqa: UP007 (a union built from a tuple of types)
+        return origin[resolved]
+
+    def _model(self, cls: type) -> Any:
+        if cls in self._models:
+            return self._models[cls]
+        if cls in self._building:  # a dataclass that holds itself: pydantic describes the inner one
+            return cls
+        self._building.add(cls)
+        try:
+            hints = typing.get_type_hints(cls, include_extras=True)
+        except NameError as exc:
+            raise SchemaGenerationError(f"Cannot resolve the type hints of {cls!r}: {exc}") from exc
+        documented = param_descriptions(inspect.getdoc(cls))
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            default: Any = ...
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            description = documented.get(f.name, f"Field '{f.name}' of '{cls.__name__}'.")
+            fields[f.name] = (self.of(hints[f.name]), Field(default, description=description))
+        self._models[cls] = create_model(cls.__name__, **fields)
+        self._building.discard(cls)
+        return self._models[cls]
+
+
 def _needs_conversion(hint: Any) -> bool:
     """Whether JSON arguments for ``hint`` must be converted: it is or holds a dataclass or a pydantic model."""
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, BaseModel)):
@@ -114,12 +186,18 @@ PIPELINE = Slot("a pipeline class (with run())", methods=("run", "from_dict"))
 class ComponentTool(Tool):
     """A Tool that calls a component's ``run``; the schema comes from ``run``'s signature.
 
+    The schema is the one Haystack generates for the same component: its ``description`` is the
+    first line of ``run``'s docstring, and every parameter is described — by ``Annotated``, else by
+    ``run``'s docstring (``:param x:`` lines or a Google ``Args:`` section), else as
+    ``"Input 'x' for the component."``; a dataclass parameter's fields are described by the
+    dataclass's docstring, else as ``"Field 'f' of 'Class'."``, nested and in lists too. The tool's
+    own description defaults to the component's docstring, else to its name.
+
     The model's arguments are converted to what ``run`` takes: dataclasses and pydantic models (and
     lists of them) are built from their JSON objects, and parameters typed ``ChatMessage`` /
     ``list[ChatMessage]`` are offered to the model as a list of ``{"role", "content"}`` objects.
-    Parameters are described by ``run``'s docstring (``:param x:`` lines or a Google ``Args:``
-    section) unless ``Annotated`` describes them. Parameters with defaults whose types JSON schema
-    cannot describe (callbacks, snapshots...) are not offered to the model.
+    Parameters with defaults whose types JSON schema cannot describe (callbacks, snapshots...) are
+    not offered to the model.
     """
 
     def __init__(
@@ -136,7 +214,7 @@ class ComponentTool(Tool):
         run = getattr(component, "run", None)
         if isinstance(component, type) or not callable(run):
             raise ConfigurationTypeError(
-                f"{component!r} is not a component: pass an instance with a run(**kwargs) -> dict method."
+                f"Object {component!r} is not a component: pass an instance with a run(**kwargs) -> dict method."
             )
         from agentfsm.agent import Agent
 
@@ -145,7 +223,7 @@ class ComponentTool(Tool):
         self._message_params: set[str] = set()
         #: How the model's JSON arguments become what ``run`` takes, per parameter that needs it.
         self._converters: dict[str, TypeAdapter[Any]] = {}
-        skip = set((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else set()
+        skip = set(state_inputs(inputs_from_state))
         if isinstance(component, Agent):
             self._message_params = {"messages"}
             if parameters is None:
@@ -156,9 +234,10 @@ class ComponentTool(Tool):
                 parameters = self._run_parameters(run, hints, skip)
         if outputs_to_string is None and isinstance(component, Agent):
             outputs_to_string = {"source": "last_message", "handler": _last_message_text}
+        name = name or snake_case(type(component).__name__)
         super().__init__(
-            name=name or snake_case(type(component).__name__),
-            description=description if description is not None else inspect.getdoc(component) or "",
+            name=name,
+            description=description if description is not None else inspect.getdoc(component) or name,
             parameters=parameters,
             function=self._call_component,
             outputs_to_string=outputs_to_string,
@@ -191,6 +270,12 @@ class ComponentTool(Tool):
         return hints
 
     def _run_parameters(self, run: Callable[..., Any], hints: dict[str, Any], skip: set[str]) -> dict[str, Any]:
+        """The schema of ``run``'s parameters, described as Haystack describes a component's inputs.
+
+        The schema's ``description`` is the first line of ``run``'s docstring; each parameter's is its
+        ``Annotated`` text, else its docstring entry, else ``"Input '<name>' for the component."``;
+        dataclasses (also nested, and in lists) describe their fields the same way (``_DescribedTypes``).
+        """
         signature = inspect.signature(run)
         undescribable = set()
         for name, param in signature.parameters.items():
@@ -202,15 +287,18 @@ class ComponentTool(Tool):
                     json_schema_for(hint, name)
                 except SchemaGenerationError:
                     undescribable.add(name)
-        schema = function_parameters_schema(run, skip | self._message_params | undescribable)
+        doc = inspect.getdoc(run)
+        documented = param_descriptions(doc)
+        described = _DescribedTypes()
+        fields = parameter_fields(run, skip | self._message_params | undescribable)
+        for name, (hint, default, description) in fields.items():
+            fallback = documented.get(name, f"Input '{name}' for the component.")
+            fields[name] = Parameter(described.of(hint), default, fallback if description is None else description)
+        schema = fields_schema(getattr(run, "__name__", "run"), fields, doc_summary(doc))
         for name in sorted(self._message_params - skip):
             schema.setdefault("properties", {})[name] = CHAT_MESSAGES_SCHEMA
             if signature.parameters[name].default is inspect.Parameter.empty:
                 schema.setdefault("required", []).append(name)
-        documented = param_descriptions(inspect.getdoc(run))
-        for name, prop in schema.get("properties", {}).items():
-            if name in documented and "description" not in prop:
-                prop["description"] = documented[name]
         return schema
 
     def _valid_inputs(self) -> set[str] | None:
@@ -336,7 +424,7 @@ class PipelineTool(ComponentTool):
             if "." not in path:
                 raise ConfigurationError(f"output_mapping key {path!r} must be a 'component.output' path.")
         if parameters is None:
-            parameters = self._parameters(sockets, set((inputs_from_state or {}).values()))
+            parameters = self._parameters(sockets, set(state_inputs(inputs_from_state)))
         super().__init__(
             _PipelineRunner(self),
             name=name,

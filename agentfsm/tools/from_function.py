@@ -6,13 +6,13 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
-from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool, state_inputs
 
 
 def _strip_titles(node: Any) -> Any:
@@ -55,20 +55,39 @@ def function_parameters_schema(
 
     ``Annotated[T, "text"]`` gives a description; parameters with defaults are not required.
     """
+    return fields_schema(getattr(function, "__name__", repr(function)), parameter_fields(function, skip))
+
+
+class Parameter(NamedTuple):
+    """A parameter of a tool's function, as its schema describes it."""
+
+    hint: Any
+    #: ``...`` for a required parameter.
+    default: Any
+    description: str | None
+
+
+def parameter_fields(
+    function: Callable[..., Any], skip: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Parameter]:
+    """``function``'s parameters but those in ``skip``, by name.
+
+    ``Annotated[T, "text"]`` is ``T`` described by ``"text"``; a parameter with a default keeps it.
+    """
     name = getattr(function, "__name__", repr(function))
     signature = inspect.signature(function)
     try:
         hints = _type_hints(function, skip)
     except NameError as exc:
         raise SchemaGenerationError(f"Cannot resolve the type hints of {name!r}: {exc}") from exc
-    fields: dict[str, Any] = {}
+    fields: dict[str, Parameter] = {}
     for param_name, param in signature.parameters.items():
         if param_name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param_name not in hints:
-            raise ConfigurationError(
-                f"Function {name!r}: parameter {param_name!r} has no type hint; every parameter of a tool "
-                "function needs one (e.g. `city: str`)."
+            raise ConfigurationError(  # Haystack's sentence first: its users' tests match it
+                f"Function {name!r}: parameter {param_name!r} does not have a type hint. Every parameter of a "
+                f"tool function needs one, and parameter {param_name!r} has no type hint: add one (e.g. `city: str`)."
             )
         hint = hints[param_name]
         description = None
@@ -80,9 +99,22 @@ def function_parameters_schema(
         if default is None and hint is not Any and type(None) not in typing.get_args(hint):
             # `x: int = None` accepts None: say so in the schema (PEP 484's implicit Optional).
             hint = hint | None
-        fields[param_name] = (hint, Field(default=default, description=description))
+        fields[param_name] = Parameter(hint, default, description)
+    return fields
+
+
+def fields_schema(name: str, fields: dict[str, Parameter], description: str = "") -> dict[str, Any]:
+    """The JSON schema of an object with these fields (``description``: the schema's own, if any)."""
+    pydantic_fields: dict[str, Any] = {
+        key: (p.hint, Field(default=p.default, description=p.description)) for key, p in fields.items()
+    }
     try:
-        model = create_model(f"{name}_parameters", __config__=ConfigDict(arbitrary_types_allowed=False), **fields)
+        model = create_model(
+            f"{name}_parameters",
+            __config__=ConfigDict(arbitrary_types_allowed=False),
+            __doc__=description,
+            **pydantic_fields,
+        )
         schema = model.model_json_schema()
     except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
         raise SchemaGenerationError(
@@ -126,8 +158,7 @@ def create_tool_from_function(
     are an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``) and a
     ``report_progress`` one (``agentfsm.tools.progress``).
     """
-    skip = frozenset((inputs_from_state or {}).values()) if isinstance(inputs_from_state, dict) else frozenset()
-    skip |= {IDEMPOTENCY_KEY, REPORT_PROGRESS}
+    skip = state_inputs(inputs_from_state) | {IDEMPOTENCY_KEY, REPORT_PROGRESS}
     return Tool(
         name=name or function.__name__,
         description=description if description is not None else inspect.getdoc(function) or "",

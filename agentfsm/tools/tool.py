@@ -14,6 +14,7 @@ from agentfsm.errors import (
     SchemaError,
     ToolArgumentsError,
     ToolConfigurationError,
+    as_set,
     check_timeout,
 )
 from agentfsm.schemas import CompiledSchema
@@ -41,22 +42,32 @@ def default_output_to_string(result: Any) -> str:
         return str(result)
 
 
+# Each message opens with the sentence Haystack's Tool raises, which its users' tests match.
+
+
 def _check_mapping(name: str, value: Any) -> None:
     if value is not None and not isinstance(value, dict):
         raise ToolConfigurationError(f"{name} must be a dict or None, got {type(value).__name__}.")
 
 
-def _check_spec(name: str, key: str, spec: Any) -> None:
+def _check_spec(name: str, key: str | None, spec: Any) -> None:
+    """Check one output's ``source`` and ``handler`` (``key`` ``None``: the single-output format)."""
+    where = "" if key is None else f" for key {key!r}"
     if not isinstance(spec, dict):
         raise ToolConfigurationError(
-            f"{name}[{key!r}] must be a dict with 'source' and/or 'handler', got {type(spec).__name__}."
+            f"{name} configuration{where} must be a dictionary. Give it 'source' and/or 'handler', "
+            f"not a {type(spec).__name__}."
         )
     source = spec.get("source")
     if source is not None and not isinstance(source, str):
-        raise ToolConfigurationError(f"{name}[{key!r}]['source'] must be a string, got {type(source).__name__}.")
+        raise ToolConfigurationError(
+            f"{name} source{where} must be a string. Got {type(source).__name__}: name the output's key."
+        )
     handler = spec.get("handler")
     if handler is not None and not callable(handler):
-        raise ToolConfigurationError(f"{name}[{key!r}]['handler'] must be callable, got {type(handler).__name__}.")
+        raise ToolConfigurationError(
+            f"{name} handler{where} must be callable. Got {type(handler).__name__}: give a function."
+        )
 
 
 def validate_tool_config(
@@ -71,23 +82,43 @@ def validate_tool_config(
     for state_key, param in (inputs_from_state or {}).items():
         if not isinstance(param, str):
             raise ToolConfigurationError(
-                f"inputs_from_state[{state_key!r}] must name a parameter (str), got {type(param).__name__}."
+                f"inputs_from_state values must be str, not {type(param).__name__}. Got {param!r} for key "
+                f"{state_key!r}. Map each State key to the name of the parameter it fills: {{'repository': 'repo'}}."
             )
     for state_key, spec in (outputs_to_state or {}).items():
         _check_spec("outputs_to_state", state_key, spec)
     if outputs_to_string:
-        if set(outputs_to_string) <= _OUTPUTS_TO_STRING_SINGLE_KEYS:
-            _check_spec("outputs_to_string", "", outputs_to_string)
+        single = set(outputs_to_string) & _OUTPUTS_TO_STRING_SINGLE_KEYS
+        if single and set(outputs_to_string) - _OUTPUTS_TO_STRING_SINGLE_KEYS:
+            others = sorted(map(str, set(outputs_to_string) - _OUTPUTS_TO_STRING_SINGLE_KEYS))
+            raise ToolConfigurationError(
+                "Invalid outputs_to_string config. When using 'source', 'handler' or 'raw_result' at the root "
+                f"level, no other keys are allowed; this one also has {others}. Use one format: a single output "
+                "at the root, or one configuration per output."
+            )
+        if single:
+            _check_spec("outputs_to_string", None, outputs_to_string)
             raw = outputs_to_string.get("raw_result", False)
             if not isinstance(raw, bool):
                 raise ToolConfigurationError(
-                    f"outputs_to_string['raw_result'] must be a bool, got {type(raw).__name__}."
+                    f"outputs_to_string raw_result must be a boolean. Got {type(raw).__name__}: True or False."
                 )
         else:
             for key, spec in outputs_to_string.items():
                 _check_spec("outputs_to_string", key, spec)
                 if "raw_result" in spec:
-                    raise ToolConfigurationError("raw_result is not supported in the multiple-output format.")
+                    raise ToolConfigurationError(
+                        f"Invalid outputs_to_string configuration for key {key!r}: 'raw_result' is not supported "
+                        "in the multiple output format. Give it at the root, beside 'source': raw_result is not "
+                        "supported in the multiple-output format, where each output becomes text."
+                    )
+
+
+def state_inputs(inputs_from_state: Any) -> frozenset[str]:
+    """The parameters ``inputs_from_state`` fills, left out of a schema (``Tool`` refuses a wrongly shaped one)."""
+    if not isinstance(inputs_from_state, dict):
+        return frozenset()
+    return frozenset(p for p in inputs_from_state.values() if isinstance(p, str))
 
 
 def function_inputs(function: Callable[..., Any], parameters: dict[str, Any]) -> set[str] | None:
@@ -174,12 +205,17 @@ class Tool:
             raise ConfigurationError(f"A tool needs a non-empty string name, got {self.name!r}.")
         if inspect.iscoroutinefunction(self.function):
             raise ConfigurationError(
-                f"Tool {self.name!r}: async functions are not supported; pass a synchronous function "
-                "(agentfsm runs sync tools in a thread pool under run_async)."
+                f"Async functions are not supported as tools. The function "
+                f"{getattr(self.function, '__name__', self.function)!r} is a coroutine function. Tool "
+                f"{self.name!r}: async functions are not supported; pass a synchronous function (agentfsm "
+                "runs sync tools in a thread pool under run_async)."
             )
         if not callable(self.function):
             raise ConfigurationError(f"Tool {self.name!r}: function must be callable, got {self.function!r}.")
-        self._schema = CompiledSchema(self.parameters, f"Tool {self.name!r}: parameters")
+        try:
+            self._schema = CompiledSchema(self.parameters, f"Tool {self.name!r}: parameters")
+        except SchemaError as exc:
+            raise SchemaError(f"The provided parameters do not define a valid JSON schema. {exc}") from None
         if self.parameters.get("type", "object") != "object":
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
@@ -202,8 +238,9 @@ class Tool:
         for state_key, param in (self.inputs_from_state or {}).items():
             if param not in valid:
                 raise ToolConfigurationError(
-                    f"Tool {self.name!r}: inputs_from_state maps State key {state_key!r} to {param!r}, which is not "
-                    f"a parameter of the tool; its parameters are {sorted(valid)}."
+                    f"inputs_from_state maps {state_key!r} to unknown parameter {param!r}. Valid parameters are: "
+                    f"{as_set(valid)}. Tool {self.name!r} maps State key {state_key!r} to {param!r}, which is "
+                    f"not a parameter of the tool; its parameters are {sorted(valid)}."
                 )
 
     @property

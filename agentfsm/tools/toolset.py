@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, as_set
 from agentfsm.serialization import Slot, object_from_dict, object_path
 from agentfsm.tools.tool import Tool, tool_from_dict
 
@@ -19,8 +19,10 @@ def check_unique_names(tools: Iterable[Tool]) -> None:
             duplicates.add(t.name)
         seen.add(t.name)
     if duplicates:
+        # Haystack's sentence first: its users' tests match it.
         raise ConfigurationError(
-            f"Duplicate tool names: {sorted(duplicates)}. Every tool given to an agent needs its own name."
+            f"Duplicate tool names found: {as_set(duplicates)}. Duplicate tool names: {sorted(duplicates)}. "
+            "Every tool given to an agent needs its own name."
         )
 
 
@@ -88,7 +90,12 @@ class Toolset:
 
 
 def flatten_tools(tools: Iterable[Tool | Toolset] | Toolset | None) -> list[Tool]:
-    """A flat list of tools from a list of tools/toolsets or one toolset."""
+    """A flat list of tools from a list of tools/toolsets or one toolset (``TypeError`` for anything else)."""
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable | None):
+        raise ConfigurationTypeError(
+            f"tools must be list[Union[Tool, Toolset]], Toolset, or None. Got {type(tools).__name__}: "
+            "give a list of tools and toolsets, or one toolset."
+        )
     flat: list[Tool] = []
     for item in tools or []:
         if isinstance(item, Toolset):
@@ -96,7 +103,10 @@ def flatten_tools(tools: Iterable[Tool | Toolset] | Toolset | None) -> list[Tool
         elif isinstance(item, Tool):
             flat.append(item)
         else:
-            raise ConfigurationError(f"Expected a Tool or a Toolset, got {type(item).__name__}: {item!r}.")
+            raise ConfigurationTypeError(
+                "Items in the tools list must be Tool or Toolset instances. "
+                f"Expected a Tool or a Toolset, got {type(item).__name__}: {item!r}."
+            )
     return flat
 
 

@@ -28,16 +28,7 @@ security headers), ``review`` (the handlers), ``live`` (the event stream), ``pag
 ``assets`` (serving the script and style files kept in ``static/``).
 """
 
-from agentfsm._extras import extra_needed
-from agentfsm.errors import MissingExtraError
-
-with extra_needed("agentfsm.web", "web"):
-    from starlette import formparsers
-
-# The decision forms are read by python-multipart, which starlette imports only when it is there.
-if vars(formparsers).get("multipart") is None:
-    raise MissingExtraError("agentfsm.web", "web", "No module named 'python_multipart'", name="python_multipart")
-
+from agentfsm.web import _requires  # noqa: F401 (first: a missing extra is one line naming it)
 from agentfsm.web.app import create_app
 from agentfsm.web.checks import (
     LOOPBACK_HOSTS,
