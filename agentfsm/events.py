@@ -46,12 +46,13 @@ with ``event_from_stored``.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from agentfsm.messages import StreamingChunk
-from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.serialization import deserialize_value, is_of_type, serialize_value, type_name
 from agentfsm.snapshot import AgentSnapshot
 
 __all__ = [
@@ -370,6 +371,16 @@ _KINDS: dict[str, type[_Event]] = {
 }
 
 
+
+def _field_types(cls: type[_Event]) -> dict[str, Any]:
+    """The fields of an event class and their types, in order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+#: Each kind's fields and their types: an event read back from data holds values of these types, as they are.
+_FIELD_TYPES = {kind: _field_types(cls) for kind, cls in _KINDS.items()}
+
 def _result_to_data(result: dict[str, Any]) -> Any:
     """A run's result as data; its ``trace`` as ``TransitionRecord.to_dict()`` dicts (``event_from_dict`` gives them so)."""
     trace = getattr(result, "trace", None)
@@ -447,8 +458,14 @@ def _from_data(data: Mapping[str, Any], given: dict[str, Any]) -> Event:
     values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special and k not in given})
     values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data and k not in given})
     values.update(given)
-    names = [f.name for f in dataclasses.fields(cls)]
-    missing = [name for name in names if name not in values]
+    types = _FIELD_TYPES[cls.kind]
+    missing = [name for name in types if name not in values]
     if missing:
         raise DeserializationError(f"A {cls.kind!r} event needs the fields {missing}.")
-    return cls(**{name: values[name] for name in names})  # type: ignore[return-value]
+    for name, tp in types.items():  # as it is: a step of "1" or a usage of [] is refused, not converted
+        if not is_of_type(values[name], tp):
+            raise DeserializationError(
+                f"A {cls.kind!r} event's {name!r} is not of its type {type_name(tp)}: got {type(values[name]).__name__}."
+            )
+    return cls(**{name: values[name] for name in types})  # type: ignore[return-value]
+
