@@ -31,6 +31,10 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 - ``resumed`` (``RunResumed``): the run resumed into ``phase`` at ``step`` (the event's).
 - ``run_ended`` (``RunEnded``): ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or
   ``error`` for a failed run.
+- ``warning`` (``RunWarning``): the run refused or corrected something from outside and went on:
+  ``warning`` (what: ``usage_corrected`` for token counts a model reported that could not be
+  counted as given, ``tool_name_taken`` for a tool a dynamic toolset showed under a name another
+  tool of the run has) and ``message`` (what was refused or changed; never a prompt or a reply).
 
 Errors are given as ``"<type>: <message>"``; phases and call statuses as ``Phase`` and ``CallStatus``
 members (string enums: ``to_dict`` and ``event_from_dict`` give plain strings).
@@ -70,6 +74,7 @@ __all__ = [
     "RunPaused",
     "RunResumed",
     "RunStarted",
+    "RunWarning",
     "ToolEnded",
     "ToolProgress",
     "ToolStarted",
@@ -328,6 +333,18 @@ class RunEnded(_Event):
     error: str | None
 
 
+@_quick_init
+@dataclass(frozen=True)
+class RunWarning(_Event):
+    """The run refused or corrected something that came from outside (a model's usage, a toolset's tool) and went on."""
+
+    kind: ClassVar[Literal["warning"]] = "warning"
+    #: What it was: ``"usage_corrected"`` or ``"tool_name_taken"``.
+    warning: str
+    #: What was refused or changed, and why (names and numbers, never a prompt or a reply).
+    message: str
+
+
 Event = (
     RunStarted
     | PhaseChanged
@@ -344,6 +361,7 @@ Event = (
     | RunPaused
     | RunResumed
     | RunEnded
+    | RunWarning
 )
 
 #: Called with each event of a run (``Agent.run(on_event=...)``); under ``run_async`` it may be async.
@@ -367,9 +385,9 @@ _KINDS: dict[str, type[_Event]] = {
         RunPaused,
         RunResumed,
         RunEnded,
+        RunWarning,
     )
 }
-
 
 
 def _field_types(cls: type[_Event]) -> dict[str, Any]:
@@ -380,6 +398,7 @@ def _field_types(cls: type[_Event]) -> dict[str, Any]:
 
 #: Each kind's fields and their types: an event read back from data holds values of these types, as they are.
 _FIELD_TYPES = {kind: _field_types(cls) for kind, cls in _KINDS.items()}
+
 
 def _result_to_data(result: dict[str, Any]) -> Any:
     """A run's result as data; its ``trace`` as ``TransitionRecord.to_dict()`` dicts (``event_from_dict`` gives them so)."""
@@ -468,4 +487,3 @@ def _from_data(data: Mapping[str, Any], given: dict[str, Any]) -> Event:
                 f"A {cls.kind!r} event's {name!r} is not of its type {type_name(tp)}: got {type(values[name]).__name__}."
             )
     return cls(**{name: values[name] for name in types})  # type: ignore[return-value]
-

@@ -8,7 +8,7 @@ What a run gives (docs/telemetry.md shows it):
 
 - a span ``invoke_agent {agent name}`` (INTERNAL) for each segment of a run: from its start, or
   its resume, to its end or pause. The edges it takes are span events (``agentfsm.transition``),
-  as are its hooks, decisions and resume;
+  as are its hooks, decisions, resume and warnings (``agentfsm.warning``);
 - a span ``chat {model}`` (CLIENT) per model call, with its token counts: token counts are on
   model-call spans only, never summed onto the agent span;
 - a span ``execute_tool {tool name}`` (INTERNAL) per tool call; a failed call has status ERROR and
@@ -50,6 +50,7 @@ from agentfsm.events import (
     RunPaused,
     RunResumed,
     RunStarted,
+    RunWarning,
     ToolEnded,
     ToolProgress,
     ToolStarted,
@@ -343,6 +344,11 @@ class _RunTrace:
                 attributes["agentfsm.decision.feedback"] = str(event.decision["feedback"])
             self._agent.add_event("agentfsm.decision", attributes, _ns(event.at))
 
+    def _warning(self, event: RunWarning) -> None:
+        if self._agent is not None:
+            attributes = {"agentfsm.warning": event.warning, "agentfsm.warning.message": event.message}
+            self._agent.add_event("agentfsm.warning", attributes, _ns(event.at))
+
     def _resumed(self, event: RunResumed) -> None:
         if self._agent is not None:
             self._agent.add_event("agentfsm.resumed", {"agentfsm.phase": str(event.phase)}, _ns(event.at))
@@ -513,6 +519,7 @@ _HANDLERS: Mapping[type, Callable[[_RunTrace, Any], None]] = {
     RunResumed: _RunTrace._resumed,
     RunPaused: _RunTrace._paused,
     RunEnded: _RunTrace._run_ended,
+    RunWarning: _RunTrace._warning,
     ModelStarted: _RunTrace._model_started,
     ModelEnded: _RunTrace._model_ended,
     ModelFailed: _RunTrace._model_failed,

@@ -276,6 +276,7 @@ EVENTS = (
     "RunPaused",
     "RunResumed",
     "RunStarted",
+    "RunWarning",
     "ToolEnded",
     "ToolProgress",
     "ToolStarted",

@@ -671,3 +671,66 @@ def test_fuzzed_tagged_values_load_or_fail_typed_and_never_call_what_they_name(v
     with contextlib.suppress(DeserializationError):
         deserialize_value(value, ALLOWED)
     assert CALLED == []
+
+
+# -- a model's usage: data, not trusted -------------------------------------------------------------
+
+
+def reported(usage: dict[str, Any], *tool_calls: Any, text: str | None = None) -> ChatMessage:
+    """A reply whose ``meta`` reports ``usage``, as a model server gives it."""
+    return ChatMessage.from_assistant(text, tool_calls=list(tool_calls), meta={"model": "m", "usage": usage})
+
+
+HONEST = {"prompt_tokens": 100, "completion_tokens": 20}
+
+
+def usage_run(first: dict[str, Any], limits: Any = None) -> tuple[Any, list[Any]]:
+    """A run whose first reply reports ``first`` and each later one honest counts, with ``limits``; its result and events."""
+    from agentfsm import UsageLimits
+
+    script = [reported(first, call("note", "c0", text="a"))]
+    script += [reported(HONEST, call("note", f"c{i}", text="a")) for i in range(1, 20)] + [
+        reported(HONEST, text="done")
+    ]
+    priced = UsageLimits(total_tokens=1000, cost=10.0, prices={"m": (1.0, 1.0)}) if limits is None else limits
+    events: list[Any] = []
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[note], usage_limits=priced)
+    return agent.run(USER, on_event=events.append), events
+
+
+def test_a_negative_token_count_never_lets_a_run_past_its_limits() -> None:
+    # One reply reporting -10**9 input tokens made 8 model calls of a run limited to 1000 tokens,
+    # at a cost of -999.986: it is counted as 0 tokens, and the run ends where an honest one does.
+    honest, _ = usage_run({"prompt_tokens": 0, "completion_tokens": 20})
+    hostile, events = usage_run({"prompt_tokens": -(10**9), "completion_tokens": 20})
+    assert hostile.exit_reason == honest.exit_reason == "usage_limit:total_tokens"
+    assert hostile["step_count"] == honest["step_count"] == 10  # 20 + 9 * 120 tokens reach 1000
+    assert hostile["token_usage"] == honest["token_usage"] and hostile["run_usage"]["cost"] >= 0
+    [warning] = [e for e in events if e.kind == "warning"]
+    assert warning.warning == "usage_corrected" and "prompt_tokens' -1000000000 counted as 0" in warning.message
+    assert all(n >= 0 for e in events if e.kind == "model_ended" for n in e.usage.values())
+
+
+def test_an_absurd_token_count_is_counted_as_the_most_one_reply_can_use() -> None:
+    from agentfsm.limits import MAX_REPLY_TOKENS
+
+    result, events = usage_run({"prompt_tokens": 10**400, "completion_tokens": 1})
+    assert result.exit_reason == "usage_limit:total_tokens" and result["step_count"] == 1
+    assert result["token_usage"]["prompt_tokens"] == MAX_REPLY_TOKENS
+    assert [e.warning for e in events if e.kind == "warning"] == ["usage_corrected"]
+
+
+@pytest.mark.parametrize("count", ["lots", 12.5, None, [], True, {"n": 1}])
+def test_a_token_count_that_is_no_number_fails_a_limited_run_typed(count: Any) -> None:
+    from agentfsm import UsageLimits
+    from agentfsm.errors import UsageNotCountedError
+
+    with pytest.raises(UsageNotCountedError, match="prompt_tokens"):
+        usage_run({"prompt_tokens": count, "completion_tokens": 1}, UsageLimits(total_tokens=1000))
+    # Without limits the run goes on: the count is left out, and a warning says so.
+    script = [reported({"prompt_tokens": count, "completion_tokens": 1, "prompt_tokens_details": {"x": 1}}, text="hi")]
+    events: list[Any] = []
+    result = Agent(chat_generator=ScriptedChatGenerator(script)).run(USER, on_event=events.append)
+    assert result["token_usage"] == {"completion_tokens": 1}
+    [warning] = [e for e in events if e.kind == "warning"]
+    assert "prompt_tokens" in warning.message and "left out" in warning.message

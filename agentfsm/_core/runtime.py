@@ -32,7 +32,8 @@ from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
 from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import ConfigurationError, IterationStoppedError, MachineError, ModelClientError
-from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed
+from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed, RunWarning
+from agentfsm.limits import reported_counts
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -88,12 +89,11 @@ _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items
 
 
 def add_usage(totals: Mapping[str, int] | None, usages: list[dict[str, Any]]) -> dict[str, int]:
-    """Token counts summed: ``totals`` plus every integer count of the replies' ``usage`` metadata."""
+    """Token counts summed: ``totals`` plus the replies' ``usage`` counts, as ``reported_counts`` reads them."""
     summed = dict(totals or {})
     for usage in usages:
-        for name, count in usage.items():
-            if isinstance(count, int) and not isinstance(count, bool):
-                summed[name] = summed.get(name, 0) + count
+        for name, count in reported_counts(usage)[0].items():
+            summed[name] = summed.get(name, 0) + count
     return summed
 
 
@@ -374,6 +374,12 @@ class AgentRun(RunFacts):
         self.state.append("messages", replies)
         if usage:
             self.state.set("token_usage", add_usage(self.data.get("token_usage"), usage))
+            corrected = [problem for reported in usage for problem in reported_counts(reported)[1]]
+            if corrected:
+                self.warn(
+                    "usage_corrected",
+                    f"The model reported token counts that were not counted as given: {'; '.join(corrected)}.",
+                )
         self.calls = calls if self.has_tools else []
         self._complete()
 
@@ -617,6 +623,12 @@ class AgentRun(RunFacts):
     def logs(self) -> bool:
         """Whether the run logs its transitions (decided when it started: ``agentfsm.logs``)."""
         return self._logging
+
+    def warn(self, warning: str, message: str) -> None:
+        """Log that the run refused or corrected something from outside, and record it as a ``warning`` event."""
+        logger.warning("run warning", run_id=self.run_id, step=self.step, warning=warning, detail=message)
+        if self.records_events:
+            self._events.append(RunWarning(self.run_id, self.step, time.time(), warning, message))
 
     def take_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first, for the driver to hand out."""

@@ -26,6 +26,7 @@ if (live !== null) {
     paused: (e) => `paused: ${e.reason}`,
     resumed: (e) => `resumed into ${e.phase}`,
     run_ended: (e) => (e.error ? `run failed: ${e.error}` : `run ended: ${e.exit_reason}`),
+    warning: (e) => `warning (${e.warning}): ${e.message}`,
   };
   function append(event, number) {
     const last = log.lastElementChild;
