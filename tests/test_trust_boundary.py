@@ -11,7 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import http.server
-import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
+import os  # also named by hostile paths: tests.test_trust_boundary.os.system
 import subprocess
 import sys
 import threading
@@ -734,3 +734,54 @@ def test_a_token_count_that_is_no_number_fails_a_limited_run_typed(count: Any) -
     assert result["token_usage"] == {"completion_tokens": 1}
     [warning] = [e for e in events if e.kind == "warning"]
     assert "prompt_tokens" in warning.message and "left out" in warning.message
+
+
+# -- no schema can hold the process -------------------------------------------------------------------
+
+#: A pattern Python's backtracking ``re`` tries 2**40 ways to read on 40 ``a``s and a ``!``: hours.
+BACKTRACKING = {"type": "object", "properties": {"text": {"type": "string", "pattern": "^(a|a)*$"}}}
+HOSTILE_TEXT = "a" * 40 + "!"
+
+
+def bounded(code: str, seconds: float = 120) -> str:
+    """What ``code`` prints, run in a process of its own that must end within ``seconds`` (a hang fails the test)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_backtracking_pattern_in_a_tools_schema_is_checked_in_bounded_time() -> None:
+    printed = bounded(
+        f"""
+from agentfsm import Agent, ChatMessage, Tool
+from agentfsm.generators import ScriptedChatGenerator
+from tests.helpers import call, calls
+match = Tool("match", "Match a text.", {BACKTRACKING!r}, lambda text: "ran")
+script = [calls(call("match", "c1", text={HOSTILE_TEXT!r})), "done"]
+result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[match]).run([ChatMessage.from_user("go")])
+answer = result["messages"][2].tool_call_result
+print(answer.error, answer.result)
+"""
+    )
+    assert printed.startswith("True ") and "does not match '^(a|a)*$'" in printed and "ran" not in printed
+
+
+def test_a_backtracking_pattern_in_an_agent_dicts_tool_schema_is_checked_in_bounded_time() -> None:
+    data = agent_dict_with_tool(note, "tests.test_trust_boundary.note", text=HOSTILE_TEXT)
+    data["init_parameters"]["tools"][0]["data"]["parameters"] = {**BACKTRACKING, "required": ["text"]}
+    printed = bounded(
+        f"""
+from agentfsm import Agent, ChatMessage
+result = Agent.from_dict({data!r}, allowed_modules=["tests"]).run([ChatMessage.from_user("go")])
+print(result["messages"][2].tool_call_result.result)
+"""
+    )
+    assert "does not match" in printed
