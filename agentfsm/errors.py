@@ -36,7 +36,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
     │   └── MCPConnectionLostError                       the connection dropped while a call was in flight
     ├── MCPTimeoutError (TimeoutError)                   connecting, listing tools or an MCP call took too long
-    ├── MCPServerError (RuntimeError)                    the MCP server answered with a protocol error
+    ├── MCPServerError (RuntimeError)                    the MCP server answered with a protocol error, or not MCP
     ├── ModelClientError (RuntimeError)                  the chat generator produced no reply
     │   ├── ModelHTTPError                               the model server answered with an error status
     │   │   ├── AuthenticationError                      401 or 403: the API key was refused
@@ -288,11 +288,11 @@ class MCPTimeoutError(AgentFSMError, TimeoutError):
 
 
 class MCPServerError(AgentFSMError, RuntimeError):
-    """The server answered a request with a JSON-RPC error (for example, invalid parameters)."""
+    """The server answered a request with a JSON-RPC error (for example, invalid parameters), or with no MCP answer."""
 
-    def __init__(self, message: str, *, code: int) -> None:
+    def __init__(self, message: str, *, code: int | None = None) -> None:
         super().__init__(message)
-        #: The JSON-RPC error code.
+        #: The JSON-RPC error code; ``None`` for an answer that is not MCP's (malformed, or nested too deeply).
         self.code = code
 
     def __reduce__(self) -> Any:

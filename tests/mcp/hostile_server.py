@@ -7,7 +7,7 @@
 - ``backtracking``: ``match(text)``, whose schema's ``pattern`` backtracks for ever on ``"a" * 40 + "!"``.
 - ``huge``: ``big``, whose input schema is 1.7 MB of JSON, and ``add``.
 - ``odd_listing``: ``add``, a tool named ``""`` and one whose schema is no JSON schema.
-- ``exit_listing``: the process exits when its tools are listed (after the first listing).
+- ``exit_listing``: the process exits when its tools are listed.
 - ``bad_content``: ``broken()`` answers with a content block of no known type; ``deep()`` with
   structured content nested 100 levels.
 """
@@ -99,36 +99,21 @@ elif MODE == "odd_listing":
     server._tool_manager._tools["broken"].parameters = {"type": "object", "properties": {"a": {"type": 5}}}
 
 elif MODE == "exit_listing":
-    listed = {"count": 0}
-    list_tools = server.list_tools
 
-    async def exit_on_second_listing() -> Any:
-        listed["count"] += 1
-        if listed["count"] > 1:
-            os._exit(3)
-        return await list_tools()
+    async def exit_on_listing() -> Any:
+        os._exit(3)
 
-    server.list_tools = exit_on_second_listing  # type: ignore[method-assign]
-
-    @server.tool()
-    async def relist(ctx: Context) -> str:
-        """Tell the client the list changed (its listing then ends the process)."""
-        await ctx.notify_tools_changed()
-        return "relisting"
+    server.list_tools = exit_on_listing  # type: ignore[method-assign]
 
 elif MODE == "bad_content":
-    from mcp.types import CallToolResult
+    from mcp.types import CallToolResult, TextContent
 
     call_tool = server.call_tool
 
     async def hostile_call(name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         if name == "broken":
-            return CallToolResult.model_construct(content=[{"type": "hologram", "data": "x" * 100_000}], is_error=False)
-        if name == "deep":
-            value: Any = "bottom"
-            for _ in range(100):
-                value = {"deeper": value}
-            return CallToolResult.model_construct(content=[], structured_content=value, is_error=False)
+            block = TextContent.model_construct(type="hologram", data="x" * 100_000)
+            return CallToolResult.model_construct(content=[block], is_error=False)
         return await call_tool(name, arguments, context)
 
     server.call_tool = hostile_call  # type: ignore[method-assign]
@@ -138,10 +123,13 @@ elif MODE == "bad_content":
         """Answer with a content block of no known type."""
         return "never sent"
 
-    @server.tool()
-    def deep() -> str:
+    @server.tool(structured_output=False)
+    def deep() -> Any:
         """Answer with structured content nested 100 levels."""
-        return "never sent"
+        value: Any = "bottom"
+        for _ in range(100):
+            value = {"deeper": value}
+        return CallToolResult(content=[TextContent(type="text", text="deep")], structured_content=value)
 
 
 if __name__ == "__main__":

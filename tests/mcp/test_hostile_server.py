@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,8 @@ import pytest
 from agentfsm import Agent, ChatMessage, tool
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, ConfirmationUIResult
-from agentfsm.mcp import MCPToolset, StdioServerInfo
+from agentfsm.mcp import MCPConnectionError, MCPTimeoutError, MCPToolset, StdioServerInfo
+from agentfsm.stores import SQLiteSnapshotStore
 from tests.helpers import call, calls
 from tests.mcp.conftest import stdio_info
 
@@ -84,3 +89,103 @@ def test_a_list_change_naming_another_toolsets_tool_leaves_it_that_toolsets(mark
         result = agent.run(USER, on_event=events.append)
     assert [p.text for p in result["messages"][4].tool_call_result.result] == ["5"]
     assert [e.warning for e in events if e.kind == "warning"] == ["tool_name_taken"]
+
+
+# -- no listing holds the process: list_timeout bounds it, schemas checked included --------------------
+
+
+def test_a_tool_with_a_huge_schema_is_listed_and_checked_within_list_timeout() -> None:
+    toolset = hostile("huge", list_timeout=30)
+    with closing(toolset):
+        toolset.warm_up()
+        big = next(t for t in toolset if t.name == "big")
+        assert len(big.parameters["properties"]) == 10_000
+        big.validate_arguments({"p1": "x"})
+
+
+def test_list_timeout_bounds_checking_the_schemas_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each schema takes 0.6 s to check here, and the whole listing may take 0.5 s: no second check starts.
+    from agentfsm.mcp.tool import MCPTool
+
+    checked: list[str] = []
+    apply_spec = MCPTool.apply_spec
+
+    def slowly(tool: MCPTool, spec: Any) -> None:
+        checked.append(spec.name)
+        time.sleep(0.6)
+        apply_spec(tool, spec)
+
+    monkeypatch.setattr(MCPTool, "apply_spec", slowly)
+    toolset = hostile("odd_listing", list_timeout=0.5, max_reconnects=0)
+    with closing(toolset), pytest.raises(MCPTimeoutError, match=r"longer than 0.5 s \(list_timeout\), checking"):
+        toolset.warm_up()
+    assert checked == ["add"]
+
+
+def test_a_backtracking_pattern_in_a_servers_schema_is_checked_in_bounded_time() -> None:
+    # Run in a process of its own: Python's backtracking `re` would hold this one (and its GIL) for hours.
+    code = f"""
+import sys
+from agentfsm import Agent, ChatMessage
+from agentfsm.generators import ScriptedChatGenerator
+from agentfsm.mcp import MCPToolset, StdioServerInfo
+from tests.helpers import call, calls
+toolset = MCPToolset(StdioServerInfo(command=sys.executable, args=[{str(HOSTILE)!r}, "backtracking"]))
+script = [calls(call("match", "c1", text="a" * 40 + "!")), "done"]
+with Agent(chat_generator=ScriptedChatGenerator(script), tools=[toolset]) as agent:
+    answer = agent.run([ChatMessage.from_user("go")])["messages"][2].tool_call_result
+print(answer.error, answer.result)
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True ") and "does not match '^(a|a)*$'" in done.stdout
+
+
+# -- listings and results that are not what they should be ----------------------------------------------
+
+
+def test_a_tool_named_empty_or_with_no_schema_is_left_out_and_the_others_work(caplog: pytest.LogCaptureFixture) -> None:
+    toolset = hostile("odd_listing")
+    with closing(toolset):
+        toolset.warm_up()
+        assert [t.name for t in toolset] == ["add"]
+        assert next(iter(toolset)).invoke(a=2, b=3)["text"] == "5"
+    assert "MCP tool '' of" in caplog.text and "MCP tool 'broken' of" in caplog.text
+
+
+def test_a_server_that_exits_while_listing_is_a_typed_error() -> None:
+    toolset = hostile("exit_listing", max_reconnects=0)
+    with closing(toolset), pytest.raises(MCPConnectionError, match="closed the connection while listing its tools"):
+        toolset.warm_up()
+
+
+def test_a_malformed_result_is_a_short_typed_error_the_model_reads() -> None:
+    script = [calls(call("broken", "c1")), "done"]
+    with Agent(chat_generator=ScriptedChatGenerator(script), tools=[hostile("bad_content")]) as agent:
+        answer = agent.run(USER)["messages"][2].tool_call_result
+    assert answer.error and "MCPServerError" in answer.result and "is not MCP's" in answer.result
+    assert len(answer.result) < 500 and "xxxx" not in answer.result, "the server's data is not repeated"
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_result_nested_100_deep_is_an_error_result_not_a_failed_run(tmp_path: Path, durable: bool) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=durable)
+    script = [calls(call("deep", "c1")), "done"]
+    with Agent(
+        chat_generator=ScriptedChatGenerator(script), tools=[hostile("bad_content")], snapshot_store=store
+    ) as agent:
+        result = agent.run(USER)
+    answer = result["messages"][2].tool_call_result
+    assert answer.error and "nested deeper than 62 levels" in answer.result
+    assert result["last_message"].text == "done"
+    assert [r.status for r in store.runs()] == (["done"] if durable else [])
+    store.close()
