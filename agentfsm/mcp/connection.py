@@ -197,6 +197,10 @@ class MCPConnection:
         """Call ``listener`` with the new list each time the tools are listed again."""
         self._listeners.append(listener)
 
+    def _said(self, error: BaseException) -> str:
+        """``error`` as ``Type: message`` (an exception group's first leaf), the server's credentials shown as ``***``."""
+        return self.server_info.redact(_describe(error))
+
     def _move(self, trigger: str) -> None:
         self._state = next_state(self._state, trigger)
         logger.debug("MCP connection to %s: %s -> %s", self.server_info.describe(), trigger, self._state.value)
@@ -324,7 +328,7 @@ class MCPConnection:
                     client = await self._connect_once()
                 except (MCPConnectionError, MCPTimeoutError) as exc:
                     error = exc
-                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), exc)
+                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), self._said(exc))
                     continue
                 self._move("connected")
                 return client
@@ -358,9 +362,9 @@ class MCPConnection:
         except Exception as exc:
             await asyncio.gather(holder, return_exceptions=True)
             raise MCPConnectionError(
-                f"Could not connect to MCP server {self.server_info.describe()}: {_describe(exc)}. Check that the "
+                f"Could not connect to MCP server {self.server_info.describe()}: {self._said(exc)}. Check that the "
                 "command or URL is right and that the server starts on its own."
-            ) from exc
+            ) from (None if self.server_info.holds_credentials() else exc)  # a cause may name the credentials
         self._client, self._stop, self._holder = client, stop, holder
         try:
             await self._list(client)
@@ -385,7 +389,7 @@ class MCPConnection:
             if not ready.done():
                 ready.set_exception(exc)
             else:
-                logger.debug("MCP session with %s ended: %s", self.server_info.describe(), _describe(exc))
+                logger.debug("MCP session with %s ended: %s", self.server_info.describe(), self._said(exc))
         except asyncio.CancelledError:
             if not ready.done():
                 ready.cancel()
@@ -409,7 +413,7 @@ class MCPConnection:
             except ListenNotSupportedError:
                 return
             except Exception as exc:
-                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), _describe(exc))
+                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), self._said(exc))
             await asyncio.sleep(pause)
             pause = min(pause * 2, _MAX_LISTEN_PAUSE)
 
@@ -427,7 +431,9 @@ class MCPConnection:
             try:
                 await self._list(client)
             except Exception as exc:  # the old list stays; a call to a tool that went away says so
-                logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
+                logger.warning(
+                    "Could not list the tools of MCP server %s again: %s", self.server_info.describe(), self._said(exc)
+                )
 
     async def _list(self, client: Client) -> None:
         """Fetch the tool list and hand it to the listeners, all within ``list_timeout`` (checking their schemas too)."""
@@ -546,7 +552,9 @@ class MCPConnection:
                 self._transport_ended(session_id)
                 raise _SessionGone(exc.message) from exc
             if exc.code != CONNECTION_CLOSED:
-                raise MCPServerError(f"MCP server refused the call to {name!r}: {exc}", code=exc.code) from exc
+                raise MCPServerError(
+                    f"MCP server refused the call to {name!r}: {self.server_info.redact(str(exc))}", code=exc.code
+                ) from None
             self._transport_ended(session_id)
             raise MCPConnectionLostError(
                 f"The connection to MCP server {self.server_info.describe()} dropped during the call to {name!r}: "

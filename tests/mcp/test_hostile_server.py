@@ -12,14 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentfsm import Agent, ChatMessage, tool
+from agentfsm import Agent, ChatMessage, telemetry, tool
+from agentfsm.errors import ConfigurationError, SerializationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, ConfirmationUIResult
-from agentfsm.mcp import MCPConnectionError, MCPTimeoutError, MCPToolset, StdioServerInfo
+from agentfsm.mcp import (
+    MCPConnectionError,
+    MCPTimeoutError,
+    MCPToolset,
+    SSEServerInfo,
+    StdioServerInfo,
+    StreamableHttpServerInfo,
+)
 from agentfsm.stores import SQLiteSnapshotStore
 from tests.helpers import call, calls
-from tests.mcp.conftest import stdio_info
+from tests.mcp.conftest import HttpServer, stdio_info
 
 HOSTILE = Path(__file__).with_name("hostile_server.py")
 USER = [ChatMessage.from_user("go")]
@@ -188,4 +199,73 @@ def test_a_result_nested_100_deep_is_an_error_result_not_a_failed_run(tmp_path: 
     assert answer.error and "nested deeper than 62 levels" in answer.result
     assert result["last_message"].text == "done"
     assert [r.status for r in store.runs()] == (["done"] if durable else [])
+    store.close()
+
+
+# -- credentials in a server's URL are used, and shown nowhere -------------------------------------------
+
+SECRETS = ("hunter2", "sk-live-123")
+
+
+def credentialed(url: str) -> str:
+    """``url`` with a user name and password and an API key written into it."""
+    scheme, rest = url.split("://")
+    return f"{scheme}://alice:{SECRETS[0]}@{rest}?api_key={SECRETS[1]}&v=2"
+
+
+def test_credentials_in_a_url_are_refused_by_to_dict_and_never_shown() -> None:
+    info = StreamableHttpServerInfo(url=credentialed("http://127.0.0.1:1/mcp"))
+    toolset = MCPToolset(info)
+    with pytest.raises(SerializationError, match="holds credentials") as refused:
+        toolset.to_dict()
+    with pytest.raises(SerializationError, match="holds credentials"):
+        Agent(chat_generator=ScriptedChatGenerator(["hi"]), tools=[toolset]).to_dict()
+    with pytest.raises(ConfigurationError, match="http") as bad:
+        StreamableHttpServerInfo(url=f"ftp://alice:{SECRETS[0]}@example.com/?token={SECRETS[1]}")
+    shown = [
+        str(refused.value),
+        str(bad.value),
+        repr(toolset),
+        repr(info),
+        info.describe(),
+        repr(SSEServerInfo(info.url)),
+    ]
+    assert not any(secret in text for secret in SECRETS for text in shown), shown
+    assert info.describe() == "http://***@127.0.0.1:1/mcp?api_key=***&v=***"
+    plain = StreamableHttpServerInfo(url="http://127.0.0.1:1/mcp?v=2")  # a query without credentials is kept
+    assert MCPToolset.from_dict(MCPToolset(plain).to_dict()).server_info.describe() == "http://127.0.0.1:1/mcp?v=***"
+
+
+def test_credentials_in_a_url_never_reach_an_error_a_tool_result_a_snapshot_or_a_span(
+    http_server: HttpServer, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.instrument(provider)
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True)
+    toolset = MCPToolset(StreamableHttpServerInfo(url=credentialed(http_server.url)), max_reconnects=0)
+
+    def stop_the_server(state: Any) -> None:
+        http_server.stop()  # after the first call: the second one cannot reach it
+
+    script = [calls(call("add", "c1", a=2, b=3)), calls(call("add", "c2", a=1, b=1)), "done"]
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[toolset],
+        snapshot_store=store,
+        hooks={"after_tool": [stop_the_server]},
+    )
+    try:
+        with agent:
+            result = agent.run(USER)
+    finally:
+        telemetry.uninstrument()
+    first, second = result["messages"][2].tool_call_result, result["messages"][4].tool_call_result
+    assert not first.error and second.error and "http://***@127.0.0.1" in second.result
+    [run] = store.runs()
+    stored = [store.load(run.run_id, info.seq).to_bytes().decode() for info in store.history(run.run_id)]
+    spans = [repr(s.to_json()) for s in exporter.get_finished_spans()]
+    assert any("ERROR" in s for s in spans)
+    assert not any(secret in text for secret in SECRETS for text in [*stored, *spans, str(second.result)])
     store.close()
