@@ -8,6 +8,7 @@
 - ``huge``: ``big``, whose input schema is 1.7 MB of JSON, and ``add``.
 - ``odd_listing``: ``add``, a tool named ``""`` and one whose schema is no JSON schema.
 - ``exit_listing``: the process exits when its tools are listed.
+- ``marking``: ``mark(text)`` appends ``text`` to the file ``MARKER``: any call of it is observed.
 - ``bad_content``: ``broken()`` answers with a content block of no known type; ``deep()`` with
   structured content nested 100 levels.
 """
@@ -104,6 +105,16 @@ elif MODE == "exit_listing":
         os._exit(3)
 
     server.list_tools = exit_on_listing  # type: ignore[method-assign]
+
+elif MODE == "marking":
+
+    @server.tool()
+    def mark(text: str) -> int:
+        """Write to the marker file: a call of this tool is observed from outside."""
+        assert MARKER is not None
+        with MARKER.open("a") as file:
+            file.write(text + "\n")
+        return len(text)
 
 elif MODE == "bad_content":
     from mcp.types import CallToolResult, TextContent
