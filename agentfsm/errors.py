@@ -21,7 +21,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── MissingExtraError (ImportError)                  an optional dependency is missing (names its extra)
     │   └── MissingRendererError (RuntimeError)          SVG/PNG output needs Graphviz's ``dot``
     ├── SnapshotError (ValueError)                       a snapshot is malformed, unknown or cannot resume here
-    │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
+    │   ├── StaleSnapshotError                           not the stored run's head, or another process runs it
+    │   └── StoreError                                   a store cannot be read or written: damaged, locked, not one
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
     ├── ToolError                                        preparing or running a tool call failed
@@ -184,6 +185,14 @@ class StaleSnapshotError(SnapshotError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.args[0], self.run_id, self.seq, self.head, self.owner)
+
+
+class StoreError(SnapshotError):
+    """A snapshot store cannot be read or written: its file is damaged, locked past its timeout, or not a store's.
+
+    Raised for the run it touches (another run of the same store may still be read), never as the
+    database driver's own error.
+    """
 
 
 class DurabilityError(AgentFSMError, RuntimeError):

@@ -55,6 +55,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "SnapshotError",
         "StaleSnapshotError",
         "State",
+        "StoreError",
         "StreamingChunk",
         "TextContent",
         "Tool",
