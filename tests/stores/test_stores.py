@@ -600,10 +600,11 @@ def test_a_snapshot_stored_under_another_run_is_refused(store: SnapshotStore, tm
         store.load(first.run_id, seq)
 
 
-def test_a_damaged_store_folder_is_a_snapshot_error(tmp_path: Path) -> None:
+def test_a_damaged_store_folder_is_a_snapshot_error_for_its_run(tmp_path: Path) -> None:
     store = JsonFileStore(tmp_path)
     first = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
     (tmp_path / first.run_id / "run.json").unlink()
     (tmp_path / first.run_id / "run.json").mkdir()
     with pytest.raises(SnapshotError, match=r"run\.json"):
-        store.runs()
+        store.claim(first.run_id, first.seq)
+    assert store.runs() == [], "the listing leaves it out, and lists the others"
