@@ -20,6 +20,7 @@ from agentfsm.errors import (
     RunCancelled,
     SnapshotError,
     StaleSnapshotError,
+    StoreError,
     ToolError,
     ToolInvocationError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "SnapshotError",
     "StaleSnapshotError",
     "State",
+    "StoreError",
     "StreamingChunk",
     "TextContent",
     "Tool",

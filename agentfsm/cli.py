@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -45,15 +46,44 @@ class CLIError(Exception):
 
 
 def _load(spec: str, kind: type, article: str) -> Any:
-    """``module:attr`` -> a ``kind`` (``attr`` may also be a function that returns one)."""
+    """``module:attr`` -> a ``kind`` (``attr`` may also be a Python function of no arguments that returns one).
+
+    Nothing else the attribute names is called: not a class, not a built-in function (``sys:exit``),
+    not a function that needs arguments.
+    """
     obj = _import_attribute(spec, "--agent")
     if callable(obj) and not isinstance(obj, kind):
-        obj = obj()
+        if not inspect.isfunction(obj) or _needs_arguments(obj):
+            raise CLIError(
+                f"{spec} is {_what(obj)}, not {article} {kind.__name__} or a function of no arguments returning one."
+            )
+        try:
+            obj = obj()
+        except Exception as exc:  # the first line of its message: the command's error is one line
+            said = str(exc).strip().splitlines()
+            raise CLIError(f"{spec}() raised {type(exc).__name__}{': ' + said[0] if said else ''}") from None
     if not isinstance(obj, kind):
-        raise CLIError(
-            f"{spec} is a {type(obj).__name__}, not {article} {kind.__name__} (or a function returning one)."
-        )
+        raise CLIError(f"{spec} is {_what(obj)}, not {article} {kind.__name__} (or a function returning one).")
     return obj
+
+
+def _needs_arguments(function: Any) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
+
+
+def _what(obj: Any) -> str:
+    """What ``obj`` is, in a few words: ``a function that needs arguments``, ``a built-in function``, ``a str``."""
+    if inspect.isclass(obj):
+        return f"the class {obj.__name__}"
+    if inspect.isfunction(obj):
+        return "a function that needs arguments"
+    if callable(obj) and inspect.isbuiltin(obj):
+        return "a built-in function"
+    return f"a {type(obj).__name__}"
 
 
 def _import_attribute(spec: str, option: str) -> Any:
@@ -61,6 +91,11 @@ def _import_attribute(spec: str, option: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CLIError(f"{option} takes module:attribute (e.g. myapp.agents:support_agent), got {spec!r}.")
+    if not all(part.isidentifier() for part in module_name.split(".")) or not attr.isidentifier():
+        raise CLIError(
+            f"{option} takes module:attribute with a module's dotted name and an attribute's name (e.g. "
+            f"myapp.agents:support_agent, run from the folder that holds myapp), not a path: got {spec!r}."
+        )
     sys.path.insert(0, os.getcwd())
     try:
         module = import_named_module(module_name)
@@ -194,6 +229,7 @@ def _check(args: argparse.Namespace) -> int:
         breakpoints=not args.no_breakpoints,
         progress=None if args.format == "text" else False,
         agent_ref=args.agent,
+        tool_timeout=args.tool_timeout,
     )
     print(result.to_json() if args.format == "json" else result.text())
     return 0 if result.ok else 1
@@ -730,6 +766,14 @@ def _add_check_command(commands: Any, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="MODULE:ATTR",
         help="a user invariant (an Invariant, or a function of a RecordedRun) to check too; repeatable",
+    )
+    check.add_argument(
+        "--tool-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a tool call may take before it counts as timed out (default 10); MCP servers' tools "
+        "are never called, their results are played",
     )
     check.add_argument("--no-crashes", action="store_true", help="do not kill and resume the run at each write")
     check.add_argument("--no-breakpoints", action="store_true", help="do not pause and resume at each transition")

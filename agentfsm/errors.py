@@ -21,7 +21,8 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── MissingExtraError (ImportError)                  an optional dependency is missing (names its extra)
     │   └── MissingRendererError (RuntimeError)          SVG/PNG output needs Graphviz's ``dot``
     ├── SnapshotError (ValueError)                       a snapshot is malformed, unknown or cannot resume here
-    │   └── StaleSnapshotError                           not the stored run's head, or another process runs it
+    │   ├── StaleSnapshotError                           not the stored run's head, or another process runs it
+    │   └── StoreError                                   a store cannot be read or written: damaged, locked, not one
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
     ├── ToolError                                        preparing or running a tool call failed
@@ -36,7 +37,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     ├── MCPConnectionError (ConnectionError)             the MCP server could not be reached
     │   └── MCPConnectionLostError                       the connection dropped while a call was in flight
     ├── MCPTimeoutError (TimeoutError)                   connecting, listing tools or an MCP call took too long
-    ├── MCPServerError (RuntimeError)                    the MCP server answered with a protocol error
+    ├── MCPServerError (RuntimeError)                    the MCP server answered with a protocol error, or not MCP
     ├── ModelClientError (RuntimeError)                  the chat generator produced no reply
     │   ├── ModelHTTPError                               the model server answered with an error status
     │   │   ├── AuthenticationError                      401 or 403: the API key was refused
@@ -191,6 +192,14 @@ class StaleSnapshotError(SnapshotError):
         return type(self), (self.args[0], self.run_id, self.seq, self.head, self.owner)
 
 
+class StoreError(SnapshotError):
+    """A snapshot store cannot be read or written: its file is damaged, locked past its timeout, or not a store's.
+
+    Raised for the run it touches (another run of the same store may still be read), never as the
+    database driver's own error.
+    """
+
+
 class DurabilityError(AgentFSMError, RuntimeError):
     """A durable run cannot start or be found as asked: DBOS is not launched here, the run is unknown, its id is taken."""
 
@@ -293,11 +302,11 @@ class MCPTimeoutError(AgentFSMError, TimeoutError):
 
 
 class MCPServerError(AgentFSMError, RuntimeError):
-    """The server answered a request with a JSON-RPC error (for example, invalid parameters)."""
+    """The server answered a request with a JSON-RPC error (for example, invalid parameters), or with no MCP answer."""
 
-    def __init__(self, message: str, *, code: int) -> None:
+    def __init__(self, message: str, *, code: int | None = None) -> None:
         super().__init__(message)
-        #: The JSON-RPC error code.
+        #: The JSON-RPC error code; ``None`` for an answer that is not MCP's (malformed, or nested too deeply).
         self.code = code
 
     def __reduce__(self) -> Any:

@@ -31,6 +31,10 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 - ``resumed`` (``RunResumed``): the run resumed into ``phase`` at ``step`` (the event's).
 - ``run_ended`` (``RunEnded``): ``result`` (what ``Agent.run`` returns) and ``exit_reason``, or
   ``error`` for a failed run.
+- ``warning`` (``RunWarning``): the run refused or corrected something from outside and went on:
+  ``warning`` (what: ``usage_corrected`` for token counts a model reported that could not be
+  counted as given, ``tool_name_taken`` for a tool a dynamic toolset showed under a name another
+  tool of the run has) and ``message`` (what was refused or changed; never a prompt or a reply).
 
 Errors are given as ``"<type>: <message>"``; phases and call statuses as ``Phase`` and ``CallStatus``
 members (string enums: ``to_dict`` and ``event_from_dict`` give plain strings).
@@ -46,12 +50,13 @@ with ``event_from_stored``.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from agentfsm.messages import StreamingChunk
-from agentfsm.serialization import deserialize_value, serialize_value
+from agentfsm.serialization import deserialize_value, is_of_type, serialize_value, type_name
 from agentfsm.snapshot import AgentSnapshot
 
 __all__ = [
@@ -69,6 +74,7 @@ __all__ = [
     "RunPaused",
     "RunResumed",
     "RunStarted",
+    "RunWarning",
     "ToolEnded",
     "ToolProgress",
     "ToolStarted",
@@ -327,6 +333,18 @@ class RunEnded(_Event):
     error: str | None
 
 
+@_quick_init
+@dataclass(frozen=True)
+class RunWarning(_Event):
+    """The run refused or corrected something that came from outside (a model's usage, a toolset's tool) and went on."""
+
+    kind: ClassVar[Literal["warning"]] = "warning"
+    #: What it was: ``"usage_corrected"`` or ``"tool_name_taken"``.
+    warning: str
+    #: What was refused or changed, and why (names and numbers, never a prompt or a reply).
+    message: str
+
+
 Event = (
     RunStarted
     | PhaseChanged
@@ -343,6 +361,7 @@ Event = (
     | RunPaused
     | RunResumed
     | RunEnded
+    | RunWarning
 )
 
 #: Called with each event of a run (``Agent.run(on_event=...)``); under ``run_async`` it may be async.
@@ -366,8 +385,19 @@ _KINDS: dict[str, type[_Event]] = {
         RunPaused,
         RunResumed,
         RunEnded,
+        RunWarning,
     )
 }
+
+
+def _field_types(cls: type[_Event]) -> dict[str, Any]:
+    """The fields of an event class and their types, in order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+#: Each kind's fields and their types: an event read back from data holds values of these types, as they are.
+_FIELD_TYPES = {kind: _field_types(cls) for kind, cls in _KINDS.items()}
 
 
 def _result_to_data(result: dict[str, Any]) -> Any:
@@ -447,8 +477,13 @@ def _from_data(data: Mapping[str, Any], given: dict[str, Any]) -> Event:
     values = deserialize_value({k: v for k, v in data.items() if k != "kind" and k not in special and k not in given})
     values.update({k: from_data(data[k]) for k, (_, from_data) in special.items() if k in data and k not in given})
     values.update(given)
-    names = [f.name for f in dataclasses.fields(cls)]
-    missing = [name for name in names if name not in values]
+    types = _FIELD_TYPES[cls.kind]
+    missing = [name for name in types if name not in values]
     if missing:
         raise DeserializationError(f"A {cls.kind!r} event needs the fields {missing}.")
-    return cls(**{name: values[name] for name in names})  # type: ignore[return-value]
+    for name, tp in types.items():  # as it is: a step of "1" or a usage of [] is refused, not converted
+        if not is_of_type(values[name], tp):
+            raise DeserializationError(
+                f"A {cls.kind!r} event's {name!r} is not of its type {type_name(tp)}: got {type(values[name]).__name__}."
+            )
+    return cls(**{name: values[name] for name in types})  # type: ignore[return-value]

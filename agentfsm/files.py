@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -27,6 +29,19 @@ def atomic_write(target: Path, data: bytes) -> None:
 def read_file(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of ``path``; ``SnapshotError`` naming ``what`` and the file when it cannot be read."""
     try:
-        return Path(path).read_bytes()
+        return read_regular(path)
     except OSError as exc:
         raise SnapshotError(f"Cannot read {what} {os.fspath(path)!r}: {exc.strerror}.") from None
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the regular file ``path``, never waiting: a FIFO or a device in its place is an ``OSError``.
+
+    Opening a FIFO for reading waits for a writer, for ever if none comes: the file is opened
+    without waiting, and anything but a regular file is refused before it is read.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        return file.read()

@@ -11,6 +11,11 @@ What the limits count lives in the run's State, so a snapshot carries it and a r
 this process or another) goes on counting from there: ``step_count`` (requests),
 ``tool_call_counts`` (tool calls that ran), ``token_usage`` (the replies' ``usage`` metadata) and
 ``run_usage`` (cost, the refused tool calls, and the running time of the wall clock).
+
+A reply's usage is data from the model's server, counted as ``reported_counts`` reads it: a
+negative count as 0 and one past ``MAX_REPLY_TOKENS`` as that many (each correction a ``warning``
+event of the run), and a token count that is no integer is left out, or, when a limit reads the
+tokens, fails the run with ``UsageNotCountedError``. No report can take back what was counted.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError, UsageNotCountedError
+from agentfsm.serialization import brief
 
 if TYPE_CHECKING:
     from agentfsm.messages import ChatMessage
@@ -33,6 +39,12 @@ RUN_USAGE_KEY = "run_usage"
 _LIMITS = ("requests", "tool_calls", "input_tokens", "output_tokens", "total_tokens", "cost", "wall_clock")
 #: Input tokens, then output tokens, under OpenAI's and Anthropic's names.
 _TOKEN_KEYS = ("prompt_tokens", "input_tokens", "completion_tokens", "output_tokens")
+#: The counts of a reply's usage that must be integers when given (its other values may be details:
+#: ``prompt_tokens_details``, ``service_tier``...).
+_COUNT_KEYS = (*_TOKEN_KEYS, "total_tokens")
+#: The most tokens one reply's count is taken for: past it a count is no model's (a billion tokens in
+#: one call), and it is counted as this many.
+MAX_REPLY_TOKENS = 10**9
 
 
 class Price(NamedTuple):
@@ -152,7 +164,7 @@ class UsageLimits:
     def replies_cost(self, replies: Iterable[ChatMessage]) -> float:
         """What replies cost, from their ``meta`` (``model`` and ``usage``); ``UsageNotCountedError`` when it cannot be known.
 
-        Without prices it only checks that each reply reports its usage, when a token limit reads it.
+        Without prices it only checks that each reply reports its usage, its token counts as integers.
         """
         prices = self._price_table
         cost = 0.0
@@ -172,14 +184,23 @@ class UsageLimits:
                         f"UsageLimits(prices=...) has no price for model {model!r} (the reply's meta['model']): "
                         f"add it, by that exact name; priced: {sorted(prices)}."
                     )
-                get = usage.get  # ``tokens``, without its call: the run counts every reply's cost
-                try:
-                    used_in = get("prompt_tokens", 0) + get("input_tokens", 0)
-                    used_out = get("completion_tokens", 0) + get("output_tokens", 0)
-                except TypeError:
-                    used_in, used_out = tokens(usage)
+                used_in, used_out = tokens(_counts_or_refuse(usage))
                 cost += (used_in * price[0] + used_out * price[1]) / 1e6
+            else:
+                _counts_or_refuse(usage)
         return cost
+
+
+def _counts_or_refuse(usage: Mapping[str, Any]) -> dict[str, int]:
+    """The reply's counts; ``UsageNotCountedError`` when a token count a limit reads is no integer."""
+    counts, _ = reported_counts(usage)
+    wrong = [key for key in _COUNT_KEYS if key in usage and key not in counts]
+    if wrong:
+        raise UsageNotCountedError(
+            f"UsageLimits counts tokens, and a reply reports {wrong[0]} as {brief(usage[wrong[0]], 40)}, which is "
+            "not a number of tokens: the run cannot count it, so it does not go on past its limits."
+        )
+    return counts
 
 
 def _price(model: Any, price: Any) -> Price:
@@ -197,10 +218,32 @@ def _price(model: Any, price: Any) -> Price:
 
 
 def tokens(usage: Mapping[str, Any]) -> tuple[int, int]:
-    """Input and output tokens of ``usage`` metadata (OpenAI's names or Anthropic's; counts not ints left out)."""
-    get = usage.get
-    try:
-        return get("prompt_tokens", 0) + get("input_tokens", 0), get("completion_tokens", 0) + get("output_tokens", 0)
-    except TypeError:  # a count that is not a number: left out, as the run's token_usage leaves it out
-        a, b, c, d = (n if type(n) is int else 0 for n in (get(key, 0) for key in _TOKEN_KEYS))
-        return a + b, c + d
+    """Input and output tokens of ``usage`` metadata (OpenAI's names or Anthropic's), counted as ``reported_counts`` reads them."""
+    get = reported_counts(usage)[0].get
+    return get("prompt_tokens", 0) + get("input_tokens", 0), get("completion_tokens", 0) + get("output_tokens", 0)
+
+
+def reported_counts(usage: Mapping[str, Any]) -> tuple[dict[str, int], list[str]]:
+    """The integer counts of one reply's ``usage`` metadata as a run counts them, and what was corrected.
+
+    A negative count is counted as 0 and one above ``MAX_REPLY_TOKENS`` as that many; a token count
+    (``prompt_tokens``, ``output_tokens``, ``total_tokens``...) that is no integer is left out. The
+    other values that are no integers are details (``prompt_tokens_details``...), not counts.
+    """
+    counts: dict[str, int] = {}
+    corrected: list[str] = []
+    for name, given in usage.items():
+        if type(given) is int:
+            count = given
+        elif isinstance(given, int) and not isinstance(given, bool):
+            count = int(given)  # an int subclass (a numpy integer...), as the plain number
+        else:
+            if name in _COUNT_KEYS:
+                corrected.append(f"{name} {brief(given, 40)} is not a number of tokens: left out")
+            continue
+        if not 0 <= count <= MAX_REPLY_TOKENS:
+            kept = 0 if count < 0 else MAX_REPLY_TOKENS
+            corrected.append(f"{brief(name, 40)} {brief(count, 40)} counted as {kept}")
+            count = kept
+        counts[name] = count
+    return counts, corrected

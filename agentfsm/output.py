@@ -88,7 +88,9 @@ class OutputType:
         return self._final_answer
 
     def check(self, answer: str | Mapping[str, Any]) -> tuple[Any, list[str]]:
-        """The parsed answer and ``[]``, or ``None`` and what is wrong with it (one line per problem).
+        """The parsed answer and ``[]``, or ``None`` and what is wrong with it (one line per problem, ten at most).
+
+        A problem quoting a value of the answer is cut short: a wrong answer is not sent back whole.
 
         ``answer`` is a text reply (JSON, possibly in a Markdown code fence) or a final-answer tool's arguments.
         """
@@ -107,10 +109,10 @@ class OutputType:
             try:
                 return self._adapter.validate_python(value), []
             except pydantic.ValidationError as exc:
-                return None, [_pydantic_problem(e) for e in exc.errors(include_url=False)]
+                return None, _listed([_pydantic_problem(e) for e in exc.errors(include_url=False, include_input=False)])
         assert self._validator is not None
         problems = [_schema_problem(e) for e in self._validator.errors(value)]
-        return (None, problems) if problems else (value, [])
+        return (None, _listed(problems)) if problems else (value, [])
 
     def to_data(self) -> Any:
         """The type as data: a class by its import path, a JSON schema as itself."""
@@ -171,6 +173,20 @@ def _object_rooted(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
 def _echo(**arguments: Any) -> dict[str, Any]:
     return arguments
+
+
+#: What the model is told of a wrong answer: so many problems, each so long at most (a problem may
+#: quote the answer's values, and the answer may be megabytes).
+_MAX_PROBLEMS = 10
+_MAX_PROBLEM_CHARS = 300
+
+
+def _listed(problems: list[str]) -> list[str]:
+    """``problems`` as the model is told them: the first ``_MAX_PROBLEMS``, each cut to ``_MAX_PROBLEM_CHARS``."""
+    shown = [p if len(p) <= _MAX_PROBLEM_CHARS else p[:_MAX_PROBLEM_CHARS] + "... (cut short)" for p in problems]
+    if len(shown) > _MAX_PROBLEMS:
+        shown = [*shown[:_MAX_PROBLEMS], f"... and {len(shown) - _MAX_PROBLEMS} more problems"]
+    return shown
 
 
 def _pydantic_problem(error: Any) -> str:

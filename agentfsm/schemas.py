@@ -2,16 +2,21 @@
 
 A schema is data and may come from elsewhere (an MCP server lists its tools' schemas), so applying
 it never fetches a URL or reads a file: every ``$ref`` must resolve inside the schema (or to a JSON
-Schema meta-schema), else the schema is refused with ``SchemaError`` when it is given.
+Schema meta-schema), else the schema is refused with ``SchemaError`` when it is given. Nor can a
+schema hold the process: one larger than ``MAX_SCHEMA_BYTES`` or nested deeper than
+``MAX_SCHEMA_DEPTH`` is refused, and a ``pattern`` is an ECMA-262 regular expression (as JSON Schema
+says) read by jsonschema-rs's engine, which matches in linear time and, for the backreferences and
+look-arounds that need backtracking, gives up past ``PATTERN_BACKTRACK_LIMIT`` steps (the value then
+does not fit). A pattern that engine cannot read refuses the schema.
 
 ``CompiledSchema`` checks values against a schema (draft 2020-12) many times. The reference is
-``jsonschema``'s validator, whose messages say what is wrong; a compiled check (``jsonschema_rs``,
-about five times faster than compiled Python code) answers first wherever it reads schema and value
-as the reference does, and the reference decides wherever it refuses one. It reads them otherwise,
+``jsonschema``'s validator, whose messages say what is wrong (its ``pattern``, ``patternProperties``
+and ``additionalProperties`` read patterns as above); a compiled check (``jsonschema_rs``, about
+five times faster than compiled Python code) answers first wherever it reads schema and value as
+the reference does, and the reference decides wherever it refuses one. It reads them otherwise,
 so the reference alone checks:
 
-- schemas using ``pattern`` or ``patternProperties`` (ECMA-262 regular expressions, against Python's),
-  or ``multipleOf`` (exact decimals, against floats), or holding data JSON cannot (a NaN, a tuple);
+- schemas using ``multipleOf`` (exact decimals, against floats), or holding data JSON cannot (a NaN, a tuple);
 - values holding a NaN or an infinity (read as null by the compiled check), or nested deeper than
   ``MAX_VALUE_DEPTH``, or holding what JSON has no type for (bytes).
 
@@ -22,11 +27,14 @@ as draft 2020-12 says.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema_rs
 import jsonschema_specifications
+import orjson
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 from referencing import Registry, Resource
@@ -37,7 +45,14 @@ from agentfsm.errors import SchemaError
 from agentfsm.serialization import MAX_VALUE_DEPTH, nests_deeper
 
 #: Keywords the compiled check and the reference validator read differently.
-_REFERENCE_ONLY = frozenset({"pattern", "patternProperties", "multipleOf"})
+_REFERENCE_ONLY = frozenset({"multipleOf"})
+#: The largest schema (as JSON) and the deepest one applied: past them a schema is refused unread.
+MAX_SCHEMA_BYTES = 4 * 1024 * 1024
+MAX_SCHEMA_DEPTH = 128
+#: The backtracking steps a pattern with backreferences or look-arounds may take on one value.
+PATTERN_BACKTRACK_LIMIT = 100_000
+#: How both checks read patterns: ECMA-262, in bounded time.
+_PATTERNS = jsonschema_rs.FancyRegexOptions(backtrack_limit=PATTERN_BACKTRACK_LIMIT)
 #: Keywords (draft 2020-12) whose value is a schema; a list of schemas; a map of names to schemas.
 _SUBSCHEMA = frozenset(
     {
@@ -55,7 +70,7 @@ _SUBSCHEMA = frozenset(
     }
 )
 _SUBSCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+_SUBSCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 #: Where a value's containers are: a tuple is an array, as JSON encodes it.
 _CONTAINERS = (dict, list, tuple)
 #: Values both checks read alike, needing no look inside.
@@ -66,9 +81,59 @@ def _refuse_retrieval(uri: str) -> Any:
     raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # an attrs class
 
 
-#: The reference validator, reading a tuple as an array, as JSON encodes it and as the compiled check reads it.
+@functools.lru_cache(maxsize=4096)
+def _pattern_check(pattern: str) -> jsonschema_rs.Validator:
+    """A check that a string matches ``pattern`` (anywhere in it), in bounded time; ``ValueError`` for no pattern it reads."""
+    try:
+        return jsonschema_rs.Draft202012Validator({"pattern": pattern}, pattern_options=_PATTERNS)
+    except jsonschema_rs.ValidationError:
+        raise ValueError(pattern) from None
+
+
+def _matches(pattern: str, text: Any) -> bool:
+    """Whether the string ``text`` matches ``pattern``, as the compiled check reads it (a pattern is checked when its schema is)."""
+    return isinstance(text, str) and _pattern_check(pattern).is_valid(text)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _matches(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in properties and not any(_matches(p, k) for p in patterns)]
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        shown = ", ".join(repr(k) for k in sorted(extras, key=str))
+        yield ValidationError(
+            f"Additional properties are not allowed ({shown} {'was' if len(extras) == 1 else 'were'} unexpected)"
+        )
+
+
+#: The reference validator, reading a tuple as an array, as JSON encodes it and as the compiled check
+#: reads it, and patterns as the compiled check reads them (``jsonschema`` would use Python's
+#: backtracking ``re``, which one pattern can keep busy for ever).
 _Reference: type[Draft202012Validator] = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
+    validators={
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("array", lambda _, value: isinstance(value, list | tuple)),
 )
 #: What a ``$ref`` resolves from: the schema itself and the meta-schemas, never a retrieval.
@@ -148,6 +213,69 @@ def _plain(value: Any, depth: int = 0) -> bool:
     return True
 
 
+def _check_bounds(schema: Any, what: str) -> None:
+    """``SchemaError`` for a schema too large or too deeply nested to check in bounded time."""
+    if nests_deeper(schema, MAX_SCHEMA_DEPTH):
+        raise SchemaError(f"{what} nests deeper than {MAX_SCHEMA_DEPTH} levels: it is not checked.")
+    try:
+        size = len(orjson.dumps(schema, option=orjson.OPT_NON_STR_KEYS))
+    except (TypeError, orjson.JSONEncodeError):  # not JSON data: the meta-schema check says why
+        return
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaError(
+            f"{what} is {size} bytes of JSON, more than the {MAX_SCHEMA_BYTES} a schema may be: it is not checked."
+        )
+
+
+def _check_schema(schema: Any, what: str) -> None:
+    """``SchemaError`` unless ``schema`` is a valid draft 2020-12 schema whose patterns are read in bounded time."""
+    try:
+        jsonschema_rs.meta.validate(schema)
+    except jsonschema_rs.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.instance_path) or "<root>"
+        raise SchemaError(f"{what} is not a valid JSON schema at {where}: {exc.message}") from None
+    except ValueError:  # data JSON has no form for (a tuple, a NaN...): the reference's own check reads it
+        try:
+            Draft202012Validator.check_schema(schema)
+        except JSONSchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "<root>"
+            raise SchemaError(f"{what} is not a valid JSON schema at {where}: {exc.message}") from None
+    subschemas = list(_subschemas(schema))
+    for subschema in subschemas:
+        patterns = [subschema.get("pattern"), *subschema.get("patternProperties", {})]
+        for pattern in patterns:
+            try:
+                if isinstance(pattern, str):
+                    _pattern_check(pattern)
+            except ValueError:
+                raise SchemaError(
+                    f"{what} cannot be used: its pattern {pattern[:200]!r} is not an ECMA-262 regular expression "
+                    "that can be checked in bounded time (JSON Schema's patterns are ECMA-262)."
+                ) from None
+    keywords = {key for subschema in subschemas for key in subschema}
+    if {"patternProperties", "unevaluatedProperties"} <= keywords:
+        raise SchemaError(
+            f"{what} cannot be used: it combines patternProperties with unevaluatedProperties, which is not "
+            "checked in bounded time; use additionalProperties."
+        )
+
+
+def _subschemas(schema: Any) -> Iterator[dict[str, Any]]:
+    """``schema`` and every schema inside it (its keywords' subschemas), as dicts."""
+    if type(schema) is not dict:
+        return
+    yield schema
+    for key, value in schema.items():
+        if key in _SUBSCHEMA:
+            yield from _subschemas(value)
+        elif key in _SUBSCHEMA_LISTS and type(value) is list:
+            for item in value:
+                yield from _subschemas(item)
+        elif key in _SUBSCHEMA_MAPS and type(value) is dict:
+            for item in value.values():
+                yield from _subschemas(item)
+
+
 class CompiledSchema:
     """A JSON schema (draft 2020-12) checked once, to check values against many times.
 
@@ -161,11 +289,8 @@ class CompiledSchema:
     __slots__ = ("_compiled", "reference", "schema")
 
     def __init__(self, schema: dict[str, Any], what: str) -> None:
-        try:
-            Draft202012Validator.check_schema(schema)
-        except JSONSchemaError as exc:
-            where = "/".join(str(p) for p in exc.path) or "<root>"
-            raise SchemaError(f"{what} is not a valid JSON schema at {where}: {exc.message}") from None
+        _check_bounds(schema, what)
+        _check_schema(schema, what)
         resource = DRAFT202012.create_resource(schema)
         try:
             registry = _META_SCHEMAS.with_resource(_SCHEMA_URI, resource)
@@ -183,7 +308,7 @@ class CompiledSchema:
             # A schema it cannot compile (a meta-schema it does not hold...) is checked by the reference alone.
             with contextlib.suppress(jsonschema_rs.ValidationError, ValueError):
                 self._compiled = jsonschema_rs.Draft202012Validator(
-                    schema, validate_formats=False, retriever=_refuse_retrieval
+                    schema, validate_formats=False, retriever=_refuse_retrieval, pattern_options=_PATTERNS
                 )
 
     def is_valid(self, value: Any) -> bool:

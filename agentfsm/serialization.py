@@ -577,12 +577,14 @@ def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -
         if kind == "dict":
             return {
                 _deserialize(k, allowed_modules, depth): _deserialize(v, allowed_modules, depth)
-                for k, v in data["items"]
+                for k, v in _items(data, pairs=True)
             }
         if kind in ("tuple", "set", "frozenset"):
-            items = [_deserialize(v, allowed_modules, depth) for v in data["items"]]
+            items = [_deserialize(v, allowed_modules, depth) for v in _items(data, pairs=False)]
             return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
         cls = _value_class(kind, data["type"], allowed_modules)
+        if kind == "dataclass" and not isinstance(data["data"], dict):
+            raise ValueError(f"a dataclass's fields are an object, got {type(data['data']).__name__}")
         if kind == "object":
             return cls.from_dict(_deserialize(data["data"], allowed_modules, depth))
         if kind == "pydantic":
@@ -593,6 +595,16 @@ def _deserialize(data: Any, allowed_modules: Iterable[str] | None, depth: int) -
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise DeserializationError(f"Malformed tagged value {brief(data)}: {exc!r}") from exc
+
+
+def _items(data: dict[str, Any], *, pairs: bool) -> list[Any]:
+    """A tagged container's ``items``: a list (of ``[key, value]`` pairs for a dict), never a string or an object read as one."""
+    items = data["items"]
+    if type(items) is not list:
+        raise ValueError(f"its items are a list, got {type(items).__name__}")
+    if pairs and not all(type(pair) is list and len(pair) == 2 for pair in items):
+        raise ValueError("a dict's items are [key, value] pairs")
+    return items
 
 
 def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) -> Any:
@@ -612,6 +624,61 @@ def _value_class(kind: str, path: Any, allowed_modules: Iterable[str] | None) ->
     else:
         return cls
     raise DeserializationError(f"A value tagged {kind!r} names {path!r}, which is not {what}.")
+
+
+def is_of_type(value: Any, tp: Any) -> bool:
+    """Whether a value read back from data is of type ``tp``, as it is: nothing converted.
+
+    An ``int`` is no ``bool`` and a ``float`` may be an ``int``; containers are checked item by
+    item (``list[str]``, ``dict[str, int]``, ``tuple[int, ...]``), unions and literals by their
+    members. What the check cannot read (a ``TypeVar``, a protocol...) accepts any value.
+    """
+    return _fits(value, tp, 0)
+
+
+def type_name(tp: Any) -> str:
+    """A type as error messages show it: ``int``, ``dict[str, int]``, ``str | None``."""
+    if isinstance(tp, type) and typing.get_origin(tp) is None:
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _fits(value: Any, tp: Any, depth: int) -> bool:
+    if tp is typing.Any or tp is object or depth > MAX_VALUE_DEPTH:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None:
+        if tp is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if tp is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return _instance(value, tp) if isinstance(tp, type) else True
+    if origin is typing.Union or origin is types.UnionType:
+        return any(value is None if a is type(None) else _fits(value, a, depth) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if not isinstance(origin, type):
+        return True
+    if not _instance(value, origin):
+        return False
+    if not args:
+        return True
+    if isinstance(value, dict):
+        return all(_fits(k, args[0], depth + 1) and _fits(v, args[-1], depth + 1) for k, v in value.items())
+    if isinstance(value, tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(v, args[0], depth + 1) for v in value)
+        return len(value) == len(args) and all(_fits(v, a, depth + 1) for v, a in zip(value, args, strict=True))
+    if isinstance(value, (list, set, frozenset)):
+        return all(_fits(v, args[0], depth + 1) for v in value)
+    return True
+
+
+def _instance(value: Any, cls: type) -> bool:
+    try:
+        return isinstance(value, cls)
+    except TypeError:  # a class that refuses isinstance (a protocol that is not runtime-checkable)
+        return True
 
 
 def nests_deeper(data: Any, limit: int) -> bool:

@@ -19,10 +19,10 @@ import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypedDict
 
@@ -47,7 +47,10 @@ MAX_SNAPSHOT_DEPTH = 240
 
 # -- the snapshot -----------------------------------------------------------------------------------
 
-_STRICT = ConfigDict(extra="forbid")
+#: Every field is read as the type it is, never converted: a step of ``"0"`` or ``true`` is refused,
+#: not taken for 0 or 1 (pydantic's strict mode). A phase is its name, as JSON writes it.
+_STRICT = ConfigDict(extra="forbid", strict=True)
+_PhaseName = Annotated[Phase, Strict(False)]
 #: The fields the library reads from the break points it writes itself, and their types.
 _BREAK_POINT_FIELDS: dict[str, dict[str, type[str] | type[list[Any]]]] = {
     "confirmation": {"tool_name": str, "tool_call_id": str, "waiting": list},
@@ -73,8 +76,8 @@ class TraceData(TypedDict):
 
     __pydantic_config__ = _STRICT  # type: ignore[misc]
     step: int
-    source: Phase
-    dest: Phase
+    source: _PhaseName
+    dest: _PhaseName
     trigger: str
     duration_us: float
 
@@ -91,11 +94,11 @@ class OutcomeData(TypedDict, total=False):
 class AgentSnapshot(BaseModel):
     """Everything needed to continue a run (or a finished run's record), as validated, JSON-compatible data."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     format_version: int = SNAPSHOT_FORMAT_VERSION
     run_id: str = Field(min_length=1)
-    phase: Phase
+    phase: _PhaseName
     #: How many items of the phase's work (``agentfsm.machine.PHASE_WORK``) are done.
     stage: int = Field(default=0, ge=0)
     step: int = Field(ge=0, le=_LARGEST_STEP)
@@ -123,7 +126,7 @@ class AgentSnapshot(BaseModel):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         # Version 1 had no stage: its snapshots were all taken at the start of a phase's work.
-        if isinstance(data, dict) and data.get("format_version") == 1:
+        if isinstance(data, dict) and type(data.get("format_version")) is int and data["format_version"] == 1:
             data = {**data, "format_version": 2, "stage": 0}
         return data
 

@@ -8,6 +8,7 @@ a new value into the current one with the entry's handler: ``merge_lists`` for l
 from __future__ import annotations
 
 import copy
+import math
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -15,12 +16,15 @@ from typing import Any
 from agentfsm.errors import ConfigurationError, DeserializationError, SchemaError
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import (
+    brief,
     deserialize_callable,
     deserialize_type,
     deserialize_value,
+    is_of_type,
     serialize_callable,
     serialize_type,
     serialize_value,
+    type_name,
 )
 
 Handler = Callable[[Any, Any], Any]
@@ -249,11 +253,53 @@ def values_from_dict(
     """State values from serialized data, their keys checked against ``schema`` before any value is deserialized.
 
     A serialized value may name a class (a dataclass, a pydantic model...): none is resolved for a
-    key the schema does not declare. Unknown keys raise ``DeserializationError``.
+    key the schema does not declare. agentfsm's own keys must hold values of their types (see
+    ``check_agent_value``). Unknown keys and values that cannot be read raise ``DeserializationError``
+    naming the key.
     """
     if not isinstance(data, dict):
         raise DeserializationError(f"State values are given as an object of State keys, got {type(data).__name__}.")
     unknown = sorted(set(data) - set(schema))
     if unknown:
         raise DeserializationError(f"State keys {unknown} are not in this agent's state_schema.")
-    return {key: deserialize_value(value, allowed_modules) for key, value in data.items()}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        try:
+            values[key] = deserialize_value(value, allowed_modules)
+        except DeserializationError as exc:
+            raise DeserializationError(f"State value {key!r}: {exc}") from exc
+        if key in AGENT_STATE_KEYS:
+            check_agent_value(key, values[key])
+    return values
+
+
+#: The State keys agentfsm counts in: never ``None``, and every count a number >= 0.
+_COUNTS = frozenset({"step_count", "tool_call_counts", "token_usage", "run_usage"})
+
+
+def check_agent_value(key: str, value: Any) -> None:
+    """``DeserializationError`` unless ``value``, read back for agentfsm's State key ``key``, is of its type.
+
+    Data from outside (a snapshot, a stored run, a request) is taken as it is, never converted: a
+    list where ``token_usage`` holds a dict is refused, not read as no tokens used. The counts
+    (``step_count``, ``tool_call_counts``, ``token_usage``, ``run_usage``) are never ``None``, nor
+    negative, nor infinite. The keys of the user's schema hold what the run put there (``State``
+    does not check their types) and are read back as stored.
+    """
+    declared = AGENT_STATE_KEYS[key]["type"]
+    counts = key in _COUNTS
+    if value is None and not counts:
+        return
+    if not is_of_type(value, declared):
+        raise DeserializationError(
+            f"State value {key!r} is {brief(value, 80)} ({type(value).__name__}), which is not of its type "
+            f"{type_name(declared)}."
+        )
+    if counts and not all(_non_negative(n) for n in (value.values() if isinstance(value, dict) else [value])):
+        raise DeserializationError(
+            f"State value {key!r} holds a count that is negative or not finite: {brief(value, 80)}."
+        )
+
+
+def _non_negative(number: Any) -> bool:
+    return isinstance(number, (int, float)) and math.isfinite(number) and number >= 0

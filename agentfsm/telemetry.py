@@ -8,7 +8,7 @@ What a run gives (docs/telemetry.md shows it):
 
 - a span ``invoke_agent {agent name}`` (INTERNAL) for each segment of a run: from its start, or
   its resume, to its end or pause. The edges it takes are span events (``agentfsm.transition``),
-  as are its hooks, decisions and resume;
+  as are its hooks, decisions, resume and warnings (``agentfsm.warning``);
 - a span ``chat {model}`` (CLIENT) per model call, with its token counts: token counts are on
   model-call spans only, never summed onto the agent span;
 - a span ``execute_tool {tool name}`` (INTERNAL) per tool call; a failed call has status ERROR and
@@ -25,7 +25,9 @@ in another process or by another DBOS worker) starts its ``invoke_agent`` span a
 first segment's span. A segment resumed under another active span (a web request deciding a
 pause) links to that span.
 
-Prompts, replies, tool arguments, results and progress messages are recorded only with ``include_content=True``.
+Prompts, replies, tool arguments, results and progress messages, and the messages of errors (which
+may quote them: an answer that did not fit, a server's 400 body), are recorded only with
+``include_content=True``; a failed span's status says the error's type.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from agentfsm.events import (
     RunPaused,
     RunResumed,
     RunStarted,
+    RunWarning,
     ToolEnded,
     ToolProgress,
     ToolStarted,
@@ -343,6 +346,19 @@ class _RunTrace:
                 attributes["agentfsm.decision.feedback"] = str(event.decision["feedback"])
             self._agent.add_event("agentfsm.decision", attributes, _ns(event.at))
 
+    def _error_status(self, error: str) -> Status:
+        """A failed span's status: the error's type, and its message only with ``include_content``.
+
+        An error's message may quote what a run holds: a model's answer that did not fit, a
+        server's 400 body, a tool's result.
+        """
+        return Status(StatusCode.ERROR, error if self._telemetry.include_content else _error_type(error))
+
+    def _warning(self, event: RunWarning) -> None:
+        if self._agent is not None:
+            attributes = {"agentfsm.warning": event.warning, "agentfsm.warning.message": event.message}
+            self._agent.add_event("agentfsm.warning", attributes, _ns(event.at))
+
     def _resumed(self, event: RunResumed) -> None:
         if self._agent is not None:
             self._agent.add_event("agentfsm.resumed", {"agentfsm.phase": str(event.phase)}, _ns(event.at))
@@ -366,7 +382,7 @@ class _RunTrace:
         if event.error is not None:
             error = _error_type(event.error)
             span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR, event.error))
+            span.set_status(self._error_status(event.error))
         self._end_agent(event, error)
 
     def _end_agent(self, event: Event, error: str | None) -> None:
@@ -448,7 +464,7 @@ class _RunTrace:
         self._chat = None
         error = _error_type(event.error)
         span.set_attribute("error.type", error)
-        span.set_status(Status(StatusCode.ERROR, event.error))
+        span.set_status(self._error_status(event.error))
         span.end(_ns(event.at))
         metric = {"gen_ai.operation.name": "chat", **self._base, "error.type": error}
         self._telemetry.operation_duration.record(event.duration_us / 1e6, metric)
@@ -495,7 +511,7 @@ class _RunTrace:
         if event.error is not None:
             error = _error_type(event.error)
             span.set_attribute("error.type", error)
-            span.set_status(Status(StatusCode.ERROR, event.error))
+            span.set_status(self._error_status(event.error))
             metric["error.type"] = error
         elif self._telemetry.include_content:
             span.set_attribute("gen_ai.tool.call.result", _json(event.result))
@@ -513,6 +529,7 @@ _HANDLERS: Mapping[type, Callable[[_RunTrace, Any], None]] = {
     RunResumed: _RunTrace._resumed,
     RunPaused: _RunTrace._paused,
     RunEnded: _RunTrace._run_ended,
+    RunWarning: _RunTrace._warning,
     ModelStarted: _RunTrace._model_started,
     ModelEnded: _RunTrace._model_ended,
     ModelFailed: _RunTrace._model_failed,

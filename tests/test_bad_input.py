@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -171,6 +172,9 @@ def test_mutated_snapshots_load_and_resume_or_fail_typed(changes: list[tuple[int
         assert (from_bytes is None) == (snapshot is None), "bytes and dict are checked alike"
     if snapshot is not None:
         assert AgentSnapshot.from_bytes(snapshot.to_bytes()) == snapshot, "what loads, writes and loads again"
+        loaded = snapshot.to_dict()
+        kept = {k: v for k, v in document.items() if k != "format_version"}  # an older format is migrated
+        assert {k: loaded[k] for k in kept} == kept, "what loads is what was given: nothing coerced"
         fine_or_typed(lambda: resume(snapshot))
 
 
@@ -193,6 +197,82 @@ def test_json_nested_990_deep_is_refused_typed() -> None:
         resume(snapshot)
     with pytest.raises(SerializationError, match="deeper than 64"):
         serialize_value(deep(100))
+
+
+# -- strict fields: what comes from outside is taken as it is, or refused naming the field --------------
+
+
+def changed(place: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """The real snapshot with the value at ``place`` (keys and indexes) replaced by ``value``."""
+    document = copy.deepcopy(SNAPSHOT)
+    parent: Any = document
+    for step in place[:-1]:
+        parent = parent[step]
+    parent[place[-1]] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("place", "value", "field"),
+    [
+        (("step",), "0", "step"),
+        (("step",), True, "step"),
+        (("step",), 1.0, "step"),
+        (("stage",), "0", "stage"),
+        (("seq",), "3", "seq"),
+        (("format_version",), True, "format_version"),
+        (("trace", 0, "step"), "0", "trace.0.step"),
+        (("trace", 0, "duration_us"), "1.5", "trace.0.duration_us"),
+        (("pending_tool_calls", 0, "id"), 1, "pending_tool_calls.0.id"),
+        (("started_tool_calls",), ["c1", 2], "started_tool_calls.1"),
+    ],
+)
+def test_snapshot_fields_of_another_type_are_refused_naming_the_field_never_coerced(
+    place: tuple[Any, ...], value: Any, field: str
+) -> None:
+    with pytest.raises(SnapshotError, match=rf"(^|[ ;]){re.escape(field)}: "):
+        AgentSnapshot.from_dict(changed(place, value))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("pair", {"__agentfsm__": "tuple", "items": "ab"}),  # read as ('a', 'b')
+        ("pair", {"__agentfsm__": "set", "items": {"a": 1}}),
+        ("big", {"__agentfsm__": "dict", "items": ["ab", "cd"]}),  # read as {'a': 'b', 'c': 'd'}
+        ("token_usage", []),  # read as no tokens used
+        ("token_usage", {"input_tokens": -(10**9)}),
+        ("tool_call_counts", {"add": "1"}),
+        ("step_count", True),
+        ("run_usage", None),
+        ("run_usage", {"cost": {"__agentfsm__": "float", "value": "-inf"}}),
+        ("stop_run", 3),
+    ],
+)
+def test_state_values_that_are_not_what_they_say_are_refused_naming_the_key(key: str, value: Any) -> None:
+    snapshot = AgentSnapshot.from_dict(changed(("state", key), value))  # State values are checked on resume
+    with pytest.raises(SnapshotError, match=rf"State value {key!r}"):
+        resume(snapshot)
+
+
+def test_state_values_of_their_types_resume_and_user_keys_as_they_were_stored() -> None:
+    # State does not check the types of the user's keys: a run may hold anything there, read back as stored.
+    state = {**SNAPSHOT["state"], "token_usage": {"input_tokens": 3}, "notes": {"a": 1}, "stop_run": None}
+    assert resume(AgentSnapshot.from_dict(changed(("state",), state)))["last_message"].text == "done"
+
+
+def test_a_stored_event_with_a_field_of_another_type_is_refused_naming_it() -> None:
+    from agentfsm.events import event_from_dict
+
+    good = {"kind": "tool_ended", "run_id": "r", "step": 1, "at": 1.0, "call": "c1", "call_id": "c1"}
+    good |= {"tool": "add", "result": 3, "error": None, "duration_us": 1.0}
+    assert event_from_dict(good).duration_us == 1.0
+    for field, value in [("duration_us", "1"), ("tool", 5), ("error", []), ("step", "1"), ("call_id", True)]:
+        with pytest.raises(DeserializationError, match=rf"'tool_ended' event's {field!r}"):
+            event_from_dict(good | {field: value})
+    ended = {"kind": "model_ended", "run_id": "r", "step": 1, "at": 1.0, "model": "m", "finish_reasons": []}
+    with pytest.raises(DeserializationError, match=r"'model_ended' event's 'usage'"):
+        event_from_dict(ended | {"usage": [], "duration_us": 1.0})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -425,3 +425,15 @@ def test_a_snapshot_of_another_output_type_is_told_apart() -> None:
     snapshot: AgentSnapshot = paused.value.snapshot
     other = Agent(chat_generator=ScriptedChatGenerator([]), output_type=Point)
     assert snapshot.agent_fingerprint != other.fingerprint
+
+
+@pytest.mark.parametrize("output_type", [City, {"type": "object", "properties": {"name": {"type": "string"}}}])
+def test_a_huge_wrong_answer_is_not_sent_back_whole(output_type: Any) -> None:
+    # 2 MB where a name belongs, and a thousand extra wrong fields: the model reads what is wrong, briefly.
+    wrong = '{"name": ' + str(list(range(300_000))) + ', "more": [' + ",".join(['"x"'] * 1000) + "]}"
+    many = "[" + ",".join(['{"name": 1}'] * 1000) + "]"
+    script = [wrong, many, '{"name": "Paris", "population": 2100000}']
+    result = Agent(chat_generator=ScriptedChatGenerator(script), output_type=output_type, output_retries=2).run(USER)
+    assert result["output"] is not None
+    retries = [m for m in result["messages"] if RETRY_META_KEY in m.meta]
+    assert len(retries) == 2 and all(len(m.text or "") < 5000 for m in retries), [len(m.text or "") for m in retries]

@@ -95,8 +95,6 @@ def test_the_reference_is_jsonschemas_draft_2020_12_reading_a_tuple_as_an_array(
 @pytest.mark.parametrize(
     ("schema", "value", "fits"),
     [
-        ({"type": "string", "pattern": "^\\d+$"}, "١٢", True),  # Python's \\d, as the reference reads it
-        ({"type": "string", "pattern": "^abc\\Z"}, "abc", True),  # a Python-only regex is the reference's to read
         ({"type": "number", "multipleOf": 0.1}, 0.3, False),  # floats, as the reference computes them
         ({"type": "number"}, float("nan"), True),
         ({"not": {"type": "number"}}, float("nan"), False),  # the compiled check reads a NaN as null
@@ -116,6 +114,37 @@ def test_values_the_fast_check_reads_otherwise_get_the_references_answer(
     compiled = CompiledSchema(schema, "example")
     assert compiled.is_valid(value) is fits
     assert (compiled.errors(value) == []) is fits
+
+
+def test_patterns_are_ecma_262_read_alike_by_both_checks() -> None:
+    digits = CompiledSchema({"type": "string", "pattern": r"^\d+$"}, "digits")
+    assert digits.is_valid("12") and not digits.is_valid("١٢")  # ECMA-262's \d: the ASCII digits
+    assert digits.errors("x")[0].message == r"'x' does not match '^\\d+$'"
+    keyed = {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False}
+    compiled = CompiledSchema(keyed, "keyed")
+    assert compiled.is_valid({"x-a": 1}) and not compiled.is_valid({"x-a": "1"}) and not compiled.is_valid({"y": 1})
+    assert [e.message for e in compiled.errors({"y": 1})] == [
+        "Additional properties are not allowed ('y' was unexpected)"
+    ]
+    assert compiled.reference.is_valid({"x-a": 1}) and not compiled.reference.is_valid({"y": 1})
+    with pytest.raises(SchemaError, match=r"pattern '\^abc\\\\Z' is not an ECMA-262"):
+        CompiledSchema({"type": "string", "pattern": r"^abc\Z"}, "python-only")  # Python's \Z
+    mixed = {"patternProperties": {"^a": {}}, "unevaluatedProperties": False}
+    with pytest.raises(SchemaError, match="patternProperties with unevaluatedProperties"):
+        CompiledSchema(mixed, "mixed")
+
+
+def test_a_schema_too_large_or_too_deep_is_refused_unread() -> None:
+    from agentfsm.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+
+    large = {"type": "object", "description": "x" * MAX_SCHEMA_BYTES}
+    with pytest.raises(SchemaError, match="more than the"):
+        CompiledSchema(large, "large")
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(MAX_SCHEMA_DEPTH + 1):
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(SchemaError, match="nests deeper"):
+        CompiledSchema(deep, "deep")
 
 
 @pytest.mark.parametrize("value", [1, "a", {"b": b"bytes"}])

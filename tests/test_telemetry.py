@@ -33,7 +33,13 @@ from opentelemetry.trace import SpanKind, StatusCode
 from agentfsm import Agent, AgentSnapshot, ChatMessage, StreamingChunk, telemetry, tool
 from agentfsm.agent import RunRequest
 from agentfsm.demo import DEMO_QUESTION, demo_agent, demo_script
-from agentfsm.errors import BreakpointException, HITLBreakpointException, ModelClientError
+from agentfsm.errors import (
+    BadRequestError,
+    BreakpointException,
+    HITLBreakpointException,
+    ModelClientError,
+    OutputValidationError,
+)
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
 from agentfsm.stores import SQLiteSnapshotStore
@@ -209,6 +215,39 @@ def test_a_model_failure_fails_the_model_and_agent_spans(otel: Captured) -> None
         assert (span.attributes or {})["error.type"] == "ModelClientError"
     [point] = otel.points("gen_ai.client.operation.duration")
     assert point.attributes["error.type"] == "ModelClientError"
+
+
+NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+class Refusing:
+    """A model server answering 400 with a body that quotes the request."""
+
+    def run(self, messages: list[ChatMessage], tools: Any = None) -> dict[str, Any]:
+        raise BadRequestError("The server answered 400: {'echo': 'the user's secret plan'}", status_code=400, body="")
+
+
+@pytest.mark.parametrize("include_content", [False, True])
+def test_error_messages_are_content_and_reach_span_statuses_only_when_asked(include_content: bool) -> None:
+    captured = _instrument(include_content=include_content)
+    try:
+        with pytest.raises(BadRequestError):
+            Agent(chat_generator=Refusing()).run([ChatMessage.from_user("the user's secret plan")])
+        script = [calls(call("broken", "b1", x=1)), "the answer: the user's secret plan"]
+        with pytest.raises(OutputValidationError):
+            Agent(
+                chat_generator=ScriptedChatGenerator(script), tools=[broken], output_type=NUMBER, output_retries=0
+            ).run([ChatMessage.from_user("go")])
+    finally:
+        telemetry.uninstrument()
+    failed = [s for s in captured.finished() if s.status.status_code is StatusCode.ERROR]
+    assert {s.name.split()[0] for s in failed} == {"chat", "invoke_agent", "execute_tool"}
+    descriptions = [s.status.description or "" for s in failed]
+    quoted = [d for d in descriptions if "secret plan" in d or "the tool broke" in d]
+    if include_content:
+        assert len(quoted) == 3  # the model call's, and both runs'
+    else:
+        assert quoted == [] and set(descriptions) == {"BadRequestError", "OutputValidationError", "RuntimeError"}
 
 
 def test_content_is_recorded_only_when_asked(otel_with_content: Captured) -> None:

@@ -11,7 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import http.server
-import os  # noqa: F401  (imported here to be named by hostile paths: tests.test_trust_boundary.os.system)
+import os  # also named by hostile paths: tests.test_trust_boundary.os.system
 import subprocess
 import sys
 import threading
@@ -671,3 +671,117 @@ def test_fuzzed_tagged_values_load_or_fail_typed_and_never_call_what_they_name(v
     with contextlib.suppress(DeserializationError):
         deserialize_value(value, ALLOWED)
     assert CALLED == []
+
+
+# -- a model's usage: data, not trusted -------------------------------------------------------------
+
+
+def reported(usage: dict[str, Any], *tool_calls: Any, text: str | None = None) -> ChatMessage:
+    """A reply whose ``meta`` reports ``usage``, as a model server gives it."""
+    return ChatMessage.from_assistant(text, tool_calls=list(tool_calls), meta={"model": "m", "usage": usage})
+
+
+HONEST = {"prompt_tokens": 100, "completion_tokens": 20}
+
+
+def usage_run(first: dict[str, Any], limits: Any = None) -> tuple[Any, list[Any]]:
+    """A run whose first reply reports ``first`` and each later one honest counts, with ``limits``; its result and events."""
+    from agentfsm import UsageLimits
+
+    script = [reported(first, call("note", "c0", text="a"))]
+    script += [reported(HONEST, call("note", f"c{i}", text="a")) for i in range(1, 20)] + [
+        reported(HONEST, text="done")
+    ]
+    priced = UsageLimits(total_tokens=1000, cost=10.0, prices={"m": (1.0, 1.0)}) if limits is None else limits
+    events: list[Any] = []
+    agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[note], usage_limits=priced)
+    return agent.run(USER, on_event=events.append), events
+
+
+def test_a_negative_token_count_never_lets_a_run_past_its_limits() -> None:
+    # One reply reporting -10**9 input tokens made 8 model calls of a run limited to 1000 tokens,
+    # at a cost of -999.986: it is counted as 0 tokens, and the run ends where an honest one does.
+    honest, _ = usage_run({"prompt_tokens": 0, "completion_tokens": 20})
+    hostile, events = usage_run({"prompt_tokens": -(10**9), "completion_tokens": 20})
+    assert hostile.exit_reason == honest.exit_reason == "usage_limit:total_tokens"
+    assert hostile["step_count"] == honest["step_count"] == 10  # 20 + 9 * 120 tokens reach 1000
+    assert hostile["token_usage"] == honest["token_usage"] and hostile["run_usage"]["cost"] >= 0
+    [warning] = [e for e in events if e.kind == "warning"]
+    assert warning.warning == "usage_corrected" and "prompt_tokens' -1000000000 counted as 0" in warning.message
+    assert all(n >= 0 for e in events if e.kind == "model_ended" for n in e.usage.values())
+
+
+def test_an_absurd_token_count_is_counted_as_the_most_one_reply_can_use() -> None:
+    from agentfsm.limits import MAX_REPLY_TOKENS
+
+    result, events = usage_run({"prompt_tokens": 10**400, "completion_tokens": 1})
+    assert result.exit_reason == "usage_limit:total_tokens" and result["step_count"] == 1
+    assert result["token_usage"]["prompt_tokens"] == MAX_REPLY_TOKENS
+    assert [e.warning for e in events if e.kind == "warning"] == ["usage_corrected"]
+
+
+@pytest.mark.parametrize("count", ["lots", 12.5, None, [], True, {"n": 1}])
+def test_a_token_count_that_is_no_number_fails_a_limited_run_typed(count: Any) -> None:
+    from agentfsm import UsageLimits
+    from agentfsm.errors import UsageNotCountedError
+
+    with pytest.raises(UsageNotCountedError, match="prompt_tokens"):
+        usage_run({"prompt_tokens": count, "completion_tokens": 1}, UsageLimits(total_tokens=1000))
+    # Without limits the run goes on: the count is left out, and a warning says so.
+    script = [reported({"prompt_tokens": count, "completion_tokens": 1, "prompt_tokens_details": {"x": 1}}, text="hi")]
+    events: list[Any] = []
+    result = Agent(chat_generator=ScriptedChatGenerator(script)).run(USER, on_event=events.append)
+    assert result["token_usage"] == {"completion_tokens": 1}
+    [warning] = [e for e in events if e.kind == "warning"]
+    assert "prompt_tokens" in warning.message and "left out" in warning.message
+
+
+# -- no schema can hold the process -------------------------------------------------------------------
+
+#: A pattern Python's backtracking ``re`` tries 2**40 ways to read on 40 ``a``s and a ``!``: hours.
+BACKTRACKING = {"type": "object", "properties": {"text": {"type": "string", "pattern": "^(a|a)*$"}}}
+HOSTILE_TEXT = "a" * 40 + "!"
+
+
+def bounded(code: str, seconds: float = 120) -> str:
+    """What ``code`` prints, run in a process of its own that must end within ``seconds`` (a hang fails the test)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_backtracking_pattern_in_a_tools_schema_is_checked_in_bounded_time() -> None:
+    printed = bounded(
+        f"""
+from agentfsm import Agent, ChatMessage, Tool
+from agentfsm.generators import ScriptedChatGenerator
+from tests.helpers import call, calls
+match = Tool("match", "Match a text.", {BACKTRACKING!r}, lambda text: "ran")
+script = [calls(call("match", "c1", text={HOSTILE_TEXT!r})), "done"]
+result = Agent(chat_generator=ScriptedChatGenerator(script), tools=[match]).run([ChatMessage.from_user("go")])
+answer = result["messages"][2].tool_call_result
+print(answer.error, answer.result)
+"""
+    )
+    assert printed.startswith("True ") and "does not match '^(a|a)*$'" in printed and "ran" not in printed
+
+
+def test_a_backtracking_pattern_in_an_agent_dicts_tool_schema_is_checked_in_bounded_time() -> None:
+    data = agent_dict_with_tool(note, "tests.test_trust_boundary.note", text=HOSTILE_TEXT)
+    data["init_parameters"]["tools"][0]["data"]["parameters"] = {**BACKTRACKING, "required": ["text"]}
+    printed = bounded(
+        f"""
+from agentfsm import Agent, ChatMessage
+result = Agent.from_dict({data!r}, allowed_modules=["tests"]).run([ChatMessage.from_user("go")])
+print(result["messages"][2].tool_call_result.result)
+"""
+    )
+    assert "does not match" in printed

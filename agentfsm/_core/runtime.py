@@ -32,7 +32,8 @@ from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
 from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import ConfigurationError, IterationStoppedError, MachineError, ModelClientError
-from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed
+from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed, RunWarning
+from agentfsm.limits import reported_counts
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
     ACTIVE_PHASES,
@@ -61,6 +62,7 @@ from agentfsm.machine import (
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
 from agentfsm.pauses import BreakpointHit, PauseReason
+from agentfsm.serialization import brief
 from agentfsm.slices import doubt
 from agentfsm.slices import limits as limits_slice
 from agentfsm.slices.cancel import NOT_CANCELLED
@@ -88,12 +90,11 @@ _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items
 
 
 def add_usage(totals: Mapping[str, int] | None, usages: list[dict[str, Any]]) -> dict[str, int]:
-    """Token counts summed: ``totals`` plus every integer count of the replies' ``usage`` metadata."""
+    """Token counts summed: ``totals`` plus the replies' ``usage`` counts, as ``reported_counts`` reads them."""
     summed = dict(totals or {})
     for usage in usages:
-        for name, count in usage.items():
-            if isinstance(count, int) and not isinstance(count, bool):
-                summed[name] = summed.get(name, 0) + count
+        for name, count in reported_counts(usage)[0].items():
+            summed[name] = summed.get(name, 0) + count
     return summed
 
 
@@ -199,6 +200,10 @@ class AgentRun(RunFacts):
         )
         #: Events recorded for the driver and not taken by it yet.
         self._events: list[Event] = []
+        #: Which toolset's tool each name a dynamic toolset showed is in this run (``None``: the agent's
+        #: own), and the names refused (with their toolsets' ids).
+        self._tool_owners: dict[str, object] = {}
+        self._taken_names: set[tuple[str, int]] = set()
         #: The action of each hook point, made once: a point's hooks and context are the same at each firing.
         self._hook_actions = {
             point: RunHooks(point, hooks, None, config.hook_context) for point, hooks in config.hooks.items()
@@ -327,18 +332,38 @@ class AgentRun(RunFacts):
             call.arguments[IDEMPOTENCY_KEY] = hashlib.sha256(key.encode()).hexdigest()[:32]
 
     def current_tools(self) -> dict[str, Tool]:
-        """The tools the model can call now: the run's tools and what its dynamic toolsets show."""
+        """The tools the model can call now: the run's tools and what its dynamic toolsets show.
+
+        A name is the tool that had it first in the run: the agent's own, else the first toolset
+        to show it. A toolset showing a name another tool has (an MCP server's new list naming
+        the agent's own tool) does not take it: its tool is left out, with a ``warning`` event.
+        """
         if not self.config.dynamic:
             return self.config.tools
         tools = dict(self.config.tools)
         for toolset in self.config.dynamic:
-            tools.update((t.name, t) for t in toolset)
-        if self.config.output is not None and FINAL_ANSWER_TOOL in tools and not tools[FINAL_ANSWER_TOOL].is_answer:
-            raise ConfigurationError(
-                f"A dynamic toolset shows a tool named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent with an "
-                "output_type gives the model for its answer: rename the toolset's tool."
-            )
+            for t in toolset:
+                if self.config.output is not None and t.name == FINAL_ANSWER_TOOL and not t.is_answer:
+                    raise ConfigurationError(
+                        f"A dynamic toolset shows a tool named {FINAL_ANSWER_TOOL!r}, the name of the tool an agent "
+                        "with an output_type gives the model for its answer: rename the toolset's tool."
+                    )
+                owner = self._tool_owners.setdefault(t.name, None if t.name in self.config.tools else toolset)
+                if owner is toolset and t.name not in tools:
+                    tools[t.name] = t
+                else:
+                    self._refuse_taken_name(t.name, toolset)
         return tools
+
+    def _refuse_taken_name(self, name: str, toolset: object) -> None:
+        """Warn, once a run, that ``toolset`` shows a tool under a name another tool of the run has."""
+        if (name, id(toolset)) not in self._taken_names:
+            self._taken_names.add((name, id(toolset)))
+            self.warn(
+                "tool_name_taken",
+                f"{brief(toolset, 120)} shows a tool named {name!r}, the name another tool of the run has had "
+                f"first: it is left out, and {name!r} stays that tool.",
+            )
 
     def conversation_version(self) -> tuple[int, int]:
         """The conversation's State version and length: the same pair means at most the same messages."""
@@ -374,6 +399,12 @@ class AgentRun(RunFacts):
         self.state.append("messages", replies)
         if usage:
             self.state.set("token_usage", add_usage(self.data.get("token_usage"), usage))
+            corrected = [problem for reported in usage for problem in reported_counts(reported)[1]]
+            if corrected:
+                self.warn(
+                    "usage_corrected",
+                    f"The model reported token counts that were not counted as given: {'; '.join(corrected)}.",
+                )
         self.calls = calls if self.has_tools else []
         self._complete()
 
@@ -617,6 +648,12 @@ class AgentRun(RunFacts):
     def logs(self) -> bool:
         """Whether the run logs its transitions (decided when it started: ``agentfsm.logs``)."""
         return self._logging
+
+    def warn(self, warning: str, message: str) -> None:
+        """Log that the run refused or corrected something from outside, and record it as a ``warning`` event."""
+        logger.warning("run warning", run_id=self.run_id, step=self.step, warning=warning, detail=message)
+        if self.records_events:
+            self._events.append(RunWarning(self.run_id, self.step, time.time(), warning, message))
 
     def take_events(self) -> list[Event]:
         """The events recorded since the last call, oldest first, for the driver to hand out."""

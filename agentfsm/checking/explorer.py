@@ -25,7 +25,15 @@ from agentfsm.checking.counterexample import path_diagram, regression_test, trac
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import Scenario, Subject, execute
-from agentfsm.checking.world import CALL_QUESTIONS, REPLY_KINDS, TOOL_OUTCOMES, Bounds, Key, World
+from agentfsm.checking.world import (
+    CALL_QUESTIONS,
+    DEFAULT_TOOL_TIMEOUT,
+    REPLY_KINDS,
+    TOOL_OUTCOMES,
+    Bounds,
+    Key,
+    World,
+)
 from agentfsm.errors import AgentCheckFailed, ConfigurationError, ConfigurationTypeError
 from agentfsm.logs import stdlib_logger
 from agentfsm.machine import ACTIVE_PHASES
@@ -379,8 +387,13 @@ def check_agent(
     stop_on_violation: bool = False,
     progress: bool | None = None,
     agent_ref: str | None = None,
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
 ) -> CheckResult:
     """Explore the agent's paths up to the bounds and check the invariants on each; see ``docs/checking.md``.
+
+    The agent's tools and toolsets are warmed up first (a toolset that connects lazily lists its
+    tools); a tool that reaches a server outside the process (an MCP server's) is never called: its
+    results are played from its schemas, as the model's replies are.
 
     Args:
         agent: The agent to check. Its model is replaced by the world's replies; its tools, hooks,
@@ -404,6 +417,9 @@ def check_agent(
         stop_on_violation: Stop at the first violation (the shortest path found so far).
         progress: Show a progress bar (rich); ``None``: when stderr is a terminal and rich is installed.
         agent_ref: ``module:attribute`` of the agent, for the regression tests' import line.
+        tool_timeout: Seconds a tool call may take (a tool's own or the agent's shorter timeout
+            stays): past it the call's outcome is a ``ToolTimeoutError``, and a blocking tool holds
+            no path for longer.
 
     Returns:
         A ``CheckResult``; ``result.raise_for_violations()`` raises ``AgentCheckFailed``.
@@ -423,8 +439,11 @@ def check_agent(
         raise ConfigurationError(
             f"Unknown reply kinds or tool outcomes {unknown}; replies: {REPLY_KINDS}, tool_outcomes: {TOOL_OUTCOMES}."
         )
+    if isinstance(tool_timeout, bool) or not isinstance(tool_timeout, int | float) or not tool_timeout > 0:
+        raise ConfigurationError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
     hook_choices = dict(hook_choices or {})
-    bounds = Bounds(max_steps, kinds, tuple(tool_outcomes), decisions, hook_choices)
+    bounds = Bounds(max_steps, kinds, tuple(tool_outcomes), decisions, hook_choices, tool_timeout=tool_timeout)
+    list_tools(agent)
     subject = Subject.of(agent, messages, state, bounds)
     checks = [*(BUILTIN_INVARIANTS if builtin_invariants else ()), *map(as_invariant, invariants)]
     # Hook alternatives are functions: the regression test is given them by name.
@@ -443,6 +462,14 @@ def check_agent(
     checker.result.seconds = time.perf_counter() - started
     checker.result.violations = list(checker.found.values())
     return checker.result
+
+
+def list_tools(agent: Agent) -> None:
+    """Warm up the agent's tools and toolsets (not its model or hooks): a toolset that connects lazily lists its tools."""
+    for part in agent._tool_parts():
+        warm = getattr(part, "warm_up", None)
+        if callable(warm):
+            warm()
 
 
 def replay(

@@ -138,7 +138,9 @@ class Subject:
         self.slot.world = world
         if self.store is None or self.checked is None:
             self.store = WorldStore(self.slot)
-            self.checked = build_agent(self.agent, self.slot, self.store, self.bounds.hook_choices)
+            self.checked = build_agent(
+                self.agent, self.slot, self.store, self.bounds.hook_choices, self.bounds.tool_timeout
+            )
         else:
             self.store.empty()
         return self.checked

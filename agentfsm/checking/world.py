@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +29,14 @@ from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
 from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
 from agentfsm.decisions import ToolExecutionDecision
-from agentfsm.errors import HITLBreakpointException, ModelClientError
+from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
+from agentfsm.workers import result_within, run_in_own_thread
 
 #: The kinds of model reply the world can give (``check_agent(replies=...)``).
 REPLY_KINDS: tuple[str, ...] = ("text", "tool", "invalid", "unknown", "parallel", "error")
@@ -50,6 +52,8 @@ IN_DOUBT_DECISIONS: tuple[str, ...] = ("rerun", "settle")
 CLOSING_TEXT = "final answer"
 #: The tool a model may call that no agent has.
 UNKNOWN_TOOL = "no_such_tool"
+#: Seconds a tool call may take in a checked run, by default: a tool that blocks holds no path longer.
+DEFAULT_TOOL_TIMEOUT = 10.0
 
 Key = tuple[Any, ...]
 
@@ -234,6 +238,8 @@ class Bounds:
     hook_choices: Mapping[str, Sequence[Callable[..., Any]]]
     #: Model calls a path may make past ``max_steps`` (each answered with the closing text) before it is cut.
     grace: int = 2
+    #: Seconds a tool call may take in a checked run (a tool's or the agent's shorter timeout stays).
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT
 
 
 @dataclass(slots=True)
@@ -546,6 +552,7 @@ REPLACED_PARAMETERS = frozenset(
         "tools",
         "tool_concurrency",
         "tool_invoker_kwargs",
+        "tool_timeout",
         "snapshot_store",
         "hooks",
         "confirmation_strategies",
@@ -558,14 +565,22 @@ def agent_parameters() -> tuple[str, ...]:
     return tuple(name for name in inspect.signature(Agent.__init__).parameters if name != "self")
 
 
-def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: Mapping[str, Any]) -> Agent:
+def build_agent(
+    agent: Agent,
+    slot: WorldSlot,
+    store: WorldStore,
+    hook_choices: Mapping[str, Any],
+    tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
-    Tools run one at a time, so that which call runs is known; everything else (exit conditions,
-    limits, loop detection, streaming options...) is the agent's own.
+    Tools run one at a time, so that which call runs is known, each within ``tool_timeout`` seconds
+    (or the tool's or the agent's shorter timeout); everything else (exit conditions, limits, loop
+    detection, streaming options...) is the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
-    tools = [_wrapped_tool(slot, t, t.name in covered) for t in agent.known_tools()]
+    bound = min(tool_timeout, agent.tool_timeout or math.inf)
+    tools = [_wrapped_tool(slot, t, t.name in covered, min(bound, t.timeout or math.inf)) for t in agent.known_tools()]
     hooks: dict[str, list[Any]] = {
         point.value: [_RecordedHook(slot, point.value, i, h) for i, h in enumerate(given)]
         for point, given in agent._hooks.items()
@@ -582,20 +597,41 @@ def build_agent(agent: Agent, slot: WorldSlot, store: WorldStore, hook_choices: 
         tools=tools,
         tool_invoker_kwargs={k: v for k, v in agent.tool_invoker_kwargs.items() if k not in _CONCURRENCY},
         tool_concurrency=1,
+        tool_timeout=None,  # each tool bounds its own calls, once the world has answered in the run's thread
         snapshot_store=store,
         hooks=hooks or None,
         confirmation_strategies=dict.fromkeys(sorted(covered), strategy) or None,
     )
 
 
-def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool) -> Tool:
+def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) -> Tool:
+    """The checked copy of ``tool``: the world says whether a call raises, and a call that runs stops within ``timeout``.
+
+    A tool that reaches a server outside the process (an MCP server's: it has ``played_result``)
+    is never called: the world plays its result from its output schema, as it plays the model.
+    The world is asked in the run's thread; the tool's own function runs in a thread of its own,
+    abandoned past ``timeout`` (the call's outcome is then a ``ToolTimeoutError``).
+    """
     clone = copy.copy(tool)
     inner = tool.invoke
+    played = getattr(tool, "played_result", None)
 
     def invoke(**kwargs: Any) -> Any:
         if slot.current.tool_ran(tool, covered, kwargs) == "raises":
             raise ToolFailure(f"{tool.name} failed (a failure the checker chose)")
-        return inner(**kwargs)
+        if callable(played):
+            schema = getattr(tool, "output_schema", None)
+            return played(_example(schema, schema.get("$defs", {}), 0) if isinstance(schema, dict) else None)
+        done, value = result_within(run_in_own_thread(inner, **kwargs), timeout)
+        if not done:
+            raise ToolTimeoutError(
+                f"Tool {tool.name!r} did not finish within {timeout:g} s (agentfsm check's tool_timeout); the check "
+                "stopped waiting for it.",
+                tool.name,
+                timeout,
+            )
+        return value
 
     object.__setattr__(clone, "invoke", invoke)
+    object.__setattr__(clone, "timeout", None)
     return clone

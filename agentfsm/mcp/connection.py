@@ -35,12 +35,14 @@ import contextlib
 import logging
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
 import anyio
 import mcp.types as mcp_types
+import pydantic
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.dispatcher import ProgressFnT
@@ -150,6 +152,8 @@ class MCPConnection:
         #: Bumped for every session: a transport that ends reports its own session, so a late
         #: report of an old session never marks a newer one lost.
         self._session_id = 0
+        #: When the listing under way must be done by (``time.monotonic()``), ``None`` between listings.
+        self.listing_deadline: float | None = None
 
     def settings(self) -> dict[str, Any]:
         """The options besides the server, as keywords of ``MCPConnection``, ``MCPTool`` and ``MCPToolset``."""
@@ -192,6 +196,10 @@ class MCPConnection:
     def on_tools_changed(self, listener: ToolsChanged) -> None:
         """Call ``listener`` with the new list each time the tools are listed again."""
         self._listeners.append(listener)
+
+    def _said(self, error: BaseException) -> str:
+        """``error`` as ``Type: message`` (an exception group's first leaf), the server's credentials shown as ``***``."""
+        return self.server_info.redact(_describe(error))
 
     def _move(self, trigger: str) -> None:
         self._state = next_state(self._state, trigger)
@@ -320,7 +328,7 @@ class MCPConnection:
                     client = await self._connect_once()
                 except (MCPConnectionError, MCPTimeoutError) as exc:
                     error = exc
-                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), exc)
+                    logger.debug("Connecting to MCP server %s failed: %s", self.server_info.describe(), self._said(exc))
                     continue
                 self._move("connected")
                 return client
@@ -354,9 +362,9 @@ class MCPConnection:
         except Exception as exc:
             await asyncio.gather(holder, return_exceptions=True)
             raise MCPConnectionError(
-                f"Could not connect to MCP server {self.server_info.describe()}: {_describe(exc)}. Check that the "
+                f"Could not connect to MCP server {self.server_info.describe()}: {self._said(exc)}. Check that the "
                 "command or URL is right and that the server starts on its own."
-            ) from exc
+            ) from (None if self.server_info.holds_credentials() else exc)  # a cause may name the credentials
         self._client, self._stop, self._holder = client, stop, holder
         try:
             await self._list(client)
@@ -381,7 +389,7 @@ class MCPConnection:
             if not ready.done():
                 ready.set_exception(exc)
             else:
-                logger.debug("MCP session with %s ended: %s", self.server_info.describe(), _describe(exc))
+                logger.debug("MCP session with %s ended: %s", self.server_info.describe(), self._said(exc))
         except asyncio.CancelledError:
             if not ready.done():
                 ready.cancel()
@@ -405,7 +413,7 @@ class MCPConnection:
             except ListenNotSupportedError:
                 return
             except Exception as exc:
-                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), _describe(exc))
+                logger.debug("The tool-change stream of %s ended: %s", self.server_info.describe(), self._said(exc))
             await asyncio.sleep(pause)
             pause = min(pause * 2, _MAX_LISTEN_PAUSE)
 
@@ -423,11 +431,15 @@ class MCPConnection:
             try:
                 await self._list(client)
             except Exception as exc:  # the old list stays; a call to a tool that went away says so
-                logger.warning("Could not list the tools of MCP server %s again: %s", self.server_info.describe(), exc)
+                logger.warning(
+                    "Could not list the tools of MCP server %s again: %s", self.server_info.describe(), self._said(exc)
+                )
 
     async def _list(self, client: Client) -> None:
+        """Fetch the tool list and hand it to the listeners, all within ``list_timeout`` (checking their schemas too)."""
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
+        self.listing_deadline = time.monotonic() + self.list_timeout
         try:
             async with asyncio.timeout(self.list_timeout):
                 while True:
@@ -436,15 +448,40 @@ class MCPConnection:
                     cursor = page.next_cursor
                     if cursor is None:
                         break
+            for listener in self._listeners:
+                listener(tools)
         except TimeoutError:
-            raise MCPTimeoutError(
-                f"Listing the tools of MCP server {self.server_info.describe()} took longer than "
-                f"{self.list_timeout} s (list_timeout).",
-                operation="list",
+            raise self.listing_timed_out() from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise MCPConnectionError(
+                    f"MCP server {self.server_info.describe()} closed the connection while listing its tools."
+                ) from None
+            raise MCPServerError(
+                f"MCP server {self.server_info.describe()} refused to list its tools: {_short(str(exc.message))}",
+                code=exc.code,
             ) from None
+        except pydantic.ValidationError as exc:
+            raise MCPServerError(
+                f"MCP server {self.server_info.describe()} listed its tools in a form that is not MCP's: "
+                f"{_invalid(exc)}"
+            ) from None
+        finally:
+            self.listing_deadline = None
         self.tools = tools
-        for listener in self._listeners:
-            listener(tools)
+
+    def listing_timed_out(self) -> MCPTimeoutError:
+        """The error of a listing that took longer than ``list_timeout``."""
+        return MCPTimeoutError(
+            f"Listing the tools of MCP server {self.server_info.describe()} took longer than "
+            f"{self.list_timeout} s (list_timeout), checking their schemas included.",
+            operation="list",
+        )
+
+    def check_listing_time(self) -> None:
+        """``MCPTimeoutError`` when the listing under way is past its ``list_timeout`` (a listener checks between tools)."""
+        if self.listing_deadline is not None and time.monotonic() > self.listing_deadline:
+            raise self.listing_timed_out()
 
     def _transport_ended(self, session_id: int) -> None:
         """The server's stream of a session ended (its process died, or the session was closed)."""
@@ -505,12 +542,19 @@ class MCPConnection:
                 "cancelled on the server.",
                 operation="call",
             ) from None
+        except pydantic.ValidationError as exc:
+            raise MCPServerError(
+                f"MCP server {self.server_info.describe()} answered the call to {name!r} with a result that is not "
+                f"MCP's: {_invalid(exc)}"
+            ) from None
         except MCPError as exc:
             if exc.code == INVALID_REQUEST and exc.message in _SESSION_GONE:
                 self._transport_ended(session_id)
                 raise _SessionGone(exc.message) from exc
             if exc.code != CONNECTION_CLOSED:
-                raise MCPServerError(f"MCP server refused the call to {name!r}: {exc}", code=exc.code) from exc
+                raise MCPServerError(
+                    f"MCP server refused the call to {name!r}: {self.server_info.redact(str(exc))}", code=exc.code
+                ) from None
             self._transport_ended(session_id)
             raise MCPConnectionLostError(
                 f"The connection to MCP server {self.server_info.describe()} dropped during the call to {name!r}: "
@@ -671,6 +715,19 @@ class _WatchedReadStream:
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.aclose()
+
+
+def _invalid(error: pydantic.ValidationError) -> str:
+    """What is wrong with a message the server sent, in one short line: where and why, never the values it holds."""
+    problems = error.errors(include_url=False, include_input=False)
+    first = problems[0] if problems else {"loc": (), "msg": "invalid"}
+    where = ".".join(str(p) for p in first["loc"]) or "the message"
+    more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+    return f"{_short(where)}: {_short(str(first['msg']))}{more}."
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _describe(error: BaseException) -> str:

@@ -2,6 +2,11 @@
 
 A server info is configuration only: it serializes with ``to_dict`` (secrets as the names of
 their environment variables, never a value) and opens a transport for the SDK's ``Client``.
+
+Credentials written into an HTTP server's URL (``https://user:password@host/mcp``,
+``?api_key=...``) are used to connect and shown nowhere: ``describe()``, ``repr`` and every error
+message give the URL with them as ``***`` (``redact``), and ``to_dict`` refuses such a URL with
+``SerializationError``, as it refuses a token held in memory.
 """
 
 from __future__ import annotations
@@ -11,14 +16,14 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import httpx2
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError, SerializationError
 from agentfsm.secrets import Secret
 from agentfsm.serialization import import_path, object_path
 
@@ -58,8 +63,43 @@ def _values_from_dict(data: Mapping[str, Any] | None) -> dict[str, str | Secret]
     return {k: Secret.from_dict(v["secret"]) if isinstance(v, dict) else v for k, v in data.items()}
 
 
+#: Words in a query parameter's name that make its value a credential (``api_key``, ``access_token``...).
+_CREDENTIAL_WORDS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "sig", "credential", "session")
+_HIDDEN = "***"
+
+
+def _url_credentials(url: str) -> list[str]:
+    """The credentials written into ``url``: its user name and password, and the values of its query's credential parameters."""
+    parts = urlsplit(url)
+    found = [part for part in (parts.username, parts.password) if part]
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if value and any(word in name.lower() for word in _CREDENTIAL_WORDS):
+            found.append(value)
+    return found
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its user name, password and every query value shown as ``***``: what messages show of it."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    if parts.username or parts.password:
+        netloc = f"{_HIDDEN}@{netloc}"
+    query = "&".join(
+        f"{name.partition('=')[0]}={_HIDDEN}" if "=" in name else name for name in parts.query.split("&") if name
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
 class MCPServerInfo:
     """Base class of server infos: how to open a transport to one MCP server."""
+
+    def redact(self, text: str) -> str:
+        """``text`` (an error's message) with this server's credentials shown as ``***``."""
+        return text
+
+    def holds_credentials(self) -> bool:
+        """Whether the server's address holds credentials that ``redact`` hides (a URL's ``user:password@``...)."""
+        return False
 
     def transport(self) -> Any:
         """An async context manager that yields the (read, write) streams of a new connection."""
@@ -124,7 +164,7 @@ class StdioServerInfo(MCPServerInfo):
         )
 
 
-@dataclass
+@dataclass(repr=False)
 class _HttpServerInfo(MCPServerInfo):
     """What the HTTP transports share: a URL, a bearer token and headers that may be secrets."""
 
@@ -135,9 +175,15 @@ class _HttpServerInfo(MCPServerInfo):
 
     def __post_init__(self) -> None:
         kind = type(self).__name__
-        parts = urlsplit(self.url) if isinstance(self.url, str) else None
+        try:
+            parts = urlsplit(self.url) if isinstance(self.url, str) else None
+        except ValueError:  # an unreadable host or port
+            parts = None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigurationError(f"{kind} needs an http(s) URL, got {self.url!r}.")
+            shown = (
+                redacted_url(self.url) if isinstance(self.url, str) and parts is not None else type(self.url).__name__
+            )
+            raise ConfigurationError(f"{kind} needs an http(s) URL, got {shown!r}.")
         if self.token is not None and not isinstance(self.token, Secret):
             raise ConfigurationTypeError(
                 f"{kind} token must be a Secret (Secret.from_env_var('MY_TOKEN')), so that it is never written "
@@ -157,11 +203,36 @@ class _HttpServerInfo(MCPServerInfo):
         return headers
 
     def describe(self) -> str:
-        """The URL."""
-        return self.url
+        """The URL, its credentials (user name, password, query values) shown as ``***``."""
+        return redacted_url(self.url)
+
+    def redact(self, text: str) -> str:
+        """``text`` with the credentials of the URL (as written, and percent-decoded) shown as ``***``."""
+        for credential in sorted(_url_credentials(self.url), key=len, reverse=True):
+            text = text.replace(credential, _HIDDEN)
+            text = text.replace(unquote(credential), _HIDDEN)
+        return text.replace(self.url, self.describe())
+
+    def holds_credentials(self) -> bool:
+        """Whether the URL holds credentials: a user name or password, or a query parameter such as ``api_key``."""
+        return bool(_url_credentials(self.url))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.describe()!r})"
 
     def to_dict(self) -> dict[str, Any]:
-        """Serialize; the token and ``Secret`` headers as their environment variables' names."""
+        """Serialize; the token and ``Secret`` headers as their environment variables' names.
+
+        Raises:
+            SerializationError: the URL holds credentials (``user:password@``, ``?api_key=``), which
+                are never written out.
+        """
+        if self.holds_credentials():
+            raise SerializationError(
+                f"The URL of MCP server {self.describe()} holds credentials (a user name or password, or a query "
+                "parameter such as api_key), which are never written out: give them as "
+                "token=Secret.from_env_var(...) or headers={...: Secret.from_env_var(...)} instead."
+            )
         return {
             "type": object_path(type(self)),
             "url": self.url,
@@ -181,7 +252,7 @@ class _HttpServerInfo(MCPServerInfo):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class StreamableHttpServerInfo(_HttpServerInfo):
     """A server reached over MCP's streamable HTTP transport at ``url``.
 
@@ -208,7 +279,7 @@ class StreamableHttpServerInfo(_HttpServerInfo):
         return cls(**cls._fields_from_dict(data))
 
 
-@dataclass
+@dataclass(repr=False)
 class SSEServerInfo(_HttpServerInfo):
     """A server reached over MCP's older HTTP+SSE transport (deprecated by MCP; for servers that only have it).
 

@@ -187,6 +187,19 @@ class MCPTool(Tool):
         if spec is not None and spec != self.spec:
             self.apply_spec(spec)
 
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The schema of the tool's structured results, as the server describes it (``None``: none given)."""
+        return None if self.spec is None else self.spec.output_schema
+
+    def played_result(self, structured_content: Any = None) -> dict[str, Any]:
+        """What a call gives when ``agentfsm check`` plays the server instead of calling it: a text saying so.
+
+        ``structured_content`` is the structured result played (an example of ``output_schema``).
+        """
+        text = mcp_types.TextContent(type="text", text=f"(the result of {self.name}, played by agentfsm check)")
+        return result_value(self.name, mcp_types.CallToolResult(content=[text], structured_content=structured_content))
+
     def warm_up(self) -> None:
         """Connect (once) and take the tool's description; ``MCPToolNotFoundError`` if the server has no such tool."""
         if not self._owns_connection:

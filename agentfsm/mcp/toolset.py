@@ -8,7 +8,7 @@ from typing import Any
 
 import mcp.types as mcp_types
 
-from agentfsm.errors import ConfigurationTypeError, SchemaError
+from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.mcp.annotations import check_overrides
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.server_info import MCPServerInfo
@@ -84,7 +84,7 @@ class MCPToolset(Toolset):
             reconnect_backoff=reconnect_backoff,
             progress_callback=progress_callback,
         )
-        #: Tools the server offers that cannot be used, by name: why (an invalid input schema).
+        #: Tools the server offers that cannot be used, by name: why (an invalid input schema, no name).
         self._unusable: dict[str, str] = {}
         self.connection.on_tools_changed(self._listed)
         if eager_connect:
@@ -94,8 +94,9 @@ class MCPToolset(Toolset):
         """Rebuild the tools from the server's list (on the connection's thread); unchanged tools are kept.
 
         A tool whose description changed is a new ``MCPTool``, so that a run holding the old one
-        keeps a consistent description. A tool whose input schema is not a valid JSON schema is left
-        out (and logged): the server's other tools stay usable.
+        keeps a consistent description. A tool that cannot be used (its name is empty, its input
+        schema is not a valid JSON schema, or too large to check) is left out (and logged): the
+        server's other tools stay usable.
         """
         current = {t.name: t for t in self.tools if isinstance(t, MCPTool)}
         tools: list[Tool] = []
@@ -103,6 +104,7 @@ class MCPToolset(Toolset):
         for spec in specs:
             if self.tool_names is not None and spec.name not in self.tool_names:
                 continue
+            self.connection.check_listing_time()  # checking the schemas counts toward list_timeout
             tool = current.get(spec.name)
             if tool is None or tool.spec != spec:
                 try:
@@ -113,7 +115,7 @@ class MCPToolset(Toolset):
                         idempotent=self.idempotent_overrides.get(spec.name),
                         destructive=self.destructive_overrides.get(spec.name),
                     )
-                except SchemaError as exc:
+                except ConfigurationError as exc:  # a schema that is none (SchemaError), a name that is none
                     logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
                     unusable[spec.name] = str(exc)
                     continue

@@ -3,8 +3,10 @@
 A run's folder holds its snapshots (``<seq>_<step>_<phase>.json``), ``run.json`` (its status and,
 for a fork, where it started) and, while a process runs it, ``claim.json``. The claim is taken by
 creating that file exclusively (``O_EXCL``, atomic on a local file system): of several processes
-resuming the same snapshot, one gets it and the others get ``StaleSnapshotError``. What this store
-does not guarantee: a claim whose lease expired is replaced by a rename, so two processes taking
+resuming the same snapshot, one gets it and the others get ``StaleSnapshotError``. Each write of a
+run (a claim, a snapshot with the next number, its release) holds the run's lock (an OS lock on its
+folder, which the process's end lets go of), so processes writing the same store never give two
+snapshots one number nor write over one another. What this store does not guarantee: a claim whose lease expired is replaced by a rename, so two processes taking
 over the same expired claim at the same instant may both succeed; and the lease is not renewed
 while the run goes on (it is only given up at the end), so ``lease_seconds`` must outlast the run.
 Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
@@ -15,18 +17,23 @@ With ``record_events=True`` a run's folder also holds its events, ``events.jsonl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
+import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
-from agentfsm.files import atomic_write
+from agentfsm.files import atomic_write, read_regular
 from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
+from agentfsm.logs import logger
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
@@ -69,6 +76,89 @@ def _run_folder(directory: Path, run_id: str) -> Path:
     return directory / run_id
 
 
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold the run's lock (an OS lock on its folder) against every other process writing the run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor = _open_lock(folder)
+    try:
+        _lock(descriptor)
+        try:
+            yield
+        finally:
+            _unlock(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+if sys.platform == "win32":  # pragma: no cover (the tests run on POSIX)
+    import msvcrt
+
+    def _open_lock(folder: Path) -> int:
+        return os.open(folder / ".lock", os.O_RDWR | os.O_CREAT)  # a folder cannot be opened there
+
+    def _lock(descriptor: int) -> None:
+        msvcrt.locking(descriptor, msvcrt.LK_LOCK, 1)
+
+    def _unlock(descriptor: int) -> None:
+        msvcrt.locking(descriptor, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _open_lock(folder: Path) -> int:
+        return os.open(folder, os.O_RDONLY)
+
+    def _lock(descriptor: int) -> None:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+
+    def _unlock(descriptor: int) -> None:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _writes_the_run(method: _Method) -> _Method:
+    """Run ``method`` (whose first argument is a run id or a snapshot) holding its run's lock, once per thread."""
+
+    @functools.wraps(method)
+    def locked(self: JsonFileStore, first: Any, *args: Any, **kwargs: Any) -> Any:
+        run_id = first.run_id if isinstance(first, AgentSnapshot) else first
+        held: set[str] | None = getattr(self._held, "runs", None)
+        if held is None:
+            held = self._held.runs = set()
+        if run_id in held:  # a write within another (a save releasing its claim)
+            return method(self, first, *args, **kwargs)
+        with _locked(self._folder(run_id)):
+            held.add(run_id)
+            try:
+                return method(self, first, *args, **kwargs)
+            finally:
+                held.discard(run_id)
+
+    return cast("_Method", locked)
+
+
+if sys.platform == "win32":  # pragma: no cover (the tests run on POSIX)
+    import msvcrt
+
+    def _lock(descriptor: int) -> None:
+        msvcrt.locking(descriptor, msvcrt.LK_LOCK, 1)
+
+    def _unlock(descriptor: int) -> None:
+        msvcrt.locking(descriptor, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(descriptor: int) -> None:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+
+    def _unlock(descriptor: int) -> None:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+
+
 #: A run's events, one JSON line each, in its folder.
 _EVENTS_FILE = "events.jsonl"
 
@@ -101,6 +191,8 @@ class JsonFileStore:
         #: Runs this store ran until another process took them over, and the claim each lost: its
         #: writes are refused from now on (``WRITERS_CLAIM``).
         self._lost: dict[str, str] = {}
+        #: The runs whose lock each thread holds (``runs``): a write within another takes it once.
+        self._held = threading.local()
         # Its thread starts with the first event; what it holds at exit is written then.
         self._events = EventWriter(functools.partial(_append_events, self.directory), name="agentfsm-json-events")
         weakref.finalize(self, self._events.stop)
@@ -115,7 +207,7 @@ class JsonFileStore:
     def _read(self, path: Path) -> dict[str, Any] | None:
         """A ``run.json`` or ``claim.json``, None when there is none; ``SnapshotError`` when it is damaged."""
         try:
-            data = load_json(path.read_bytes())
+            data = load_json(read_regular(path))
         except FileNotFoundError:
             return None
         except OSError as exc:  # a folder where the file should be, a file that cannot be read
@@ -177,6 +269,7 @@ class JsonFileStore:
 
     # -- claims -------------------------------------------------------------------------------------
 
+    @_writes_the_run
     def claim(
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
     ) -> None:
@@ -198,6 +291,7 @@ class JsonFileStore:
             self._lost[run_id] = request.owner
             raise
 
+    @_writes_the_run
     def release(
         self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
     ) -> None:
@@ -214,6 +308,7 @@ class JsonFileStore:
 
     # -- snapshots ----------------------------------------------------------------------------------
 
+    @_writes_the_run
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
         """Write the snapshot atomically as the next file of its run, which is then paused.
 
@@ -270,35 +365,47 @@ class JsonFileStore:
         return infos
 
     def runs(self) -> list[RunInfo]:
-        """Runs with a snapshot file or a record (a claimed run may have no snapshot yet)."""
+        """Runs with a snapshot file or a record (a claimed run may have no snapshot yet).
+
+        A run whose newest snapshot or record cannot be read is left out (and logged): reading it
+        (``latest``, ``claim``...) says why, and the other runs are listed.
+        """
         found = []
         for folder in self.directory.iterdir() if self.directory.exists() else []:
             if not _is_folder_name(folder.name) or not folder.is_dir():
                 continue  # not a run's folder
-            files = self._files(folder.name)
-            record = self._record(folder.name)
-            if not (files or record):
+            try:
+                info = self._run_info(folder)
+            except SnapshotError as exc:
+                logger.warning("run left out of the listing", run_id=folder.name[:80], error=str(exc)[:300])
                 continue
-            newest = AgentSnapshot.from_file(files[-1]) if files else None
-            holder = self._read(folder / "claim.json") or {}
-            updated = newest.created_at if newest else iso_from_timestamp((folder / "run.json").stat().st_mtime)
-            found.append(
-                RunInfo(
-                    folder.name,
-                    RunStatus(record.get("status", RunStatus.PAUSED.value)),
-                    newest.phase if newest else None,
-                    newest.step if newest else 0,
-                    len(files),
-                    updated,
-                    holder.get("owner"),
-                    record.get("taken_over_from"),
-                    record.get("taken_over_by"),
-                    record.get("parent_run_id"),
-                    record.get("parent_seq"),
-                    record.get("exit_reason"),
-                )
-            )
+            if info is not None:
+                found.append(info)
         return sorted(found, key=lambda r: r.updated_at, reverse=True)
+
+    def _run_info(self, folder: Path) -> RunInfo | None:
+        """What the run of ``folder`` is (``None``: no run, nothing in it); ``SnapshotError`` when it cannot be read."""
+        files = self._files(folder.name)
+        record = self._record(folder.name)
+        if not (files or record):
+            return None
+        newest = AgentSnapshot.from_file(files[-1]) if files else None
+        holder = self._read(folder / "claim.json") or {}
+        updated = newest.created_at if newest else iso_from_timestamp((folder / "run.json").stat().st_mtime)
+        return RunInfo(
+            folder.name,
+            RunStatus(record.get("status", RunStatus.PAUSED.value)),
+            newest.phase if newest else None,
+            newest.step if newest else 0,
+            len(files),
+            updated,
+            holder.get("owner"),
+            record.get("taken_over_from"),
+            record.get("taken_over_by"),
+            record.get("parent_run_id"),
+            record.get("parent_seq"),
+            record.get("exit_reason"),
+        )
 
     # -- events -------------------------------------------------------------------------------------
 
@@ -315,7 +422,7 @@ class JsonFileStore:
         path = self._folder(run_id) / _EVENTS_FILE
         self._events.flush()
         try:
-            written = path.read_bytes()
+            written = read_regular(path)
         except FileNotFoundError:
             return path, []
         except OSError as exc:

@@ -29,19 +29,21 @@ thread of their own (``agentfsm.stores._events``), so no run waits for them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfsm._core.records import RunDelta, TransitionRecord
-from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import ConfigurationError, SerializationError, SnapshotError, StaleSnapshotError, StoreError
 from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
+from agentfsm.logs import logger
 from agentfsm.machine import COMMIT_ON_ENTRY, TERMINAL_PHASES, Phase
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
@@ -104,6 +106,12 @@ CREATE TABLE IF NOT EXISTS snapshot_batches (
 {_EVENTS_TABLE}
 PRAGMA user_version = {_LAYOUT_VERSION};
 """
+#: The columns of each table of the current layout: a file without one of them is not a store of this layout.
+_COLUMNS = {
+    "runs": ("number", "run_id", "status", "created_at", "updated_at", *(name for name, _ in _CLAIM_COLUMNS)),
+    "snapshot_batches": ("key", "count", "phase", "step", "full", "entries"),
+    "events": ("run_id", "number", "data"),
+}
 #: Snapshot numbers within a run's key range.
 _SEQ_BITS = 32
 _LAST_SEQ = (1 << _SEQ_BITS) - 1
@@ -137,6 +145,96 @@ _UPDATE_RECORD = f"UPDATE runs SET updated_at = ?, {', '.join(f'{name} = ?' for 
 _INSERT_EVENT = "INSERT INTO events SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM events WHERE run_id = ?"
 
 
+class _Connection:
+    """The store's SQLite connection: an error SQLite raises is a ``StoreError`` saying why, never ``sqlite3``'s own.
+
+    An ``IntegrityError`` (a snapshot's number taken) is the store's to read, and passes as it is.
+    """
+
+    __slots__ = ("lock_timeout", "path", "raw")
+
+    def __init__(self, path: str, lock_timeout: float) -> None:
+        # Another process's transaction is waited for (it is short) rather than failed, up to lock_timeout.
+        self.raw = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+        self.path, self.lock_timeout = path, lock_timeout
+
+    def execute(self, sql: str, parameters: Iterable[Any] = ()) -> _Rows:
+        """``sqlite3.Connection.execute``, its errors as ``StoreError``."""
+        with self.mapped():
+            return _Rows(self.raw.execute(sql, tuple(parameters)), self)
+
+    def executemany(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> _Rows:
+        """``sqlite3.Connection.executemany``, its errors as ``StoreError``."""
+        with self.mapped():
+            return _Rows(self.raw.executemany(sql, rows), self)
+
+    def executescript(self, script: str) -> None:
+        """``sqlite3.Connection.executescript``, its errors as ``StoreError``."""
+        with self.mapped():
+            self.raw.executescript(script)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.raw.close()
+
+    @contextlib.contextmanager
+    def mapped(self) -> Iterator[None]:
+        """Raise what SQLite raises within as a ``StoreError`` (but an ``IntegrityError``)."""
+        try:
+            yield
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise self.error(str(exc)) from None
+        except UnicodeEncodeError:
+            raise StoreError(
+                f"{self.path} cannot store a text holding a lone surrogate (a run id made from a file name that "
+                "is not UTF-8?): SQLite keeps text as UTF-8. Nothing was written."
+            ) from None
+
+    def error(self, reason: str) -> StoreError:
+        """The ``StoreError`` for what SQLite said, with the likely cause."""
+        if "locked" in reason:
+            return StoreError(
+                f"{self.path} is locked by another process past the store's lock_timeout of {self.lock_timeout:g} s "
+                f"({reason}): nothing was written. Try again once it lets go, or raise lock_timeout."
+            )
+        if "malformed" in reason or "not a database" in reason or "disk I/O" in reason:
+            return StoreError(f"{self.path} is damaged ({reason}): what it holds there cannot be read.")
+        if "no such" in reason:
+            return StoreError(f"{self.path} is not a snapshot database of this layout ({reason}).")
+        return StoreError(f"{self.path} cannot be used: {reason}.")
+
+
+class _Rows:
+    """A query's rows, read as ``sqlite3.Cursor`` reads them, their errors as ``StoreError``."""
+
+    __slots__ = ("_connection", "_cursor")
+
+    def __init__(self, cursor: sqlite3.Cursor, connection: _Connection) -> None:
+        self._cursor, self._connection = cursor, connection
+
+    def fetchone(self) -> Any:
+        """The next row, or ``None``."""
+        with self._connection.mapped():
+            return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        """The rows left."""
+        with self._connection.mapped():
+            return self._cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        """The rows the statement changed."""
+        return self._cursor.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        """The row the statement inserted."""
+        return self._cursor.lastrowid
+
+
 @dataclass(slots=True)
 class _Cursor:
     """What the store will hold of a live run: the snapshots recorded since the last commit."""
@@ -155,7 +253,7 @@ class _Cursor:
     body: dict[str, Any] | None = None
 
 
-def _insert_events(db: sqlite3.Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
+def _insert_events(db: _Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
     """Write a run's events after its stored ones, in one transaction (the writer thread of ``EventWriter``)."""
     with lock:
         db.execute("BEGIN IMMEDIATE")
@@ -198,6 +296,7 @@ class SQLiteSnapshotStore:
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         lease_seconds: float = 60.0,
         record_events: bool = False,
+        lock_timeout: float = 30.0,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL"):
             raise ConfigurationError(f"synchronous must be 'OFF', 'NORMAL' or 'FULL', got {synchronous!r}.")
@@ -208,9 +307,10 @@ class SQLiteSnapshotStore:
         self.synchronous = synchronous
         self.lease_seconds = lease_seconds
         self.record_events = record_events
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float) or not lock_timeout >= 0:
+            raise ConfigurationError(f"lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}.")
         self._lock = threading.RLock()
-        # Another process's transaction is waited for (it is short) rather than failed.
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        self._db = _Connection(self.path, lock_timeout)
         try:
             layout = self._check_layout()  # before any change to a file that may not be ours
         except BaseException:
@@ -248,11 +348,19 @@ class SQLiteSnapshotStore:
     def _check_layout(self) -> int:
         """The layout to bring up to date (0: an empty database); SnapshotError for someone else's."""
         try:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            tables = self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+            version = self._db.raw.execute("PRAGMA user_version").fetchone()[0]
+            tables = self._db.raw.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise SnapshotError(f"{self.path} is not an SQLite database: {exc}.") from exc
+            raise StoreError(f"{self.path} is not an SQLite database: {exc}.") from None
         if version == _LAYOUT_VERSION:
+            for table, columns in _COLUMNS.items():
+                found = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})").fetchall()}
+                missing = [column for column in columns if column not in found]
+                if missing:
+                    raise StoreError(
+                        f"{self.path} is not a snapshot database of this layout: table {table} has no column "
+                        f"{missing[0]} (someone changed its tables)."
+                    )
             return _LAYOUT_VERSION
         if version == 0 and tables == 0:
             return 0
@@ -612,8 +720,8 @@ class SQLiteSnapshotStore:
             row = self._db.execute("SELECT COALESCE(MAX(number), 0) FROM events WHERE run_id = ?", (run_id,)).fetchone()
         return int(row[0])
 
-    def _damaged(self, exc: Exception) -> SnapshotError:
-        return SnapshotError(f"A stored snapshot in {self.path} is damaged ({exc}); it cannot be read.")
+    def _damaged(self, exc: Exception) -> StoreError:
+        return StoreError(f"A stored snapshot in {self.path} is damaged ({exc}); it cannot be read.")
 
     def _count(self, number: int) -> int:
         """How many snapshots the run numbered ``number`` has."""
@@ -657,10 +765,10 @@ class SQLiteSnapshotStore:
                 (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
             ).fetchall()
         # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
-        try:
-            return [
-                RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest)
-                for run_id, status, phase, step, count, *rest in rows
-            ]
-        except ValueError as exc:
-            raise self._damaged(exc) from None
+        found = []
+        for run_id, status, phase, step, count, *rest in rows:
+            try:
+                found.append(RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest))
+            except ValueError as exc:  # a row someone changed: reading the run says so, the others are listed
+                logger.warning("run left out of the listing", run_id=str(run_id)[:80], error=str(self._damaged(exc)))
+        return found

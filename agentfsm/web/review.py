@@ -201,8 +201,9 @@ class ReviewApp:
 
         Each event is a message whose data is the event's ``stored_dict`` (JSON) and whose id is
         its number. The run's ``run_ended`` is followed by an ``end`` event, and the stream ends
-        there (the page stops listening). A stored event that cannot be read back ends the stream
-        with a ``problem`` event saying why; nothing it names is imported unless the allow-list allows it.
+        there (the page stops listening). A stored event that cannot be read back is a ``problem``
+        event saying why, and the stream goes on; nothing it names is imported unless the allow-list
+        allows it (``agentfsm.web.live``).
         """
         run_id = request.path_params["run_id"]
         store = self.store

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from collections import Counter
+from pathlib import Path
 
 from agentfsm import Agent, State, hook, tool
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI
+from agentfsm.mcp import MCPToolset, StdioServerInfo
 from agentfsm.testing import RecordedRun, invariant
 
 #: What the payment tools charged, by call: the external system a payment changes.
@@ -89,3 +94,36 @@ def charged_once(run: RecordedRun) -> bool | str:
     again = {(d.step, d.call_key) for d in run.decisions if d.verb == "rerun"}
     twice = [call for call, count in charged.items() if count > 1 and call not in again]
     return not twice or f"charged twice without a decision: {twice}"
+
+
+#: The tools the runs of a check executed (``tools_executed`` records them).
+EXECUTED: list[str] = []
+
+
+@invariant("records the tools executed")
+def tools_executed(run: RecordedRun) -> bool:
+    """Record the tools each checked run executed (played or run), and hold."""
+    EXECUTED.extend(e.tool_name for e in run.tool_executions)
+    return True
+
+
+def lazy_mcp() -> Agent:
+    """An agent whose MCP toolset connects at warm-up; its ``mark`` tool writes to ``$AGENTFSM_TEST_MARKER`` when called."""
+    server = Path(__file__).resolve().parents[1] / "mcp" / "hostile_server.py"
+    info = StdioServerInfo(command=sys.executable, args=[str(server), "marking", os.environ["AGENTFSM_TEST_MARKER"]])
+    return Agent(chat_generator=_model(), tools=[MCPToolset(info)])
+
+
+#: Set to let ``wait_for_ever`` return (a test sets it when it is done).
+RELEASED = threading.Event()
+
+
+@tool
+def wait_for_ever() -> str:
+    """A tool that blocks until the test lets it go."""
+    RELEASED.wait()
+    return "released"
+
+
+#: An agent whose one tool blocks: a check must bound its calls.
+blocking = Agent(chat_generator=_model(), tools=[wait_for_ever])

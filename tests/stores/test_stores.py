@@ -23,6 +23,7 @@ from agentfsm import (
     Phase,
     SnapshotError,
     StaleSnapshotError,
+    StoreError,
     ToolCall,
     TransitionRecord,
     tool,
@@ -402,8 +403,7 @@ def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> Non
     import sqlite3 as sqlite
 
     db = tmp_path / "runs.db"
-    store = SQLiteSnapshotStore(db, durable=True)
-    store._db.execute("PRAGMA busy_timeout=0")  # fail at once instead of waiting for the other writer
+    store = SQLiteSnapshotStore(db, durable=True, lock_timeout=0)  # fail at once instead of waiting for the other
     other = sqlite.connect(db, isolation_level=None)
 
     @tool
@@ -416,7 +416,7 @@ def test_a_failed_commit_keeps_its_snapshots_for_the_next(tmp_path: Path) -> Non
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"]), tools=[grab_the_database], snapshot_store=store
     )
-    with pytest.raises(sqlite.OperationalError, match="locked"):
+    with pytest.raises(StoreError, match="locked"):
         agent.run(USER)
     run_id = store.runs()[0].run_id
     assert store.latest(run_id).completed_tool_results == {}, "the finished call could not be committed"
@@ -505,8 +505,7 @@ def test_a_run_whose_commit_fails_before_tool_run_never_runs_the_tool(tmp_path: 
     from agentfsm import hook
 
     db = tmp_path / "runs.db"
-    store = SQLiteSnapshotStore(db, durable=True)
-    store._db.execute("PRAGMA busy_timeout=0")  # fail at once instead of waiting for the other writer
+    store = SQLiteSnapshotStore(db, durable=True, lock_timeout=0)  # fail at once instead of waiting for the other
     other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)  # async runs hooks in threads
 
     @hook
@@ -516,7 +515,7 @@ def test_a_run_whose_commit_fails_before_tool_run_never_runs_the_tool(tmp_path: 
 
     run = agent(store, hooks={"before_tool": [grab_the_database]})
     SIDE_EFFECTS.clear()
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
+    with pytest.raises(StoreError, match="locked"):
         asyncio.run(run.run_async(USER)) if use_async else run.run(USER)
     assert SIDE_EFFECTS == [], "entering TOOL_RUN could not be committed: no tool ran"
     other.execute("ROLLBACK")
@@ -614,13 +613,14 @@ def test_a_snapshot_stored_under_another_run_is_refused(store: SnapshotStore, tm
         store.load(first.run_id, seq)
 
 
-def test_a_damaged_store_folder_is_a_snapshot_error(tmp_path: Path) -> None:
+def test_a_damaged_store_folder_is_a_snapshot_error_for_its_run(tmp_path: Path) -> None:
     store = JsonFileStore(tmp_path)
     first = pause(agent(store), Breakpoint(phase=Phase.LLM_CALL, step=1))
     (tmp_path / first.run_id / "run.json").unlink()
     (tmp_path / first.run_id / "run.json").mkdir()
     with pytest.raises(SnapshotError, match=r"run\.json"):
-        store.runs()
+        store.claim(first.run_id, first.seq)
+    assert store.runs() == [], "the listing leaves it out, and lists the others"
 
 
 # -- a finished run's record ------------------------------------------------------------------------

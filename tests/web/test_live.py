@@ -296,24 +296,58 @@ def test_the_stream_of_a_finished_run_ends_after_its_last_event(tmp_path: Path) 
         store.close()
 
 
-def test_a_stored_event_that_cannot_be_read_ends_the_stream_with_a_problem_and_runs_nothing(
+def forged_event(run_id: str) -> dict[str, Any]:
+    """A stored ``tool_ended`` event whose result names a module the allow-list refuses (``this``, which prints on import)."""
+    forged = {"kind": "tool_ended", "run_id": run_id, "step": 1, "at": 1.0, "call": "l1", "call_id": "l1"}
+    return forged | {
+        "tool": "lookup",
+        "result": {TAG: "object", "type": "this.s", "data": {}},
+        "error": None,
+        "duration_us": 1,
+    }
+
+
+def insert_events(store: SQLiteSnapshotStore, run_id: str, first: int, *events: dict[str, Any]) -> None:
+    """Write ``events`` as the run's stored events numbered ``first``, ``first + 1``..., as someone with the file could."""
+    with sqlite3.connect(store.path) as db:
+        db.executemany(
+            "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
+            [(run_id, first + i, json.dumps(e)) for i, e in enumerate(events)],
+        )
+
+
+def test_a_stored_event_that_cannot_be_read_is_a_problem_and_the_stream_goes_on(
     paused: tuple[SQLiteSnapshotStore, str], client: Any
 ) -> None:
     store, run_id = paused
     counted = store.event_count(run_id)
-    forged = {"kind": "tool_ended", "run_id": run_id, "step": 1, "at": 1.0, "call": "l1", "call_id": "l1"}
-    forged |= {"tool": "lookup", "result": {TAG: "object", "type": "this.s", "data": {}}, "error": None}
-    with sqlite3.connect(store.path) as db:
-        db.execute(
-            "INSERT INTO events VALUES (?, ?, ?)", (run_id, counted + 1, json.dumps(forged | {"duration_us": 1}))
-        )
-    # The stream ends at the event it cannot read: the client gets it without waiting for more.
+    ended = {"kind": "run_ended", "run_id": run_id, "step": 2, "at": 2.0, "result": None, "exit_reason": "text"}
+    insert_events(store, run_id, counted + 1, forged_event(run_id), ended | {"error": None})
     stream = client(create_app(store)).get(f"/runs/{run_id}/events", headers={"Last-Event-ID": str(counted - 1)})
     lines = stream.text.split("\n\n")
     assert lines[1].startswith(f"id: {counted}\ndata: ") and json.loads(lines[1].split("data: ", 1)[1])["kind"]
-    name, data = lines[2].split("\n")
-    assert name == "event: problem" and "module 'this': it is not in the allow-list" in json.loads(data[6:])["error"]
+    number, name, data = lines[2].split("\n")
+    assert (number, name) == (f"id: {counted + 1}", "event: problem")
+    problem = json.loads(data[6:])
+    assert problem["number"] == counted + 1 and "module 'this': it is not in the allow-list" in problem["error"]
+    assert lines[3].startswith(f"id: {counted + 2}\ndata: ") and '"run_ended"' in lines[3], "the events after it go out"
+    assert lines[4] == "event: end\ndata: {}"
     assert "this" not in sys.modules, "nothing a stored event names is imported unless allowed"
+
+
+def test_a_finished_runs_stream_ends_when_its_last_event_cannot_be_read(tmp_path: Path, client: Any) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db", durable=True, record_events=True)
+    Agent(chat_generator=ScriptedChatGenerator(["Hello."]), snapshot_store=store).run([ChatMessage.from_user("Hi.")])
+    [run] = store.runs()
+    counted = wait_for(lambda: store.event_count(run.run_id), "the run's events to be written")
+    insert_events(store, run.run_id, counted, forged_event(run.run_id))  # in place of its run_ended
+    app = client(create_app(store))
+    names = [part.split("\n")[-2] for part in app.get(f"/runs/{run.run_id}/events").text.split("\n\n")[1:-1]]
+    assert names[-2:] == ["event: problem", "event: end"], names
+    # A browser reconnecting after that event is told the stream ended, at once.
+    again = app.get(f"/runs/{run.run_id}/events", headers={"Last-Event-ID": str(counted)}).text
+    assert again.split("\n\n")[1] == "event: end\ndata: {}"
+    store.close()
 
 
 def test_agentfsm_serve_records_the_events_of_the_runs_it_resumes(paused: tuple[SQLiteSnapshotStore, str]) -> None:

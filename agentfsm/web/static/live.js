@@ -1,7 +1,8 @@
 // The live view: follows the run's event stream (#live's data-events), appends each event to the
 // live log as text (never as markup), and redraws the run's status, diagram, forms and record from
 // the run's page when its phase changes, it pauses, resumes or ends. The browser reconnects by
-// itself, resuming after the last event it got.
+// itself, resuming after the last event it got. An event the server cannot read is a line of the
+// log saying why (a "problem" event), and the log goes on.
 const live = document.getElementById("live");
 if (live !== null) {
   const log = document.getElementById("live-log");
@@ -26,6 +27,7 @@ if (live !== null) {
     paused: (e) => `paused: ${e.reason}`,
     resumed: (e) => `resumed into ${e.phase}`,
     run_ended: (e) => (e.error ? `run failed: ${e.error}` : `run ended: ${e.exit_reason}`),
+    warning: (e) => `warning (${e.warning}): ${e.message}`,
   };
   function append(event, number) {
     const last = log.lastElementChild;
@@ -81,8 +83,11 @@ if (live !== null) {
     state.textContent = "The run ended.";
   });
   source.addEventListener("problem", (message) => {
-    source.close();
-    state.textContent = JSON.parse(message.data).error;
-    state.classList.add("error");
+    // An event that cannot be read is a line of the log; the stream goes on with the next one.
+    const problem = JSON.parse(message.data);
+    if (problem.number === null) { state.textContent = problem.error; return; }
+    append({ kind: "problem", at: Date.now() / 1000 }, message.lastEventId);
+    log.lastElementChild.lastChild.textContent = `event ${problem.number} cannot be read: ${problem.error}`;
+    log.lastElementChild.classList.add("error");
   });
 }
