@@ -469,7 +469,12 @@ class KeyedStrategy:
         self.keys: list[str] = []
 
     def run(
-        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str, idempotency_key: str
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str,
+        idempotency_key: str,
     ) -> ToolExecutionDecision:
         self.keys.append(idempotency_key)
         return ToolExecutionDecision(tool_name, True, tool_call_id)
