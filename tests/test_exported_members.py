@@ -192,6 +192,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "estimate_tokens",
         "total_tokens",
     ),
+    "agentfsm.ag_ui": ("AGUIEndpoint", "EventStream", "ThreadHead", "ThreadRuns", "create_app", "serve"),
     "agentfsm.web": (
         "LOOPBACK_HOSTS",
         "MAX_FORM_BYTES",

@@ -61,6 +61,8 @@ CASES = {
     "web": (["starlette"], "import agentfsm.web", "agentfsm.web", "web"),
     "web forms": (["python_multipart", "multipart"], "import agentfsm.web", "agentfsm.web", "web"),
     "mcp": (["mcp"], "import agentfsm.mcp", "agentfsm.mcp", "mcp"),
+    "ag-ui": (["ag_ui"], "import agentfsm.ag_ui", "agentfsm.ag_ui", "ag-ui"),
+    "ag-ui server": (["starlette"], "import agentfsm.ag_ui", "agentfsm.ag_ui", "ag-ui"),
     "telemetry": (["opentelemetry"], "import agentfsm.telemetry", "agentfsm.telemetry", "otel"),
     "testing": (["hypothesis"], "import agentfsm.testing", "agentfsm.testing", "testing"),
     "sampling": (["hypothesis"], SAMPLED_CHECK, "check_agent's sampling past max_paths (or give samples=0)", "testing"),
