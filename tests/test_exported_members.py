@@ -192,6 +192,18 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "estimate_tokens",
         "total_tokens",
     ),
+    "agentfsm.a2a": (
+        "A2AAgentTool",
+        "AgentTaskExecutor",
+        "RELAY_ANSWERS",
+        "RemoteAgent",
+        "RemoteRelay",
+        "ThreadHead",
+        "ThreadRuns",
+        "agent_card",
+        "create_app",
+        "serve",
+    ),
     "agentfsm.ag_ui": ("AGUIEndpoint", "EventStream", "ThreadHead", "ThreadRuns", "create_app", "serve"),
     "agentfsm.web": (
         "LOOPBACK_HOSTS",

@@ -63,6 +63,8 @@ CASES = {
     "mcp": (["mcp"], "import agentfsm.mcp", "agentfsm.mcp", "mcp"),
     "ag-ui": (["ag_ui"], "import agentfsm.ag_ui", "agentfsm.ag_ui", "ag-ui"),
     "ag-ui server": (["starlette"], "import agentfsm.ag_ui", "agentfsm.ag_ui", "ag-ui"),
+    "a2a": (["a2a"], "import agentfsm.a2a", "agentfsm.a2a", "a2a"),
+    "a2a server": (["sse_starlette"], "import agentfsm.a2a", "agentfsm.a2a", "a2a"),
     "telemetry": (["opentelemetry"], "import agentfsm.telemetry", "agentfsm.telemetry", "otel"),
     "testing": (["hypothesis"], "import agentfsm.testing", "agentfsm.testing", "testing"),
     "sampling": (["hypothesis"], SAMPLED_CHECK, "check_agent's sampling past max_paths (or give samples=0)", "testing"),
