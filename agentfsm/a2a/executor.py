@@ -157,9 +157,10 @@ class AgentTaskExecutor(AgentExecutor):
             "AsyncGenerator[Event, None]", self.agent.iter_async(messages, self._relay, cancel=handle, **options)
         )
         reply: str | None = None
-        streamed = False
+        streamed = started = False
         try:
             async for event in run:
+                started = True
                 if isinstance(event, RunStarted):
                     self.threads.moved(context_id, ThreadHead(event.run_id, paused=False))
                     metadata = {METADATA_KEY: {"runId": event.run_id, "resumed": event.resumed}}
@@ -180,6 +181,10 @@ class AgentTaskExecutor(AgentExecutor):
                     await self._paused(event, updater, context_id)
                 elif isinstance(event, RunEnded):
                     await self._ended(event, updater)
+        except REQUEST_ERRORS:
+            if not started:  # refused before anything ran: the message does not fit the run (a stale answer)
+                raise
+            logger.warning("A2A task's run failed", task=updater.task_id)
         except Exception as exc:  # a failed run's run_ended said so; the error is for the log only
             logger.warning("A2A task's run failed", task=updater.task_id, error=type(exc).__name__)
         finally:

@@ -246,3 +246,28 @@ def test_a_server_needs_a_snapshot_store() -> None:
 @pytest.fixture
 def unused() -> Iterator[None]:
     yield
+
+
+def test_an_answer_to_a_run_that_went_on_elsewhere_runs_nothing_twice(served: str, remote: Agent) -> None:
+    from agentfsm.hitl import ToolExecutionDecision
+
+    async def first() -> Task:
+        async with a2a_client(served) as client:
+            waiting, _ = await send(client, message(new_text_part("Pay Ann 30 EUR.")))
+            return waiting
+
+    waiting = asyncio.run(first())
+    store = remote.snapshot_store
+    assert store is not None
+    paused = store.latest(metadata(waiting)["runId"])
+    remote.run(snapshot=paused, decisions=[ToolExecutionDecision("pay", True, "p1")])  # the review page, say
+    assert PAID == ["ann:30"]
+
+    async def answer_late() -> Task:
+        async with a2a_client(served) as client:
+            late, _ = await send(client, message(answer(APPROVE), task_id=waiting.id, context_id=waiting.context_id))
+            return late
+
+    late = asyncio.run(answer_late())
+    assert late.status.state == TaskState.TASK_STATE_INPUT_REQUIRED  # refused: the store's claim held
+    assert "is done; nothing ran" in status_text(late) and PAID == ["ann:30"]

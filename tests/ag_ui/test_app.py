@@ -271,3 +271,15 @@ def test_messages_the_agent_cannot_read_are_a_run_error(agent: Agent, messages: 
 def test_an_endpoint_needs_a_snapshot_store() -> None:
     with pytest.raises(ConfigurationError, match="snapshot store"):
         create_app(Agent(chat_generator=ScriptedChatGenerator([])))
+
+
+def test_an_answer_to_a_run_that_went_on_elsewhere_is_a_run_error(agent: Agent, store: SQLiteSnapshotStore) -> None:
+    from agentfsm.hitl import ToolExecutionDecision
+
+    with client(agent) as browser:
+        _, events = post(browser, user_input("t1", "r1"))
+        paused = store.latest(events[0]["metadata"]["agentfsm"]["runId"])
+        agent.run(snapshot=paused, decisions=[ToolExecutionDecision("pay", True, "p1")])  # the review page, say
+        _, events = post(browser, approve("t1", "r2", "p1"))
+    assert kinds(events) == ["RUN_ERROR"] and events[0]["code"] == "StaleSnapshotError"
+    assert PAID == ["ann:30"]
