@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -241,11 +241,6 @@ def test_the_server_is_loopback_token_guarded_and_bounded(remote: Agent) -> None
 def test_a_server_needs_a_snapshot_store() -> None:
     with pytest.raises(ConfigurationError, match="snapshot store"):
         create_app(Agent(chat_generator=ScriptedChatGenerator([])))
-
-
-@pytest.fixture
-def unused() -> Iterator[None]:
-    yield
 
 
 def test_an_answer_to_a_run_that_went_on_elsewhere_runs_nothing_twice(served: str, remote: Agent) -> None:

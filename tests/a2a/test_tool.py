@@ -117,3 +117,23 @@ def test_the_tool_has_no_data_form() -> None:
     with pytest.raises(ConfigurationError, match="configured in code"):
         payments.to_dict()
     assert not isinstance(payments, BreakpointException)
+
+
+def test_the_callers_ag_ui_front_end_answers_the_remotes_pause(served: str, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from agentfsm.ag_ui import create_app as ag_ui_app
+    from tests.ag_ui.helpers import approve, post, user_input
+
+    store = SQLiteSnapshotStore(tmp_path / "caller.db")
+    agent, _ = caller(served, store)
+    with TestClient(ag_ui_app(agent), base_url="http://127.0.0.1") as browser:
+        _, events = post(browser, user_input("t1", "r1", "Have Ann paid 30 EUR, please."))
+        [interrupt] = events[-1]["outcome"]["interrupts"]
+        assert (interrupt["toolCallId"], interrupt["metadata"]["agentfsm"]["toolName"]) == ("d1", "payments")
+        assert PAID == []
+        _, events = post(browser, approve("t1", "r2", "d1"))
+    store.close()
+    assert PAID == ["ann:30"] and events[-1]["result"] == "The payments agent says it paid Ann."
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["content"] == "Paid Ann 30 EUR."
