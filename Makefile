@@ -47,10 +47,11 @@ postgresql:
 		|| echo "PostgreSQL could not be installed: its tests will be skipped (CI fails them)."
 
 # Node tools for development, never for the library: mermaid-cli, with which `make diagrams` and the tests
-# render every Mermaid diagram the repository ships (diagrams/render_check.py), in the Chromium above.
+# render every Mermaid diagram the repository ships (diagrams/render_check.py), in the Chromium above; and
+# @ag-ui/client, the official AG-UI client, which the AG-UI tests and the chat example drive the endpoint with.
 # Installed from package-lock.json once, again only when package.json or the lock changes; no install
-# scripts run, so puppeteer downloads no browser of its own. Without Node the render test is skipped
-# (CI fails it) and `make diagrams` fails.
+# scripts run, so puppeteer downloads no browser of its own. Without Node the render and AG-UI client tests
+# are skipped (CI fails them) and `make diagrams` fails.
 NODE_TOOLS := node_modules/.installed
 
 $(NODE_TOOLS): package.json package-lock.json

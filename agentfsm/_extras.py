@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from agentfsm.errors import MissingExtraError
 
 #: The modules agentfsm imports from each extra of ``pyproject.toml`` (top-level names). A module
-#: two extras bring (anyio, with starlette and with mcp) is listed under each.
+#: several extras bring (anyio, with starlette and with mcp) is listed under each.
 EXTRA_MODULES: dict[str, frozenset[str]] = {
     "dbos": frozenset({"dbos", "psycopg", "sqlalchemy"}),
     "web": frozenset({"starlette", "uvicorn", "multipart", "python_multipart", "anyio"}),
     "mcp": frozenset({"mcp", "mcp_types", "httpx2", "anyio"}),
+    "ag-ui": frozenset({"ag_ui", "starlette", "uvicorn", "anyio"}),
+    "a2a": frozenset({"a2a", "starlette", "sse_starlette", "uvicorn", "anyio", "google", "culsans", "jsonrpc"}),
     "otel": frozenset({"opentelemetry"}),
     "testing": frozenset({"hypothesis"}),
     "rich": frozenset({"rich"}),

@@ -25,6 +25,9 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   └── StoreError                                   a store cannot be read or written: damaged, locked, not one
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
+    ├── ProtocolRequestError (ValueError)                an AG-UI or A2A request does not fit the agent or its thread
+    │   └── ThreadBusyError                              the thread has a run going on already
+    ├── RemoteAgentError (RuntimeError)                  a remote A2A agent was not reached, or did not do the task
     ├── ToolError                                        preparing or running a tool call failed
     │   ├── ToolNotFoundError (ValueError)               the model asked for a tool the run does not have
     │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
@@ -247,6 +250,23 @@ class RunCancelled(BreakpointException):
 
 class DecisionError(AgentFSMError, ValueError):
     """A confirmation decision cannot be applied: unknown call, a call that changed, or one decided already."""
+
+
+class ProtocolRequestError(AgentFSMError, ValueError):
+    """A request to an agent served over AG-UI or A2A does not fit the agent or its thread; nothing ran.
+
+    Answers to interrupts the thread is not waiting for, a thread waiting for answers that the
+    request does not give, an answer that does not fit its schema, a message the agent cannot read.
+    The endpoints send it as the protocol's error (``RUN_ERROR``, a rejected or failed task).
+    """
+
+
+class ThreadBusyError(ProtocolRequestError):
+    """A thread has a run going on already: one thread, one timeline, so a second run on it is refused."""
+
+
+class RemoteAgentError(AgentFSMError, RuntimeError):
+    """A remote A2A agent could not be reached, answered with an error, or did not complete the task it was given."""
 
 
 class ToolError(AgentFSMError):

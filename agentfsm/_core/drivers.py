@@ -44,6 +44,7 @@ from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeU
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, idempotency_key
 from agentfsm.workers import result_within, run_in_own_thread, run_in_worker
 
 #: Keeps the snapshot of a paused run (a snapshot store's ``save``): says where it is kept.
@@ -201,8 +202,15 @@ def _hook_failed(action: RunHooks, h: Hook, exc: Exception) -> None:
     logger.error("on_error hook failed", hook=hook_name(h), error=repr(exc))
 
 
-def _question(decide: Callable[..., Any], call: PreparedCall, context: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a strategy is asked about one call, and the extras ``decide`` declares of: the tool's schema, the run's context."""
+def _question(
+    decide: Callable[..., Any], call: PreparedCall, context: dict[str, Any] | None = None, key: str | None = None
+) -> dict[str, Any]:
+    """What a strategy is asked about one call, and the extras ``decide`` declares of.
+
+    The extras: the tool's schema, the run's context, and the call's idempotency key (``key``: the
+    one its tool is given when it runs, so that a strategy doing work outside the run for the call
+    can name it).
+    """
     tool = call.tool
     asked: dict[str, Any] = {
         "tool_name": call.call.tool_name,
@@ -215,6 +223,8 @@ def _question(decide: Callable[..., Any], call: PreparedCall, context: dict[str,
         extras["tool_schema"] = tool.parameters
     if context is not None:  # Haystack's name for the request-scoped objects, and agentfsm's
         extras["confirmation_strategy_context"] = extras["hook_context"] = context
+    if key is not None:
+        extras[IDEMPOTENCY_KEY] = key
     return {**asked, **optional_keywords(decide, extras)}
 
 
@@ -225,23 +235,25 @@ def _for_call(decision: ToolExecutionDecision, call: PreparedCall) -> ToolExecut
     return decision
 
 
-def _ask(strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None) -> ToolExecutionDecision | None:
+def _ask(
+    strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None, key: str | None = None
+) -> ToolExecutionDecision | None:
     """The strategy's decision for one call, or ``None`` when it defers (raises ``HITLBreakpointException``)."""
     try:
-        return _for_call(strategy.run(**_question(strategy.run, call, context)), call)
+        return _for_call(strategy.run(**_question(strategy.run, call, context, key)), call)
     except HITLBreakpointException:
         return None
 
 
 async def _ask_async(
-    strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None
+    strategy: Decider, call: PreparedCall, context: dict[str, Any] | None = None, key: str | None = None
 ) -> ToolExecutionDecision | None:
     """Like ``_ask``: ``run_async`` when the strategy has it, else ``run`` in a worker thread (a UI may block)."""
     decide = getattr(strategy, "run_async", None)
     if decide is None:
-        return await run_in_worker(_ask, strategy, call, context)
+        return await run_in_worker(_ask, strategy, call, context, key)
     try:
-        return _for_call(await decide(**_question(decide, call, context)), call)
+        return _for_call(await decide(**_question(decide, call, context, key)), call)
     except HITLBreakpointException:
         return None
 
@@ -348,7 +360,9 @@ def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -
 
 def ask_strategies(run: AgentRun, action: Confirm) -> list[ToolExecutionDecision | None]:
     """Each call's decision from its strategy (``None`` where it defers), asked in this thread."""
-    return [_ask(s, c, run.config.hook_context) for c, s in action.asked()]
+    return [
+        _ask(s, c, run.config.hook_context, idempotency_key(run.run_id, run.step, c.key)) for c, s in action.asked()
+    ]
 
 
 def _completed_with_events(emitter: Emitter, record: Callable[[PreparedCall], None]) -> Callable[[PreparedCall], None]:
@@ -631,7 +645,14 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                         yield event
                     run.hooks_ran(action.point)
                 case Confirm():
-                    run.decided([await _ask_async(s, c, run.config.hook_context) for c, s in action.asked()])
+                    run.decided(
+                        [
+                            await _ask_async(
+                                s, c, run.config.hook_context, idempotency_key(run.run_id, run.step, c.key)
+                            )
+                            for c, s in action.asked()
+                        ]
+                    )
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:

@@ -16,7 +16,6 @@ at each boundary; what they count and check lives there too. The drivers are in
 from __future__ import annotations
 
 import functools
-import hashlib
 import string
 import time
 import uuid
@@ -69,7 +68,7 @@ from agentfsm.slices.cancel import NOT_CANCELLED
 from agentfsm.slices.output import FINAL_ANSWER_TOOL
 from agentfsm.state import State
 from agentfsm.tools.invoker import CallOutcome, PreparedCall, timed_out
-from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool
+from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool, idempotency_key
 
 if TYPE_CHECKING:
     from agentfsm.decisions import ToolExecutionDecision
@@ -328,8 +327,7 @@ class AgentRun(RunFacts):
     def _give_key(self, call: PreparedCall) -> None:
         """Pass the call its idempotency key, when its tool takes one: the same each time the call runs."""
         if call.tool is not None and call.tool.takes_idempotency_key and call.status is CALL_READY:
-            key = f"{self.run_id}/{self.step}/{call.key}"
-            call.arguments[IDEMPOTENCY_KEY] = hashlib.sha256(key.encode()).hexdigest()[:32]
+            call.arguments[IDEMPOTENCY_KEY] = idempotency_key(self.run_id, self.step, call.key)
 
     def current_tools(self) -> dict[str, Tool]:
         """The tools the model can call now: the run's tools and what its dynamic toolsets show.

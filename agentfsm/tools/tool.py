@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -157,6 +158,16 @@ def _deserialize_specs(specs: dict[str, Any] | None, allowed: Iterable[str] | No
 
 #: The parameter through which a tool's function receives its call's idempotency key.
 IDEMPOTENCY_KEY = "idempotency_key"
+
+
+def idempotency_key(run_id: str, step: int, call_key: str) -> str:
+    """The idempotency key of the call ``call_key`` of step ``step`` of run ``run_id``: the same each time it runs.
+
+    A tool that takes an ``idempotency_key`` parameter is given it, and so is a confirmation
+    strategy that declares one: both can name the call's effect outside the run with it.
+    """
+    return hashlib.sha256(f"{run_id}/{step}/{call_key}".encode()).hexdigest()[:32]
+
 
 #: The parameter through which a tool's function receives its call's progress reporter
 #: (``agentfsm.tools.progress``).

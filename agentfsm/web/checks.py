@@ -12,22 +12,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentfsm.errors import ConfigurationError
+from agentfsm._serving.hosts import LOOPBACK_HOSTS, allowed_host_names, host_name, origin_of
 from agentfsm.web.pages import error_page
+
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MAX_FORM_BYTES",
+    "SECURITY_HEADERS",
+    "SESSION_COOKIE",
+    "TOKEN_COOKIE",
+    "RequestChecks",
+    "allowed_host_names",
+    "form_refusal",
+    "host_name",
+    "origin_of",
+    "session_of",
+]
 
 #: The name of the cookie that carries the access token once a page was opened with ``?token=``.
 TOKEN_COOKIE = "agentfsm_token"
 #: The name of the cookie that carries the browser's session id, to which its CSRF tokens are bound.
 SESSION_COOKIE = "agentfsm_session"
-#: The host names the page always answers to: this machine's loopback names (any port).
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 #: The largest decision form accepted; the page's forms are a few kilobytes.
 MAX_FORM_BYTES = 256 * 1024
 
@@ -44,57 +55,6 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
-
-
-def host_name(host: str) -> str | None:
-    """The name in a ``Host`` value (``name``, ``name:port``, ``[v6]:port``), lower-case; None when malformed."""
-    name, port = host, ""
-    if host.startswith("["):
-        name, bracket, port = host.partition("]")
-        name += bracket
-        if not bracket or (port and not port.startswith(":")):
-            return None
-        port = port[1:]
-    elif ":" in host:
-        name, _, port = host.partition(":")
-    if not name or (port and not (port.isascii() and port.isdigit())):
-        return None
-    return name.lower()
-
-
-#: What an allowed host may be: a DNS name or IPv4 address, or an IPv6 address in brackets.
-HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
-
-
-def allowed_host_names(allowed_hosts: Iterable[str]) -> frozenset[str]:
-    """The names given as ``allowed_hosts``, lower-case, IPv6 addresses bracketed as ``Host`` carries them.
-
-    Raises:
-        ConfigurationError: for an entry that is not a host name (a URL, a name with a port).
-    """
-    names = set()
-    for given in allowed_hosts:
-        name = given.lower()
-        if name.count(":") > 1 and not name.startswith("["):  # a bare IPv6 address
-            name = f"[{name}]"
-        if not HOST_NAME.fullmatch(name):
-            raise ConfigurationError(
-                f"Allowed host {given!r} is not a host name: give a name or address as browsers reach the page, "
-                "without a scheme, a port or a path (e.g. review.example.com)."
-            )
-        names.add(name)
-    return frozenset(names)
-
-
-def origin_of(url: str) -> str | None:
-    """``host[:port]`` of an ``Origin`` or ``Referer`` value (lower-case), or None for ``null``, another scheme or a malformed one."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
-        return None
-    return parts.netloc.lower()
 
 
 class RequestChecks:

@@ -142,5 +142,6 @@ def test_every_example_is_tested() -> None:
         "from_haystack.py",
         "mcp_tools.py",  # tested in tests/mcp/test_example.py
         "check_payments.py",  # tested in tests/checking/test_example.py
+        "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

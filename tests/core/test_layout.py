@@ -23,6 +23,9 @@ CORE = ("agentfsm._core", "agentfsm.machine")
 HITL = ("agentfsm.hitl",)
 #: What sits on top of the core: users' entry points and the capabilities built from it.
 APPLICATIONS = (
+    "agentfsm._serving",
+    "agentfsm.a2a",
+    "agentfsm.ag_ui",
     "agentfsm.builtin_hooks",
     "agentfsm.cli",
     "agentfsm.demo",

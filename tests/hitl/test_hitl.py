@@ -466,3 +466,46 @@ def test_an_every_tool_strategy_is_part_of_the_fingerprint() -> None:
         )
 
     assert agent({"*": blocking()}).fingerprint != agent({}).fingerprint
+
+
+class KeyedStrategy:
+    """A strategy that declares ``idempotency_key``: it records the key it was given, and approves."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def run(
+        self,
+        tool_name: str,
+        tool_description: str,
+        tool_params: dict[str, Any],
+        tool_call_id: str,
+        idempotency_key: str,
+    ) -> ToolExecutionDecision:
+        self.keys.append(idempotency_key)
+        return ToolExecutionDecision(tool_name, True, tool_call_id)
+
+
+def test_a_strategy_that_declares_idempotency_key_gets_the_key_its_call_runs_with() -> None:
+    from agentfsm import Tool
+
+    ran_with: list[str] = []
+
+    def send(to: str, idempotency_key: str) -> str:
+        ran_with.append(idempotency_key)
+        return f"sent to {to}"
+
+    tool = Tool("send", "Send.", {"type": "object", "properties": {"to": {"type": "string"}}}, send)
+    for driver in ("sync", "async"):
+        strategy = KeyedStrategy()
+        model = ScriptedChatGenerator([calls(call("send", "s1", to="ann")), "Sent."])
+        agent = Agent(chat_generator=model, tools=[tool], confirmation_strategies={"send": strategy})
+        if driver == "sync":
+            agent.run(USER)
+        else:
+            asyncio.run(agent.run_async(USER))
+        assert len(strategy.keys) == 1 and strategy.keys == ran_with[-1:], driver
+    # A strategy written to the plain signature is called with it, as before.
+    remember_model = ScriptedChatGenerator([calls(call("send", "s2", to="bob")), "Sent."])
+    plain = BlockingConfirmationStrategy(NeverAskPolicy(), SimpleConsoleUI())
+    Agent(chat_generator=remember_model, tools=[tool], confirmation_strategies={"send": plain}).run(USER)
