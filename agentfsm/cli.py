@@ -221,16 +221,19 @@ def _check(args: argparse.Namespace) -> int:
             raise CLIError(f"{spec} is a {type(found).__name__}, not an Invariant or a function of a RecordedRun.")
         invariants.append(found)
     bounds = {"max_steps": args.max_steps, "max_paths": args.max_paths}
-    result = check_agent(
-        load_agent(args.agent),
-        **{name: value for name, value in bounds.items() if value is not None},
-        invariants=invariants,
-        crashes=not args.no_crashes,
-        breakpoints=not args.no_breakpoints,
-        progress=None if args.format == "text" else False,
-        agent_ref=args.agent,
-        tool_timeout=args.tool_timeout,
-    )
+    # The check lists the agent's toolsets (an MCP toolset connects for it): the command owns the
+    # agent it loaded, so it closes what that opened (no server process outlives the command).
+    with contextlib.closing(load_agent(args.agent)) as agent:
+        result = check_agent(
+            agent,
+            **{name: value for name, value in bounds.items() if value is not None},
+            invariants=invariants,
+            crashes=not args.no_crashes,
+            breakpoints=not args.no_breakpoints,
+            progress=None if args.format == "text" else False,
+            agent_ref=args.agent,
+            tool_timeout=args.tool_timeout,
+        )
     print(result.to_json() if args.format == "json" else result.text())
     return 0 if result.ok else 1
 

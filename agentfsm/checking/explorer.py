@@ -392,8 +392,9 @@ def check_agent(
     """Explore the agent's paths up to the bounds and check the invariants on each; see ``docs/checking.md``.
 
     The agent's tools and toolsets are warmed up first (a toolset that connects lazily lists its
-    tools); a tool that reaches a server outside the process (an MCP server's) is never called: its
-    results are played from its schemas, as the model's replies are.
+    tools, and stays connected: close the agent when done, ``with agent:`` or ``agent.close()``); a
+    tool that reaches a server outside the process (an MCP server's) is never called: its results
+    are played from its schemas, as the model's replies are.
 
     Args:
         agent: The agent to check. Its model is replaced by the world's replies; its tools, hooks,

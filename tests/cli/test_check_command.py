@@ -11,6 +11,7 @@ import pytest
 from agentfsm.checking import check_agent
 from agentfsm.cli import main
 from tests.checking import agents
+from tests.mcp.conftest import children, wait_for_no_children
 
 
 def test_a_violation_exits_non_zero_with_the_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,11 +58,13 @@ def test_check_lists_a_lazy_mcp_toolset_and_plays_its_tools_never_calling_them(
     marker = tmp_path / "the-server-ran-a-tool"
     monkeypatch.setenv("AGENTFSM_TEST_MARKER", str(marker))
     agents.EXECUTED.clear()
+    before = children()
     arguments = ["check", "tests.checking.agents:lazy_mcp", "--max-steps", "1", "--no-crashes", "--no-breakpoints"]
     status = main([*arguments, "--invariant", "tests.checking.agents:tools_executed", "--format", "json"])
     assert status == 0, capfd.readouterr()
     assert "mark" in agents.EXECUTED, "the toolset was listed and its tool explored"
     assert not marker.exists(), "the server's tool was never called"
+    assert wait_for_no_children(before) == [], "the command closed the toolset it connected"
 
 
 def test_a_blocking_tool_holds_a_check_no_longer_than_its_tool_timeout() -> None:

@@ -149,6 +149,9 @@ def test_a_restarted_sse_server_gets_a_new_session(sse_server: HttpServer) -> No
         count = tool(toolset, "count")
         assert count.invoke()["text"] == "1"
         sse_server.restart()  # the old session is gone with the server's memory, and its event stream ended
+        # Seen by the client once its stream reader reads the end: a call sent before that is in flight
+        # when the session drops, and fails without being sent again (the test above).
+        assert wait_for_state(toolset.connection, ConnectionState.LOST) is ConnectionState.LOST
         assert count.invoke()["text"] == "1"
         assert count.invoke()["text"] == "2"
     finally:
