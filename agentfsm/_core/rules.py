@@ -462,7 +462,7 @@ class Dispatch:
         if dest not in self._allowed.get((source, trigger), ()):
             raise MachineError(
                 f"Undeclared transition {source.value} --{trigger}--> {dest.value}; "
-                "every edge must be declared in agentfsm.machine.TRANSITIONS."
+                "every edge is declared by a rule of a slice (agentfsm/slices/), compiled into agentfsm.machine.TRANSITIONS."
             )
 
 
@@ -520,12 +520,12 @@ class CallDispatch:
         if set(CallStatus) - reached:
             raise MachineError(
                 f"Call statuses {sorted(set(CallStatus) - reached)} are never reached from proposed; "
-                "declare an edge into them in CALL_TRANSITIONS."
+                "declare an edge into them in a slice's call_edges."
             )
         stuck = set(CallStatus) - TERMINAL_CALL_STATUSES - {s for s, _ in self._next}
         if stuck:
             raise MachineError(
-                f"Call statuses {sorted(stuck)} have no way out; declare one in CALL_TRANSITIONS "
+                f"Call statuses {sorted(stuck)} have no way out; declare one in a slice's call_edges "
                 "or list them in TERMINAL_CALL_STATUSES."
             )
 
@@ -539,5 +539,5 @@ class CallDispatch:
         except KeyError:
             raise MachineError(
                 f"Undeclared call transition {status.value} --{trigger}-->; "
-                "every change of a call's status must be declared in agentfsm.machine.CALL_TRANSITIONS."
+                "every change of a call's status is declared in a slice's call_edges (agentfsm.machine.CALL_TRANSITIONS)."
             ) from None

@@ -1,17 +1,16 @@
-"""Each capability's part of the machine, one module each; ``agentfsm.machine`` composes them in this order.
+"""Each capability's part of the machine, one module each; ``agentfsm.machine.SLICES`` composes them in this order.
 
 - ``loop``: the agent loop itself: the model's reply, the tools, the exit conditions, the step limit;
 - ``flow``: the hooks' (and tools') ``stop_run`` and ``continue_run``;
+- ``loops``: loop detection, a model that repeats itself;
 - ``hitl``: confirming calls with a person (CONFIRM);
 - ``doubt``: tool calls whose outcome a crash left unknown;
-- ``limits``: usage limits;
 - ``cancel``: cancelling a run from outside;
-- ``loops``: a model that repeats itself;
+- ``limits``: usage limits;
 - ``output``: an answer checked against the agent's output type.
 
 A slice declares its facts (with their words and their reader), its rules and where they stand in
 each phase's order, the ways out it adds to the shared choices (``go_on``, ``ending``), its
 interrupts, its edges of a tool call's life, the work its facts skip, and its constant facts (see
-``agentfsm._core.rules.Slice``). Adding a capability is adding a module here, and its name to
-``agentfsm.machine.SLICES``.
+``agentfsm._core.rules.Slice``). Adding a capability: docs/machine.md, "Adding a capability".
 """
