@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 Format = Literal["mermaid", "dot", "svg", "png"]
 ANY_ACTIVE = "ANY_ACTIVE"
-_INTERRUPTS = ("pause", "fail", "resume", "cancel")
 #: Characters per line of an edge label or a note in DOT, SVG and PNG: long guards wrap instead of widening the page.
 LABEL_WIDTH = 22
 
@@ -77,8 +76,10 @@ class Edge:
     dest: str
     trigger: str
     condition: str
-    #: The rule's place among the rules out of its source, from 1 (``None``: an interrupt).
+    #: The rule's place among the rules out of its source, from 1 (``None``: an interrupt, or not a rule).
     number: int | None = None
+    #: An interrupt of the run (drawn dashed): it may leave any phase it names, whatever the rules say.
+    interrupt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +135,12 @@ def _interrupt_edges(transitions: Iterable[Transition], active: set[Phase]) -> l
     for (trigger, condition), group in grouped.items():
         sources = {t.source for t in group}
         dests = {t.dest for t in group}
-        if trigger == "resume" and dests == active:
-            edges.append(Edge(Phase.PAUSED.value, ANY_ACTIVE, trigger, condition))
-        elif trigger != "resume" and sources == active:
-            edges.append(Edge(ANY_ACTIVE, group[0].dest.value, trigger, condition))
+        if sources == {Phase.PAUSED} and dests == active:  # resuming into any phase
+            edges.append(Edge(Phase.PAUSED.value, ANY_ACTIVE, trigger, condition, interrupt=True))
+        elif sources == active:
+            edges.append(Edge(ANY_ACTIVE, group[0].dest.value, trigger, condition, interrupt=True))
         else:  # not every active phase: draw each edge
-            edges.extend(Edge(t.source.value, t.dest.value, t.trigger, t.condition) for t in group)
+            edges.extend(Edge(t.source.value, t.dest.value, t.trigger, t.condition, interrupt=True) for t in group)
     return edges
 
 
@@ -485,7 +486,7 @@ def to_dot(model: DiagramModel) -> str:
             attributes += ['color="#1565c0"', "penwidth=2"]
         elif model.taken:
             attributes.append('color="#9e9e9e"')
-        if edge.trigger in _INTERRUPTS:
+        if edge.interrupt:
             attributes.append("style=dashed")
         attributes.insert(0, f"label={_dot_quote(label, LABEL_WIDTH)}")
         lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attributes)}];")
