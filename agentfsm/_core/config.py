@@ -57,7 +57,8 @@ class RunConfig:
     usage_limits: UsageLimits | None = None
     #: Cancels the run from another thread (``run(cancel=...)``).
     cancel: RunHandle | None = None
-    #: Detects a model that repeats itself (``Agent(loop_detection=...)``); its consequence is in ``hooks``.
+    #: Detects a model that repeats itself (``Agent(loop_detection=...)``): ``then="tell"`` is an ``on_loop``
+    #: hook in ``hooks``, ``then="stop"`` the ``loop_stop`` rule (``agentfsm.slices.loops``).
     loop_detection: LoopDetection | None = None
     #: The type the final answer must fit (``Agent(output_type=...)``), and how often the model may try again.
     output: OutputType | None = None

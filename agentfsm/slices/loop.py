@@ -1,6 +1,7 @@
 """The agent loop itself: call the model, run the tools it asks for, and go on until an exit condition is met.
 
-Its rules are each phase's last (the way out when no capability's rule holds) and the choices
+Its rules are each phase's own ways out (a reply with tool calls or text, the tools run, an exit
+condition met, ``max_agent_steps``) and its last (when no capability's rule holds), and the choices
 every "go on" leads to: ``go_on`` (may the run call the model again? not past ``max_agent_steps``)
 and ``ending`` (how a run that may not go on ends: DONE, unless a capability says FAILED).
 """
