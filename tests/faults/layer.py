@@ -47,6 +47,8 @@ class Fault(StrEnum):
     BEFORE = "before"
     AFTER = "after"
     STALL = "stall"
+    #: Not a fault a disk makes: a broken store that says it wrote and wrote nothing (the checker must catch it).
+    DROP = "drop"
 
 
 #: What a write records, by the store call that makes it.
@@ -139,6 +141,12 @@ def _delta_kind(delta: RunDelta, decisions_before: int) -> str:
 # -- SQLite: a write is a transaction, or a statement that commits on its own -------------------------
 
 
+class _Dropped:
+    """What a dropped write answers: it says it wrote its row."""
+
+    rowcount = 1
+
+
 class _FaultyRaw:
     """The store's ``sqlite3.Connection``, with the plan between it and every commit."""
 
@@ -163,6 +171,8 @@ class _FaultyRaw:
     @staticmethod
     def _fail(begun: tuple[Write, Fault | None] | None, commit: Callable[[], sqlite3.Cursor]) -> sqlite3.Cursor:
         fault = begun[1] if begun else None
+        if fault is Fault.DROP:
+            return _Dropped()  # type: ignore[return-value]
         if fault is Fault.BEFORE:
             raise sqlite3.OperationalError(f"disk I/O error (injected before write {begun[0]})") from InjectedFault()
         cursor = commit()
