@@ -26,6 +26,24 @@ def atomic_write(target: Path, data: bytes) -> None:
         raise
 
 
+def exclusive_write(target: Path, data: bytes) -> None:
+    """Create ``target`` holding ``data``, whole or not at all; ``FileExistsError`` when it exists already.
+
+    The file is written beside its name and linked to it (a link never replaces a file): no process
+    ever sees it empty or half written, even when the writer dies or its write fails between the two.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def read_file(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of ``path``; ``SnapshotError`` naming ``what`` and the file when it cannot be read."""
     try:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import orjson
 
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
-from agentfsm.files import atomic_write, read_regular
+from agentfsm.files import atomic_write, exclusive_write, read_regular
 from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 from agentfsm.logs import logger
 from agentfsm.pauses import Cancelled, RunStatus
@@ -159,6 +159,20 @@ else:
         fcntl.flock(descriptor, fcntl.LOCK_UN)
 
 
+#: The end of the name of a finished run's record (its newest snapshot file once it is done).
+_DONE_FILE = "_DONE.json"
+
+
+def _ended_in(files: list[Path]) -> str | None:
+    """``done`` for a run whose newest snapshot (of ``files``) is the record of a finished run, else ``None``.
+
+    That record is written before ``run.json`` says the run is done: once it is, the run is done (nothing
+    moves it any more), even when writing ``run.json`` or removing the claim failed after it, or the
+    process died there. (A failed run's record is no such end: the run is claimed again from it.)
+    """
+    return RunStatus.DONE.value if files and files[-1].name.endswith(_DONE_FILE) else None
+
+
 #: A run's events, one JSON line each, in its folder.
 _EVENTS_FILE = "events.jsonl"
 
@@ -232,13 +246,15 @@ class JsonFileStore:
         """The run's record, as the lifecycle reads it: ``run.json``, its claim and its head."""
         record = self._record(run_id)
         holder = self._read(self._folder(run_id) / "claim.json") or {}
-        head = len(self._files(run_id)) - 1
-        status = record.get("status") or (RunStatus.PAUSED.value if head >= 0 else None)
+        files = self._files(run_id)
+        head = len(files) - 1
+        status = _ended_in(files) or record.get("status") or (RunStatus.PAUSED.value if head >= 0 else None)
+        ended = status != record.get("status") and status == RunStatus.DONE.value
         return StoredRun(
             RunStatus(status) if status else None,
             head,
-            holder.get("owner"),
-            holder.get("lease_until"),
+            None if ended else holder.get("owner"),
+            None if ended else holder.get("lease_until"),
             *(record.get(name) for name in _RUN_FIELDS),
         )
 
@@ -249,16 +265,16 @@ class JsonFileStore:
             claim = orjson.dumps({"owner": after.owner, "lease_until": after.lease_until})
             path.parent.mkdir(parents=True, exist_ok=True)
             if before.owner is None:
+                # Created whole or not at all: a claim file left empty (a write failed, or the process
+                # died, between creating it and filling it) would hold the run for ever.
                 try:
-                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    exclusive_write(path, claim)
                 except FileExistsError:
                     raise StaleSnapshotError(
                         f"Run {run_id!r} was claimed by another process just now; nothing ran.",
                         run_id,
                         head=before.head,
                     ) from None
-                with os.fdopen(descriptor, "wb") as file:
-                    file.write(claim)
             else:
                 atomic_write(path, claim)
         assert after.status is not None
@@ -392,9 +408,12 @@ class JsonFileStore:
         newest = AgentSnapshot.from_file(files[-1]) if files else None
         holder = self._read(folder / "claim.json") or {}
         updated = newest.created_at if newest else iso_from_timestamp((folder / "run.json").stat().st_mtime)
+        status = _ended_in(files) or record.get("status", RunStatus.PAUSED.value)
+        if status != record.get("status", RunStatus.PAUSED.value):  # its end is stored, not yet its record
+            holder = {}
         return RunInfo(
             folder.name,
-            RunStatus(record.get("status", RunStatus.PAUSED.value)),
+            RunStatus(status),
             newest.phase if newest else None,
             newest.step if newest else 0,
             len(files),

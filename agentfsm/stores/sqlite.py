@@ -260,9 +260,20 @@ def _insert_events(db: _Connection, lock: threading.RLock, run_id: str, encoded:
         try:
             db.executemany(_INSERT_EVENT, [(run_id, data, run_id) for data in encoded])
         except BaseException:
-            db.execute("ROLLBACK")
+            _roll_back(db)
             raise
         db.execute("COMMIT")
+
+
+def _roll_back(db: _Connection) -> None:
+    """Roll back the transaction a write began, if it is still open.
+
+    A ``COMMIT`` that raised may have committed all the same (the database did it, the caller got an
+    error): there is nothing to roll back then, and the error the caller sees must be the commit's,
+    not "cannot rollback - no transaction is active".
+    """
+    if db.raw.in_transaction:
+        db.execute("ROLLBACK")
 
 
 def _created_at(stored: str | float) -> str:
@@ -421,7 +432,7 @@ class SQLiteSnapshotStore:
                     self._db.execute(_INSERT_CHECKED, batch(number, run.head))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _roll_back(self._db)
                 raise
         return number
 
@@ -435,7 +446,13 @@ class SQLiteSnapshotStore:
         request = Request(
             claim_trigger(take_over, parent), owner, time.time() + self.lease_seconds, seq=seq, parent=parent
         )
-        self._move(run_id, request)
+        try:
+            self._move(run_id, request)
+        except StoreError:
+            # A commit that reported an error may have happened: the run is this claim's if the record says so.
+            if self._record_of(run_id).owner != owner:
+                raise
+            logger.warning("a claim's commit reported an error, yet it is stored", run_id=run_id)
         self._claims[run_id] = owner
         self._lost.pop(run_id, None)
         self._cursors.pop(run_id, None)
@@ -545,13 +562,12 @@ class SQLiteSnapshotStore:
                     request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
                     self._move(run_id, request, (lambda number, head: row) if row else None)
                     cursor.renew_at = now + self.lease_seconds / 3
-        except sqlite3.IntegrityError as exc:  # the snapshots' numbers are taken: the file was changed
-            if entries:
-                self._give_up(run_id, cursor, cursor.next_seq - len(entries))
-            raise self._damaged(exc) from None
-        except StaleSnapshotError:
-            self._lose(run_id, cursor.owner)
-            raise
+        except (StoreError, StaleSnapshotError, sqlite3.IntegrityError) as exc:
+            # The write reported an error, yet it may have happened (the database committed, the caller
+            # got an error; a retry of it then finds its own rows): written is written, and the run goes on.
+            if not self._committed_before(run_id, cursor, row, ending):
+                self._failed_commit(run_id, cursor, exc)
+            logger.warning("a commit reported an error, yet it is stored", run_id=run_id, error=str(exc)[:200])
         # Only once written: a failed commit keeps the snapshots for the next one. The last one's fields
         # stay (``body``): the record of the run's end is written from them.
         cursor.entries, cursor.ending = [], None
@@ -560,6 +576,49 @@ class SQLiteSnapshotStore:
             self._claims.pop(run_id, None)
         if self._checkpointer is not None:
             self._checkpointer.committed()
+
+    def _failed_commit(self, run_id: str, cursor: _Cursor, exc: BaseException) -> None:
+        """Raise for a commit that did not happen: the snapshots recorded stay for the next commit."""
+        if isinstance(exc, sqlite3.IntegrityError):  # the snapshots' numbers are taken: the file was changed
+            if cursor.entries:
+                self._give_up(run_id, cursor, cursor.next_seq - len(cursor.entries))
+            raise self._damaged(exc) from None
+        if isinstance(exc, StaleSnapshotError):
+            self._lose(run_id, cursor.owner)
+        raise exc
+
+    def _record_of(self, run_id: str) -> StoredRun:
+        """The run's record as stored now (an empty one for a run not stored, or when it cannot be read)."""
+        try:
+            with self._lock:
+                return self._stored(run_id)[1]
+        except (StoreError, SnapshotError):
+            return StoredRun()
+
+    def _committed_before(self, run_id: str, cursor: _Cursor, row: tuple[Any, ...], ending: Request | None) -> bool:
+        """Whether a commit that reported an error is stored all the same: its batch, and the record its ending moves.
+
+        A batch is the commit's when the row at its key holds the very entries written; an ending, when
+        the run's record is where it leads and no other claim took the run from this one.
+        """
+        try:
+            with self._lock:
+                if row:
+                    found = self._db.execute("SELECT entries FROM snapshot_batches WHERE key = ?", (row[0],)).fetchone()
+                    if found is None or bytes(found[0]) != bytes(row[5]):
+                        return False
+        except StoreError:
+            return False
+        if ending is None:
+            return bool(row)
+        record = self._record_of(run_id)
+        expected = {Trigger.PAUSE: RunStatus.PAUSED, Trigger.CANCEL: RunStatus.PAUSED, Trigger.FINISH: RunStatus.DONE}
+        return (
+            record.owner is None
+            and record.taken_over_from != cursor.owner
+            and record.status is expected.get(ending.trigger, RunStatus.FAILED)
+            and record.exit_reason == ending.exit_reason
+        )
 
     def _give_up(self, run_id: str, cursor: _Cursor, first_seq: int) -> None:
         """The recorded snapshots can never be written: the run fails, and gives its claim up, with what is stored."""

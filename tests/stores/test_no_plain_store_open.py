@@ -51,6 +51,8 @@ ALLOWED = {
     ("builtin_hooks/offload.py", "DirectoryToolResultStore.get"): "reads <directory>/<ref>.txt, a name it makes",
     ("cli.py", "_load_snapshot"): "reads the snapshot file named only once SQLite has said it is no database",
     ("web/assets.py", "*"): "reads the page's own script and style files, from the package",
+    ("checking/journal.py", "EffectLog.record"): "appends to a test's effect log, a file the test names for its tools",
+    ("checking/journal.py", "EffectLog.effects"): "reads that effect log back",
 }
 
 
