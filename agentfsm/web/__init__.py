@@ -23,9 +23,15 @@ to the snapshot the form showed; with ``token`` set, carrying the token too (``?
 cookie). Every response forbids framing and allows only the page's own script and style (which
 may read this page's own URLs, for the live view). Needs the ``web`` extra: ``pip install 'agentfsm[web]'``.
 
+The runs list titles each run by its first user message and finds runs by id, tool name and
+message text, by status and date, with counts per status, sorted and paged (``finding``). A run's
+page shows its timeline (``timeline``): each edge with its clock time and duration, and per step
+the model call, the tool calls, hooks, pauses, resumes and decisions, and what changed in State.
+
 The modules: ``app`` (``create_app`` and its routes), ``checks`` (the request checks and the
-security headers), ``review`` (the handlers), ``live`` (the event stream), ``pages`` (the HTML),
-``assets`` (serving the script and style files kept in ``static/``).
+security headers), ``review`` (the handlers), ``finding`` (the runs list's query), ``timeline``
+(a run's timeline, as data), ``live`` (the event stream), ``pages`` (the HTML), ``assets``
+(serving the script and style files kept in ``static/``).
 """
 
 from agentfsm.web import _requires  # noqa: F401 (first: a missing extra is one line naming it)

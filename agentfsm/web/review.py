@@ -29,18 +29,23 @@ from agentfsm.errors import (
     AgentFSMError,
     BreakpointException,
     DecisionError,
+    DeserializationError,
     MissingRendererError,
+    SerializationError,
     SnapshotError,
     StaleSnapshotError,
     ToolArgumentsError,
 )
+from agentfsm.events import Event
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore
 from agentfsm.web.checks import TOKEN_COOKIE, form_refusal
+from agentfsm.web.finding import Finder, Query
 from agentfsm.web.live import event_stream
-from agentfsm.web.pages import error_page, h, message_html, page, trace_html
+from agentfsm.web.pages import error_page, h, message_html, page, runs_html, timeline_html
+from agentfsm.web.timeline import timeline
 
 
 class Runs(Protocol):
@@ -58,6 +63,10 @@ class Runs(Protocol):
     def load(self, run_id: str, seq: int) -> AgentSnapshot:
         """Snapshot ``seq`` of the run."""
 
+
+#: A run page's timeline reads at most this many of the run's snapshots, and this many of its events.
+MAX_TIMELINE_SNAPSHOTS = 400
+MAX_TIMELINE_EVENTS = 20_000
 
 #: Continues a run waiting for decisions, from the snapshot the decisions were taken on.
 Resume = Callable[[AgentSnapshot, list[Any]], None]
@@ -83,6 +92,7 @@ class ReviewApp:
         self.resume = resume
         self.token = token
         self.secret = secrets.token_bytes(32)  # signs CSRF tokens; a restart makes the open forms stale
+        self.finder = Finder(self.latest, status_of)
 
     # -- access --------------------------------------------------------------------------------------
 
@@ -116,30 +126,11 @@ class ReviewApp:
     # -- pages ---------------------------------------------------------------------------------------
 
     async def runs(self, request: Request) -> Response:
-        """The runs list, filtered by ``?status=`` (stores are read in worker threads, off the event loop)."""
-        wanted = request.query_params.get("status")
-        rows = []
-        for info in await run_in_threadpool(self.store.runs):
-            snapshot = await run_in_threadpool(self.latest, info.run_id)
-            status = status_of(info, snapshot)
-            if wanted and status != wanted:
-                continue
-            exit_reason = info.exit_reason or (snapshot.exit_reason if snapshot is not None else None)
-            rows.append(
-                f"<tr><td><a href='/runs/{quote(info.run_id)}'>{h(info.run_id)}</a></td>"
-                f"<td class='status'>{h(status)}</td><td>{h(info.phase.value if info.phase else '-')}</td>"
-                f"<td>{info.step}</td><td>{h(exit_reason or '')}</td><td>{h(info.updated_at)}</td></tr>"
-            )
-        filters = " ".join(
-            f"<a href='/?status={quote(s)}'>{h(s)}</a>"
-            for s in ("running", "paused", "waiting for approval", "done", "failed")
-        )
-        body = (
-            f"<h1>Runs</h1><p>Show: <a href='/'>all</a> {filters}</p>"
-            "<table><tr><th>run</th><th>status</th><th>phase</th><th>step</th><th>exit reason</th>"
-            f"<th>last change</th></tr>{''.join(rows)}</table>"
-        )
-        return page("agentfsm runs", body)
+        """The runs list: titled, searched, filtered by status and date, counted per status, sorted and paged (``Query``)."""
+        query = Query.from_params(request.query_params)
+        infos = await run_in_threadpool(self.store.runs)
+        found = await run_in_threadpool(self.finder.find, infos, query)
+        return page("agentfsm runs", runs_html(found, query))
 
     async def run(self, request: Request) -> Response:
         """One run: diagram, pending calls and their forms, the live view, conversation, trace, snapshot history."""
@@ -161,11 +152,11 @@ class ReviewApp:
         ]
         if status == "waiting for approval":
             state.append(self.decision_form(snapshot, request.state.session))
-        record = [
-            "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages),
-            trace_html(snapshot),
-        ]
         history = await run_in_threadpool(self.store.history, run_id)
+        record = [
+            await run_in_threadpool(self.timeline, run_id, snapshot, history),
+            "<h2>Conversation</h2>" + "".join(message_html(ChatMessage.from_dict(m)) for m in snapshot.messages),
+        ]
         links = "".join(
             f"<li><a href='/runs/{quote(run_id)}/snapshots/{i.seq}'>#{i.seq}</a> {h(i.phase.value)}, step {i.step}, "
             f"{h(i.created_at)}</li>"
@@ -186,6 +177,29 @@ class ReviewApp:
         # A run that is going on is shown moving: by its events as they come, else by loading the
         # page again every two seconds (its process does not record them).
         return page(f"run {run_id}", body, refresh=2 if status == "running" and not counted else None)
+
+    def timeline(self, run_id: str, latest: AgentSnapshot, history: list[SnapshotInfo]) -> str:
+        """The run's timeline, from its snapshots (the newest of each step, when it has very many) and its events."""
+        if len(history) > MAX_TIMELINE_SNAPSHOTS:
+            newest = {i.step: i for i in history}
+            history = sorted(newest.values(), key=lambda i: i.seq)[-MAX_TIMELINE_SNAPSHOTS:]
+        snapshots = []
+        for info in history:
+            if info.seq == latest.seq:
+                continue
+            with contextlib.suppress(SnapshotError):  # a snapshot that cannot be read is left out of the timeline
+                snapshots.append(self.store.load(run_id, info.seq))
+        snapshots.append(latest)
+        events: list[Event] = []
+        note = ""
+        if isinstance(self.store, EventStore):
+            try:
+                events = [
+                    s.event for s in self.store.events(run_id, 0, MAX_TIMELINE_EVENTS) if s.event.kind != "model_chunk"
+                ]
+            except (DeserializationError, SerializationError, SnapshotError) as exc:
+                note = f"The run's events cannot be read ({exc}): its timeline is drawn from its snapshots."
+        return timeline_html(timeline(snapshots, events), latest, note)
 
     def event_count(self, run_id: str) -> int | None:
         """How many of the run's events the store holds; ``None`` when it keeps none (or none can be kept for this id)."""

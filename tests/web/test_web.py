@@ -143,8 +143,9 @@ def test_the_runs_list_and_its_filter(runs: Runs, make_client: Any) -> None:
     client = make_client(create_app(runs.store, runs.agent))
     listing = client.get("/").text
     assert runs.waiting in listing and runs.done in listing
-    assert "waiting for approval" in listing and "<td class='status'>done</td>" in listing
-    assert "<td>text</td>" in listing, "a finished run's exit reason"
+    assert "<td class='status waiting'>waiting for approval</td>" in listing
+    assert "<td class='status done'>done</td>" in listing
+    assert "<td>lookup</td><td>text</td>" in listing, "the tools it called and a finished run's exit reason"
     done_only = client.get("/", params={"status": "done"}).text
     assert runs.done in done_only and runs.waiting not in done_only
 
@@ -153,7 +154,7 @@ def test_a_run_page_escapes_what_the_run_holds(runs: Runs, make_client: Any) -> 
     client = make_client(create_app(runs.store, runs.agent))
     page = client.get(f"/runs/{runs.done}").text
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page and "<script>alert" not in page
-    assert "<h2>Transitions</h2>" in page and "TOOL_RUN" in page
+    assert "<h2>Timeline</h2>" in page and "<td>TOOL_RUN</td>" in page
     assert f"/runs/{runs.done}/snapshots/0" in page
     snapshot = client.get(f"/runs/{runs.done}/snapshots/0").json()
     assert snapshot["run_id"] == runs.done and snapshot["seq"] == 0
@@ -230,10 +231,11 @@ def test_a_run_decided_on_the_page_ends_in_done_with_its_last_edge(runs: Runs, m
     assert decided.status_code == 303
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p>phase DONE, step 2, exit reason text</p>" in page
-    assert "<td>EXIT_CHECK</td><td>&rarr;</td><td>DONE</td><td>exit</td>" in page, "its last edge"
+    assert "<td>EXIT_CHECK</td><td>&rarr;</td><td>DONE</td><td><code>exit</code></td>" in page, "its last edge"
+    assert "Ended in DONE after EXIT_CHECK, step 2: text" in page
     assert "ended here, step 2" in page, "the diagram ends in DONE"
     listing = client.get("/").text
-    assert "<td class='status'>done</td><td>DONE</td><td>2</td><td>text</td>" in listing
+    assert "<td class='status done'>done</td><td>DONE</td><td class='num'>2</td><td>pay</td><td>text</td>" in listing
 
 
 def test_no_decision_is_chosen_beforehand(runs: Runs, make_client: Any) -> None:
@@ -464,7 +466,7 @@ def test_a_reviewer_approves_one_call_and_rejects_another_in_a_browser(runs: Run
             console: list[str] = []
             page.on("console", lambda message: console.append(message.text))
             page.goto(served)
-            page.get_by_role("link", name=runs.waiting).click()
+            page.get_by_role("link", name="Pay ann 30 and bob 9000.").click()
             page.wait_for_selector("#decide")
             page.screenshot(path=str(artifacts / "review-waiting.png"), full_page=True)
             assert page.locator("#status").inner_text() == "waiting for approval"
