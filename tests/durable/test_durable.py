@@ -598,14 +598,14 @@ def _settled(pid: int) -> tuple[int, int]:
     return samples[-1]
 
 
-def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memory(
+def test_thousands_of_runs_waiting_for_a_decision_are_rows_not_processes_or_memory(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     import psycopg
 
     url = postgres.url(f"paused{time.monotonic_ns()}")
     env = _env(tmp_path)
-    runs = 10_000
+    runs = 1_000  # 10,000 concurrent runs are a benchmark's (bench/run.py), not the suite's minutes
     idle = Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)
     baseline = _settled(idle.process.pid)
     idle.stop()
@@ -623,7 +623,7 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
         _wait(
             lambda: len(client.list_workflows(status="SUCCESS", load_input=False, load_output=False)) == runs,
             "every run to pause",
-            seconds=10 * TIMEOUT,  # 10,000 runs: on a busy 2-core machine, minutes
+            seconds=10 * TIMEOUT,  # thousands of runs: on a busy 2-core machine, a minute or more
         )
         assert client.list_workflows(status=["PENDING", "ENQUEUED"], load_input=False, load_output=False) == []
         for worker in workers:
@@ -631,7 +631,7 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
         # A worker started now holds nothing for the waiting runs: no workflow to recover, no thread, no memory.
         workers = [Worker(url, "tests.durable.durable_agents:confirmed", "w1", env)]
         rss, threads = _settled(workers[0].process.pid)
-        # (DBOS's own threads come and go: a few either way; a thread or coroutine per run would be 10,000.)
+        # (DBOS's own threads come and go: a few either way; a thread or coroutine per run would be 1,000.)
         assert threads <= baseline[1] + 3, (threads, baseline)
         assert rss < baseline[0] * 1.2, (rss, baseline)
         # The cost is rows: one per run, and one per step (its model call and its confirmation).
@@ -642,9 +642,9 @@ def test_ten_thousand_runs_waiting_for_a_decision_are_rows_not_processes_or_memo
             ]  # type: ignore[index]
         assert counts == [runs, 2 * runs]
         # Days later, from another process: a decision, and the run goes on.
-        for i in (0, 4_321, runs - 1):
+        for i in (0, 567, runs - 1):
             assert _cli("approve", f"h{i}", "--system-db", url).returncode == 0
-        for i in (0, 4_321, runs - 1):
+        for i in (0, 567, runs - 1):
             assert (
                 durable_agents.confirmed.outcome(
                     client.retrieve_workflow(f"h{i}/1").get_result(polling_interval_sec=0.05), f"h{i}/1"
