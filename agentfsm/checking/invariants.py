@@ -331,8 +331,7 @@ def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, f
         hooks = run.hooked.get(point.value, 0)
         if not hooks:
             continue
-        skip = SKIP_WORK.get(point)
-        if skip is not None and facts.get(skip[0], skip[1]) is skip[1]:
+        if any(facts.get(fact, value) is value for fact, value in SKIP_WORK.get(point, ())):
             continue  # skipped, or the edge does not say whether it was
         if fired[point.value] < hooks:
             missed.append(point.value)

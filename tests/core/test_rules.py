@@ -178,8 +178,18 @@ def test_the_rules_take_the_edges_of_the_flat_table_on_every_combination_of_fact
     for values in itertools.product((False, True), repeat=len(read)):
         facts = Facts(**dict(zip(read, values, strict=True)))
         edge = DISPATCH.next(phase, facts)
-        if phase is Phase.EXIT_CHECK and facts.loop_ends_run and not facts.stop_requested:
+        stopped = phase in (Phase.LLM_CALL, Phase.EXIT_CHECK) and facts.stop_requested
+        if facts.guardrail_tripped and not stopped and phase is not Phase.IDLE and phase is not Phase.CONFIRM:
+            # The guardrails' tripwire (agentfsm.slices.guardrails), second only to a hook's stop.
+            assert (edge.trigger, edge.dest, edge.exit_reason) == (
+                "guardrail_tripped",
+                Phase.DONE,
+                "guardrail:{guardrail}",
+            )
+        elif phase is Phase.EXIT_CHECK and facts.loop_ends_run and not facts.stop_requested:
             assert (edge.trigger, edge.dest, edge.exit_reason) == ("loop_stop", Phase.DONE, "loop_detected")
+        elif phase is Phase.EXIT_CHECK and facts.answer_refused and not facts.stop_requested:
+            assert edge.trigger in ("guardrail_retry", "guardrail_capped", "guardrail_limited"), facts
         else:
             assert (edge.trigger, edge.dest, edge.exit_reason) == _flat_edge(phase, facts), facts
         checked += 1
@@ -188,7 +198,14 @@ def test_the_rules_take_the_edges_of_the_flat_table_on_every_combination_of_fact
 
 def test_every_edge_of_the_flat_table_is_compiled_from_the_rules() -> None:
     compiled = {(t.trigger, t.source.value, t.dest.value) for t in TRANSITIONS if not t.interrupt}
-    assert compiled - {("loop_stop", "EXIT_CHECK", "DONE")} == {e[:3] for e in FLAT_TABLE}
+    guardrails = {
+        ("guardrail_tripped", phase, "DONE") for phase in ("LLM_CALL", "TOOL_PENDING", "TOOL_RUN", "EXIT_CHECK")
+    } | {
+        ("guardrail_retry", "EXIT_CHECK", "LLM_CALL"),
+        ("guardrail_capped", "EXIT_CHECK", "DONE"),
+        ("guardrail_limited", "EXIT_CHECK", "DONE"),
+    }
+    assert compiled - {("loop_stop", "EXIT_CHECK", "DONE")} - guardrails == {e[:3] for e in FLAT_TABLE}
 
 
 def test_each_phase_reads_its_rules_in_order_and_no_label_names_more_than_three_facts() -> None:
@@ -197,7 +214,9 @@ def test_each_phase_reads_its_rules_in_order_and_no_label_names_more_than_three_
     exit_check = sorted((r for r in RULES if r.source is Phase.EXIT_CHECK), key=lambda r: r.order)
     assert [r.trigger for r in exit_check] == [
         "stop",
+        "guardrail_tripped",
         "loop_stop",
+        "guardrail_retry",
         "continue_run",
         "output_failed",
         "output_retry",
@@ -265,6 +284,8 @@ def test_an_agents_rules_leave_out_what_its_constants_rule_out_and_pass_through_
             ("output_invalid", False),
             ("output_retries_left", False),
             ("usage_limit_reached", False),
+            ("guardrail_tripped", False),
+            ("answer_refused", False),
         }
     )
     kept = specialise_rules(RULES, constants)
