@@ -24,6 +24,7 @@ from agentfsm.errors import (
     ToolError,
     ToolInvocationError,
 )
+from agentfsm.guardrails import Guardrail, GuardrailResult, guardrail
 from agentfsm.hooks import Hook, hook
 from agentfsm.limits import UsageLimits
 from agentfsm.logs import configure_logging, use_standard_logging
@@ -63,6 +64,8 @@ __all__ = [
     "ChatRole",
     "ComponentTool",
     "ConfigurationError",
+    "Guardrail",
+    "GuardrailResult",
     "Hook",
     "ImageContent",
     "LoopDetection",
@@ -92,6 +95,7 @@ __all__ = [
     "UsageLimits",
     "configure_logging",
     "create_tool_from_function",
+    "guardrail",
     "hook",
     "merge_lists",
     "replace_values",

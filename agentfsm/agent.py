@@ -31,6 +31,14 @@ from agentfsm.errors import (
 )
 from agentfsm.events import Event, EventHandler
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.guardrails import (
+    GUARDRAIL,
+    Guardrail,
+    check_guardrails,
+    guardrail_from_dict,
+    guardrails_to_data,
+    is_guardrail_data,
+)
 from agentfsm.hitl.strategies import CONFIRMATION_STRATEGY
 from agentfsm.hitl.strategy_table import StrategyTable, strategies_from_dict, strategies_to_dict
 from agentfsm.hooks import (
@@ -199,6 +207,7 @@ class Agent:
         output_retries: int = 1,
         tool_timeout: float | None = None,
         model_timeout: float | None = None,
+        guardrails: Sequence[Guardrail] | None = None,
     ) -> None:
         _check_generator(chat_generator)
         check_int("max_agent_steps", max_agent_steps, 0)
@@ -256,6 +265,10 @@ class Agent:
         self._confirmation = StrategyTable.resolve(strategies, [t.name for t in known])
         self.snapshot_store = snapshot_store
         self._set_guard_rails(usage_limits, loop_detection, output_type, output_retries, model_timeout, known)
+        #: The guardrails of each point (``agentfsm.guardrails``), in the order given.
+        self.guardrails = list(guardrails) if guardrails is not None else None
+        self._guardrails = check_guardrails(guardrails)
+        self._async_only_guardrails = [g.name for gs in self._guardrails.values() for g in gs if g.is_async]
         self._is_warmed_up = False
 
     def _set_guard_rails(
@@ -502,6 +515,8 @@ class Agent:
             "hooks": {point.value: [hook_name(h) for h in hooks] for point, hooks in self._hooks.items()},
             "confirmation": {name: type(s).__qualname__ for name, s in self._confirmation.entries()},
         }
+        if self._guardrails:
+            shape["guardrails"] = {point: [g.settings() for g in gs] for point, gs in self._guardrails.items()}
         if self._output is not None:
             shape["output"] = {"schema": self._output.schema, "retries": self.output_retries}
         return fingerprint(shape)
@@ -553,6 +568,7 @@ class Agent:
             loop_detection=self.loop_detection,
             model_timeout=self.model_timeout,
             recovers=request.recovers,
+            guardrails=self._guardrails,
         )
 
     def new_run(self, request: RunRequest) -> AgentRun:
@@ -771,6 +787,10 @@ class Agent:
                 raise ConfigurationTypeError(
                     f"Hooks {self._async_only_hooks} are async functions: run the agent with {method}_async()."
                 )
+            if self._async_only_guardrails:
+                raise ConfigurationTypeError(
+                    f"Guardrails {self._async_only_guardrails} are async: run the agent with {method}_async()."
+                )
         context = _context(options.pop("hook_context"), options.pop("confirmation_strategy_context"))
         del options["self"]
         return RunRequest(**options, state=state, hook_context=context), callback
@@ -820,6 +840,7 @@ class Agent:
                 "confirmation_strategies": strategies_to_dict(self.confirmation_strategies) or None,
                 "usage_limits": self.usage_limits.to_dict() if self.usage_limits is not None else None,
                 "loop_detection": self.loop_detection.to_dict() if self.loop_detection is not None else None,
+                **({"guardrails": guardrails_to_data(self._guardrails)} if self._guardrails else {}),
                 **({"tool_timeout": self.tool_timeout} if self.tool_timeout is not None else {}),
                 **({"model_timeout": self.model_timeout} if self.model_timeout is not None else {}),
                 **(
@@ -862,6 +883,8 @@ class Agent:
                     point: [hook_from_dict(h, allowed_modules) for h in hooks]
                     for point, hooks in params["hooks"].items()
                 }
+            if params.get("guardrails"):
+                params["guardrails"] = [guardrail_from_dict(g, allowed_modules) for g in params["guardrails"]]
             return cls(**params)
         except AgentFSMError:
             raise
@@ -895,6 +918,7 @@ _AGENT_PARAMETERS = frozenset(
         "output_retries",
         "tool_timeout",
         "model_timeout",
+        "guardrails",
     }
 )
 
@@ -930,6 +954,9 @@ def _agent_parameters(data: Any) -> dict[str, Any]:
         or (isinstance(hooks, dict) and all(isinstance(h, list) and all(map(is_hook_data, h)) for h in hooks.values()))
     ):
         raise refuse("'hooks' must map hook points to lists of {'function': ...} or {'type': ..., 'data': ...}")
+    guardrails = params.get("guardrails")
+    if not (guardrails is None or (isinstance(guardrails, list) and all(map(is_guardrail_data, guardrails)))):
+        raise refuse("'guardrails' must be a list of {'function': ..., 'point': ...} or {'type': ..., 'data': ...}")
     strategies = params.get("confirmation_strategies")
     if not (
         strategies is None
@@ -953,9 +980,12 @@ def _check_named_code(params: dict[str, Any], allowed_modules: Iterable[str] | N
     classes += [(t["type"], TOOL_OR_TOOLSET) for t in ([tools] if isinstance(tools, dict) else tools or [])]
     hooks = [h for entries in (params.get("hooks") or {}).values() for h in entries]
     classes += [(h["type"], HOOK) for h in hooks if "function" not in h]
+    guards = params.get("guardrails") or []
+    classes += [(g["type"], GUARDRAIL) for g in guards if "function" not in g]
     classes += [(e["strategy"]["type"], CONFIRMATION_STRATEGY) for e in params.get("confirmation_strategies") or []]
     # import_path checks what a callable slot may name (a function, a class, agentfsm's @tool or @hook of one).
     callables = [h["function"] for h in hooks if "function" in h]
+    callables += [g["function"] for g in guards if "function" in g]
     callables += [e["handler"] for e in (params.get("state_schema") or {}).values() if e.get("handler")]
     callables += [params["streaming_callback"]] if params.get("streaming_callback") else []
     for path, slot in classes:

@@ -33,6 +33,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   │   └── MCPToolNotFoundError                     the MCP server does not offer the tool (any more)
     │   ├── ToolArgumentsError (ValueError)              the arguments are not JSON, or not the tool's schema
     │   ├── ToolCallLimitError                           the call would go past UsageLimits(tool_calls=...)
+    │   ├── ToolCallBlockedError                         a tool-call guardrail refused the call: it never ran
     │   ├── ToolProgressError (TypeError)                a tool reported progress that is not a finite number
     │   └── ToolInvocationError (RuntimeError)           the tool's function raised
     │       ├── MCPToolError                             the MCP tool ran and reported an error
@@ -55,6 +56,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   ├── ScriptExhaustedError                         a scripted model ran out of replies
     │   └── CassetteMismatchError                        a replayed request differs from the recorded one
     ├── OutputValidationError (ValueError)               the final answer did not fit output_type, retries spent
+    ├── GuardrailError (TypeError)                       a guardrail returned no GuardrailResult, or a rewrite of the wrong type
     ├── MachineError (RuntimeError)                      an edge the transition table does not declare (a bug)
     ├── ResumeDivergence (AssertionError)                a resumed run ended unlike the uninterrupted one
     ├── IterationStoppedError (RuntimeError)             the loop over Agent.iter() stopped before the run ended
@@ -285,6 +287,10 @@ class ToolCallLimitError(ToolError):
     """The call was not run: it would have gone past ``UsageLimits(tool_calls=...)``, and the run ends."""
 
 
+class ToolCallBlockedError(ToolError):
+    """The call was not run: a tool-call guardrail refused it, and its result (an error) says why."""
+
+
 class ToolProgressError(ToolError, TypeError):
     """A tool reported progress that is not a finite number, a total that is not one, or a message that is no string.
 
@@ -463,6 +469,10 @@ class OutputValidationError(AgentFSMError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.output_name, self.problems, self.answer, self.retries)
+
+
+class GuardrailError(AgentFSMError, TypeError):
+    """A guardrail returned something other than a ``GuardrailResult``, or a rewrite of a value of the wrong type."""
 
 
 class MachineError(AgentFSMError, RuntimeError):

@@ -24,6 +24,12 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
 - ``tool_ended`` (``ToolEnded``): ``call``, ``call_id``, ``tool``, ``result`` or ``error``,
   ``duration_us`` (since the step's tools were handed out).
 - ``hook`` (``HookRan``): ``point``, ``hook`` (its name), ``duration_us``, ``error`` (or ``None``).
+- ``guardrail`` (``GuardrailChecked``): a point's guardrails checked one value: ``point``
+  (``input``, ``output``, ``tool_call``, ``tool_result``), ``subject`` (``input``, ``output`` or
+  the call's key), ``passed`` (the guardrails that let it go on), ``rewrites`` (each rewrite's
+  guardrail and note: what was changed), ``tripped`` (the guardrail whose tripwire fired, or
+  ``None``), ``reason``, ``on_trip`` and ``digest`` (a hash of the value as it went on: the
+  checker matches it to what the model read, what ran, what left).
 - ``decision`` (``DecisionTaken``): ``call`` and the ``decision`` (``ToolExecutionDecision.to_dict()``).
 - ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation``, ``outcome_unknown`` or ``cancelled``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
   snapshot's number, ``None`` without a store), ``path`` (its file, if written to one), and the
@@ -64,6 +70,7 @@ __all__ = [
     "DecisionTaken",
     "Event",
     "EventHandler",
+    "GuardrailChecked",
     "HookRan",
     "ModelChunk",
     "ModelEnded",
@@ -286,6 +293,55 @@ class HookRan(_Event):
 
 @_quick_init
 @dataclass(frozen=True)
+class GuardrailChecked(_Event):
+    """A point's guardrails checked one value: which passed it, what they rewrote, and the tripwire that fired."""
+
+    kind: ClassVar[Literal["guardrail"]] = "guardrail"
+    point: str
+    subject: str
+    passed: list[str]
+    #: Each rewrite: ``[guardrail, note]``.
+    rewrites: list[list[str]]
+    tripped: str | None
+    reason: str
+    on_trip: str
+    #: A hash of the value as it went on (``value_digest``).
+    digest: str
+
+    @classmethod
+    def of(cls, run_id: str, step: int, at: float, point: str, verdict: Any) -> GuardrailChecked:
+        """The event of a ``GuardrailVerdict``."""
+        return cls(
+            run_id,
+            step,
+            at,
+            point,
+            verdict.subject,
+            list(verdict.passed),
+            [list(r) for r in verdict.rewrites],
+            verdict.tripped,
+            verdict.reason,
+            verdict.on_trip,
+            value_digest(verdict.value),
+        )
+
+
+def value_digest(value: Any) -> str:
+    """A short hash of a value as data (a conversation, a call, a result, an answer)."""
+    import hashlib
+
+    import orjson
+
+    if isinstance(value, list | tuple) or hasattr(value, "to_dict"):
+        items = value if isinstance(value, list | tuple) else [value]
+        data: Any = [i.to_dict() if hasattr(i, "to_dict") else serialize_value(i) for i in items]
+    else:
+        data = serialize_value(value)
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+@_quick_init
+@dataclass(frozen=True)
 class DecisionTaken(_Event):
     """A confirmation decision was applied to a pending call (from a strategy, or given on resume)."""
 
@@ -357,6 +413,7 @@ Event = (
     | ToolProgress
     | ToolEnded
     | HookRan
+    | GuardrailChecked
     | DecisionTaken
     | RunPaused
     | RunResumed
@@ -381,6 +438,7 @@ _KINDS: dict[str, type[_Event]] = {
         ToolProgress,
         ToolEnded,
         HookRan,
+        GuardrailChecked,
         DecisionTaken,
         RunPaused,
         RunResumed,

@@ -86,7 +86,7 @@ from agentfsm._core.rules import (
     compile_rules,
 )
 from agentfsm.errors import MachineError
-from agentfsm.slices import cancel, doubt, flow, hitl, limits, loop, loops, output
+from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import RunConfig
@@ -118,6 +118,7 @@ __all__ = [
     "HOOK_POINTS",
     "IDLE",
     "LLM_CALL",
+    "OPTIONAL_WORK",
     "OTHERWISE",
     "PAUSED",
     "PHASE_WORK",
@@ -166,6 +167,7 @@ SLICES: tuple[Slice, ...] = (
     cancel.SLICE,
     limits.SLICE,
     output.SLICE,
+    guardrails.SLICE,
 )
 
 
@@ -204,11 +206,16 @@ EXIT_FIELDS: Mapping[str, Callable[[Any], object]] = _merged(
     "exit field", ((s.name, key, read) for s in SLICES for key, read in s.exit_fields.items())
 )
 EXIT_REASON_FIELDS: frozenset[str] = frozenset(EXIT_FIELDS)
-#: Work that is skipped when a fact has the given value. (A hook point without hooks in a run is
-#: skipped too: see ``work_plan``.)
-SKIP_WORK: Mapping[Work, tuple[str, bool]] = _merged(
-    "skip of", ((s.name, item, skip) for s in SLICES for item, skip in s.skips.items())
-)
+#: Work that is skipped when a fact has the given value: when any of the slices' skips of it holds.
+#: (A hook point without hooks in a run is skipped too, and so is a guard point without guardrails:
+#: see ``work_plan``.)
+SKIP_WORK: Mapping[Work, tuple[tuple[str, bool], ...]] = {
+    item: tuple(s.skips[item] for s in SLICES if item in s.skips)
+    for item in Work
+    if any(item in s.skips for s in SLICES)
+}
+#: Work a run does only when its agent has something there: hook points (hooks) and guard points (guardrails).
+OPTIONAL_WORK: frozenset[Work] = frozenset(HOOK_POINTS) | frozenset(guardrails.WORK_OF.values())
 #: The life of one tool call, from the model's proposal to its result. A trigger names one edge out
 #: of each status it leaves (``CallDispatch`` checks it), so the run moves a call by naming the trigger.
 CALL_TRANSITIONS: tuple[CallTransition, ...] = tuple(t for s in SLICES for t in s.call_edges)
@@ -236,9 +243,9 @@ def check_exit_reasons(transitions: Iterable[Transition]) -> None:
             )
 
 
-def check_skip_work(skip_work: Mapping[Work, tuple[str, bool]]) -> None:
+def check_skip_work(skip_work: Mapping[Work, tuple[tuple[str, bool], ...]]) -> None:
     """Refuse, with ``MachineError``, work skipped on something that is not a fact (``FACT_NAMES``)."""
-    unknown = {item.value: fact for item, (fact, _) in skip_work.items() if fact not in FACT_NAMES}
+    unknown = {item.value: fact for item, skips in skip_work.items() for fact, _ in skips if fact not in FACT_NAMES}
     if unknown:
         raise MachineError(f"SKIP_WORK reads unknown facts {unknown}; facts: {FACT_NAMES}.")
 
@@ -312,9 +319,9 @@ def dispatch_for(constants: ConstantFacts) -> Dispatch:
     return Dispatch(specialise(constants)) if constants else DISPATCH
 
 
-#: One entry of a work plan: the item's position in its phase's work, the item, and the fact that
-#: skips it with the value that does (``None``: it is never skipped).
-PlannedWork = tuple[int, Work, tuple[str, bool] | None]
+#: One entry of a work plan: the item's position in its phase's work, the item, and the facts that
+#: skip it with the value that does (any one skips it; ``None``: it is never skipped).
+PlannedWork = tuple[int, Work, tuple[tuple[str, bool], ...] | None]
 #: A run's work plan: per phase, for each stage, the next item with something to do.
 WorkPlan = dict[Phase, tuple[PlannedWork | None, ...]]
 
@@ -323,7 +330,8 @@ WorkPlan = dict[Phase, tuple[PlannedWork | None, ...]]
 def work_plan(hooked: frozenset[Work], constants: ConstantFacts = frozenset()) -> WorkPlan:
     """For each phase and each stage of it, the next work item with something to do.
 
-    ``hooked`` are the hook points that have hooks in a run; the others are left out of the plan
+    ``hooked`` are the optional work items (``OPTIONAL_WORK``) that have something to do in a run:
+    hook points with hooks, guard points with guardrails; the others are left out of the plan
     (``None``: the phase's work is done), and so is work that one of the ``constants`` always skips.
     Positions are those of ``PHASE_WORK``, so a snapshot's ``stage`` means the same whatever
     hooks the run that resumes it has.
@@ -334,13 +342,12 @@ def work_plan(hooked: frozenset[Work], constants: ConstantFacts = frozenset()) -
         items = PHASE_WORK.get(phase, ())
         todo: list[PlannedWork] = []
         for i, item in enumerate(items):
-            skip = SKIP_WORK.get(item)
-            if skip is not None and skip[0] in values:
-                if values[skip[0]] is skip[1]:
-                    continue  # always skipped
-                skip = None  # never skipped
-            if item not in HOOK_POINTS or item in hooked:
-                todo.append((i, item, skip))
+            skips = SKIP_WORK.get(item, ())
+            if any(values.get(fact) is value for fact, value in skips):
+                continue  # always skipped
+            left = tuple((fact, value) for fact, value in skips if fact not in values)  # the others never skip it
+            if item not in OPTIONAL_WORK or item in hooked:
+                todo.append((i, item, left or None))
         plan[phase] = tuple(next((w for w in todo if w[0] >= stage), None) for stage in range(len(items) + 1))
     return plan
 

@@ -43,6 +43,7 @@ from agentfsm.events import (
     CallChanged,
     DecisionTaken,
     Event,
+    GuardrailChecked,
     HookRan,
     ModelEnded,
     ModelFailed,
@@ -336,6 +337,19 @@ class _RunTrace:
                 attributes["error.type"] = _error_type(event.error)
             self._agent.add_event("agentfsm.hook", attributes, _ns(event.at))
 
+    def _guardrail(self, event: GuardrailChecked) -> None:
+        if self._agent is not None:
+            attributes: dict[str, Any] = {
+                "agentfsm.guardrail.point": event.point,
+                "agentfsm.guardrail.subject": event.subject,
+                "agentfsm.guardrail.passed": list(event.passed),
+                "agentfsm.guardrail.rewrites": [name for name, _ in event.rewrites],
+            }
+            if event.tripped is not None:
+                attributes["agentfsm.guardrail.tripped"] = event.tripped
+                attributes["agentfsm.guardrail.on_trip"] = event.on_trip
+            self._agent.add_event("agentfsm.guardrail", attributes, _ns(event.at))
+
     def _decision(self, event: DecisionTaken) -> None:
         if self._agent is not None:
             attributes: dict[str, Any] = {
@@ -526,6 +540,7 @@ _HANDLERS: Mapping[type, Callable[[_RunTrace, Any], None]] = {
     CallChanged: _RunTrace._call_transition,
     HookRan: _RunTrace._hook,
     DecisionTaken: _RunTrace._decision,
+    GuardrailChecked: _RunTrace._guardrail,
     RunResumed: _RunTrace._resumed,
     RunPaused: _RunTrace._paused,
     RunEnded: _RunTrace._run_ended,

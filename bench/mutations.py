@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agentfsm import Agent, State, hook, tool  # noqa: E402
+from agentfsm import Agent, GuardrailResult, State, guardrail, hook, tool  # noqa: E402
 from agentfsm._core import decisions as core_decisions  # noqa: E402
 from agentfsm._core import resume as core_resume  # noqa: E402
 from agentfsm._core import runtime  # noqa: E402
@@ -82,6 +82,24 @@ def noted(state: State) -> None:
     """A hook that does nothing: its firings are what is checked."""
 
 
+@guardrail("input")
+def input_passes(messages: Any) -> GuardrailResult:
+    """Let every conversation through: its checks are what is checked."""
+    return GuardrailResult.passed()
+
+
+@guardrail("tool_call")
+def call_passes(call: Any) -> GuardrailResult:
+    """Let every call through."""
+    return GuardrailResult.passed()
+
+
+@guardrail("output")
+def answer_passes(answer: Any) -> GuardrailResult:
+    """Let every answer through."""
+    return GuardrailResult.passed()
+
+
 def runtime_agents() -> dict[str, Agent]:
     """The fixed agents runtime mutants are checked on; each passes unmutated."""
     return {
@@ -99,6 +117,13 @@ def runtime_agents() -> dict[str, Agent]:
         ),
         "payments": Agent(chat_generator=_model(), tools=[pay], confirmation_strategies={"pay": _confirm()}),
         "one_step": Agent(chat_generator=_model(), tools=[add], max_agent_steps=1),
+        "guarded": Agent(
+            chat_generator=_model(),
+            tools=[add, pay],
+            exit_conditions=["text", "pay"],
+            guardrails=[input_passes, call_passes, answer_passes],
+            confirmation_strategies={"pay": _confirm()},
+        ),
         "hooked": Agent(
             chat_generator=_model(),
             tools=[add, pay],
@@ -262,6 +287,18 @@ def _skip_the_ask_edge(stack: contextlib.ExitStack) -> None:
     _set(stack, runtime, "_CALL_MOVES", moves)
 
 
+def _skip_guardrails_after_a_resume(stack: contextlib.ExitStack) -> None:
+    for item in (Work.GUARD_INPUT, Work.GUARD_CALLS, Work.GUARD_RESULTS, Work.GUARD_OUTPUT):
+        original = runtime._DO[item]
+
+        def guard(run: runtime.AgentRun, work: Work, original: Any = original) -> Any:
+            if any(r.trigger == "resume" for r in run.trace):  # a resumed run forgets its guardrails
+                return None
+            return original(run, work)
+
+        _set_item(stack, runtime._DO, item, guard)
+
+
 RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R1": ("skip the after_run hooks", _skip_work(Work.AFTER_RUN)),
     "R2": ("skip the before_run hooks", _skip_work(Work.BEFORE_RUN)),
@@ -286,6 +323,7 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R21": ("skip the on_exit hooks", _skip_work(Work.ON_EXIT)),
     "R22": ("skip on_exit on one exit (after a tool's result)", _skip_on_exit_after_a_tool_step),
     "R23": ("skip a call edge (a covered call is asked about without leaving ready)", _skip_the_ask_edge),
+    "R24": ("skip the guardrails after a resume", _skip_guardrails_after_a_resume),
 }
 
 

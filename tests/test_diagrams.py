@@ -160,7 +160,7 @@ def test_svg_and_png_render_to_read_on_a_page() -> None:
     labels = re.findall(r'label="([^"]*)"', dot)  # type: ignore[arg-type]
     lines = [line for label in labels for line in label.split("\\n")]
     assert max(map(len, lines)) <= 36, "long guards wrap instead of widening the page"
-    assert "3 continue_run" in lines, "a trigger has a line of its own"
+    assert "5 continue_run" in lines, "a trigger has a line of its own"
 
 
 def test_missing_renderer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

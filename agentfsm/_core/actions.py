@@ -1,7 +1,7 @@
 """What a run asks its driver to do next, as data: ``AgentRun.next_action`` returns one of these.
 
 The driver performs the action and reports the result back to the run (``model_replied``,
-``tools_ran``, ``decided``, ``hooks_ran``); a ``Pause``, ``Finish`` or ``Fail`` ends the driving.
+``tools_ran``, ``decided``, ``hooks_ran``, ``guardrails_checked``); a ``Pause``, ``Finish`` or ``Fail`` ends the driving.
 Each driver handles every kind (a new one a driver does not handle fails type checking:
 ``assert_never``).
 """
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentfsm._core.phases import Work
+    from agentfsm.guardrails import Guardrail
     from agentfsm.hitl.strategies import Decider
     from agentfsm.hooks import Hook
     from agentfsm.messages import ChatMessage
@@ -75,6 +76,21 @@ class RunHooks:
     context: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CheckGuardrails:
+    """Show each subject's value to the point's guardrails, in order, then ``guardrails_checked`` with the verdicts.
+
+    ``agentfsm.guardrails.check_sync`` / ``check_async`` perform it (each driver calls one): what a
+    rewrite or a tripwire does to the run is the run's, once it is reported.
+    """
+
+    point: str
+    #: What is checked: (subject, value) pairs: ``("input", messages)``, ``("output", answer)``, a call's
+    #: key with its ``ToolCall`` or its ``ToolCallResult``.
+    subjects: list[tuple[str, Any]]
+    guardrails: tuple[Guardrail, ...]
+
+
 @dataclass(slots=True)
 class Pause:
     """A breakpoint matched; the driver raises ``BreakpointException`` with this snapshot."""
@@ -96,4 +112,4 @@ class Fail:
     error: BaseException
 
 
-Action = CallModel | RunTools | Confirm | RunHooks | Pause | Finish | Fail
+Action = CallModel | RunTools | Confirm | RunHooks | CheckGuardrails | Pause | Finish | Fail

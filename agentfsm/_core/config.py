@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from agentfsm.breakpoints import Breakpoint
     from agentfsm.cancellation import RunHandle
     from agentfsm.events import EventHandler
+    from agentfsm.guardrails import Guardrail, GuardrailPoint
     from agentfsm.hooks import Hook
     from agentfsm.limits import UsageLimits
     from agentfsm.loops import LoopDetection
@@ -70,3 +71,5 @@ class RunConfig:
     #: The run may find tool calls that started before a crash and have no result (it resumes from a
     #: snapshot recorded while its tools ran, or it is durable): it reads ``calls_in_doubt``.
     recovers: bool = False
+    #: The guardrails of each point that has some (``Agent(guardrails=...)``, ``agentfsm.slices.guardrails``).
+    guardrails: Mapping[GuardrailPoint, tuple[Guardrail, ...]] = field(default_factory=dict)

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iter
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.actions import CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.iterating import Outbox, Result, ran
 from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
@@ -35,6 +35,7 @@ from agentfsm.errors import (
 )
 from agentfsm.events import Event
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.guardrails import check_async, check_sync
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hooks import Hook, accepts, hook_name
 from agentfsm.logs import logger
@@ -459,6 +460,8 @@ def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drive
                     decisions = ask_strategies(run, action)
                     yield from _drained(outbox)
                     run.decided(decisions)
+                case CheckGuardrails():
+                    run.guardrails_checked(check_sync(action))
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:
@@ -653,6 +656,8 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                             for c, s in action.asked()
                         ]
                     )
+                case CheckGuardrails():
+                    run.guardrails_checked(await check_async(action))
                 case Pause():
                     paused = pause_exception(action.snapshot, save_pause)
                     if emitter is not None:

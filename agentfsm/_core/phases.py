@@ -82,6 +82,14 @@ class Work(StrEnum):
     #: The model repeats itself (``loop_detected``): the ``on_loop`` hooks, then ``LoopDetection``'s consequence.
     ON_LOOP = "on_loop"
     AFTER_RUN = "after_run"
+    #: The input guardrails check the messages the model call is about to read (``slices.guardrails``).
+    GUARD_INPUT = "guard_input"
+    #: The tool-call guardrails check the checked calls, before they are confirmed or run.
+    GUARD_CALLS = "guard_calls"
+    #: The tool-result guardrails check the step's results, before the model reads them.
+    GUARD_RESULTS = "guard_results"
+    #: The output guardrails check the final answer, before it leaves the run.
+    GUARD_OUTPUT = "guard_output"
     ON_ERROR = "on_error"
     #: Hand the caller the result (the last work of a finished run: it is never done).
     FINISH = "finish"
@@ -110,14 +118,17 @@ HOOK_POINTS: tuple[Work, ...] = (
 #: ``after_llm`` around the model call, ``before_tool`` before the calls are checked (so what is
 #: confirmed and run is what the hooks left), ``after_tool`` once the step's results are in,
 #: ``on_exit`` when an exit condition is met (the exit is read again after it), ``on_loop`` when the
-#: model repeats itself, ``after_run`` on entering DONE, ``on_error`` on entering FAILED.
+#: model repeats itself, ``after_run`` on entering DONE, ``on_error`` on entering FAILED. The
+#: guardrails come last before what they guard: the input's after ``before_llm`` (what the hooks
+#: left is what the model reads), the calls' once they are checked, the results' after
+#: ``after_tool``, the answer's after ``on_exit`` and ``on_loop``.
 PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.IDLE: (Work.BEFORE_RUN,),
-    Phase.LLM_CALL: (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM),
-    Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS),
+    Phase.LLM_CALL: (Work.BEFORE_LLM, Work.GUARD_INPUT, Work.CALL_MODEL, Work.AFTER_LLM),
+    Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS, Work.GUARD_CALLS),
     Phase.CONFIRM: (Work.DECIDE,),
-    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL),
-    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP),
+    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS),
+    Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP, Work.GUARD_OUTPUT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
     Phase.FAILED: (Work.ON_ERROR, Work.RAISE_ERROR),

@@ -25,13 +25,13 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, cast
 
 from agentfsm._core import listeners
-from agentfsm._core.actions import Action, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.actions import Action, CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.config import RunConfig
 from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
 from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import ConfigurationError, IterationStoppedError, MachineError, ModelClientError
-from agentfsm.events import CallChanged, DecisionTaken, Event, PhaseChanged, RunResumed, RunWarning
+from agentfsm.events import CallChanged, DecisionTaken, Event, GuardrailChecked, PhaseChanged, RunResumed, RunWarning
 from agentfsm.limits import reported_counts
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -63,6 +63,7 @@ from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, wit
 from agentfsm.pauses import BreakpointHit, PauseReason
 from agentfsm.serialization import brief
 from agentfsm.slices import doubt
+from agentfsm.slices import guardrails as guardrails_slice
 from agentfsm.slices import limits as limits_slice
 from agentfsm.slices.cancel import NOT_CANCELLED
 from agentfsm.slices.output import FINAL_ANSWER_TOOL
@@ -72,6 +73,7 @@ from agentfsm.tools.tool import IDEMPOTENCY_KEY, Tool, idempotency_key
 
 if TYPE_CHECKING:
     from agentfsm.decisions import ToolExecutionDecision
+    from agentfsm.guardrails import GuardrailVerdict
     from agentfsm.hitl.strategies import Decider
     from agentfsm.result import AgentResult
     from agentfsm.snapshot import AgentSnapshot
@@ -162,7 +164,7 @@ class AgentRun(RunFacts):
         #: The facts this run cannot change (``Slice.constants``): its plan and table leave them out.
         self.constants = constant_facts(config, state.data)
         #: What each phase still has to do from each stage, in this run (hook points without hooks left out).
-        self._plan = work_plan(frozenset(config.hooks), self.constants)
+        self._plan = work_plan(frozenset(config.hooks) | guardrails_slice.guarded_work(config), self.constants)
         #: The table compiled for this run's configuration.
         self._dispatch = dispatch_for(self.constants)
         #: The guarded interrupts read between transitions; ``cancel`` only once the run's handle is
@@ -173,6 +175,8 @@ class AgentRun(RunFacts):
         self.task_cancelled_flag = False
         #: The output type's check of the answer, for the conversation's version it was made for (``slices.output``).
         self.output_check: tuple[tuple[int, int], tuple[Any, list[str]] | None] | None = None
+        #: The verdict of the guardrail whose tripwire fired in the phase's work, until the run leaves it (``slices.guardrails``).
+        self.guardrail_trip: GuardrailVerdict | None = None
         #: When this run object started the wall clock (epoch seconds): a new run's first start.
         self.clock_started: float | None = None
         self._fingerprint = fingerprint
@@ -223,8 +227,8 @@ class AgentRun(RunFacts):
                 continue
             # The next item of the phase's work: work that needs I/O becomes an action for the driver
             # (its report completes it, ``_complete``); the rest is done here.
-            self.stage, item, skip = upcoming
-            if skip is not None and getattr(self, skip[0]) is skip[1]:
+            self.stage, item, skips = upcoming
+            if skips is not None and self._skipped(skips):
                 self._complete()
                 continue
             action = _DO[item](self, item)
@@ -233,6 +237,13 @@ class AgentRun(RunFacts):
                 continue
             self._awaiting = item
             return action
+
+    def _skipped(self, skips: tuple[tuple[str, bool], ...]) -> bool:
+        """Whether a fact that skips the work item (``SKIP_WORK``) has the value that does."""
+        for name, value in skips:  # noqa: SIM110 (a loop, not any() over a generator: read at every step)
+            if getattr(self, name) is value:
+                return True
+        return False
 
     def _complete(self) -> None:
         """The current work item is done (here, or by the driver, whose report says so): the phase's work goes on."""
@@ -270,6 +281,9 @@ class AgentRun(RunFacts):
         # A call is undecided only when a strategy covers it (prepare_calls), so each has one.
         table = self.config.confirmation
         return Confirm(undecided, [cast("Decider", table.strategy_for(c.call.tool_name)) for c in undecided])
+
+    def _guard(self, item: Work) -> CheckGuardrails | None:
+        return guardrails_slice.check_action(self, item)
 
     def _clear_continue(self, item: Work) -> None:
         self.state.set("continue_run", False)
@@ -439,6 +453,25 @@ class AgentRun(RunFacts):
         if self.config.observers:
             self._tell(None)
 
+    def guardrails_checked(self, verdicts: Sequence[GuardrailVerdict]) -> None:
+        """Record what a point's guardrails made of its values (``CheckGuardrails``): rewrites, and the tripwire.
+
+        What each verdict does is the slice's (``agentfsm.slices.guardrails.apply_verdicts``); the
+        edge a tripwire takes is chosen once the phase's work is done, as every edge is.
+        """
+        item = self._awaiting
+        if item is None or item not in guardrails_slice.POINT_OF:
+            raise MachineError(
+                f"guardrails_checked answers a CheckGuardrails action; the run is in {self.phase.value}."
+            )
+        point = guardrails_slice.POINT_OF[item]
+        verdicts = list(verdicts)
+        guardrails_slice.apply_verdicts(self, point, verdicts)
+        if self.records_events:
+            for v in verdicts:
+                self._events.append(GuardrailChecked.of(self.run_id, self.step, time.time(), point, v))
+        self._complete()
+
     def hooks_ran(self, point: Work) -> None:
         """Record that the hooks of ``point`` ran.
 
@@ -508,6 +541,11 @@ class AgentRun(RunFacts):
                 self.move_call(c, "in_doubt")
                 if c.key not in decided and doubt.runs_again_after_crash(c):
                     self.move_call(c, "rerun")
+
+    def settle_call(self, call: PreparedCall, trigger: str, error: Exception) -> None:
+        """Give a call that does not run ``error`` as its outcome, and move it along ``trigger`` (a guardrail's ``block``)."""
+        call.outcome = CallOutcome(error=error)
+        self.move_call(call, trigger)
 
     def move_call(self, call: PreparedCall, trigger: str) -> None:
         """Move a pending call along its declared edge ``trigger`` (``CALL_TRANSITIONS``).
@@ -705,6 +743,7 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     Work.RUN_TOOLS: AgentRun._run_tools,
     Work.DECIDE: AgentRun._decide,
     Work.CLEAR_CONTINUE: AgentRun._clear_continue,
+    **dict.fromkeys(guardrails_slice.POINT_OF, AgentRun._guard),
     Work.FINISH: AgentRun._finish,
     Work.REPORT_PAUSE: AgentRun._report_pause,
     Work.RAISE_ERROR: AgentRun._raise_error,

@@ -14,6 +14,7 @@ from agentfsm.events import (
     CallChanged,
     DecisionTaken,
     Event,
+    GuardrailChecked,
     HookRan,
     ModelFailed,
     PhaseChanged,
@@ -156,6 +157,9 @@ def _event_line(event: Event) -> str | None:
             return f"{at} tool {event.tool} for {event.call} " + (
                 f"raised {event.error}" if event.error else "returned"
             )
+        case GuardrailChecked() if event.tripped or event.rewrites:
+            done = f"tripped ({event.tripped}: {event.reason})" if event.tripped else "rewrote it"
+            return f"{at} {event.point} guardrails on {event.subject}: {done}"
         case DecisionTaken():
             verb = "execute" if event.decision.get("execute") else "do not execute"
             return f"{at} decision for {event.call}: {verb} {_decision_details(event.decision)}".rstrip()

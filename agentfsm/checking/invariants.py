@@ -17,7 +17,7 @@ from typing import Any, overload
 from agentfsm.checking.record import RecordedRun
 from agentfsm.checking.scenario import MAX_SEGMENTS
 from agentfsm.errors import ConfigurationTypeError
-from agentfsm.events import CallChanged, HookRan, PhaseChanged
+from agentfsm.events import CallChanged, GuardrailChecked, HookRan, PhaseChanged, value_digest
 from agentfsm.machine import (
     CALL_TRANSITIONS,
     HOOK_POINTS,
@@ -331,12 +331,66 @@ def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, f
         hooks = run.hooked.get(point.value, 0)
         if not hooks:
             continue
-        skip = SKIP_WORK.get(point)
-        if skip is not None and facts.get(skip[0], skip[1]) is skip[1]:
+        if any(facts.get(fact, value) is value for fact, value in SKIP_WORK.get(point, ())):
             continue  # skipped, or the edge does not say whether it was
         if fired[point.value] < hooks:
             missed.append(point.value)
     return missed
+
+
+def _answer(messages: list[ChatMessage], exit_reason: str) -> Any:
+    """The answer a run that ended on ``exit_reason`` gives, as its output guardrails are shown it."""
+    if exit_reason == "text":
+        return messages[-1].text or ""
+    name = exit_reason.removeprefix("tool:")
+    for message in reversed(messages):
+        if name == "final_answer":
+            found = [c for c in message.tool_calls if c.tool_name == name]
+            if found:
+                return dict(found[-1].arguments)
+        elif (
+            message.role is ChatRole.TOOL
+            and message.tool_call_result is not None
+            and message.tool_call_result.origin.tool_name == name
+        ):
+            return message.tool_call_result.result
+    return None
+
+
+def _guarded(run: RecordedRun) -> Verdict:
+    points = set(run.guarded)
+    if not points:
+        return True
+
+    def passed(point: str, segment: int) -> set[tuple[str, str]]:
+        """What the point's guardrails let go on in the segments up to ``segment``: (subject, digest)."""
+        return {
+            (e.subject, e.digest)
+            for s in run.segments[: segment + 1]
+            for e in s.events
+            if isinstance(e, GuardrailChecked) and e.point == point and e.tripped is None
+        }
+
+    if "input" in points:
+        for model_input in run.model_inputs:
+            if ("input", value_digest(model_input.messages)) not in passed("input", model_input.segment):
+                return (
+                    f"the model was called at step {model_input.step} (segment {model_input.segment}) with a "
+                    f"conversation no input guardrail passed ({_segments(run)})"
+                )
+    if "tool_call" in points:
+        for execution in run.tool_executions:
+            if execution.call_key not in {subject for subject, _ in passed("tool_call", execution.segment)}:
+                return (
+                    f"{execution.tool_name} ran for call {execution.call_key} at step {execution.step} without its "
+                    f"tool-call guardrails having passed it ({_segments(run)})"
+                )
+    exit_reason = (run.result or {}).get("exit_reason") or ""
+    if "output" in points and run.ending == "DONE" and (exit_reason == "text" or exit_reason.startswith("tool:")):
+        answer = _answer(run.state.get("messages") or [], exit_reason)
+        if ("output", value_digest(answer)) not in passed("output", len(run.segments)):
+            return f"the run ended on an answer ({exit_reason}) no output guardrail passed ({_segments(run)})"
+    return True
 
 
 ENDS_WITHIN_BOUND = Invariant(
@@ -387,6 +441,13 @@ HOOKS_FIRE = Invariant(
     _hooks_fire,
 )
 
+GUARDED = Invariant(
+    "guarded",
+    "No model call reads a conversation, no call runs, and no answer leaves the run without the agent's "
+    "guardrails of that point having passed it on that path: across pauses, crashes and resumes.",
+    _guarded,
+)
+
 #: Every built-in invariant, in the order they are checked.
 BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     ENDS_WITHIN_BOUND,
@@ -397,4 +458,5 @@ BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     CONFIRMED_CALLS_APPROVED,
     NO_DOUBLE_EFFECT,
     RESUME_EQUIVALENT,
+    GUARDED,
 )

@@ -119,6 +119,8 @@ class RecordedRun:
     max_agent_steps: int = 0
     #: How many hooks the checked agent has at each hook point.
     hooked: dict[str, int] = field(default_factory=dict)
+    #: The points the checked agent has guardrails at (``input``, ``output``, ``tool_call``, ``tool_result``).
+    guarded: tuple[str, ...] = ()
 
     @property
     def trace(self) -> list[TransitionRecord]:

@@ -207,6 +207,7 @@ def execute(
     world.menus = subject.menus
     world.fitting_answer = fitting_answer(subject.agent)
     world.record.hooked = subject.hooked
+    world.record.guarded = tuple(subject.agent._guardrails)
     world.record.max_agent_steps = subject.agent.max_agent_steps
     agent = subject.prepared(world)
     break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None

@@ -18,7 +18,7 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.actions import CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
 from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import BufferRelay, progress_calls
@@ -27,6 +27,7 @@ from agentfsm._core.runtime import AgentRun, bad_model_output
 from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.generators.base import ChatGenerator
+from agentfsm.guardrails import GuardrailVerdict, check_sync
 from agentfsm.machine import CANNOT_FAIL, TERMINAL_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage
 from agentfsm.serialization import serialize_value
@@ -36,7 +37,7 @@ from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome, PreparedCall
 
 
-def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict[str, Any]:
+def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict[str, Any]:  # noqa: PLR0915 (one match over every kind of action, as in steps_sync)
     """Perform a run's I/O as steps until it finishes or pauses: the workflow's output.
 
     ``{"done": result}`` for a finished run (its result as data), ``{"paused": snapshot}`` for a
@@ -69,6 +70,9 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)
+                case CheckGuardrails():
+                    verdicts = steps.run(f"guardrails:{action.point}", functools.partial(_guardrails, action))
+                    run.guardrails_checked([GuardrailVerdict.from_dict(v) for v in verdicts])
                 case RunHooks():
                     ran: list[bool] = []
                     record = steps.run(
@@ -113,6 +117,10 @@ def _call_model(generator: ChatGenerator, action: CallModel, emitter: Emitter | 
     if not isinstance(replies, list) or not replies or not all(isinstance(r, ChatMessage) for r in replies):
         raise bad_model_output(output)
     return {"replies": [r.to_dict() for r in replies]}
+
+
+def _guardrails(action: CheckGuardrails) -> list[dict[str, Any]]:
+    return [v.to_dict() for v in check_sync(action)]
 
 
 def _confirm(run: AgentRun, action: Confirm) -> list[dict[str, Any] | None]:

@@ -95,6 +95,13 @@ class PreparedCall:
     reporter: ProgressReporter | None = None
 
 
+def blocked(outcome: CallOutcome | None) -> bool:
+    """Whether ``outcome`` is a tool-call guardrail's refusal (the call never ran), as given or restored from a snapshot."""
+    return (
+        outcome is not None and outcome.error is not None and error_type_name(outcome.error) == "ToolCallBlockedError"
+    )
+
+
 class RecordedToolError(Exception):
     """An exception a tool raised before the run was paused, restored from a snapshot."""
 
@@ -453,7 +460,7 @@ class ToolInvoker:
         counts: dict[str, int] = dict(state.data.get("tool_call_counts") or {})
         for c in calls:
             result = self._result(c, state)
-            if c.status is CALL_DONE and c.tool is not None and not c.tool.is_answer:
+            if c.status is CALL_DONE and c.tool is not None and not c.tool.is_answer and not blocked(c.outcome):
                 counts[c.tool.name] = counts.get(c.tool.name, 0) + 1
             meta = {} if c.decision is None else {"confirmation": c.decision.to_dict()}
             messages.append(ChatMessage(ChatRole.TOOL, (result,), None, meta))
@@ -465,6 +472,8 @@ class ToolInvoker:
         if c.status is not CALL_DONE or c.outcome is None or c.tool is None:
             return self._result_without_run(c)  # most calls ran: theirs is read below
         tool, outcome = c.tool, c.outcome
+        if blocked(outcome):  # it never ran: a guardrail's reason is its result, never raised
+            return ToolCallResult(str(outcome.error), c.call, error=True)
         if outcome.error is not None and self.raise_on_failure and isinstance(outcome.error, ToolTimeoutError):
             raise outcome.error
         if outcome.error is not None:

@@ -277,6 +277,43 @@ def agent_runs_edges(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> set[tu
     return edges
 
 
+def _trips(point: Any, on_trip: Any = "end", rewrite: Any = None) -> Any:
+    from agentfsm.guardrails import GuardrailResult, guardrail
+
+    @guardrail(point, on_trip=on_trip, name=f"no_{point}")
+    def check(value: Any) -> GuardrailResult:
+        if rewrite is not None:
+            return GuardrailResult.rewrite(rewrite, "rewritten")
+        return GuardrailResult.tripwire("refused")
+
+    return check
+
+
+def guardrail_runs() -> set[tuple[Phase, str, Phase]]:
+    """Runs a guardrail's tripwire ends at each point, and runs whose refused answer goes back to the model."""
+    edges: set[tuple[Phase, str, Phase]] = set()
+    script = [calls(call("add", "a1", a=1, b=2)), "done", "again"]
+    for point in ("input", "tool_call", "tool_result", "output"):
+        agent = Agent(chat_generator=ScriptedChatGenerator(script), tools=[add], guardrails=[_trips(point)])
+        result = agent.run(USER)
+        assert result.exit_reason == f"guardrail:no_{point}"
+        edges |= _edges_of(result)
+    refusing = [_trips("output", "model")]
+    for options in ({"max_agent_steps": 2}, {"usage_limits": UsageLimits(requests=1)}):
+        agent = Agent(chat_generator=ScriptedChatGenerator(["no", "no"]), guardrails=refusing, **options)
+        edges |= _edges_of(agent.run(USER))
+    return edges
+
+
+def guardrail_call_runs() -> None:
+    """Calls a guardrail refuses (ready, or waiting for a decision), and calls it rewrites with arguments that do not fit."""
+    for strategies in (None, {"add": BreakpointConfirmationStrategy(None)}):
+        for guard in (_trips("tool_call", "model"), _trips("tool_call", rewrite={"a": "x", "b": 1})):
+            model = ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"])
+            agent = Agent(chat_generator=model, tools=[add], guardrails=[guard], confirmation_strategies=strategies)
+            assert agent.run(USER)["last_message"].text == "done"
+
+
 def cancelled_runs() -> None:
     """Runs cancelled as they enter each active phase, by a hook of the phase before (or before they start)."""
     from agentfsm import RunCancelled, RunHandle
@@ -304,7 +341,7 @@ def cancelled_runs() -> None:
 
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
-    taken = agent_runs_edges(caplog, tmp_path)
+    taken = agent_runs_edges(caplog, tmp_path) | guardrail_runs()
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         in_doubt_runs(caplog)
         cancelled_runs()
@@ -398,6 +435,7 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, mon
     monkeypatch.setattr(AgentRun, "move_call", recording)
     in_doubt_runs(caplog)
     confirmed_runs()
+    guardrail_call_runs()
     released = threading.Event()
 
     @tool(timeout=0.05)
@@ -489,8 +527,9 @@ def test_edge_labels_are_written_from_their_guards() -> None:
         else:
             assert t.condition == t.note
     assert DISPATCH.next(Phase.EXIT_CHECK, Facts(steps_left=False)).label == (
-        # loop_stop (LoopDetection(then="stop")) comes second: the edges after it read its fact.
-        "max_steps [no stop asked, no loop to stop, no exit condition met, max_agent_steps reached]"
+        # loop_stop (LoopDetection(then="stop")) and the guardrails' rules come first: the edges after them read their facts.
+        "max_steps [no stop asked, no guardrail tripped, no loop to stop, no answer refused, max_agent_steps reached, "
+        "no exit condition met]"
     )
 
 
@@ -512,11 +551,14 @@ def test_edges_into_done_say_the_exit_reason() -> None:
         "max_steps": "max_agent_steps",
         "usage_limit": "usage_limit:{usage_limit}",
         "continue_limited": "usage_limit:{usage_limit}",
+        "guardrail_tripped": "guardrail:{guardrail}",
+        "guardrail_capped": "guardrail:{guardrail}",
+        "guardrail_limited": "guardrail:{guardrail}",
     }
 
 
 CONSTANT_SETS = [
-    frozenset({("stop_requested", False), ("continue_requested", False)}),
+    frozenset({("stop_requested", False), ("continue_requested", False), ("guardrail_tripped", False)}),
     frozenset({("needs_confirmation", False), ("strategy_paused", False)}),
     frozenset(
         {
@@ -573,6 +615,6 @@ def test_the_tables_are_checked_against_what_the_run_works_out() -> None:
     with pytest.raises(MachineError, match="calls_in_doubt"):
         check_facts_readable(Forgetful)
     with pytest.raises(MachineError, match="stop_asked"):
-        check_skip_work({Work.CALL_MODEL: ("stop_asked", True)})
+        check_skip_work({Work.CALL_MODEL: (("stop_asked", True),)})
     with pytest.raises(MachineError, match="why"):
         check_exit_reasons([Transition("stop", Phase.IDLE, Phase.DONE, exit_reason="{why}")])

@@ -168,7 +168,26 @@ FLAT_TABLE: list[tuple[str, str, str, dict[str, bool], str | None]] = [
 #: The edges slices added since the flat table, (trigger, source, dest, exit reason), each with the
 #: facts that take it ahead of the flat table's edge. A slice that adds a rule adds it here.
 ADDED_SINCE_FLAT: dict[tuple[str, Phase, Phase, str | None], Callable[[Any], bool]] = {
+    # The guardrails' tripwire (agentfsm.slices.guardrails), second only to a hook's stop.
+    **{
+        ("guardrail_tripped", phase, Phase.DONE, "guardrail:{guardrail}"): lambda f: (
+            f.guardrail_tripped and not f.stop_requested
+        )
+        for phase in (Phase.LLM_CALL, Phase.EXIT_CHECK)
+    },
+    **{
+        ("guardrail_tripped", phase, Phase.DONE, "guardrail:{guardrail}"): lambda f: f.guardrail_tripped
+        for phase in (Phase.TOOL_PENDING, Phase.TOOL_RUN)
+    },
     ("loop_stop", Phase.EXIT_CHECK, Phase.DONE, "loop_detected"): lambda f: f.loop_ends_run and not f.stop_requested,
+    # An answer an output guardrail refused goes back to the model while it may go on.
+    ("guardrail_capped", Phase.EXIT_CHECK, Phase.DONE, "guardrail:{guardrail}"): lambda f: (
+        f.answer_refused and not f.stop_requested and not f.steps_left
+    ),
+    ("guardrail_limited", Phase.EXIT_CHECK, Phase.DONE, "guardrail:{guardrail}"): lambda f: (
+        f.answer_refused and not f.stop_requested and f.usage_limit_reached
+    ),
+    ("guardrail_retry", Phase.EXIT_CHECK, Phase.LLM_CALL, None): lambda f: f.answer_refused and not f.stop_requested,
 }
 
 
@@ -207,7 +226,9 @@ def test_each_phase_reads_its_rules_in_order_and_no_label_names_more_than_three_
     exit_check = sorted((r for r in RULES if r.source is Phase.EXIT_CHECK), key=lambda r: r.order)
     assert [r.trigger for r in exit_check] == [
         "stop",
+        "guardrail_tripped",
         "loop_stop",
+        "guardrail_retry",
         "continue_run",
         "output_failed",
         "output_retry",
@@ -275,6 +296,8 @@ def test_an_agents_rules_leave_out_what_its_constants_rule_out_and_pass_through_
             ("output_invalid", False),
             ("output_retries_left", False),
             ("usage_limit_reached", False),
+            ("guardrail_tripped", False),
+            ("answer_refused", False),
         }
     )
     kept = specialise_rules(RULES, constants)
