@@ -37,8 +37,12 @@ from agentfsm.tools.invoker import key_of
 
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
-#: version 3 ``seq`` (``None`` in older files), version 4 ``trace_context`` (``None`` in older files).
-SNAPSHOT_FORMAT_VERSION = 4
+#: version 3 ``seq`` (``None`` in older files), version 4 ``trace_context`` (``None`` in older files),
+#: version 5 the input guardrails' work item, second in LLM_CALL (an older stage past it moves one on).
+SNAPSHOT_FORMAT_VERSION = 5
+#: The work items a version inserted into a phase's work (``PHASE_WORK``), and where: an older
+#: snapshot's ``stage`` at or past that position is moved on, so that it resumes at the same item.
+_INSERTED_WORK: tuple[tuple[int, str, int], ...] = ((5, Phase.LLM_CALL.value, 1),)
 
 #: How deep a snapshot's JSON may nest. It holds State values of up to ``MAX_VALUE_DEPTH`` levels
 #: (three JSON levels each, at most, when tagged), and stays within what pydantic-core writes.
@@ -126,8 +130,16 @@ class AgentSnapshot(BaseModel):
     @classmethod
     def _migrate(cls, data: Any) -> Any:
         # Version 1 had no stage: its snapshots were all taken at the start of a phase's work.
-        if isinstance(data, dict) and type(data.get("format_version")) is int and data["format_version"] == 1:
+        if not isinstance(data, dict) or type(data.get("format_version")) is not int:
+            return data
+        if data["format_version"] == 1:
             data = {**data, "format_version": 2, "stage": 0}
+        stage = data.get("stage")
+        if type(stage) is int:
+            older = [p for v, phase, p in _INSERTED_WORK if data["format_version"] < v and data.get("phase") == phase]
+            moved = stage + sum(1 for position in older if stage >= position)
+            if moved != stage:
+                data = {**data, "stage": moved}
         return data
 
     @field_validator("format_version")

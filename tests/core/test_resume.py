@@ -27,9 +27,11 @@ from agentfsm import (
     ToolBreakpoint,
     Toolset,
 )
+from agentfsm._core.phases import PHASE_WORK, Work
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.snapshot import SNAPSHOT_FORMAT_VERSION
 from agentfsm.testing import (
     ResumeDivergence,
     assert_resume_equivalent,
@@ -177,7 +179,7 @@ def test_snapshot_file_path_writes_a_readable_file(tmp_path: Path) -> None:
     assert exc.snapshot_file_path is not None
     path = Path(exc.snapshot_file_path)
     assert path.parent == tmp_path and path.name.endswith("_0002_TOOL_RUN.json")
-    assert path.read_text().startswith('{\n  "format_version": 4,')
+    assert path.read_text().startswith(f'{{\n  "format_version": {SNAPSHOT_FORMAT_VERSION},')
     assert AgentSnapshot.from_file(path) == exc.snapshot
     assert str(path) in str(exc)
 
@@ -400,7 +402,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "snapshots"
 )
 def test_format_3_snapshots_of_every_pause_load_typed_and_resume(name: str, kind: type, decisions: list[Any]) -> None:
     snapshot = AgentSnapshot.from_file(FIXTURES / name)
-    assert snapshot.format_version == 4 and isinstance(snapshot.pause, kind)
+    assert snapshot.format_version == SNAPSHOT_FORMAT_VERSION and isinstance(snapshot.pause, kind)
     assert snapshot.pause.to_dict() == snapshot.break_point, "the typed reason serializes as it was stored"
     confirming = {"add": BreakpointConfirmationStrategy(None)} if kind is AwaitingDecision else {}
     agent = Agent(
@@ -418,3 +420,20 @@ def test_a_pause_reason_without_its_facts_is_a_snapshot_error() -> None:
     del data["break_point"]["tool_call_ids"]
     with pytest.raises(SnapshotError, match="break_point"):
         AgentSnapshot.from_dict(data)
+
+
+#: LLM_CALL's work before version 5 put the input guardrails' item second.
+FORMAT_4_LLM_CALL_WORK = (Work.BEFORE_LLM, Work.CALL_MODEL, Work.AFTER_LLM)
+
+
+@pytest.mark.parametrize("stage", range(len(FORMAT_4_LLM_CALL_WORK) + 1))
+def test_a_format_4_snapshot_in_llm_call_resumes_at_the_same_work_item(stage: int) -> None:
+    """A stage is a position in ``PHASE_WORK``: read as written, a reply already in would be asked for again."""
+    paused = pause(agent(), AgentBreakpoint("assistant", Breakpoint("chat_generator", visit_count=1))).snapshot
+    older = AgentSnapshot.from_dict({**paused.to_dict(), "format_version": 4, "phase": "LLM_CALL", "stage": stage})
+    work = PHASE_WORK[Phase.LLM_CALL]
+    if stage < len(FORMAT_4_LLM_CALL_WORK):
+        assert work[older.stage] is FORMAT_4_LLM_CALL_WORK[stage]
+    else:
+        assert older.stage == len(work), "the phase's work all done"
+    assert AgentSnapshot.from_dict(older.to_dict()).stage == older.stage, "written as version 5, read as written"
