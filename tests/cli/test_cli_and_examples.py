@@ -128,6 +128,16 @@ def test_from_haystack_example_runs() -> None:
     assert "exit: text after 3 model calls" in out
 
 
+def test_guardrails_example_runs() -> None:
+    done = run("examples/guardrails.py")
+    assert done.returncode == 0, done.stderr
+    assert "tool_call c2: rewrites=[] tripped=no_test_cards test cards are not looked up" in done.stdout
+    assert "tool_result c1: rewrites=[['redact_cards', 'card number redacted']]" in done.stdout
+    assert "output output: rewrites=[] tripped=polite be polite" in done.stdout
+    assert "answer: It is Ann Lee. | exit: text" in done.stdout
+    assert done.stdout.rstrip().endswith("exit: guardrail:no_passwords")
+
+
 def test_every_example_is_tested() -> None:
     tested = {
         "scaling_out.py",
@@ -142,6 +152,7 @@ def test_every_example_is_tested() -> None:
         "from_haystack.py",
         "mcp_tools.py",  # tested in tests/mcp/test_example.py
         "check_payments.py",  # tested in tests/checking/test_example.py
+        "guardrails.py",
         "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
