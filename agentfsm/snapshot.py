@@ -110,6 +110,9 @@ class AgentSnapshot(BaseModel):
     #: The calls handed to the tools when the snapshot was recorded (TOOL_RUN, tools running): the
     #: journal that tells, after a crash, which calls may have run without their result being stored.
     started_tool_calls: list[str] = []
+    #: How many attempts of each pending call failed and were retried (its tool's ``Retry``), by call
+    #: key: a resumed run goes on counting (``agentfsm.retries``).
+    tool_call_attempts: dict[str, Annotated[int, Field(ge=1)]] = {}
     exit_reason: str | None = None
     trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None

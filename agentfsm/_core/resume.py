@@ -19,10 +19,10 @@ from agentfsm.decisions import ToolExecutionDecision, as_decisions
 from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
 from agentfsm.lifecycle import run_done
 from agentfsm.logs import logger
-from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
+from agentfsm.machine import PHASE_WORK, PREPARED_PHASES, CallStatus, Phase, Work
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.slices import limits
+from agentfsm.slices import limits, retries
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome
@@ -145,4 +145,7 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     if snap.phase in PREPARED_PHASES:
         # Before the resume edge: its observers record the calls that finished already.
         run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})
+        if snap.tool_call_attempts:  # the calls' failed attempts count on; stopped in the backoff, they wait again
+            backing_off = snap.phase is Phase.TOOL_RUN and PHASE_WORK[Phase.TOOL_RUN][snap.stage :][:1] == (Work.BACKOFF,)
+            retries.restore(run, snap.tool_call_attempts, backing_off)
     return run

@@ -18,8 +18,8 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm._core.actions import CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
-from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
+from agentfsm._core.actions import Backoff, CallModel, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.drivers import ask_strategies, back_off, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import BufferRelay, progress_calls
 from agentfsm._core.records import final_snapshot, result_record
@@ -66,6 +66,10 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                     run.model_replied({"replies": [ChatMessage.from_dict(m) for m in output["replies"]]})
                 case RunTools():
                     _run_tools(run, action.calls, steps, emitter)
+                case Backoff():
+                    if not steps.reading:  # a workflow read back over its record waits for nothing
+                        back_off(action.delay, run.config.cancel)
+                    run.backed_off()
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)

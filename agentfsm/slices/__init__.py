@@ -4,6 +4,7 @@
 - ``flow``: the hooks' (and tools') ``stop_run`` and ``continue_run``;
 - ``hitl``: confirming calls with a person (CONFIRM);
 - ``doubt``: tool calls whose outcome a crash left unknown;
+- ``retries``: a tool call run again after a failed attempt (its tool's ``Retry``);
 - ``limits``: usage limits;
 - ``cancel``: cancelling a run from outside;
 - ``loops``: a model that repeats itself;
