@@ -28,6 +28,7 @@ from agentfsm.machine import (
     Work,
 )
 from agentfsm.messages import ChatMessage, ChatRole
+from agentfsm.slices.retries import OUTSTANDING_WHEN
 
 #: A check's verdict: ``None`` or a true value (holds), a false value or a message (a ``str``: violated).
 Verdict = bool | str | None
@@ -326,6 +327,8 @@ def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, f
     if entered.trigger == "resume" or edge is None or edge.interrupt:
         return []
     facts = dict(edge.when)
+    if "results_outstanding" not in facts and all(facts.get(name) is False for name in OUTSTANDING_WHEN):
+        facts["results_outstanding"] = False  # it is one of those, which the edge says are false
     missed = []
     for point in _STEP_HOOK_POINTS.get(Phase(entered.dest), ()):
         hooks = run.hooked.get(point.value, 0)

@@ -40,6 +40,11 @@ def calls_retrying(run: AgentRun) -> bool:
     return False
 
 
+#: ``results_outstanding`` holds exactly when one of these facts does: an edge whose guard gives
+#: them all as false says it did not hold (``agentfsm.checking``'s ``hooks_fire`` reads it so).
+OUTSTANDING_WHEN = ("calls_in_doubt", "calls_retrying")
+
+
 def results_outstanding(run: AgentRun) -> bool:
     """Whether a call of the step has no result yet: it waits for its next attempt, or it is in doubt after a crash."""
     for c in run.pending:
