@@ -90,7 +90,9 @@ class Retry:
             )
         object.__setattr__(self, "on", tuple(on))
         if not isinstance(self.may_repeat_effects, bool):
-            raise ConfigurationTypeError(f"Retry(may_repeat_effects=...) must be a bool, got {self.may_repeat_effects!r}.")
+            raise ConfigurationTypeError(
+                f"Retry(may_repeat_effects=...) must be a bool, got {self.may_repeat_effects!r}."
+            )
 
     def delay(self, failed: int) -> float:
         """Seconds to wait after the ``failed``-th failed attempt (1 for the first), before the next one."""

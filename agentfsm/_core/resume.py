@@ -146,6 +146,8 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
         # Before the resume edge: its observers record the calls that finished already.
         run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})
         if snap.tool_call_attempts:  # the calls' failed attempts count on; stopped in the backoff, they wait again
-            backing_off = snap.phase is Phase.TOOL_RUN and PHASE_WORK[Phase.TOOL_RUN][snap.stage :][:1] == (Work.BACKOFF,)
+            backing_off = snap.phase is Phase.TOOL_RUN and PHASE_WORK[Phase.TOOL_RUN][snap.stage :][:1] == (
+                Work.BACKOFF,
+            )
             retries.restore(run, snap.tool_call_attempts, backing_off)
     return run

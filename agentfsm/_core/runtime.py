@@ -62,9 +62,8 @@ from agentfsm.machine import (
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
 from agentfsm.pauses import BreakpointHit, PauseReason
 from agentfsm.serialization import brief
-from agentfsm.slices import doubt
+from agentfsm.slices import doubt, retries
 from agentfsm.slices import limits as limits_slice
-from agentfsm.slices import retries
 from agentfsm.slices.cancel import NOT_CANCELLED
 from agentfsm.slices.output import FINAL_ANSWER_TOOL
 from agentfsm.state import State

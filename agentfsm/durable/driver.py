@@ -67,9 +67,7 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                 case RunTools():
                     _run_tools(run, action.calls, steps, emitter)
                 case Backoff():
-                    if not steps.reading:  # a workflow read back over its record waits for nothing
-                        back_off(action.delay, run.config.cancel)
-                    run.backed_off()
+                    _back_off(run, action, steps)
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)
@@ -100,6 +98,13 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                 if emitter is not None:
                     emitter.escaped(exc)
                 raise
+
+
+def _back_off(run: AgentRun, action: Backoff, steps: Steps) -> None:
+    """Wait before the calls' next attempts; a workflow read back over its record waits for nothing."""
+    if not steps.reading:
+        back_off(action.delay, run.config.cancel)
+    run.backed_off()
 
 
 def _failed_on_record(run: AgentRun, error: BaseException) -> EndOfRecord:

@@ -47,7 +47,7 @@ OUTSTANDING_WHEN = ("calls_in_doubt", "calls_retrying")
 
 def results_outstanding(run: AgentRun) -> bool:
     """Whether a call of the step has no result yet: it waits for its next attempt, or it is in doubt after a crash."""
-    for c in run.pending:
+    for c in run.pending:  # noqa: SIM110 (as calls_retrying)
         if c.status is CALL_RETRYING or c.status is CALL_UNKNOWN:
             return True
     return False
@@ -84,7 +84,7 @@ def within_deadline(run: AgentRun, delay: float) -> bool:
     if "started_at" not in usage:
         return True
     spent = time.time() - usage["started_at"] - usage.get("paused_seconds", 0.0)
-    return spent + delay < limits.wall_clock
+    return bool(spent + delay < limits.wall_clock)
 
 
 def retries_call(run: AgentRun, call: PreparedCall) -> bool:
@@ -141,7 +141,9 @@ SLICE = Slice(
     # After the backoff, the run enters TOOL_RUN again: the calls run their next attempt there.
     rules=(Rule(TOOL_RUN, 55, "retry", TOOL_RUN, when(calls_retrying=True)),),
     call_edges=(
-        CallTransition("retry", CallStatus.READY, R, "raised an error its Retry covers, attempts left, effect not done"),
+        CallTransition(
+            "retry", CallStatus.READY, R, "raised an error its Retry covers, attempts left, effect not done"
+        ),
         CallTransition("reattempt", R, CallStatus.READY, "its backoff is over: the next attempt starts"),
     ),
     # The step's results wait for every attempt: after_tool fires once each call has its result.

@@ -25,7 +25,6 @@ from agentfsm import (
 )
 from agentfsm.errors import MachineError
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.retries import Retry
 from agentfsm.hitl import (
     BlockingConfirmationStrategy,
     BreakpointConfirmationStrategy,
@@ -44,6 +43,7 @@ from agentfsm.machine import (
     Facts,
     build_machine,
 )
+from agentfsm.retries import Retry
 from tests.helpers import (
     add,
     always_continue,
