@@ -113,6 +113,8 @@ class AgentSnapshot(BaseModel):
     #: How many attempts of each pending call failed and were retried (its tool's ``Retry``), by call
     #: key: a resumed run goes on counting (``agentfsm.retries``).
     tool_call_attempts: dict[str, Annotated[int, Field(ge=1)]] = {}
+    #: The calls whose attempt failed and whose backoff is still owed: a resumed run waits it out first.
+    retrying_tool_calls: list[str] = []
     exit_reason: str | None = None
     trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None

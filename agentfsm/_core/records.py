@@ -22,7 +22,7 @@ from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.slices.doubt import started_calls
 from agentfsm.slices.output import answer_of, output_value
-from agentfsm.slices.retries import attempts_of
+from agentfsm.slices.retries import attempts_of, retrying_of
 from agentfsm.snapshot import AgentSnapshot, now_iso
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def snapshot_fields(run: AgentRun, pause: PauseReason | None = None, stage: int 
         },
         "started_tool_calls": started_calls(run) if pause is None or isinstance(pause, Cancelled) else [],
         "tool_call_attempts": attempts_of(run) if run.retries else {},
+        "retrying_tool_calls": retrying_of(run) if run.retries else [],
         "exit_reason": run.exit_reason,
         "break_point": None if pause is None else pause.to_dict(),
         "decisions": list(run.decisions),

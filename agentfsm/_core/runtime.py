@@ -263,9 +263,6 @@ class AgentRun(RunFacts):
         self.prepare_calls()
 
     def _run_tools(self, item: Work) -> Action:
-        # After a retry edge: the calls that wait for their next attempt start it, and the journal says so.
-        if self.retries and retries.reattempt(self) and self.config.observers:
-            self._tell(None)
         return RunTools(self.pending)
 
     def _backoff(self, item: Work) -> Action:
@@ -443,9 +440,15 @@ class AgentRun(RunFacts):
         return messages
 
     def backed_off(self) -> None:
-        """Record that the ``Backoff`` action's wait is over (or was cut short by a cancellation)."""
+        """Record that the ``Backoff`` action's wait is over, or was cut short by a cancellation.
+
+        Cut short, the run takes its ``cancel`` edge here, its calls still retrying (no attempt starts).
+        """
         self._expect(Work.BACKOFF, "backed_off")
         self._complete()
+        handle = self.config.cancel
+        if handle is not None and handle.cancelled:
+            self._take_guarded_interrupt(GUARDED_INTERRUPTS.get(self.phase, ()))
 
     def decided(self, decisions: Sequence[ToolExecutionDecision | None]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""

@@ -5,8 +5,9 @@ the tool has a ``Retry`` that covers the error, attempts are left, the call's ef
 happened (``retryable``), and the backoff ends within the run's wall clock. The step's results
 wait for it (no tool result is recorded, ``after_tool`` does not fire); TOOL_RUN's ``backoff``
 work waits out the longest backoff of the step's retrying calls, and the run takes TOOL_RUN's
-``retry`` edge back into TOOL_RUN, where a cancellation is read as on any entry; there the calls
-take ``reattempt`` (``retrying → ready``) and run again. The count of failed attempts of each call
+``retry`` edge back into TOOL_RUN; the edge moves the calls along ``reattempt`` (``retrying →
+ready``), and they run again. A cancellation that cuts the backoff short stops the run before the
+edge (it resumes past the backoff, its calls still retrying). The count of failed attempts of each call
 is in the snapshots (``tool_call_attempts``). A run none of whose tools has a ``Retry`` (and no
 dynamic toolset) never reads the slice's facts: its table and plan leave them out.
 """
@@ -17,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentfsm._core.phases import CALL_READY, CALL_RETRYING, CALL_UNKNOWN, TOOL_RUN, CallStatus, Work
+from agentfsm._core.phases import CALL_READY, CALL_RETRYING, CALL_UNKNOWN, PHASE_WORK, TOOL_RUN, CallStatus, Work
 from agentfsm._core.rules import CallTransition, Fact, Rule, Slice, when
 from agentfsm.errors import ToolTimeoutError
 from agentfsm.limits import RUN_USAGE_KEY
@@ -98,30 +99,34 @@ def backoff(run: AgentRun) -> tuple[list[PreparedCall], float]:
     return waiting, max(delay_of(c) for c in waiting)
 
 
-def reattempt(run: AgentRun) -> bool:
-    """Move each call waiting for its next attempt to ready (``reattempt``); whether there was any."""
-    moved = False
+def reattempt(run: AgentRun) -> None:
+    """The ``retry`` edge's effect: each call waiting for its next attempt is ready again (``reattempt``)."""
     for c in run.pending:
         if c.status is CALL_RETRYING:
             run.move_call(c, "reattempt")
-            moved = True
-    return moved
 
 
-def restore(run: AgentRun, attempts: Mapping[str, int], backing_off: bool) -> None:
-    """Give a resumed run's calls their counts of failed attempts; ``backing_off``: it stopped in the backoff.
-
-    Then the calls without a result that failed an attempt wait for their next one again.
-    """
+def restore(run: AgentRun, attempts: Mapping[str, int], retrying: Iterable[str]) -> None:
+    """Give a resumed run's calls their counts of failed attempts; those of ``retrying`` wait for their next one again."""
+    waiting = set(retrying) if run.retries else set()
     for c in run.pending:
         c.attempts = attempts.get(c.key, 0)
-        if backing_off and run.retries and c.attempts and c.status is CALL_READY:
+        if c.key in waiting and c.status is CALL_READY:
             run.move_call(c, "retry")
+
+
+#: Where TOOL_RUN's work stands once its calls' backoff is owed: a run stopped after an attempt failed resumes there.
+BACKOFF_STAGE = PHASE_WORK[TOOL_RUN].index(Work.BACKOFF)
 
 
 def attempts_of(run: AgentRun) -> dict[str, int]:
     """The snapshot's ``tool_call_attempts``: each pending call's count of failed attempts, when it has one."""
     return {c.key: c.attempts for c in run.pending if c.attempts}
+
+
+def retrying_of(run: AgentRun) -> list[str]:
+    """The snapshot's ``retrying_tool_calls``: the calls whose attempt failed and whose backoff is still owed."""
+    return [c.key for c in run.pending if c.status is CALL_RETRYING]
 
 
 def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[str, bool]]:
@@ -139,7 +144,7 @@ SLICE = Slice(
         Fact("results_outstanding", "a call has no result yet", "every call has its result", results_outstanding),
     ),
     # After the backoff, the run enters TOOL_RUN again: the calls run their next attempt there.
-    rules=(Rule(TOOL_RUN, 55, "retry", TOOL_RUN, when(calls_retrying=True)),),
+    rules=(Rule(TOOL_RUN, 55, "retry", TOOL_RUN, when(calls_retrying=True), effect=reattempt),),
     call_edges=(
         CallTransition(
             "retry", CallStatus.READY, R, "raised an error its Retry covers, attempts left, effect not done"
