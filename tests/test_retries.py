@@ -276,3 +276,15 @@ def test_an_agent_without_retries_never_reads_their_facts() -> None:
     retrying = _agent().new_run(RunRequest(messages=USER))
     assert not {name for name, _ in constant_facts(retrying.config)} & {"calls_retrying", "results_outstanding"}
     assert Facts(calls_retrying=True).calls_retrying and CallStatus.RETRYING.value == "retrying"
+
+
+def test_the_example_runs() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "tool_retries_example", Path(__file__).parents[1] / "examples" / "tool_retries.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
