@@ -47,6 +47,7 @@ from agentfsm._core.phases import (
     CALL_PROPOSED,
     CALL_READY,
     CALL_REJECTED,
+    CALL_RETRYING,
     CALL_UNDECIDED,
     CALL_UNKNOWN,
     CANNOT_FAIL,
@@ -86,7 +87,7 @@ from agentfsm._core.rules import (
     compile_rules,
 )
 from agentfsm.errors import MachineError
-from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output
+from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output, retries
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import RunConfig
@@ -99,6 +100,7 @@ __all__ = [
     "CALL_PROPOSED",
     "CALL_READY",
     "CALL_REJECTED",
+    "CALL_RETRYING",
     "CALL_TRANSITIONS",
     "CALL_UNDECIDED",
     "CALL_UNKNOWN",
@@ -164,6 +166,7 @@ SLICES: tuple[Slice, ...] = (
     loops.SLICE,
     hitl.SLICE,
     doubt.SLICE,
+    retries.SLICE,
     cancel.SLICE,
     limits.SLICE,
     output.SLICE,

@@ -38,7 +38,8 @@ from agentfsm.tools.invoker import key_of
 #: The snapshot format written by this version. Older versions are migrated on load; newer ones
 #: are refused with a message saying to upgrade. Version 2 added ``stage`` (0 in version 1 files),
 #: version 3 ``seq`` (``None`` in older files), version 4 ``trace_context`` (``None`` in older files),
-#: version 5 the input guardrails' work item, second in LLM_CALL (an older stage past it moves one on).
+#: version 5 the input guardrails' work item, second in LLM_CALL (an older stage past it moves one on),
+#: and the tool retries' ``tool_call_attempts`` and ``retrying_tool_calls`` (empty in older files).
 SNAPSHOT_FORMAT_VERSION = 5
 #: The work items a version inserted into a phase's work (``PHASE_WORK``), and where: an older
 #: snapshot's ``stage`` at or past that position is moved on, so that it resumes at the same item.
@@ -114,6 +115,11 @@ class AgentSnapshot(BaseModel):
     #: The calls handed to the tools when the snapshot was recorded (TOOL_RUN, tools running): the
     #: journal that tells, after a crash, which calls may have run without their result being stored.
     started_tool_calls: list[str] = []
+    #: How many attempts of each pending call failed and were retried (its tool's ``Retry``), by call
+    #: key: a resumed run goes on counting (``agentfsm.retries``).
+    tool_call_attempts: dict[str, Annotated[int, Field(ge=1)]] = {}
+    #: The calls whose attempt failed and whose backoff is still owed: a resumed run waits it out first.
+    retrying_tool_calls: list[str] = []
     exit_reason: str | None = None
     trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import platform
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,7 +37,9 @@ from agentfsm.generators import ScriptedChatGenerator  # noqa: E402
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI  # noqa: E402
 from agentfsm.machine import CallStatus, Phase, Transition, Work  # noqa: E402
 from agentfsm.messages import ChatMessage, ToolCall  # noqa: E402
+from agentfsm.retries import Retry  # noqa: E402
 from agentfsm.slices import doubt  # noqa: E402
+from agentfsm.slices import retries as retries_slice  # noqa: E402
 from agentfsm.stores import sqlite as sqlite_store  # noqa: E402
 from agentfsm.tools.invoker import ToolInvoker  # noqa: E402
 
@@ -100,6 +103,16 @@ def answer_passes(answer: Any) -> GuardrailResult:
     return GuardrailResult.passed()
 
 
+@tool(timeout=0.05, retry=Retry(attempts=2, on=(TimeoutError, RuntimeError)))
+def charge(amount: int) -> str:
+    """Charge a card; its server answers too late for the run (its effect happens all the same)."""
+    _SLOW_SERVER.wait(1.0)
+    return f"charged {amount}"
+
+
+_SLOW_SERVER = threading.Event()
+
+
 def runtime_agents() -> dict[str, Agent]:
     """The fixed agents runtime mutants are checked on; each passes unmutated."""
     return {
@@ -130,6 +143,7 @@ def runtime_agents() -> dict[str, Agent]:
             hooks={point: [noted] for point in ("before_llm", "after_llm", "before_tool", "after_tool", "on_exit")},
             confirmation_strategies={"pay": _confirm()},
         ),
+        "charges": Agent(chat_generator=_model(), tools=[charge]),
     }
 
 
@@ -281,6 +295,17 @@ def _skip_on_exit_after_a_tool_step(stack: contextlib.ExitStack) -> None:
     _set_item(stack, runtime._DO, Work.ON_EXIT, on_exit)
 
 
+def _retry_after_the_start(stack: contextlib.ExitStack) -> None:
+    def retryable(call: Any) -> bool:
+        """The retry rule without its effect check: a timed-out attempt of any tool runs again."""
+        tool, outcome = call.tool, call.outcome
+        if tool is None or tool.retry is None or outcome is None or outcome.error is None:
+            return False
+        return call.attempts + 1 < tool.retry.attempts and tool.retry.covers(outcome.error)
+
+    _set(stack, retries_slice, "retryable", retryable)
+
+
 def _skip_the_ask_edge(stack: contextlib.ExitStack) -> None:
     moves = dict(runtime._CALL_MOVES)
     moves[(CallStatus.READY, "ask")] = CallStatus.READY  # a covered call is decided while still ready
@@ -324,6 +349,7 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R22": ("skip on_exit on one exit (after a tool's result)", _skip_on_exit_after_a_tool_step),
     "R23": ("skip a call edge (a covered call is asked about without leaving ready)", _skip_the_ask_edge),
     "R24": ("skip the guardrails after a resume", _skip_guardrails_after_a_resume),
+    "R25": ("retry a non-idempotent call after its start (a timed-out charge)", _retry_after_the_start),
 }
 
 

@@ -1,7 +1,8 @@
 """What a run asks its driver to do next, as data: ``AgentRun.next_action`` returns one of these.
 
 The driver performs the action and reports the result back to the run (``model_replied``,
-``tools_ran``, ``decided``, ``hooks_ran``, ``guardrails_checked``); a ``Pause``, ``Finish`` or ``Fail`` ends the driving.
+``tools_ran``, ``backed_off``, ``decided``, ``hooks_ran``, ``guardrails_checked``); a ``Pause``,
+``Finish`` or ``Fail`` ends the driving.
 Each driver handles every kind (a new one a driver does not handle fails type checking:
 ``assert_never``).
 """
@@ -43,6 +44,18 @@ class RunTools:
     """Execute the ready calls, report each to ``tool_completed``, then ``tools_ran``."""
 
     calls: list[PreparedCall]
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Wait ``delay`` seconds before the next attempt of ``calls`` (their attempts failed), then ``backed_off``.
+
+    The wait ends early when the run's ``RunHandle`` is cancelled (or its task is): the run stops
+    at the transition that follows, before any call runs again.
+    """
+
+    calls: list[PreparedCall]
+    delay: float
 
 
 @dataclass(slots=True)
@@ -112,4 +125,4 @@ class Fail:
     error: BaseException
 
 
-Action = CallModel | RunTools | Confirm | RunHooks | CheckGuardrails | Pause | Finish | Fail
+Action = CallModel | RunTools | Backoff | Confirm | RunHooks | CheckGuardrails | Pause | Finish | Fail

@@ -14,17 +14,29 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, assert_never
 
-from agentfsm._core.actions import CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.actions import (
+    Backoff,
+    CallModel,
+    CheckGuardrails,
+    Confirm,
+    Fail,
+    Finish,
+    Pause,
+    RunHooks,
+    RunTools,
+)
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.iterating import Outbox, Result, ran
 from agentfsm._core.progress import AsyncRelay, SyncRelay, progress_calls
 from agentfsm._core.records import RunDelta, RunObserver
 from agentfsm._core.runtime import AgentRun
+from agentfsm.cancellation import RunHandle
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import (
     AgentFSMSignal,
@@ -259,6 +271,37 @@ async def _ask_async(
         return None
 
 
+def back_off(delay: float, handle: RunHandle | None) -> None:
+    """Wait ``delay`` seconds before a call's next attempt, in this thread; at once when ``handle`` is cancelled."""
+    if delay <= 0:
+        return
+    if handle is None:
+        time.sleep(delay)
+        return
+    woken = threading.Event()
+    handle.on_cancel(woken.set)  # called at once when it was cancelled already
+    woken.wait(delay)
+
+
+async def back_off_async(delay: float, handle: RunHandle | None) -> None:
+    """Like ``back_off`` on the event loop: cancelling the task ends the wait too (``asyncio.CancelledError``)."""
+    if delay <= 0:
+        return
+    if handle is None:
+        await asyncio.sleep(delay)
+        return
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # from the cancelling thread
+        loop.call_soon_threadsafe(woken.set)
+
+    handle.on_cancel(wake)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay):
+            await woken.wait()
+
+
 def write_deltas(run: AgentRun) -> None:
     """Hand what the run recorded since the last call to its observers, in this thread, oldest first."""
     _observe_all(run.config.observers, run.take_deltas())
@@ -452,6 +495,9 @@ def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drive
                     run.model_replied(output)
                 case RunTools():
                     yield from _tools_ran(run, action, streaming_callback, execute, on_complete, outbox)
+                case Backoff():
+                    back_off(action.delay, run.config.cancel)
+                    run.backed_off()
                 case RunHooks():
                     run_hooks(run, action, emitter)
                     yield from _drained(outbox)
@@ -642,6 +688,9 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                     async with contextlib.aclosing(running):
                         async for event in running:
                             yield event
+                case Backoff():
+                    await back_off_async(action.delay, run.config.cancel)
+                    run.backed_off()
                 case RunHooks():
                     await _run_hooks_async(run, action, emitter)
                     for event in _drained(outbox):  # before the run records what the action did (see steps_sync)

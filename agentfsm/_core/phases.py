@@ -76,6 +76,8 @@ class Work(StrEnum):
     DECIDE = "decide"
     RUN_TOOLS = "run_tools"
     AFTER_TOOL = "after_tool"
+    #: Wait out the backoff of the calls whose attempt failed and that will be tried again (``agentfsm.retries``).
+    BACKOFF = "backoff"
     #: Each exit attempt starts without a request to continue: only its own ``on_exit`` hooks can make one.
     CLEAR_CONTINUE = "clear_continue_run"
     ON_EXIT = "on_exit"
@@ -127,7 +129,7 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.GUARD_INPUT, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS, Work.GUARD_CALLS),
     Phase.CONFIRM: (Work.DECIDE,),
-    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS),
+    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS, Work.BACKOFF),
     Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP, Work.GUARD_OUTPUT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),
@@ -156,6 +158,8 @@ class CallStatus(StrEnum):
     #: In doubt: it started before a crash and its result was never recorded. It runs again only
     #: when a decision says so (or its tool is idempotent).
     UNKNOWN = "outcome_unknown"
+    #: An attempt failed with an error its tool's ``Retry`` covers: it runs again after its backoff.
+    RETRYING = "retrying"
 
 
 # The call statuses by name, as module constants (see the phases'): ``CALL_`` and the member's name.
@@ -166,6 +170,7 @@ CALL_UNDECIDED: Final = CallStatus.UNDECIDED
 CALL_REJECTED: Final = CallStatus.REJECTED
 CALL_DONE: Final = CallStatus.DONE
 CALL_UNKNOWN: Final = CallStatus.UNKNOWN
+CALL_RETRYING: Final = CallStatus.RETRYING
 
 #: Call statuses a call never leaves.
 TERMINAL_CALL_STATUSES: frozenset[CallStatus] = frozenset({CallStatus.DONE, CallStatus.FAILED, CallStatus.REJECTED})

@@ -22,6 +22,7 @@ from agentfsm.result import AgentResult
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.slices.doubt import started_calls
 from agentfsm.slices.output import answer_of, output_value
+from agentfsm.slices.retries import attempts_of, retrying_of
 from agentfsm.snapshot import AgentSnapshot, now_iso
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def snapshot_fields(run: AgentRun, pause: PauseReason | None = None, stage: int 
             c.key: c.outcome.to_dict() for c in run.pending if c.status is CALL_DONE and c.outcome
         },
         "started_tool_calls": started_calls(run) if pause is None or isinstance(pause, Cancelled) else [],
+        "tool_call_attempts": attempts_of(run) if run.retries else {},
+        "retrying_tool_calls": retrying_of(run) if run.retries else [],
         "exit_reason": run.exit_reason,
         "break_point": None if pause is None else pause.to_dict(),
         "decisions": list(run.decisions),

@@ -22,7 +22,7 @@ from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
 from agentfsm.pauses import AwaitingDecision
-from agentfsm.slices import limits
+from agentfsm.slices import limits, retries
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome
@@ -98,7 +98,15 @@ def resume_run(
         limits.resumed_after(run, datetime.fromisoformat(snap.created_at).timestamp())
     if before_resume is not None:
         before_resume(snap)
-    run.interrupt("resume", snap.phase, stage=snap.stage)
+    stage = snap.stage
+    if (
+        snap.phase is Phase.TOOL_RUN
+        and stage < retries.BACKOFF_STAGE
+        and retries.calls_retrying(run)
+        and all(c.status is not CallStatus.READY for c in run.pending)
+    ):
+        stage = retries.BACKOFF_STAGE  # stopped after an attempt failed, no other call to run: its backoff is owed
+    run.interrupt("resume", snap.phase, stage=stage)
     return run
 
 
@@ -145,4 +153,6 @@ def _rebuild(config: RunConfig, schema: dict[str, Any], snap: AgentSnapshot, fin
     if snap.phase in PREPARED_PHASES:
         # Before the resume edge: its observers record the calls that finished already.
         run.prepare_calls({key: CallOutcome.from_dict(o) for key, o in snap.completed_tool_results.items()})
+        if snap.tool_call_attempts:  # the calls' failed attempts count on; those owed a backoff wait for it
+            retries.restore(run, snap.tool_call_attempts, snap.retrying_tool_calls)
     return run

@@ -25,7 +25,18 @@ from logging import DEBUG
 from typing import TYPE_CHECKING, Any, cast
 
 from agentfsm._core import listeners
-from agentfsm._core.actions import Action, CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
+from agentfsm._core.actions import (
+    Action,
+    Backoff,
+    CallModel,
+    CheckGuardrails,
+    Confirm,
+    Fail,
+    Finish,
+    Pause,
+    RunHooks,
+    RunTools,
+)
 from agentfsm._core.config import RunConfig
 from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
@@ -62,7 +73,7 @@ from agentfsm.machine import (
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
 from agentfsm.pauses import BreakpointHit, PauseReason
 from agentfsm.serialization import brief
-from agentfsm.slices import doubt
+from agentfsm.slices import doubt, retries
 from agentfsm.slices import guardrails as guardrails_slice
 from agentfsm.slices import limits as limits_slice
 from agentfsm.slices.cancel import NOT_CANCELLED
@@ -196,6 +207,8 @@ class AgentRun(RunFacts):
         self._logging = stdlib_logger.isEnabledFor(DEBUG)
         #: Whether a tool of the run may take an idempotency key (dynamic toolsets may show one later).
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
+        #: Whether a call of the run may be retried (a tool has a ``Retry``, or a dynamic toolset may show one).
+        self.retries = retries.configured(config)
         #: Whether the run records its events, for its ``on_event`` handler, its store or its log (decided
         #: when it starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
         self.records_events = (
@@ -273,6 +286,10 @@ class AgentRun(RunFacts):
 
     def _run_tools(self, item: Work) -> Action:
         return RunTools(self.pending)
+
+    def _backoff(self, item: Work) -> Action:
+        calls, delay = retries.backoff(self)
+        return Backoff(calls, delay)
 
     def _decide(self, item: Work) -> Action | None:
         undecided = [c for c in self.pending if c.status is CALL_UNDECIDED]
@@ -427,21 +444,36 @@ class AgentRun(RunFacts):
         """
         if call.outcome is None:
             raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
-        self.move_call(call, "time_out" if timed_out(call.outcome) else "finish")
+        if self.retries and retries.retries_call(self, call):
+            call.attempts += 1
+            self.move_call(call, "retry")
+        else:
+            self.move_call(call, "time_out" if timed_out(call.outcome) else "finish")
         if self.config.observers:
             self._tell(None)
 
     def tools_ran(self) -> list[ChatMessage]:
         """Record the step's tool results in the conversation and State; returns the new messages."""
         self._expect(Work.RUN_TOOLS, "tools_ran")
-        if self.config.recovers and doubt.calls_in_doubt(self):
+        if (self.config.recovers and doubt.calls_in_doubt(self)) or (self.retries and retries.calls_retrying(self)):
             self._complete()
-            return []  # the run pauses for them (``in_doubt``): no result is recorded yet
+            return []  # the run pauses for them (``in_doubt``), or retries them (``retry``): no result yet
         messages = self.config.invoker.finish(self.pending, self.state)
         self.state.append("messages", messages)
         self.calls, self.pending = [], []
         self._complete()
         return messages
+
+    def backed_off(self) -> None:
+        """Record that the ``Backoff`` action's wait is over, or was cut short by a cancellation.
+
+        Cut short, the run takes its ``cancel`` edge here, its calls still retrying (no attempt starts).
+        """
+        self._expect(Work.BACKOFF, "backed_off")
+        self._complete()
+        handle = self.config.cancel
+        if handle is not None and handle.cancelled:
+            self._take_guarded_interrupt(GUARDED_INTERRUPTS.get(self.phase, ()))
 
     def decided(self, decisions: Sequence[ToolExecutionDecision | None]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
@@ -742,6 +774,7 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     Work.PREPARE_CALLS: AgentRun._prepare_calls,
     Work.RUN_TOOLS: AgentRun._run_tools,
     Work.DECIDE: AgentRun._decide,
+    Work.BACKOFF: AgentRun._backoff,
     Work.CLEAR_CONTINUE: AgentRun._clear_continue,
     **dict.fromkeys(guardrails_slice.POINT_OF, AgentRun._guard),
     Work.FINISH: AgentRun._finish,

@@ -28,6 +28,7 @@ from agentfsm.machine import (
     Work,
 )
 from agentfsm.messages import ChatMessage, ChatRole
+from agentfsm.slices.retries import OUTSTANDING_WHEN
 
 #: A check's verdict: ``None`` or a true value (holds), a false value or a message (a ``str``: violated).
 Verdict = bool | str | None
@@ -176,7 +177,9 @@ def _approved(run: RecordedRun) -> Verdict:
 
 
 def _no_double_effect(run: RecordedRun) -> Verdict:
-    counts = Counter((e.step, e.call_key) for e in run.tool_executions if not e.idempotent)
+    # An execution the world made raise had no effect (the tool said it failed before doing anything):
+    # running the call again, a retry of its tool's ``Retry``, repeats nothing.
+    counts = Counter((e.step, e.call_key) for e in run.tool_executions if not e.idempotent and e.outcome != "raises")
     for (step, key), count in counts.items():
         reruns = sum(1 for d in run.decisions if d.step == step and d.call_key == key and d.verb == "rerun")
         if count > 1 + reruns:
@@ -326,6 +329,8 @@ def _missed_hooks(run: RecordedRun, entered: PhaseChanged, left: PhaseChanged, f
     if entered.trigger == "resume" or edge is None or edge.interrupt:
         return []
     facts = dict(edge.when)
+    if "results_outstanding" not in facts and all(facts.get(name) is False for name in OUTSTANDING_WHEN):
+        facts["results_outstanding"] = False  # it is one of those, which the edge says are false
     missed = []
     for point in _STEP_HOOK_POINTS.get(Phase(entered.dest), ()):
         hooks = run.hooked.get(point.value, 0)
@@ -412,8 +417,8 @@ CONFIRMED_CALLS_APPROVED = Invariant(
 )
 NO_DOUBLE_EFFECT = Invariant(
     "no_double_effect",
-    "A tool that is not idempotent never runs twice for one call, across crash and resume, unless a "
-    "decision for the call in doubt said to run it again.",
+    "A tool that is not idempotent never runs twice for one call, across crash and resume and retries "
+    "(an attempt that raised did nothing), unless a decision for the call in doubt said to run it again.",
     _no_double_effect,
 )
 RESUME_EQUIVALENT = Invariant(

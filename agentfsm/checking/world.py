@@ -15,6 +15,7 @@ strategies and a durable store that ask the world and record what happened in a 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import inspect
 import math
@@ -338,7 +339,9 @@ class World:
         # the first of this tool that is ready; finished ones are done.
         call = next(c for c in run.pending if c.status is CallStatus.READY and c.call.tool_name == tool.name)
         options = self.bounds.tool_outcomes or (TOOL_OUTCOME.default,)
-        outcome = str(self.answer(TOOL_OUTCOME.key(run.step, call.key), options))
+        # Each retry of a call (its tool's ``Retry``) is a question of its own: an attempt raises or returns.
+        asked = call.key if not call.attempts else f"{call.key}@{call.attempts}"
+        outcome = str(self.answer(TOOL_OUTCOME.key(run.step, asked), options))
         shown = {k: v for k, v in arguments.items() if k not in (IDEMPOTENCY_KEY, REPORT_PROGRESS)}
         self.record.tool_executions.append(
             ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
@@ -634,4 +637,6 @@ def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) ->
 
     object.__setattr__(clone, "invoke", invoke)
     object.__setattr__(clone, "timeout", None)
+    if tool.retry is not None:  # the world waits for no backoff: which attempt comes next is what is explored
+        object.__setattr__(clone, "retry", dataclasses.replace(tool.retry, backoff=0.0))
     return clone

@@ -18,8 +18,18 @@ from typing import Any, assert_never
 
 from dbos import error as dbos_errors
 
-from agentfsm._core.actions import CallModel, CheckGuardrails, Confirm, Fail, Finish, Pause, RunHooks, RunTools
-from agentfsm._core.drivers import ask_strategies, call_model, run_hooks, write_deltas
+from agentfsm._core.actions import (
+    Backoff,
+    CallModel,
+    CheckGuardrails,
+    Confirm,
+    Fail,
+    Finish,
+    Pause,
+    RunHooks,
+    RunTools,
+)
+from agentfsm._core.drivers import ask_strategies, back_off, call_model, run_hooks, write_deltas
 from agentfsm._core.emitting import Emitter, emitter_for
 from agentfsm._core.progress import BufferRelay, progress_calls
 from agentfsm._core.records import final_snapshot, result_record
@@ -67,6 +77,8 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                     run.model_replied({"replies": [ChatMessage.from_dict(m) for m in output["replies"]]})
                 case RunTools():
                     _run_tools(run, action.calls, steps, emitter)
+                case Backoff():
+                    _back_off(run, action, steps)
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)
@@ -100,6 +112,13 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                 if emitter is not None:
                     emitter.escaped(exc)
                 raise
+
+
+def _back_off(run: AgentRun, action: Backoff, steps: Steps) -> None:
+    """Wait before the calls' next attempts; a workflow read back over its record waits for nothing."""
+    if not steps.reading:
+        back_off(action.delay, run.config.cancel)
+    run.backed_off()
 
 
 def _failed_on_record(run: AgentRun, error: BaseException) -> EndOfRecord:

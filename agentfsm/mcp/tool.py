@@ -13,6 +13,7 @@ from agentfsm.mcp.annotations import register_tool, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
 from agentfsm.mcp.server_info import MCPServerInfo
+from agentfsm.retries import Retry
 from agentfsm.serialization import object_path
 from agentfsm.tools.progress import ProgressReporter, unheard
 from agentfsm.tools.tool import REPORT_PROGRESS, Tool
@@ -63,6 +64,7 @@ class MCPTool(Tool):
         trust_annotations: Take ``readOnlyHint`` / ``idempotentHint`` / ``destructiveHint`` from the server.
         idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
         destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.
+        retry: How a failed call is run again (``agentfsm.retries.Retry``); ``None``: never.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class MCPTool(Tool):
         trust_annotations: bool = True,
         idempotent: bool | None = None,
         destructive: bool | None = None,
+        retry: Retry | None = None,
     ) -> None:
         connection = MCPConnection(
             server_info,
@@ -91,7 +94,9 @@ class MCPTool(Tool):
             reconnect_backoff=reconnect_backoff,
             progress_callback=progress_callback,
         )
-        self._setup(name, connection, description, trust_annotations, idempotent, destructive, owns_connection=True)
+        self._setup(
+            name, connection, description, trust_annotations, idempotent, destructive, owns_connection=True, retry=retry
+        )
         self.eager_connect = eager_connect
         connection.on_tools_changed(self._listed)
         if eager_connect:
@@ -106,13 +111,16 @@ class MCPTool(Tool):
         trust_annotations: bool,
         idempotent: bool | None,
         destructive: bool | None,
+        retry: Retry | None = None,
     ) -> MCPTool:
         """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes.
 
         ``SchemaError`` if the server's input schema for it is not a valid JSON schema.
         """
         tool = cls.__new__(cls)
-        tool._setup(spec.name, connection, None, trust_annotations, idempotent, destructive, owns_connection=False)
+        tool._setup(
+            spec.name, connection, None, trust_annotations, idempotent, destructive, owns_connection=False, retry=retry
+        )
         tool.eager_connect = False
         tool.apply_spec(spec)
         return tool
@@ -127,6 +135,7 @@ class MCPTool(Tool):
         destructive: bool | None,
         *,
         owns_connection: bool,
+        retry: Retry | None = None,
     ) -> None:
         for label, value in (("idempotent", idempotent), ("destructive", destructive)):
             if value is not None and not isinstance(value, bool):
@@ -138,6 +147,7 @@ class MCPTool(Tool):
             parameters=dict(_UNKNOWN_PARAMETERS),
             function=self._call,
             outputs_to_string=dict(DEFAULT_OUTPUTS_TO_STRING),
+            retry=retry,
         )
         self.connection = connection
         self.server_info = connection.server_info
@@ -253,6 +263,7 @@ class MCPTool(Tool):
                 "trust_annotations": self.trust_annotations,
                 "idempotent": self._idempotent_override,
                 "destructive": self._destructive_override,
+                **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
                 **self.connection.to_dict(),
             },
         }
@@ -271,6 +282,7 @@ class MCPTool(Tool):
             trust_annotations=fields.get("trust_annotations", True),
             idempotent=fields.get("idempotent"),
             destructive=fields.get("destructive"),
+            retry=None if fields.get("retry") is None else Retry.from_dict(fields["retry"], allowed_modules),
         )
 
     def __repr__(self) -> str:

@@ -13,6 +13,7 @@ from agentfsm.mcp.annotations import check_overrides
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.server_info import MCPServerInfo
 from agentfsm.mcp.tool import MCPTool, raise_not_offered
+from agentfsm.retries import Retry, retry_of
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import Toolset
@@ -44,6 +45,7 @@ class MCPToolset(Toolset):
         idempotent_overrides: Per tool name, whether a call may run again after a crash (instead of
             the annotations).
         destructive_overrides: Per tool name, whether to ask before a call (instead of the annotations).
+        retry: How a failed call of any of its tools is run again (``agentfsm.retries.Retry``); ``None``: never.
     """
 
     dynamic = True
@@ -63,6 +65,7 @@ class MCPToolset(Toolset):
         trust_annotations: bool = True,
         idempotent_overrides: Mapping[str, bool] | None = None,
         destructive_overrides: Mapping[str, bool] | None = None,
+        retry: Retry | None = None,
     ) -> None:
         if tool_names is not None and (
             not isinstance(tool_names, list) or not all(isinstance(n, str) for n in tool_names)
@@ -75,6 +78,8 @@ class MCPToolset(Toolset):
         self.trust_annotations = trust_annotations
         self.idempotent_overrides = check_overrides("idempotent_overrides", idempotent_overrides)
         self.destructive_overrides = check_overrides("destructive_overrides", destructive_overrides)
+        #: How a failed call of any of the server's tools is run again (``None``: never).
+        self.retry = retry_of(retry, "MCPToolset")
         self.connection = MCPConnection(
             server_info,
             connection_timeout=connection_timeout,
@@ -106,7 +111,7 @@ class MCPToolset(Toolset):
                 continue
             self.connection.check_listing_time()  # checking the schemas counts toward list_timeout
             tool = current.get(spec.name)
-            if tool is None or tool.spec != spec:
+            if tool is None or tool.spec != spec or tool.retry != self.retry:
                 try:
                     tool = MCPTool.from_listing(
                         self.connection,
@@ -114,6 +119,7 @@ class MCPToolset(Toolset):
                         trust_annotations=self.trust_annotations,
                         idempotent=self.idempotent_overrides.get(spec.name),
                         destructive=self.destructive_overrides.get(spec.name),
+                        retry=self.retry,
                     )
                 except ConfigurationError as exc:  # a schema that is none (SchemaError), a name that is none
                     logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
@@ -165,6 +171,7 @@ class MCPToolset(Toolset):
                 "trust_annotations": self.trust_annotations,
                 "idempotent_overrides": self.idempotent_overrides or None,
                 "destructive_overrides": self.destructive_overrides or None,
+                **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
                 **self.connection.to_dict(),
             },
         }
@@ -182,6 +189,7 @@ class MCPToolset(Toolset):
             trust_annotations=fields.get("trust_annotations", True),
             idempotent_overrides=fields.get("idempotent_overrides"),
             destructive_overrides=fields.get("destructive_overrides"),
+            retry=None if fields.get("retry") is None else Retry.from_dict(fields["retry"], allowed_modules),
         )
 
     def __repr__(self) -> str:

@@ -5,9 +5,11 @@
 - ``loops``: loop detection, a model that repeats itself;
 - ``hitl``: confirming calls with a person (CONFIRM);
 - ``doubt``: tool calls whose outcome a crash left unknown;
+- ``retries``: a tool call run again after a failed attempt (its tool's ``Retry``);
 - ``cancel``: cancelling a run from outside;
 - ``limits``: usage limits;
-- ``output``: an answer checked against the agent's output type.
+- ``output``: an answer checked against the agent's output type;
+- ``guardrails``: checks of the model's input, its answer, a call's arguments and its result.
 
 A slice declares its facts (with their words and their reader), its rules and where they stand in
 each phase's order, the ways out it adds to the shared choices (``go_on``, ``ending``), its

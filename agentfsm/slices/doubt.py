@@ -72,7 +72,8 @@ SLICE = Slice(
         CallTransition("modify_refused", K, CallStatus.FAILED, "execute=True with new arguments that do not fit"),
         CallTransition("settle", K, CallStatus.DONE, "decision execute=False: its feedback is the result"),
     ),
-    # No call runs, and after_tool does not fire, until the calls in doubt are decided.
-    skips={Work.RUN_TOOLS: ("calls_in_doubt", True), Work.AFTER_TOOL: ("calls_in_doubt", True)},
+    # No call runs until the calls in doubt are decided (nor does after_tool fire: ``slices.retries``'
+    # ``results_outstanding`` skips it while a call has no result).
+    skips={Work.RUN_TOOLS: ("calls_in_doubt", True)},
     constants=_constants,
 )

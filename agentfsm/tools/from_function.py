@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
+from agentfsm.retries import Retry
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool, state_inputs
 
 
@@ -151,6 +152,7 @@ def create_tool_from_function(
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
     timeout: float | None = None,
+    retry: Retry | None = None,
 ) -> Tool:
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
@@ -169,6 +171,7 @@ def create_tool_from_function(
         outputs_to_string=outputs_to_string,
         idempotent=idempotent,
         timeout=timeout,
+        retry=retry,
     )
 
 
@@ -187,6 +190,7 @@ def tool(
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
     timeout: float | None = None,
+    retry: Retry | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -200,6 +204,7 @@ def tool(
     outputs_to_string: dict[str, Any] | None = None,
     idempotent: bool = False,
     timeout: float | None = None,
+    retry: Retry | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator that turns a typed function into a Tool; use bare (``@tool``) or with options."""
 
@@ -213,6 +218,7 @@ def tool(
             outputs_to_string=outputs_to_string,
             idempotent=idempotent,
             timeout=timeout,
+            retry=retry,
         )
 
     return decorate(function) if function is not None else decorate

@@ -93,6 +93,8 @@ class PreparedCall:
     #: What its tool's ``report_progress`` is given, set by the driver of a run someone listens to
     #: (``None``: the reports are checked and dropped). Never stored: progress is live only.
     reporter: ProgressReporter | None = None
+    #: Attempts that failed and were retried (its tool's ``Retry``): kept in snapshots, so a resumed run counts on.
+    attempts: int = 0
 
 
 def blocked(outcome: CallOutcome | None) -> bool:

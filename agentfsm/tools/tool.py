@@ -18,6 +18,7 @@ from agentfsm.errors import (
     as_set,
     check_timeout,
 )
+from agentfsm.retries import Retry, retry_of
 from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import (
     Slot,
@@ -198,6 +199,9 @@ class Tool:
     #: waiting: the call's result is a ``ToolTimeoutError`` (a sync function keeps running in its
     #: thread, and what it returns then is dropped).
     timeout: float | None = None
+    #: How a failed call is run again (``agentfsm.retries.Retry``; ``None``: a failed call is answered
+    #: with its error at once). Each attempt is an edge of the call machine.
+    retry: Retry | None = None
     #: A call of this tool is the run's final answer, not a tool call (the final-answer tool's
     #: class sets it): it counts toward neither ``tool_call_counts`` nor ``UsageLimits(tool_calls=...)``,
     #: no ``"*"`` confirmation strategy covers it, and loop detection does not read it.
@@ -231,6 +235,7 @@ class Tool:
             raise SchemaError(f"Tool {self.name!r}: parameters must describe an object (type 'object').")
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
         self.timeout = check_timeout(f"Tool {self.name!r}: timeout", self.timeout)
+        self.retry = retry_of(self.retry, f"Tool {self.name!r}")
         self._check_inputs_from_state()
         self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
         self.takes_progress = names_keyword(self.function, REPORT_PROGRESS)
@@ -302,6 +307,7 @@ class Tool:
                 "outputs_to_state": _serialize_specs(self.outputs_to_state),
                 "idempotent": self.idempotent,
                 **({"timeout": self.timeout} if self.timeout is not None else {}),
+                **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
             },
         }
 
@@ -314,6 +320,8 @@ class Tool:
         fields["function"] = function.function if isinstance(function, Tool) else function
         fields["outputs_to_string"] = _deserialize_specs(fields.get("outputs_to_string"), allowed_modules)
         fields["outputs_to_state"] = _deserialize_specs(fields.get("outputs_to_state"), allowed_modules)
+        if fields.get("retry") is not None:
+            fields["retry"] = Retry.from_dict(fields["retry"], allowed_modules)
         return cls(**fields)
 
 

@@ -38,6 +38,8 @@ def test_a_seeded_fault_is_caught(mutations: ModuleType, name: str) -> None:
         ("R21", "hooks_fire"),
         ("R22", "hooks_fire"),
         ("R23", "declared_edges"),
+        ("R24", "guarded"),
+        ("R25", "no_double_effect"),
     ],
 )
 def test_a_skipped_hook_point_or_call_edge_is_caught(mutations: ModuleType, name: str, invariant: str) -> None:
@@ -52,3 +54,7 @@ def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
     with mutations.mutated(mutations.RUNTIME_MUTANTS["R8"][1]):
         assert doubt.runs_again_after_crash is not before
     assert doubt.runs_again_after_crash is before
+
+
+def test_the_retrying_agent_passes_unmutated(mutations: ModuleType) -> None:
+    assert mutations._check(mutations.runtime_agents()["charges"]) is None

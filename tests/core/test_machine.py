@@ -43,6 +43,7 @@ from agentfsm.machine import (
     Facts,
     build_machine,
 )
+from agentfsm.retries import Retry
 from tests.helpers import (
     add,
     always_continue,
@@ -339,12 +340,29 @@ def cancelled_runs() -> None:
             agent.run(USER, cancel=handle, hook_context={"handle": handle})
 
 
+def retried_runs() -> None:
+    """A run whose call fails once with an error its tool's ``Retry`` covers, then succeeds."""
+    failed: list[int] = []
+
+    @tool(retry=Retry(attempts=2, on=(ConnectionError,)))
+    def flaky() -> str:
+        """Fails on its first attempt."""
+        if not failed:
+            failed.append(1)
+            raise ConnectionError("down")
+        return "up"
+
+    agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("flaky", "f1")), "done"]), tools=[flaky])
+    assert agent.run(USER)["last_message"].text == "done"
+
+
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path) | guardrail_runs()
     with caplog.at_level(logging.DEBUG, logger="agentfsm"):
         in_doubt_runs(caplog)
         cancelled_runs()
+        retried_runs()
     taken |= _logged_edges(caplog)
     assert taken == declared
 
@@ -436,6 +454,7 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, mon
     in_doubt_runs(caplog)
     confirmed_runs()
     guardrail_call_runs()
+    retried_runs()
     released = threading.Event()
 
     @tool(timeout=0.05)

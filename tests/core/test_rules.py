@@ -2,8 +2,9 @@
 
 ``FLAT_TABLE`` is the machine as it was written before its rules were ordered and its capabilities
 became slices: every guard spelt out in full. The composed rules must take the same edge (trigger,
-destination, exit reason) for every combination of every fact; the one edge added since,
-``loop_stop``, is taken where its fact holds and nothing before it does.
+destination, exit reason) for every combination of every fact; the edges added since,
+``loop_stop`` and ``retry`` (TOOL_RUN into itself, ``slices.retries``), are written with the guards
+the rules give them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ FLAT_TABLE: list[tuple[str, str, str, dict[str, bool], str | None]] = [
     ("run_tools", "TOOL_PENDING", "TOOL_RUN", {"needs_confirmation": False}, None),
     ("decided", "CONFIRM", "TOOL_RUN", {"strategy_paused": False}, None),
     ("hitl_pause", "CONFIRM", "PAUSED", {"strategy_paused": True}, None),
-    ("tools_done", "TOOL_RUN", "EXIT_CHECK", {"calls_in_doubt": False}, None),
+    ("tools_done", "TOOL_RUN", "EXIT_CHECK", {"calls_in_doubt": False, "calls_retrying": False}, None),
+    ("retry", "TOOL_RUN", "TOOL_RUN", {"calls_in_doubt": False, "calls_retrying": True}, None),
     ("in_doubt", "TOOL_RUN", "PAUSED", {"calls_in_doubt": True}, None),
     ("stop", "EXIT_CHECK", "DONE", {"stop_requested": True}, "{stop_run}"),
     (
