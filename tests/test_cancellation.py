@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agentfsm import Agent, BreakpointException, ChatMessage, Phase, RunCancelled, RunHandle, State, hook, tool
+from agentfsm._core.phases import PHASE_WORK, Work
 from agentfsm.errors import ConfigurationError, ConfigurationTypeError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
@@ -124,7 +125,8 @@ async def test_cancelling_the_task_pauses_the_run_where_it_stood(tmp_path: Path)
         await task
     snapshot = handle.snapshot
     assert snapshot is not None and isinstance(snapshot.pause, Cancelled)
-    assert (snapshot.phase, snapshot.stage, snapshot.step) == (Phase.LLM_CALL, 1, 1), "in the model call"
+    in_the_call = PHASE_WORK[Phase.LLM_CALL].index(Work.CALL_MODEL)
+    assert (snapshot.phase, snapshot.stage, snapshot.step) == (Phase.LLM_CALL, in_the_call, 1), "in the model call"
     assert store.latest(snapshot.run_id).seq == snapshot.seq, "kept in the store, as its head"
     assert AFTER_RUN == []
     result = await hung.run_async(snapshot=snapshot)

@@ -153,6 +153,7 @@ def test_every_example_is_tested() -> None:
         "mcp_tools.py",  # tested in tests/mcp/test_example.py
         "check_payments.py",  # tested in tests/checking/test_example.py
         "guardrails.py",
+        "tool_retries.py",  # tested in tests/test_retries.py
         "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

@@ -697,7 +697,7 @@ def test_the_review_page_shows_durable_runs_and_sends_decisions_to_the_queue(lau
     try:
         listing = client.get("/").text
         assert "page-waiting" in listing and "waiting for approval" in listing
-        assert "page-done" in listing and "<td class='status'>done</td>" in listing and "<td>text</td>" in listing
+        assert "page-done" in listing and "<td class='status done'>done</td>" in listing and "<td>text</td>" in listing
         done = client.get("/runs/page-done").text
         assert "done: 12-A, 12-B" in done and "phase DONE" in done
         page = client.get("/runs/page-waiting").text
