@@ -31,11 +31,11 @@ from a2a.types import Part, TaskState
 from google.protobuf import json_format
 
 from agentfsm._serving.questions import Question, decide, questions_of
+from agentfsm._serving.served import ServedAgent
 from agentfsm._serving.threads import ThreadHead, ThreadRuns
 from agentfsm.a2a.parts import question_parts, replies_in
 from agentfsm.cancellation import RunHandle
 from agentfsm.errors import (
-    ConfigurationError,
     DecisionError,
     ProtocolRequestError,
     SnapshotError,
@@ -69,19 +69,13 @@ def message_text(context: RequestContext) -> str:
     return "\n".join(texts)
 
 
-class AgentTaskExecutor(AgentExecutor):
+class AgentTaskExecutor(ServedAgent, AgentExecutor):
     """Runs ``agent`` for the A2A server's tasks (``a2a.server.agent_execution.AgentExecutor``)."""
 
+    ENDPOINT = "An A2A server"
+
     def __init__(self, agent: Agent, threads: ThreadRuns | None = None, *, expose_errors: bool = False) -> None:
-        if agent.snapshot_store is None:
-            raise ConfigurationError(
-                "An A2A server keeps paused runs in the agent's snapshot store: give the agent one "
-                "(snapshot_store=SQLiteSnapshotStore(path))."
-            )
-        self.agent = agent
-        self.threads = threads if threads is not None else ThreadRuns()
-        self.expose_errors = expose_errors
-        self.tools = {t.name: t for t in agent.known_tools()}
+        super().__init__(agent, threads, expose_errors=expose_errors)
         self._handles: dict[str, RunHandle] = {}
 
     def questions(self, snapshot: AgentSnapshot) -> list[Question]:

@@ -37,11 +37,11 @@ from starlette.routing import Route
 
 from agentfsm._serving.guard import MAX_BODY_BYTES, EndpointChecks, check_listening
 from agentfsm._serving.questions import Question, Reply, decide, questions_of
+from agentfsm._serving.served import ServedAgent
 from agentfsm._serving.threads import ThreadHead, ThreadRuns
 from agentfsm.ag_ui.messages import call_id, to_chat_messages
 from agentfsm.ag_ui.stream import EventStream
 from agentfsm.errors import (
-    ConfigurationError,
     DecisionError,
     ProtocolRequestError,
     SnapshotError,
@@ -73,19 +73,10 @@ class Plan:
     abandon: bool = False
 
 
-class AGUIEndpoint:
+class AGUIEndpoint(ServedAgent):
     """The endpoint's handler: reads a ``RunAgentInput``, runs or resumes the thread's run, streams its events."""
 
-    def __init__(self, agent: Agent, threads: ThreadRuns | None = None, *, expose_errors: bool = False) -> None:
-        if agent.snapshot_store is None:
-            raise ConfigurationError(
-                "An AG-UI endpoint keeps paused runs in the agent's snapshot store: give the agent one "
-                "(snapshot_store=SQLiteSnapshotStore(path))."
-            )
-        self.agent = agent
-        self.threads = threads if threads is not None else ThreadRuns()
-        self.expose_errors = expose_errors
-        self.tools = {t.name: t for t in agent.known_tools()}
+    ENDPOINT = "An AG-UI endpoint"
 
     async def handle(self, request: Request) -> Response:
         """``POST``: the run as an event stream; a ``422`` JSON error for an input that is not a ``RunAgentInput``."""
