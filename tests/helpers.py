@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 import time
+import traceback
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -26,6 +30,29 @@ def wait_until(condition: Callable[[], T], what: str, seconds: float = 60.0) -> 
             raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         time.sleep(0.02)
     return value
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``agentfsm ARGS`` run in this process, read as a finished process: exit code, stdout, stderr.
+
+    What a separate process adds (the interpreter's start, ``import agentfsm``: about half a second)
+    is the same for every command, so most tests call the CLI's ``main`` here and keep a real
+    process where one is what they test: the entry point, DBOS, signals, another process deciding.
+    An exception ``main`` lets through is exit code 1 with its traceback on stderr, as the
+    interpreter's own ending would be; argparse's ``SystemExit`` keeps its code.
+    """
+    from agentfsm.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 2
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["agentfsm", *args], code, out.getvalue(), err.getvalue())
 
 
 @tool

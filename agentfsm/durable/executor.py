@@ -37,7 +37,8 @@ def launch(
     the workflows its previous life left unfinished. ``queues``: the per-worker concurrency limit of
     each queue to listen to (default: the ``agentfsm`` queue, no limit given). DBOS keeps a queue's
     limit in the database, for all its workers: a limit given here sets it, ``None`` leaves it. ``polling_interval``: how often, in
-    seconds, the worker looks for queued runs (DBOS's default is 1 s: a second's wait per run).
+    seconds, the worker looks for queued runs and for notifications it waits on (DBOS's default is
+    1 s: a second's wait per run, and a second's wait to shut down).
 
     ``application_version``: DBOS recovers and dequeues a workflow only in executors of its version.
     Its default is a hash of the workflows a process registers, so a worker hosting other durable
@@ -50,6 +51,7 @@ def launch(
         "system_database_url": system_database_url,
         "application_version": application_version or f"agentfsm-{version('agentfsm')}",
         "log_level": log_level,
+        "notification_listener_polling_interval_sec": polling_interval,
     }
     if executor_id is not None:
         config["executor_id"] = executor_id

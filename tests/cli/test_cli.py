@@ -17,14 +17,20 @@ from agentfsm.demo import DEMO_QUESTION, demo_agent
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
 from agentfsm.stores import JsonFileStore, SQLiteSnapshotStore
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``agentfsm ARGS`` in a process of its own: for the entry point, DBOS, and deciding from elsewhere."""
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False
+        [sys.executable, "-m", "agentfsm.cli", *args], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
     )
+
+
+#: Most tests run the command's ``main`` in this process (see ``run_cli``).
+cli = run_cli
 
 
 @pytest.fixture
@@ -127,8 +133,8 @@ def test_errors_follow_cli_conventions(tmp_path: Path) -> None:
         assert done.stderr.startswith("agentfsm: error: ") and message in done.stderr, done.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"format_version": 99}')
-    done = cli("snapshot", "show", str(bad))
-    assert done.returncode == 1 and "Invalid agent snapshot" in done.stderr
+    done = cli_process("snapshot", "show", str(bad))  # the entry point's own exit code and stream
+    assert done.returncode == 1 and done.stderr.startswith("agentfsm: error: Invalid agent snapshot"), done.stderr
     assert cli("diagram", "--format", "gif").returncode == 2
     for command in ("demo", "diagram", "snapshot", "resume", "decide", "runs", "serve", "worker"):
         assert cli(command, "--help").returncode == 0
@@ -212,7 +218,7 @@ def test_a_run_decided_from_another_process_ends_in_done_with_its_last_edge(tmp_
     run_id = paused_payments(store)
     getattr(store, "close", lambda: None)()
     agent = ("--agent", "tests.cli.test_cli:paying_agent")
-    decided = cli("decide", run_id, "--store", str(where), *agent, "--approve-all")
+    decided = cli_process("decide", run_id, "--store", str(where), *agent, "--approve-all")
     assert decided.returncode == 0, decided.stderr
     [row] = json.loads(cli("runs", "--store", str(where), "--json").stdout)
     assert (row["status"], row["phase"], row["exit_reason"]) == ("done", "DONE", "text")
@@ -243,7 +249,7 @@ def test_decide_approve_all_and_the_former_db_option(tmp_path: Path) -> None:
 
 
 def test_version() -> None:
-    done = cli("--version")
+    done = cli_process("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"agentfsm {version('agentfsm')}"
 
 
@@ -263,12 +269,12 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
         blocker.bind(("127.0.0.1", 0))
         port = blocker.getsockname()[1]
         url = f"postgresql://agent:secret@127.0.0.1:{port}/runs"
-        done = cli("runs", "--system-db", url)
-        debugged = cli("runs", "--system-db", url, "--debug")
-        worker = cli("worker", "--agent", "tests.durable.durable_agents:confirmed", "--system-db", url)
+        done = cli_process("runs", "--system-db", url)
+        debugged = cli_process("runs", "--system-db", url, "--debug")
+        worker = cli_process("worker", "--agent", "tests.durable.durable_agents:confirmed", "--system-db", url)
         # A password in the query, and one with an unencoded @ that the driver splits into a host.
-        in_query = cli("runs", "--system-db", f"postgresql://agent@127.0.0.1:{port}/runs?password=hunter2")
-        split = cli("runs", "--system-db", f"postgresql://agent:pa@ssword@127.0.0.1:{port}/runs")
+        in_query = cli_process("runs", "--system-db", f"postgresql://agent@127.0.0.1:{port}/runs?password=hunter2")
+        split = cli_process("runs", "--system-db", f"postgresql://agent:pa@ssword@127.0.0.1:{port}/runs")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot reach the database postgresql://agent:***@127.0.0.1:{port}/runs" in done.stderr
     assert "secret" not in done.stderr
@@ -279,18 +285,18 @@ def test_an_unreachable_database_is_one_line_with_the_url(tmp_path: Path) -> Non
     # A worker launches DBOS, which logs its failure with a traceback: held back, said in one line.
     assert worker.returncode == 1 and worker.stderr.count("\n") == 1 and "cannot reach the database" in worker.stderr
     missing_dir = f"sqlite:///{tmp_path}/no/such/dir/runs.db"
-    done = cli("decide", "r1", "--system-db", missing_dir, "--approve-all")
+    done = cli_process("decide", "r1", "--system-db", missing_dir, "--approve-all")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and missing_dir in done.stderr, done.stderr
 
 
 def test_a_system_db_that_is_no_dbos_database_is_said_so(tmp_path: Path) -> None:
     typo = tmp_path / "typo.sqlite"
-    done = cli("runs", "--system-db", f"sqlite:///{typo}")
+    done = cli_process("runs", "--system-db", f"sqlite:///{typo}")
     assert done.returncode == 1 and "no DBOS system database" in done.stderr and str(typo) in done.stderr, done.stderr
     assert not typo.exists(), "looking for runs creates no database"
     store = tmp_path / "runs.db"
     SQLiteSnapshotStore(store).close()  # an SQLite file, but a snapshot store's
-    done = cli("runs", "--system-db", f"sqlite:///{store}")
+    done = cli_process("runs", "--system-db", f"sqlite:///{store}")
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "not a DBOS system database" in done.stderr and "cannot reach" not in done.stderr, done.stderr
 

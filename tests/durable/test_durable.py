@@ -37,7 +37,7 @@ from agentfsm.machine import Phase
 from agentfsm.testing import HOOK_CALLS, comparable_result, hook_sets, scripted_conversations
 from tests.durable import durable_agents
 from tests.durable.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
-from tests.helpers import RESUME_SCHEMA, add, call, remember
+from tests.helpers import RESUME_SCHEMA, add, call, remember, run_cli
 from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -403,14 +403,8 @@ def system_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    """The command run in this process: the worker it talks to through the database is a process of its own."""
+    return run_cli(*args)
 
 
 def kill_during_the_slow_call(worker: Worker, client: DBOSClient, tmp_path: Path, run_id: str, slow: str) -> None:
