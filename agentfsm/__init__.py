@@ -40,6 +40,7 @@ from agentfsm.messages import (
     ToolCall,
     ToolCallResult,
 )
+from agentfsm.retries import Retry
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, merge_lists, replace_values
 from agentfsm.tools import (
@@ -74,6 +75,7 @@ __all__ = [
     "Phase",
     "PipelineTool",
     "ReasoningContent",
+    "Retry",
     "RunCancelled",
     "RunHandle",
     "SearchableToolset",

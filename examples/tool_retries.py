@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import threading
 
-from agentfsm import Agent, ChatMessage, ToolCall, tool
+from agentfsm import Agent, ChatMessage, Retry, ToolCall, tool
 from agentfsm.events import CallChanged, Event
 from agentfsm.generators import ScriptedChatGenerator
-from agentfsm.retries import Retry
 
 DROPS = [ConnectionError("connection reset"), ConnectionError("connection reset")]
 SLOW_BANK = threading.Event()

@@ -51,6 +51,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "Phase",
         "PipelineTool",
         "ReasoningContent",
+        "Retry",
         "RunCancelled",
         "RunHandle",
         "SearchableToolset",
