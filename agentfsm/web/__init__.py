@@ -4,7 +4,8 @@
 uvicorn. Pages are rendered on the server (no front-end build) and every text from a run is
 escaped. A run waiting in CONFIRM shows its pending calls with approve / reject / modify forms;
 submitting resumes the run through ``agent.run(snapshot=..., decisions=...)``, the same API as
-the command line (durable runs: the decision goes to the run's queue, for a worker).
+the command line, in a thread of its own: the page answers once the decisions are taken, and the
+run goes on (durable runs: the decision goes to the run's queue, for a worker).
 
 The live view is a consumer of the runs' events (``agentfsm.events``), through the store: a store
 that keeps events (``record_events=True``, an ``EventStore``) holds what the runs of any process

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import hmac
 import secrets
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 from urllib.parse import quote
@@ -36,7 +37,8 @@ from agentfsm.errors import (
     StaleSnapshotError,
     ToolArgumentsError,
 )
-from agentfsm.events import Event
+from agentfsm.events import Event, PhaseChanged
+from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot
@@ -68,14 +70,44 @@ class Runs(Protocol):
 MAX_TIMELINE_SNAPSHOTS = 400
 MAX_TIMELINE_EVENTS = 20_000
 
-#: Continues a run waiting for decisions, from the snapshot the decisions were taken on.
+#: Continues a run waiting for decisions, from the snapshot the decisions were taken on; returns once
+#: the decisions are taken (the run may go on after it), raises if they cannot be.
 Resume = Callable[[AgentSnapshot, list[Any]], None]
 
 
 def resume_here(agent: Agent, snapshot: AgentSnapshot, decisions: list[Any]) -> None:
-    """Resume the run in this process (it goes on in the store it comes from) until it ends or pauses again."""
-    with contextlib.suppress(BreakpointException):  # paused again: the run page shows where
-        agent.run(snapshot=snapshot, decisions=decisions)
+    """Resume the run in a thread of this process; return once its decisions are taken, while it goes on.
+
+    The run claims its record in the store it comes from, checks and applies the decisions, and
+    leaves CONFIRM: then this returns, and the run goes on in its thread to its end or next pause
+    (the run page and its live view follow it). An error before that (a stale snapshot, a decision
+    that does not fit) is raised here, and nothing ran; one after it is the run's, kept in its record.
+    The thread is not a daemon: a server stopping lets the runs under way finish.
+    """
+    taken = threading.Event()
+    refused: list[BaseException] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, PhaseChanged) and event.source == "CONFIRM":
+            taken.set()
+
+    def go_on() -> None:
+        try:
+            agent.run(snapshot=snapshot, decisions=decisions, on_event=on_event)
+        except BreakpointException:
+            pass  # paused again: the run page shows where
+        except Exception as exc:
+            if not taken.is_set():
+                refused.append(exc)
+            else:
+                logger.warning("a run resumed from the review page failed", run_id=snapshot.run_id, error=repr(exc))
+        finally:
+            taken.set()
+
+    threading.Thread(target=go_on, name=f"agentfsm-resume-{snapshot.run_id}").start()
+    taken.wait()
+    if refused:
+        raise refused[0]
 
 
 class ReviewApp:

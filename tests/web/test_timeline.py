@@ -16,7 +16,7 @@ from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.web import create_app
 from agentfsm.web.finding import PER_PAGE, Query
 from agentfsm.web.pages import human_duration
-from tests.web.test_web import CHROMIUM, PAID, ASGIClient, needs_browser, paying_agent, review_page
+from tests.web.test_web import CHROMIUM, PAID, ASGIClient, needs_browser, paying_agent, review_page, settled
 
 
 @tool
@@ -57,12 +57,16 @@ class Store:
         self.waiting = paused.value.snapshot.run_id
         self.agent = paying_agent(self.store, tmp, position=1)
 
+    def settled(self) -> None:
+        settled(self.store, self.waiting)
+
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Iterator[Store]:
     PAID.clear()
     made = Store(tmp_path)
     yield made
+    made.settled()
     made.store.close()
 
 
@@ -179,7 +183,9 @@ def test_decisions_are_shown_with_their_verb_arguments_feedback_and_time(runs: S
         },
         follow_redirects=False,
     )
-    assert decided.status_code == 303 and PAID == ["25 to ann"]
+    assert decided.status_code == 303
+    runs.settled()
+    assert PAID == ["25 to ann"]
     page = client.get(f"/runs/{runs.waiting}").text
     modified = re.search(
         r"<div class='entry decision modified' data-phases='CONFIRM' data-call='p1'>.*?</div>", page, re.S

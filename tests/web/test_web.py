@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.errors import ConfigurationError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, HITLBreakpointException
+from agentfsm.pauses import RunStatus
 from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.web import MAX_FORM_BYTES, SESSION_COOKIE, create_app
 
@@ -31,12 +33,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "diagrams"))
 import review_page  # noqa: E402 - the repository's screenshot script: its local server and Chromium settings
 
+from tests.helpers import wait_until  # noqa: E402
+
 PAID: list[str] = []
+#: Cleared, a payment waits for it: the run stays in TOOL_RUN while a test looks at it.
+BANK_OPEN = threading.Event()
+BANK_OPEN.set()
 
 
 @tool
 def pay(to: str, amount: int) -> str:
     """Send a payment."""
+    if not BANK_OPEN.wait(timeout=60):
+        raise TimeoutError("the test never opened the bank")
     PAID.append(f"{amount} to {to}")
     return f"paid {amount} to {to}"
 
@@ -108,12 +117,25 @@ class Runs:
         self.done = next(r.run_id for r in self.store.runs() if r.run_id != self.waiting)
         self.agent = paying_agent(self.store, tmp, position=1)
 
+    def settled(self) -> None:
+        settled(self.store, self.waiting)
+
+
+def settled(store: SQLiteSnapshotStore, run_id: str) -> None:
+    """Wait for a run a decision resumed to end or pause: it goes on after the page answered."""
+
+    def status() -> str:
+        return next(str(r.status) for r in store.runs() if r.run_id == run_id)
+
+    wait_until(lambda: status() != "active", f"run {run_id} to end or pause", seconds=30)
+
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Iterator[Runs]:
     PAID.clear()
     made = Runs(tmp_path)
     yield made
+    made.settled()
     made.store.close()
 
 
@@ -183,15 +205,24 @@ def test_decisions_that_do_not_fit_change_nothing(runs: Runs, make_client: Any) 
     assert PAID == [] and runs.store.latest(runs.waiting).seq == head, "nothing ran, the run did not move"
 
 
-def test_a_decision_resumes_the_run_once(runs: Runs, make_client: Any) -> None:
+def test_a_decision_returns_at_once_and_resumes_the_run_once(runs: Runs, make_client: Any) -> None:
     client = make_client(create_app(runs.store, runs.agent))
     form = csrf_and_seq(client.get(f"/runs/{runs.waiting}").text)
-    decided = client.post(
-        f"/runs/{runs.waiting}/decide",
-        data={**form, "action:p1": "approve", "action:p2": "modify", "params:p2": '{"to": "bob", "amount": 90}'},
-        follow_redirects=False,
-    )
-    assert decided.status_code == 303 and decided.headers["location"] == f"/runs/{runs.waiting}"
+    BANK_OPEN.clear()  # the payments wait: the answer to the form cannot wait for them
+    try:
+        decided = client.post(
+            f"/runs/{runs.waiting}/decide",
+            data={**form, "action:p1": "approve", "action:p2": "modify", "params:p2": '{"to": "bob", "amount": 90}'},
+            follow_redirects=False,
+        )
+        assert decided.status_code == 303 and decided.headers["location"] == f"/runs/{runs.waiting}"
+        going = client.get(f"/runs/{runs.waiting}").text
+        assert "<p class='status' id='status'>running</p>" in going and PAID == [], "decided; the calls wait"
+        late = client.post(f"/runs/{runs.waiting}/decide", data={**form, "action:p1": "reject", "action:p2": "reject"})
+        assert late.status_code == 409 and "Nothing was changed" in late.text, "taken, while the run goes on"
+    finally:
+        BANK_OPEN.set()
+    runs.settled()
     assert PAID == ["30 to ann", "90 to bob"]
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p class='status' id='status'>done</p>" in page and "Done paying." in page
@@ -229,6 +260,7 @@ def test_a_run_decided_on_the_page_ends_in_done_with_its_last_edge(runs: Runs, m
         follow_redirects=False,
     )
     assert decided.status_code == 303
+    runs.settled()
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p>phase DONE, step 2, exit reason text</p>" in page
     assert "<td>EXIT_CHECK</td><td>&rarr;</td><td>DONE</td><td><code>exit</code></td>" in page, "its last edge"
@@ -251,7 +283,9 @@ def test_no_decision_is_chosen_beforehand(runs: Runs, make_client: Any) -> None:
         data={**form, "action:p1": "reject", "action:p2": "reject"},
         follow_redirects=False,
     )
-    assert chosen.status_code == 303 and PAID == [], "both rejected, as chosen"
+    assert chosen.status_code == 303
+    runs.settled()
+    assert PAID == [], "both rejected, as chosen"
 
 
 def test_csrf_tokens_are_per_session_and_per_decision(runs: Runs, make_client: Any) -> None:
@@ -275,7 +309,9 @@ def test_csrf_tokens_are_per_session_and_per_decision(runs: Runs, make_client: A
     cookieless = make_client(app)
     assert decide(cookieless, ann_form).status_code == 403, "ann's token without her session"
     assert PAID == []
-    assert decide(ann, ann_form).status_code == 303 and PAID == ["30 to ann"]
+    assert decide(ann, ann_form).status_code == 303
+    runs.settled()
+    assert PAID == ["30 to ann"]
     replayed = decide(ann, ann_form)
     assert replayed.status_code == 409 and "Nothing was changed" in replayed.text
     assert decide(bob, bob_form).status_code == 409, "the decision was taken: bob's form is for a pause that is over"
@@ -382,7 +418,9 @@ def test_a_rebound_page_reads_nothing_and_decides_nothing(runs: Runs) -> None:
         sent = browser.post(
             f"/runs/{runs.waiting}/decide", headers={"Referer": f"{url}/runs/{runs.waiting}"}, data=choice
         )
-        assert sent.status_code == 303 and PAID == ["30 to ann", "9000 to bob"]
+        assert sent.status_code == 303
+        runs.settled()
+        assert PAID == ["30 to ann", "9000 to bob"]
 
 
 def test_allowed_hosts_name_a_proxy(runs: Runs) -> None:
@@ -555,6 +593,7 @@ def test_a_running_run_is_shown_moving(runs: Runs, make_client: Any) -> None:
     page = client.get(f"/runs/{runs.waiting}").text
     assert "<p class='status' id='status'>running</p>" in page and "http-equiv='refresh'" in page
     assert "http-equiv='refresh'" not in client.get(f"/runs/{runs.done}").text
+    runs.store.release(runs.waiting, RunStatus.PAUSED)  # the other process lets it go
 
 
 # -- fuzzing the page's requests ------------------------------------------------------------------------------
