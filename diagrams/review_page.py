@@ -1,4 +1,7 @@
-"""The review page's screenshot in diagrams/: a run waiting for a payment approval, in headless Chromium.
+"""The review page's screenshots in diagrams/, taken in headless Chromium.
+
+A run waiting for a payment approval (``review-page.png``), the same run's timeline once decided
+(``review-run.png``), and the list of runs (``review-list.png``).
 
 ``make diagrams`` runs it (``python diagrams/review_page.py``); ``tests/web/test_web.py`` drives the
 same page the same way. Needs the ``web`` extra, Playwright and Debian's ``chromium``.
@@ -36,6 +39,12 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+@tool
+def lookup(name: str) -> str:
+    """Look a customer up."""
+    return f"{name}: customer since 2019, no open invoices"
 
 
 @tool
@@ -86,15 +95,26 @@ def serving(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def screenshot(path: Path) -> None:
-    """Pause a run for approval and photograph its page."""
-    from playwright.sync_api import sync_playwright
+def finished_runs(store: SQLiteSnapshotStore) -> None:
+    """Two runs that looked customers up, for the list to hold more than the run waiting."""
+    for name in ("ann", "bob"):
+        calls = [ChatMessage.from_assistant(tool_calls=[ToolCall("lookup", {"name": name}, id="l1")])]
+        model = ScriptedChatGenerator([*calls, f"{name.title()} has no open invoices."])
+        Agent(chat_generator=model, tools=[lookup], snapshot_store=store).run(
+            [ChatMessage.from_user(f"Does {name.title()} owe us anything?")]
+        )
+
+
+def screenshot(folder: Path) -> None:
+    """Pause a run for approval and photograph its page, then decide it and photograph its timeline and the list."""
+    from playwright.sync_api import expect, sync_playwright
 
     chromium = shutil.which("chromium")
     if chromium is None:
         raise SystemExit("chromium is not installed (make test installs it)")
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteSnapshotStore(Path(tmp) / "runs.db", durable=True)
+        store = SQLiteSnapshotStore(Path(tmp) / "runs.db", durable=True, record_events=True)
+        finished_runs(store)
         try:
             paying_agent(store, Path(tmp)).run([ChatMessage.from_user("Pay this month's invoices.")])
         except HITLBreakpointException as paused:
@@ -107,12 +127,17 @@ def screenshot(path: Path) -> None:
                 page.check("input[name='action:p1'][value='approve']")  # nothing is chosen beforehand
                 page.check("input[name='action:p2'][value='reject']")
                 page.fill("input[name='feedback:p2']", "over the 100 EUR limit")
-                page.screenshot(path=str(path), full_page=True)
+                page.screenshot(path=str(folder / "review-page.png"), full_page=True)
+                page.press("input[name='feedback:p2']", "Enter")
+                expect(page.locator("#status")).to_have_text("done", timeout=60_000)
+                page.screenshot(path=str(folder / "review-run.png"), full_page=True)
+                page.goto(url)
+                page.screenshot(path=str(folder / "review-list.png"), full_page=True)
             finally:
                 browser.close()
         store.close()
 
 
 if __name__ == "__main__":
-    screenshot(HERE / "review-page.png")
+    screenshot(HERE)
     sys.exit(0)

@@ -574,13 +574,15 @@ def test_serve_runs_the_page(runs: Runs, tmp_path: Path) -> None:
     assert f"http://127.0.0.1:{port}/?token=t0k" in err
 
 
-def test_the_readme_screenshot_is_made_by_the_same_page(tmp_path: Path) -> None:
-    """``make diagrams`` photographs the page with diagrams/review_page.py: it still runs, and the README shows its picture."""
+def test_the_docs_screenshots_are_made_by_the_same_page(tmp_path: Path) -> None:
+    """``make diagrams`` photographs the page with diagrams/review_page.py: it still runs, and the docs show its pictures."""
     needs_browser()
-    shot = tmp_path / "review-page.png"
-    review_page.screenshot(shot)
-    assert shot.read_bytes().startswith(b"\x89PNG")
-    assert (ROOT / "diagrams" / "review-page.png").read_bytes().startswith(b"\x89PNG")
+    review_page.screenshot(tmp_path)
+    page = (ROOT / "docs" / "review-page.md").read_text()
+    for name in ("review-page.png", "review-run.png", "review-list.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG"), name
+        assert (ROOT / "diagrams" / name).read_bytes().startswith(b"\x89PNG"), f"{name} is committed"
+        assert f"](diagrams/{name})" in page, f"docs/review-page.md shows {name}"
     assert (
         "![A run waiting for approval on the review page](diagrams/review-page.png)" in (ROOT / "README.md").read_text()
     )
