@@ -81,21 +81,11 @@ PAUSES_ONLY = pytest.mark.xfail(
 )
 
 
-#: A durable run registers itself (its claim) before its first snapshot is committed, in another
-#: transaction: a process that stops between the two leaves a run claimed, with no snapshot to resume.
-CLAIMED_EMPTY = pytest.mark.xfail(
-    strict=True,
-    reason="a new durable run's claim and its first snapshot are two commits: a process stopping between them "
-    "leaves the run active, claimed by nobody alive, with nothing to resume (left_active)",
-)
-
-
-def cases(*faults: Fault, new_process: bool = False) -> list[Any]:
+def cases(*faults: Fault) -> list[Any]:
     """(kind, write number, fault) for every write an uninterrupted run makes, each named ``sqlite-#3-call-after``."""
     found = []
     for kind in KINDS:
         writes = recorded_writes(kind)
-        first_batch = next((w.number for w in writes if w.what == "batch"), -1)
         for write in writes:
             for fault in faults:
                 if kind == "json" and fault is Fault.STALL:
@@ -103,12 +93,6 @@ def cases(*faults: Fault, new_process: bool = False) -> list[Any]:
                 marks = []
                 if kind == "json" and fault is Fault.BEFORE and write.what.startswith("file 0"):
                     marks.append(PAUSES_ONLY)
-                if (
-                    new_process
-                    and kind == "sqlite"
-                    and (write.number, fault) in ((0, Fault.AFTER), (first_batch, Fault.BEFORE))
-                ):
-                    marks.append(CLAIMED_EMPTY)
                 found.append(
                     pytest.param(
                         kind, write.number, fault, id=f"{kind}-#{write.number}-{write.kind}-{fault}", marks=marks
@@ -177,7 +161,7 @@ def test_a_failed_write_then_resumed_in_the_same_process(kind: str, number: int,
     check_ended_alike(kind, tmp_path, world.summary(result))
 
 
-@pytest.mark.parametrize(("kind", "number", "fault"), cases(Fault.BEFORE, Fault.AFTER, new_process=True))
+@pytest.mark.parametrize(("kind", "number", "fault"), cases(Fault.BEFORE, Fault.AFTER))
 def test_a_failed_write_then_resumed_in_a_new_process(
     kind: str, number: int, fault: Fault, tmp_path: Path, other_process: Finisher
 ) -> None:
@@ -185,7 +169,7 @@ def test_a_failed_write_then_resumed_in_a_new_process(
     run_id, result = world.finish(lambda: faulty_store(kind, tmp_path, plan), None, until_failure=True)
     assert [(w.number, f) for w, f in plan.hit] == [(number, fault)], f"schedule: {plan.schedule()}"
     if result is None:  # the process stopped at the fault (its later writes failed): another one ends the run
-        assert run_id is not None or plan.hit[0][0].kind in ("claim", "pause")
+        assert run_id is not None or plan.hit[0][0].number == 0, "a write after the first one left nothing stored"
         summary = other_process(kind, tmp_path, run_id) if run_id is not None else None
         if summary is None:  # the run left nothing in the store: it starts again
             _, again = world.finish(lambda: store_of(kind, str(tmp_path)), None)
