@@ -47,7 +47,7 @@ def faulty_store(kind: str, directory: Path, plan: Plan) -> SnapshotStore:
     """The store of ``kind`` in ``directory``, its writes going through ``plan``."""
     if kind == "sqlite":
         return FaultySQLiteStore(directory / "runs.db", plan, durable=True)
-    return FaultyJsonFileStore(directory / "json", plan)
+    return FaultyJsonFileStore(directory / "json", plan, durable=True)
 
 
 @functools.cache
@@ -72,15 +72,6 @@ def recorded_writes(kind: str) -> tuple[Write, ...]:
     return uninterrupted(kind)[0]
 
 
-#: A store that keeps pauses only re-runs what followed its last pause when the snapshot that ends
-#: that stretch (the next pause, or the end) is lost: nothing recorded the calls in between.
-PAUSES_ONLY = pytest.mark.xfail(
-    strict=True,
-    reason="a JsonFileStore keeps pauses only: the calls since the last pause are not journaled, and a run "
-    "taken over after its next snapshot failed runs them again (no call in doubt)",
-)
-
-
 def cases(*faults: Fault) -> list[Any]:
     """(kind, write number, fault) for every write an uninterrupted run makes, each named ``sqlite-#3-call-after``."""
     found = []
@@ -90,14 +81,7 @@ def cases(*faults: Fault) -> list[Any]:
             for fault in faults:
                 if kind == "json" and fault is Fault.STALL:
                     continue  # a JsonFileStore's writes hold the run's lock: nobody can come between (see below)
-                marks = []
-                if kind == "json" and fault is Fault.BEFORE and write.what.startswith("file 0"):
-                    marks.append(PAUSES_ONLY)
-                found.append(
-                    pytest.param(
-                        kind, write.number, fault, id=f"{kind}-#{write.number}-{write.kind}-{fault}", marks=marks
-                    )
-                )
+                found.append(pytest.param(kind, write.number, fault, id=f"{kind}-#{write.number}-{write.kind}-{fault}"))
     return found
 
 

@@ -21,7 +21,7 @@ def store_of(kind: str, directory: str) -> SnapshotStore:
     """The plain store (no fault layer) of a fault test's directory."""
     if kind == "sqlite":
         return SQLiteSnapshotStore(Path(directory) / "runs.db", durable=True)
-    return JsonFileStore(Path(directory) / "json")
+    return JsonFileStore(Path(directory) / "json", durable=True)
 
 
 def main() -> None:
