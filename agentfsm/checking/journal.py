@@ -269,11 +269,16 @@ def _calls_of(run_id: str, final: AgentSnapshot) -> list[_Call]:
     return calls
 
 
+def _edges(trace: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """A trace's edges, without how long each took (a view derived again measures its own)."""
+    return [(r["step"], r["source"], r["dest"], r["trigger"]) for r in trace]
+
+
 def _timeline(run_id: str, snapshots: Sequence[AgentSnapshot]) -> list[JournalProblem]:
     problems = []
     for before, after in itertools.pairwise(snapshots):
-        start = _reopened_trace(before)
-        if after.trace[: len(start)] != start and after.trace[: len(before.trace)] != list(before.trace):
+        start, whole, later = _edges(_reopened_trace(before)), _edges(before.trace), _edges(after.trace)
+        if later[: len(start)] != start and later[: len(whole)] != whole:
             problems.append(
                 JournalProblem(
                     "timeline_forked",

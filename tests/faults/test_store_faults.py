@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from agentfsm.checking.journal import check_journal
 from agentfsm.errors import StaleSnapshotError
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.stores import SnapshotStore
+from agentfsm.testing import check_journal
 from tests.faults import world
 from tests.faults.layer import Fault, FaultyJsonFileStore, FaultySQLiteStore, Plan, Write
 from tests.faults.worker import store_of

@@ -22,7 +22,6 @@ from typing import Any
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm._core.records import result_from_record
-from agentfsm.checking.journal import EffectLog
 from agentfsm.errors import (
     BreakpointException,
     SnapshotError,
@@ -34,6 +33,7 @@ from agentfsm.machine import Phase
 from agentfsm.pauses import AwaitingDecision, OutcomeUnknown
 from agentfsm.result import AgentResult
 from agentfsm.stores import SnapshotStore
+from agentfsm.testing import EffectLog
 
 #: The effect log of the tools below (a file any process appends to).
 EFFECTS = "AGENTFSM_FAULTS_EFFECTS"
