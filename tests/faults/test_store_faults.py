@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from agentfsm.stores import SnapshotStore
 from agentfsm.testing import check_journal
 from tests.faults import world
 from tests.faults.layer import Fault, FaultyJsonFileStore, FaultySQLiteStore, Plan, Write
+from tests.faults.seeds import reproduce, seeded
 from tests.faults.worker import store_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,6 +192,36 @@ def test_a_stalled_write_while_another_worker_takes_the_run_over(
     assert result is None and isinstance(failures[0], StaleSnapshotError), failures
     assert len(world.effect_log().effects()) == effects_then, "the stalled process ran a tool after it woke"
     check_ended_alike(kind, tmp_path, summary)
+
+
+@seeded(6)
+def test_a_seeded_schedule_of_failed_writes(seed: int, tmp_path: Path, other_process: Finisher) -> None:
+    """One to three writes fail, each before or after it happened, chosen by the seed, in either store.
+
+    The run is resumed after each failure in the process that saw it or, once its first write
+    failed, in another (this one stops there). It ends as the uninterrupted run did.
+    """
+    rng = random.Random(seed)
+    kind = rng.choice(KINDS)
+    span = len(recorded_writes(kind)) * 3 // 2  # a failed write adds writes: the run's are more than these
+    elsewhere = rng.random() < 0.5
+    faults = {n: rng.choice((Fault.BEFORE, Fault.AFTER)) for n in rng.sample(range(span), rng.randint(1, 3))}
+    plan = Plan(faults, stop_after_fault=elsewhere)
+    schedule = f"{kind}, {plan.schedule()}, resumed {'in another process' if elsewhere else 'here'}"
+    try:
+        run_id, result = world.finish(lambda: faulty_store(kind, tmp_path, plan), None, until_failure=elsewhere)
+        assert {w.number: f for w, f in plan.hit}.items() <= faults.items()
+        if result is None:
+            summary = other_process(kind, tmp_path, run_id) if run_id is not None else None
+            if summary is None:  # the run left nothing in the store: it starts again
+                _, again = world.finish(lambda: store_of(kind, str(tmp_path)), None)
+                assert again is not None
+                summary = world.summary(again)
+        else:
+            summary = world.summary(result)
+        check_ended_alike(kind, tmp_path, summary)
+    except AssertionError as error:
+        raise AssertionError(f"{reproduce(seed, schedule)}\n{error}") from error
 
 
 def test_the_journal_check_catches_a_store_that_drops_a_call_result(tmp_path: Path) -> None:
