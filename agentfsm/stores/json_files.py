@@ -336,7 +336,8 @@ class JsonFileStore:
         """``move`` for a request of this process's claim; a refusal means the claim was lost: nothing more is written."""
         try:
             return move(run_id, before, request)
-        except StaleSnapshotError:
+        except StaleSnapshotError as exc:
+            logger.warning("a write was refused: the run was taken over", run_id=run_id, error=str(exc)[:300])
             self._lost[run_id] = request.owner
             self._claims.pop(run_id, None)
             self._live.pop(run_id, None)

@@ -618,6 +618,7 @@ class SQLiteSnapshotStore:
                 self._give_up(run_id, cursor, cursor.next_seq - len(cursor.entries))
             raise self._damaged(exc) from None
         if isinstance(exc, StaleSnapshotError):
+            logger.warning("a write was refused: the run was taken over", run_id=run_id, error=str(exc)[:300])
             self._lose(run_id, cursor.owner)
         raise exc
 
