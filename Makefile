@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck check docs bench diagrams clean chromium postgresql node-tools
+.PHONY: demo test chaos lint typecheck check docs bench diagrams clean chromium postgresql node-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ node-tools:
 
 test: $(VENV)/.installed-dev chromium postgresql node-tools
 	$(BIN)/python -m pytest -q
+
+# The fault sweeps of tests/faults past the few seeds `make test` runs: SEEDS=N seeds (0 to N-1), or
+# SEED=K alone, as a failing sweep's message says. Each seed is one schedule of faults, the same on
+# any machine; a failure prints its seed and its schedule.
+SEEDS ?= 200
+chaos: $(VENV)/.installed-dev postgresql
+	AGENTFSM_FAULT_SEEDS=$(SEEDS) $(if $(SEED),AGENTFSM_FAULT_SEED=$(SEED)) $(BIN)/python -m pytest -q tests/faults -k seed
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check agentfsm tests examples bench diagrams docs/_hooks

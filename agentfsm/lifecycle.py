@@ -162,8 +162,8 @@ WRITERS_CLAIM = Check(
     "the writer's claim",
     lambda run, request: run.owner != request.owner,
     lambda run_id, run, request: StaleSnapshotError(
-        f"Run {run_id!r} was taken over by {run.owner} while this process ran it (claim {request.owner}); "
-        "what this process did since it last wrote is not stored.",
+        f"Run {run_id!r} was taken over by {run.owner or run.taken_over_by or 'another process'} while this "
+        f"process ran it (claim {request.owner}); what this process did since it last wrote is not stored.",
         run_id,
         owner=run.owner,
     ),

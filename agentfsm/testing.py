@@ -18,6 +18,15 @@ each and reporting the shortest counterexample as a regression test (see ``docs/
     def test_my_agent_on_every_path():
         check_agent(make_agent()).raise_for_violations()
 
+``check_journal`` checks what runs left in a store (or DBOS) against the effects their tools had,
+by the rules durable engines are tested by (``JOURNAL_RULES``: no effect repeated unasked, one
+result per call, no call dropped, every decision bound and applied once, one timeline per run;
+see ``docs/checking.md``)::
+
+    from agentfsm.testing import EffectLog, check_journal
+
+    check_journal(store, EffectLog(path), idempotent={"lookup"}, finished=True).raise_for_problems()
+
 ``assert_resume_equivalent`` runs the agent once without interruption, then once per transition k:
 break at k, encode the snapshot to bytes, decode it, build a fresh agent with
 ``Agent.from_dict(agent.to_dict())``, resume, and compare. The first transition where the resumed
@@ -38,14 +47,20 @@ from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking import (
     BUILTIN_INVARIANTS,
     CheckResult,
+    Effect,
+    EffectLog,
     Invariant,
+    JournalProblem,
+    JournalReport,
     RecordedRun,
     Scenario,
     Violation,
     check_agent,
+    check_journal,
     invariant,
     replay,
 )
+from agentfsm.checking.journal import RULES as JOURNAL_RULES
 from agentfsm.errors import AgentCheckFailed, BreakpointException, ResumeDivergence
 from agentfsm.generators.scripted import ScriptedChatGenerator
 from agentfsm.hooks import HOOK_POINT_NAMES
@@ -64,9 +79,14 @@ with extra_needed("agentfsm.testing", "testing"):
 __all__ = [
     "BUILTIN_INVARIANTS",
     "HOOK_CALLS",
+    "JOURNAL_RULES",
     "AgentCheckFailed",
     "CheckResult",
+    "Effect",
+    "EffectLog",
     "Invariant",
+    "JournalProblem",
+    "JournalReport",
     "RecordedRun",
     "RecordingHook",
     "ResumeDivergence",
@@ -75,6 +95,7 @@ __all__ = [
     "arguments_for",
     "assert_resume_equivalent",
     "check_agent",
+    "check_journal",
     "comparable_result",
     "hook_sets",
     "invariant",

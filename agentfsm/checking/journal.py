@@ -18,7 +18,9 @@ work, named by the call's idempotency key), and checks the rules of ``RULES``:
   (``decision_unbound``, ``decision_repeated``), and was applied: a rejected call never ran, a
   call settled from outside did not run again (``decision_ignored``);
 - a run's snapshots are one timeline: each one's trace is the one before it, extended
-  (``timeline_forked``); with ``finished=True``, no run is left active (``left_active``).
+  (``timeline_forked``), and none is missing: their numbers follow one another, so a write the
+  store reported as made, and then lost, shows even when the later snapshots agree (``timeline_gap``);
+  with ``finished=True``, no run is left active (``left_active``).
 
 A call is known by its idempotency key (``agentfsm.tools.tool.idempotency_key``: the run id, the
 step and the call's key), the one a tool taking an ``idempotency_key`` parameter is given: record
@@ -55,6 +57,7 @@ RULES: dict[str, str] = {
     "decision_repeated": "a call was decided twice",
     "decision_ignored": "a decision was not applied: a rejected call ran, or a settled call ran again",
     "timeline_forked": "a run's snapshots are not one timeline (a trace is not the one before it, extended)",
+    "timeline_gap": "a run's snapshots skip a number: a write the store said it made is not there",
     "left_active": "a run is still active when every run should have ended",
 }
 
@@ -184,14 +187,27 @@ class _Call:
         return f"{self.step}/{self.key}"
 
 
-def _snapshots(records: RunRecords, run_id: str) -> list[AgentSnapshot]:
-    found = []
-    for info in records.history(run_id):
+def _snapshots(records: RunRecords, run_id: str) -> tuple[list[AgentSnapshot], list[JournalProblem]]:
+    """The run's snapshots that can be read, and a ``timeline_gap`` for each number its history skips."""
+    found, problems = [], []
+    infos = records.history(run_id)
+    for before, after in itertools.pairwise(infos):
+        if after.seq != before.seq + 1:
+            missing = f"{before.seq + 1}" if after.seq == before.seq + 2 else f"{before.seq + 1} to {after.seq - 1}"
+            problems.append(
+                JournalProblem(
+                    "timeline_gap",
+                    run_id,
+                    f"its snapshots go from {before.seq} ({before.phase.value}, step {before.step}) to {after.seq} "
+                    f"({after.phase.value}, step {after.step}): snapshot {missing} is not stored",
+                )
+            )
+    for info in infos:
         try:
             found.append(records.load(run_id, info.seq))
         except SnapshotError:
             continue  # a point the record cannot show (a durable run's, before its first phase)
-    return found
+    return found, problems
 
 
 def _reopened_trace(snapshot: AgentSnapshot) -> list[Any]:
@@ -253,11 +269,16 @@ def _calls_of(run_id: str, final: AgentSnapshot) -> list[_Call]:
     return calls
 
 
+def _edges(trace: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """A trace's edges, without how long each took (a view derived again measures its own)."""
+    return [(r["step"], r["source"], r["dest"], r["trigger"]) for r in trace]
+
+
 def _timeline(run_id: str, snapshots: Sequence[AgentSnapshot]) -> list[JournalProblem]:
     problems = []
     for before, after in itertools.pairwise(snapshots):
-        start = _reopened_trace(before)
-        if after.trace[: len(start)] != start and after.trace[: len(before.trace)] != list(before.trace):
+        start, whole, later = _edges(_reopened_trace(before)), _edges(before.trace), _edges(after.trace)
+        if later[: len(start)] != start and later[: len(whole)] != whole:
             problems.append(
                 JournalProblem(
                     "timeline_forked",
@@ -363,7 +384,8 @@ def check_journal(
         statuses[info.run_id] = info.status
         if finished and info.status is RunStatus.ACTIVE:
             problems.append(JournalProblem("left_active", info.run_id, f"the run is still active (owner {info.owner})"))
-        snapshots = _snapshots(records, info.run_id)
+        snapshots, gaps = _snapshots(records, info.run_id)
+        problems += gaps
         if not snapshots:
             continue
         problems += _timeline(info.run_id, snapshots)

@@ -11,6 +11,15 @@ over the same expired claim at the same instant may both succeed; and the lease 
 while the run goes on (it is only given up at the end), so ``lease_seconds`` must outlast the run.
 Use ``SQLiteSnapshotStore`` for runs that several processes may pick up.
 
+With ``durable=True`` it also observes runs (``agentfsm._core.runtime.RunObserver``) and writes a
+whole snapshot file whenever a durable SQLite store commits: before a reply's tools run or its
+calls are confirmed (the journal of the calls it starts), as each call finishes, once hooks or
+decisions are done. A run is then never taken back past a call that ran: after a crash, a call
+that started and did not finish is in doubt, as in an SQLite store. Each of those writes checks
+that this process's claim still holds the run (and renews its lease every third of it); a new
+run's claim is written after its first snapshot file, so a process stopping in between leaves a
+paused run to resume, never a claim with nothing behind it.
+
 With ``record_events=True`` a run's folder also holds its events, ``events.jsonl``: one line each
 (``agentfsm.events.stored_dict``), appended from a thread of the store's own as they happen.
 """
@@ -25,18 +34,21 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
+from agentfsm._core.records import RunDelta
 from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
 from agentfsm.files import atomic_write, exclusive_write, read_regular
 from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 from agentfsm.logs import logger
+from agentfsm.machine import COMMIT_ON_ENTRY, TERMINAL_PHASES
 from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
-from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp
+from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._events import EventWriter, check_window, read_event
 from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
 
@@ -185,21 +197,41 @@ def _append_events(directory: Path, run_id: str, encoded: list[bytes]) -> None:
         file.write(b"".join(data + b"\n" for data in encoded))
 
 
+@dataclass(slots=True)
+class _Live:
+    """A run that a durable store observes, as it stands: the snapshot it writes at the run's next commit."""
+
+    messages: list[Any]
+    trace: list[dict[str, Any]]
+    fields: dict[str, Any] | None = None
+    #: Observed since the last snapshot file was written (the run's release writes it).
+    unwritten: bool = False
+    #: When this process's claim must be renewed (its next commit renews it).
+    renew_at: float = 0.0
+
+
 class JsonFileStore:
     """One readable JSON file per snapshot: ``<directory>/<run id>/<seq>_<step>_<phase>.json``.
 
-    ``record_events=True`` keeps the events of the runs of agents whose store it is in each run's
+    ``durable=True`` also writes a snapshot file at each of the run's commits (see the module
+    docstring), so that a crash never runs a finished call again. ``record_events=True`` keeps the events of the runs of agents whose store it is in each run's
     ``events.jsonl`` (an ``EventStore``); every instance reads them (``events``).
     """
 
-    durable = False
-
     def __init__(
-        self, directory: str | os.PathLike[str], *, lease_seconds: float = 3600.0, record_events: bool = False
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        durable: bool = False,
+        lease_seconds: float = 3600.0,
+        record_events: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.durable = durable
         self.lease_seconds = lease_seconds
         self.record_events = record_events
+        #: The runs a durable store observes, as they stand.
+        self._live: dict[str, _Live] = {}
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
         #: Runs this store ran until another process took them over, and the claim each lost: its
@@ -298,13 +330,17 @@ class JsonFileStore:
         self._write(run_id, before, move(run_id, before, request))
         self._claims[run_id] = owner
         self._lost.pop(run_id, None)
+        self._live.pop(run_id, None)
 
     def _fenced(self, run_id: str, before: StoredRun, request: Request) -> StoredRun:
-        """``move`` for a request of this process's claim; a refusal means the claim was lost."""
+        """``move`` for a request of this process's claim; a refusal means the claim was lost: nothing more is written."""
         try:
             return move(run_id, before, request)
-        except StaleSnapshotError:
+        except StaleSnapshotError as exc:
+            logger.warning("a write was refused: the run was taken over", run_id=run_id, error=str(exc)[:300])
             self._lost[run_id] = request.owner
+            self._claims.pop(run_id, None)
+            self._live.pop(run_id, None)
             raise
 
     @_writes_the_run
@@ -313,14 +349,92 @@ class JsonFileStore:
     ) -> None:
         """Give up this process's claim on the run, leaving it ``status`` and its exit reason (and ``snapshot``, its record)."""
         owner = self._claims.pop(run_id, None)
+        live = self._live.pop(run_id, None)
         if owner is None:
             return
         before = self._stored(run_id)
         request = Request(ending_trigger(status, exit_reason), owner, exit_reason=exit_reason)
         after = self._fenced(run_id, before, request)
+        if snapshot is None and live is not None and live.unwritten and live.fields is not None:
+            # A durable run's record of its end, or where it stood when it failed.
+            if live.fields["phase"] in TERMINAL_PHASES:
+                live.fields = {**live.fields, "exit_reason": exit_reason}
+            snapshot = self._snapshot_of(live)
         if snapshot is not None:
             self._write_file(before.head + 1, snapshot)
         self._write(run_id, before, after)
+
+    # -- a durable store: the run observed, and written at its commits -----------------------------
+
+    def observe(self, delta: RunDelta) -> None:
+        """Follow a run; write its snapshot file at each of its commits (see the module docstring).
+
+        A run this store does not know is checked now (a run id in use is refused before the run
+        does anything) and claimed by its first commit.
+        """
+        run_id = delta.run_id
+        live = self._live.get(run_id)
+        if live is None:
+            if run_id not in self._claims and run_id not in self._lost:
+                move(
+                    run_id, self._stored(run_id), Request(Trigger.CLAIM, new_claim(), time.time() + self.lease_seconds)
+                )
+            # A claim was just taken (by a resume, or the first commit will take it): renewed a third of the lease on.
+            live = self._live[run_id] = _Live([], [], renew_at=time.time() + self.lease_seconds / 3)
+        messages = [m.to_dict() for m in delta.messages]
+        trace = [r.to_dict() for r in delta.trace]
+        if delta.rewritten:
+            live.messages, live.trace = messages, trace
+        else:
+            live.messages += messages
+            live.trace += trace
+        record = delta.record
+        if delta.fields is not None:
+            live.fields = delta.fields
+        elif record is not None and record.dest in TERMINAL_PHASES and live.fields is not None:
+            # Where it stood before its last edge, that edge taken: in DONE or FAILED, its stage kept.
+            live.fields = {**live.fields, "phase": record.dest, "exit_reason": delta.exit_reason, "break_point": None}
+        else:
+            return  # paused: the driver saves the pause
+        live.unwritten = True
+        if delta.fields is not None and (record is None or record.dest in COMMIT_ON_ENTRY):
+            self._commit(run_id, live)
+
+    @staticmethod
+    def _snapshot_of(live: _Live) -> AgentSnapshot:
+        assert live.fields is not None
+        return AgentSnapshot.from_dict(
+            {**live.fields, "messages": live.messages, "trace": live.trace, "created_at": now_iso()}
+        )
+
+    @_writes_the_run
+    def _commit(self, run_id: str, live: _Live) -> None:
+        """Write the run as it stands as its next snapshot file, while this process's claim holds it.
+
+        A new run's claim is written after its first snapshot file; a commit a third of the lease
+        after the last renewal renews it.
+        """
+        snapshot = self._snapshot_of(live)
+        before = self._stored(run_id)
+        owner = self._claims.get(run_id) or self._lost.get(run_id)
+        now = time.time()
+        if owner is None:
+            owner = new_claim()
+            after = move(run_id, before, Request(Trigger.CLAIM, owner, now + self.lease_seconds))
+            self._write_file(before.head + 1, snapshot)
+            live.unwritten = False
+            self._write(run_id, before, after)
+            self._claims[run_id] = owner
+        else:
+            after = self._fenced(run_id, before, Request(Trigger.RENEW, owner, now + self.lease_seconds))
+            self._write_file(before.head + 1, snapshot)
+            live.unwritten = False
+            if now < live.renew_at:
+                return
+            atomic_write(
+                self._folder(run_id) / "claim.json", orjson.dumps({"owner": owner, "lease_until": after.lease_until})
+            )
+        live.renew_at = now + self.lease_seconds / 3
 
     # -- snapshots ----------------------------------------------------------------------------------
 
@@ -333,6 +447,7 @@ class JsonFileStore:
         """
         run_id = snapshot.run_id
         reason = CANCELLED if isinstance(snapshot.pause, Cancelled) else None
+        self._live.pop(run_id, None)
         owner = self._claims.pop(run_id, None) or self._lost.get(run_id)
         before = self._stored(run_id)
         if owner is None:

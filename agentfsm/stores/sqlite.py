@@ -239,7 +239,7 @@ class _Rows:
 class _Cursor:
     """What the store will hold of a live run: the snapshots recorded since the last commit."""
 
-    number: int  # the run's row in ``runs``
+    number: int | None  # the run's row in ``runs``; None for a new run until its first commit registers it
     next_seq: int
     #: The claim under which this process writes the run, and when to renew its lease.
     owner: str
@@ -411,17 +411,28 @@ class SQLiteSnapshotStore:
         except ValueError as exc:
             raise self._damaged(exc) from None
 
-    def _move(self, run_id: str, request: Request, batch: Callable[[int, int], tuple[Any, ...]] | None = None) -> int:
+    def _move(
+        self,
+        run_id: str,
+        request: Request | None,
+        batch: Callable[[int, int], tuple[Any, ...]] | None = None,
+        *,
+        claim: Request | None = None,
+    ) -> int:
         """Move the run as the lifecycle decides and write its new record, and ``batch``'s row: the run's number.
 
         ``batch(number, head)`` is the row of snapshots to write with it (the run's number, its head
-        before). One transaction, begun for writing: no other writer comes between the check and the write.
+        before); ``claim``, a new run's claim, moves it first. One transaction, begun for writing: no
+        other writer comes between the check and the write.
         """
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 number, run = self._stored(run_id)
-                moved = move(run_id, run, request)
+                moved = run
+                for step in (claim, request):
+                    if step is not None:
+                        moved = move(run_id, moved, step)
                 values = [getattr(moved, name) for name in _RECORD]
                 if number is None:
                     number = self._db.execute(_INSERT_RECORD, (run_id, now_iso(), now_iso(), *values)).lastrowid
@@ -484,7 +495,7 @@ class SQLiteSnapshotStore:
     # -- writing ----------------------------------------------------------------------------------
 
     def _cursor(self, run_id: str) -> _Cursor:
-        """The run's cursor; the first write of a new run claims it for this process.
+        """The run's cursor; a run this store does not know is claimed by its first commit (``_commit``).
 
         A run this process lost keeps the claim it lost: its commits are refused (``WRITERS_CLAIM``).
         """
@@ -492,13 +503,27 @@ class SQLiteSnapshotStore:
         if cursor is None:
             owner = self._claims.get(run_id) or self._lost.get(run_id)
             if owner is None:
-                self.claim(run_id, None)
-                owner = self._claims[run_id]
+                return self._new_run(run_id)
             number = self._number(run_id)
             assert number is not None
             renew_at = time.time() + self.lease_seconds / 3
             cursor = _Cursor(number, self._count(number), owner, renew_at)
             self._cursors[run_id] = cursor
+        return cursor
+
+    def _new_run(self, run_id: str) -> _Cursor:
+        """The cursor of a run to register: a run id in use is refused now, before the run does anything.
+
+        Its claim is written by its first commit, in the same transaction as its first snapshots: a
+        process that stops before that leaves nothing stored, never a run claimed with nothing to resume.
+        """
+        owner = new_claim()
+        with self._lock:
+            move(run_id, self._stored(run_id)[1], Request(Trigger.CLAIM, owner, time.time() + self.lease_seconds))
+        cursor = _Cursor(None, 0, owner, 0.0)
+        self._claims[run_id] = owner
+        self._lost.pop(run_id, None)
+        self._cursors[run_id] = cursor
         return cursor
 
     def _add(
@@ -538,7 +563,7 @@ class SQLiteSnapshotStore:
         entries, ending = cursor.entries, cursor.ending
         if not entries and ending is None:
             return
-        row: tuple[Any, ...] = ()
+        batch: Callable[[int], tuple[Any, ...]] | None = None
         if entries:
             last = cursor.body
             assert last is not None
@@ -548,24 +573,33 @@ class SQLiteSnapshotStore:
             except SerializationError:
                 self._give_up(run_id, cursor, first_seq)
                 raise
-            key = (cursor.number << _SEQ_BITS) + first_seq
-            row = (key, len(entries), last["phase"], last["step"], cursor.full, encoded)
+            phase, step, full, count = last["phase"], last["step"], cursor.full, len(entries)
+
+            def batch(number: int) -> tuple[Any, ...]:
+                return ((number << _SEQ_BITS) + first_seq, count, phase, step, full, encoded)
+
         now = time.time()
         try:
             with self._lock:
+                if cursor.number is None:  # a new run: its claim, its first snapshots (and its ending) at once
+                    claim = Request(Trigger.CLAIM, cursor.owner, now + self.lease_seconds)
+                    rows = None if batch is None else (lambda number, head: batch(number))
+                    cursor.number = self._move(run_id, ending, rows, claim=claim)
+                    cursor.renew_at = now + self.lease_seconds / 3
                 # A batch that the claim's check refused (taken over) goes the checked way: the lifecycle says why.
-                if not (
+                elif not (
                     ending is None
                     and now < cursor.renew_at
-                    and self._db.execute(_INSERT, (*row, cursor.number, cursor.owner)).rowcount == 1
+                    and batch is not None
+                    and self._db.execute(_INSERT, (*batch(cursor.number), cursor.number, cursor.owner)).rowcount == 1
                 ):
                     request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
-                    self._move(run_id, request, (lambda number, head: row) if row else None)
+                    self._move(run_id, request, None if batch is None else (lambda number, head: batch(number)))
                     cursor.renew_at = now + self.lease_seconds / 3
         except (StoreError, StaleSnapshotError, sqlite3.IntegrityError) as exc:
             # The write reported an error, yet it may have happened (the database committed, the caller
             # got an error; a retry of it then finds its own rows): written is written, and the run goes on.
-            if not self._committed_before(run_id, cursor, row, ending):
+            if not self._committed_before(run_id, cursor, batch, ending):
                 self._failed_commit(run_id, cursor, exc)
             logger.warning("a commit reported an error, yet it is stored", run_id=run_id, error=str(exc)[:200])
         # Only once written: a failed commit keeps the snapshots for the next one. The last one's fields
@@ -584,6 +618,7 @@ class SQLiteSnapshotStore:
                 self._give_up(run_id, cursor, cursor.next_seq - len(cursor.entries))
             raise self._damaged(exc) from None
         if isinstance(exc, StaleSnapshotError):
+            logger.warning("a write was refused: the run was taken over", run_id=run_id, error=str(exc)[:300])
             self._lose(run_id, cursor.owner)
         raise exc
 
@@ -595,23 +630,32 @@ class SQLiteSnapshotStore:
         except (StoreError, SnapshotError):
             return StoredRun()
 
-    def _committed_before(self, run_id: str, cursor: _Cursor, row: tuple[Any, ...], ending: Request | None) -> bool:
+    def _committed_before(
+        self, run_id: str, cursor: _Cursor, batch: Callable[[int], tuple[Any, ...]] | None, ending: Request | None
+    ) -> bool:
         """Whether a commit that reported an error is stored all the same: its batch, and the record its ending moves.
 
         A batch is the commit's when the row at its key holds the very entries written; an ending, when
-        the run's record is where it leads and no other claim took the run from this one.
+        the run's record is where it leads and no other claim took the run from this one. A new run's
+        first commit is stored when the run's record is there with that batch (or, without one, that ending).
         """
         try:
             with self._lock:
-                if row:
+                number = cursor.number if cursor.number is not None else self._number(run_id)
+                if number is None:
+                    return False
+                if batch is not None:
+                    row = batch(number)
                     found = self._db.execute("SELECT entries FROM snapshot_batches WHERE key = ?", (row[0],)).fetchone()
                     if found is None or bytes(found[0]) != bytes(row[5]):
                         return False
         except StoreError:
             return False
-        if ending is None:
-            return bool(row)
         record = self._record_of(run_id)
+        if cursor.number is None:
+            cursor.number = number
+        if ending is None:
+            return True
         expected = {Trigger.PAUSE: RunStatus.PAUSED, Trigger.CANCEL: RunStatus.PAUSED, Trigger.FINISH: RunStatus.DONE}
         return (
             record.owner is None

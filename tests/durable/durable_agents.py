@@ -3,7 +3,8 @@
 Their model answers from the conversation alone (as a real model does), so that any worker, in any
 process and after any crash, gives the same reply at the same point of a run. Their tools log each
 attempt and each effect to the files named by environment variables, so that a test can count
-them across processes.
+them across processes, and each time a call did its work to the effect log (``JOURNAL``) that
+``agentfsm.testing.check_journal`` reads.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from typing import Any
 from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.durable import DurableAgent
 from agentfsm.hitl import BreakpointConfirmationStrategy
+from agentfsm.testing import EffectLog
 
 #: A file of one line per tool attempt: ``<label> <idempotency key>``.
 ATTEMPTS = "AGENTFSM_TEST_ATTEMPTS"
 #: A SQLite file whose ``effects`` table holds one row per call's effect (by idempotency key).
 EFFECTS = "AGENTFSM_TEST_EFFECTS"
+#: An ``EffectLog``: one line each time a call did its work (the idempotent tool may do it again).
+JOURNAL = "AGENTFSM_TEST_JOURNAL"
 #: While the file it names exists, a call whose label ends in ``-slow`` waits (a worker can be killed there).
 BLOCK = "AGENTFSM_TEST_BLOCK"
 
@@ -57,7 +61,10 @@ def _attempt(label: str, key: str) -> None:
         time.sleep(0.02)
 
 
-def _effect(label: str, key: str) -> None:
+def _effect(tool_name: str, label: str, key: str) -> None:
+    journal = os.environ.get(JOURNAL)
+    if journal:
+        EffectLog(journal).record(key, tool_name, label.upper())
     path = os.environ.get(EFFECTS)
     if path:
         with sqlite3.connect(path, timeout=30) as db:
@@ -69,7 +76,7 @@ def _effect(label: str, key: str) -> None:
 def effect(label: str, idempotency_key: str) -> str:
     """Do the call's effect once, by its idempotency key (a second attempt finds it done)."""
     _attempt(label, idempotency_key)
-    _effect(label, idempotency_key)
+    _effect("effect", label, idempotency_key)
     return label.upper()
 
 
@@ -77,7 +84,7 @@ def effect(label: str, idempotency_key: str) -> str:
 def once(label: str, idempotency_key: str) -> str:
     """Like ``effect``, for a tool that is not idempotent: an attempt in doubt waits for a decision."""
     _attempt(label, idempotency_key)
-    _effect(label, idempotency_key)
+    _effect("once", label, idempotency_key)
     return label.upper()
 
 

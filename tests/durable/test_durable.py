@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,9 @@ from agentfsm.errors import (
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import ToolExecutionDecision
 from agentfsm.machine import Phase
-from agentfsm.testing import HOOK_CALLS, comparable_result, hook_sets, scripted_conversations
+from agentfsm.testing import HOOK_CALLS, EffectLog, check_journal, comparable_result, hook_sets, scripted_conversations
 from tests.durable import durable_agents
-from tests.durable.durable_agents import ATTEMPTS, BLOCK, EFFECTS, TurnModel, effect
+from tests.durable.durable_agents import ATTEMPTS, BLOCK, EFFECTS, JOURNAL, TurnModel, effect
 from tests.helpers import RESUME_SCHEMA, add, call, remember, run_cli
 from tests.postgres import PostgresServer
 
@@ -368,6 +368,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
         **os.environ,
         ATTEMPTS: str(tmp_path / "attempts.log"),
         EFFECTS: str(tmp_path / "effects.sqlite"),
+        JOURNAL: str(tmp_path / "journal.jsonl"),
         BLOCK: str(tmp_path / "block"),
         "PYTHONPATH": str(ROOT),
     }
@@ -383,6 +384,17 @@ def _effects(tmp_path: Path) -> list[str]:
 
     with sqlite3.connect(tmp_path / "effects.sqlite") as db:
         return sorted(label for (label,) in db.execute("SELECT label FROM effects"))
+
+
+def journal_holds(
+    client: DBOSClient, durable: DurableAgent, tmp_path: Path, run_ids: Collection[str] | None = None
+) -> None:
+    """The journal check over the runs of the system database (``run_ids``: these) and the effects their tools had."""
+    from agentfsm.durable import DurableRuns
+
+    log = EffectLog(tmp_path / "journal.jsonl")
+    report = check_journal(DurableRuns(client, durable), log, idempotent={"effect"}, run_ids=run_ids, finished=True)
+    report.raise_for_problems()
 
 
 def _wait(condition: Any, what: str, seconds: float = TIMEOUT) -> None:
@@ -434,6 +446,7 @@ def test_a_worker_killed_mid_tool_run_is_recovered_without_repeating_finished_ca
         (tmp_path / "block").unlink()
         worker = Worker(system_db, "tests.durable.durable_agents:killable", "w1", env)  # the same worker, restarted
         result = handle.result(timeout=TIMEOUT)
+        journal_holds(client, durable_agents.killable, tmp_path)
     finally:
         worker.stop()
         client.destroy()
@@ -469,6 +482,7 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
         result = durable_agents.killable_once.result("k2", client)
         again = _cli("approve", "k2", "--system-db", system_db)
         assert again.returncode == 1 and "not paused" in again.stderr
+        journal_holds(client, durable_agents.killable_once, tmp_path)
     finally:
         worker.stop()
         client.destroy()
@@ -505,6 +519,7 @@ def test_a_run_cancelled_from_another_process_is_paused_resumes_and_ends_in_done
         assert (row["status"], row["phase"], row["exit_reason"]) == ("done", "DONE", "text")
         shown = _cli("snapshot", "show", "x1", "--system-db", system_db)
         assert "ended        in DONE at step 2" in shown.stdout, shown.stderr
+        journal_holds(client, durable_agents.killable, tmp_path)
     finally:
         worker.stop()
         client.destroy()
@@ -554,6 +569,8 @@ def test_three_workers_share_one_postgresql_and_a_killed_one_loses_no_run_and_re
         workers["w2"] = Worker(url, "tests.durable.durable_agents:parallel", "w2", env)  # restarted: it recovers them
         results = [handle.result(timeout=TIMEOUT) for handle in handles]
         executors = Counter(s.executor_id for s in client.list_workflows(load_input=False, load_output=False))
+        # The runs w2 was running when it died, and a few it was not (each run is read from the database).
+        journal_holds(client, durable_agents.parallel, tmp_path, {*stranded, "p0", "p1", "p2", "p3"})
     finally:
         for worker in workers.values():
             worker.stop()
@@ -667,6 +684,7 @@ def test_a_database_lost_during_a_step_is_waited_for_and_the_call_is_not_repeate
         _wait(lambda: "3-slow" in _effects(tmp_path), "the slow call to finish while the database is down")
         postgres.start()
         result = handle.result(timeout=TIMEOUT)
+        journal_holds(client, durable_agents.killable, tmp_path)
     finally:
         worker.stop()
         client.destroy()

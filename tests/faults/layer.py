@@ -138,6 +138,19 @@ def _delta_kind(delta: RunDelta, decisions_before: int) -> str:
     return "call" if fields.get("phase") is Phase.TOOL_RUN else "work"
 
 
+class _DeltaKinds:
+    """Names what the commit of each delta of a durable store records (``_delta_kind``), run by run."""
+
+    def __init__(self) -> None:
+        self._decisions: dict[str, int] = {}
+
+    def of(self, delta: RunDelta) -> str:
+        kind = _delta_kind(delta, self._decisions.get(delta.run_id, 0))
+        if delta.fields is not None:
+            self._decisions[delta.run_id] = len(delta.fields.get("decisions") or ())
+        return kind
+
+
 # -- SQLite: a write is a transaction, or a statement that commits on its own -------------------------
 
 
@@ -191,7 +204,7 @@ class FaultySQLiteStore(SQLiteSnapshotStore):
         super().__init__(path, **kwargs)
         self.plan = plan
         self._db.raw = _FaultyRaw(self._db.raw, plan)  # type: ignore[assignment]
-        self._decisions: dict[str, int] = {}
+        self._kinds = _DeltaKinds()
 
     def claim(
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None
@@ -200,10 +213,7 @@ class FaultySQLiteStore(SQLiteSnapshotStore):
             super().claim(run_id, seq, take_over=take_over, parent=parent)
 
     def observe(self, delta: RunDelta) -> None:
-        kind = _delta_kind(delta, self._decisions.get(delta.run_id, 0))
-        if delta.fields is not None:
-            self._decisions[delta.run_id] = len(delta.fields.get("decisions") or ())
-        with self.plan.labelled(kind, delta.run_id):
+        with self.plan.labelled(self._kinds.of(delta), delta.run_id):
             super().observe(delta)
 
     def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
@@ -302,11 +312,16 @@ class FaultyJsonFileStore(JsonFileStore):
     def __init__(self, directory: str | os.PathLike[str], plan: Plan, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
         self.plan = plan
+        self._kinds = _DeltaKinds()
 
     @contextlib.contextmanager
     def _writing(self, kind: str, run_id: str) -> Iterator[None]:
         with self.plan.labelled(kind, run_id), _faults_on_files(self.plan):
             yield
+
+    def observe(self, delta: RunDelta) -> None:
+        with self._writing(self._kinds.of(delta), delta.run_id):
+            super().observe(delta)
 
     def claim(
         self, run_id: str, seq: int | None, *, take_over: bool = False, parent: tuple[str, int | None] | None = None

@@ -17,12 +17,13 @@ can look outside the run, decides.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agentfsm import Agent, AgentSnapshot, ChatMessage, ToolCall, tool
 from agentfsm._core.records import result_from_record
-from agentfsm.checking.journal import EffectLog
 from agentfsm.errors import (
     BreakpointException,
     SnapshotError,
@@ -34,10 +35,17 @@ from agentfsm.machine import Phase
 from agentfsm.pauses import AwaitingDecision, OutcomeUnknown
 from agentfsm.result import AgentResult
 from agentfsm.stores import SnapshotStore
+from agentfsm.testing import EffectLog
 
 #: The effect log of the tools below (a file any process appends to).
 EFFECTS = "AGENTFSM_FAULTS_EFFECTS"
 USER = [ChatMessage.from_user("go")]
+
+
+#: Where a process stalls (the stalled-worker tests): ``<point> <directory>``. At that point (a tool's
+#: name, once its effect happened, or ``reply<N>``, the model's reply N), once, it creates
+#: ``<directory>/stalled`` and waits for ``<directory>/go``.
+STALL = "AGENTFSM_FAULTS_STALL"
 
 
 def effect_log() -> EffectLog:
@@ -45,8 +53,24 @@ def effect_log() -> EffectLog:
     return EffectLog(os.environ[EFFECTS])
 
 
+def stall_point(point: str, seconds: float = 120.0) -> None:
+    """Stall here if ``$AGENTFSM_FAULTS_STALL`` names this point (see ``STALL``), for ``seconds`` at most."""
+    spec = os.environ.get(STALL, "")
+    at, _, directory = spec.partition(" ")
+    if at != point:
+        return
+    del os.environ[STALL]
+    (Path(directory) / "stalled").touch()
+    deadline = time.monotonic() + seconds
+    while not (Path(directory) / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"stalled at {point} and never told to go on")
+        time.sleep(0.01)
+
+
 def _effect(tool_name: str, key: str, result: str) -> str:
     effect_log().record(key, tool_name, result)
+    stall_point(tool_name)
     return result
 
 
@@ -97,6 +121,7 @@ class Model:
         self, messages: list[ChatMessage], tools: Any = None, streaming_callback: Any = None
     ) -> dict[str, list[ChatMessage]]:
         replies = sum(1 for m in messages if m.role.value == "assistant")
+        stall_point(f"reply{replies + 1}")
         usage = {"prompt_tokens": 10 * len(messages), "completion_tokens": 5}
         if replies == 0:
             calls = [ToolCall("charge", {"amount": 7}, id="c1"), ToolCall("lookup", {"city": "Paris"}, id="l1")]
