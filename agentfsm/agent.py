@@ -81,7 +81,7 @@ from agentfsm.state import (
     values_from_dict,
 )
 from agentfsm.stores import DurableSnapshotStore, EventStore, SnapshotStore
-from agentfsm.threads import Turn, TurnPlan, plan_turn, thread_store
+from agentfsm.threads import KnownHead, Turn, TurnPlan, plan_turn, thread_store
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import (
@@ -94,6 +94,8 @@ from agentfsm.tools.toolset import (
 )
 
 ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
+#: How many threads' last turns an agent keeps in memory to continue them without reading them back.
+_KNOWN_HEADS = 64
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -275,6 +277,8 @@ class Agent:
         self._is_warmed_up = False
         #: The runs of threads this agent runs now, by run id (``agentfsm.threads``).
         self._turns: dict[str, Turn] = {}
+        #: The done turns this agent ran last, by thread (the newest last): the next turn need not read them back.
+        self._heads: dict[str, KnownHead] = {}
 
     def _set_guard_rails(
         self,
@@ -660,6 +664,7 @@ class Agent:
             decisions=bool(request.decisions),
             take_over=request.take_over,
             state_values=self.state_values,
+            known=self._heads.get(request.thread) if isinstance(request.thread, str) else None,
         )
         store, config = plan.store, self._run_config(request)
         if plan.snapshot is None:  # a new turn
@@ -883,6 +888,11 @@ class Agent:
             record = None if self._observers else finished_record(run)
             status, reason = RunStatus.ended_in(run.phase), ending_reason(run)
             turn.store.release(run.run_id, status, reason, snapshot=record, appended=turn.appended(run))
+            self._heads.pop(turn.thread_id, None)
+            if status is RunStatus.DONE:
+                self._heads[turn.thread_id] = KnownHead.of(run)
+                if len(self._heads) > _KNOWN_HEADS:
+                    del self._heads[next(iter(self._heads))]
         elif self.snapshot_store is not None:
             record = None if self._observers else finished_record(run)
             self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), ending_reason(run), snapshot=record)

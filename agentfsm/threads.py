@@ -28,6 +28,7 @@ thread's runs oldest first, and ``turn_messages`` reads back what each turn said
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,25 @@ class Turn:
         return lambda snapshot: self.store.save(snapshot, appended=self.appended(run))
 
 
+@dataclass(frozen=True, slots=True)
+class KnownHead:
+    """A done turn this process ran: its conversation and State, to continue without reading them back.
+
+    Used only while the store says the thread's head is still that run: a stored run that is done
+    never changes, so what this process ended it with is what any process would read.
+    """
+
+    run_id: str
+    conversation: tuple[ChatMessage, ...]
+    carried: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: AgentRun) -> KnownHead:
+        """What a done ``run`` leaves its thread's next turn (its State values copied: the next run may change them)."""
+        carried = {k: copy.deepcopy(v) for k, v in run.data.items() if k != "messages" and k not in AGENT_STATE_KEYS}
+        return cls(run.run_id, tuple(run.data.get("messages") or ()), carried)
+
+
 @dataclass(slots=True)
 class TurnPlan:
     """How the next run of a thread goes on, as ``plan_turn`` reads its head."""
@@ -112,6 +132,7 @@ def plan_turn(
     decisions: bool,
     take_over: bool,
     state_values: Callable[[Any], dict[str, Any]],
+    known: KnownHead | None = None,
 ) -> TurnPlan:
     """What the next run of ``thread_id`` is, read from where its head stands (see the module docstring).
 
@@ -139,6 +160,14 @@ def plan_turn(
         return _next_turn(store, thread_id, head, snapshot, messages, system_prompt, decisions, state_values)
     status = head.status
     if status is RunStatus.DONE:
+        if known is not None and known.run_id == head.head_run_id:
+            _check_next(thread_id, messages, system_prompt, decisions)
+            assert messages is not None
+            carried = {k: copy.deepcopy(v) for k, v in known.carried.items()}
+            conversation = [*known.conversation, *messages]
+            return TurnPlan(
+                store, thread_id, head, conversation=conversation, carried=carried, base_messages=len(known.conversation)
+            )
         snapshot = store.latest(head.head_run_id)
         return _next_turn(store, thread_id, head, snapshot, messages, system_prompt, decisions, state_values)
     if messages or (status is RunStatus.ACTIVE and not take_over):
@@ -157,6 +186,18 @@ def _next_turn(
     state_values: Callable[[Any], dict[str, Any]],
 ) -> TurnPlan:
     """A new turn after the done run ``snapshot`` records: its conversation, then ``messages``."""
+    _check_next(thread_id, messages, system_prompt, decisions)
+    carried = {k: v for k, v in state_values(snapshot.state).items() if k not in AGENT_STATE_KEYS}
+    conversation = [*(ChatMessage.from_dict(m) for m in snapshot.messages), *(messages or [])]
+    return TurnPlan(
+        store, thread_id, head, conversation=conversation, carried=carried, base_messages=len(snapshot.messages)
+    )
+
+
+def _check_next(
+    thread_id: str, messages: list[ChatMessage] | None, system_prompt: str | None, decisions: bool
+) -> None:
+    """Refuse what a new turn after a done run cannot take."""
     if not messages:
         raise ConfigurationError(
             f"Thread {thread_id!r}'s last run is done: give the next turn's messages (run(messages, thread=...))."
@@ -169,8 +210,3 @@ def _next_turn(
         )
     if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
         raise ConfigurationTypeError("messages must be a list of ChatMessage.")
-    carried = {k: v for k, v in state_values(snapshot.state).items() if k not in AGENT_STATE_KEYS}
-    conversation = [*(ChatMessage.from_dict(m) for m in snapshot.messages), *messages]
-    return TurnPlan(
-        store, thread_id, head, conversation=conversation, carried=carried, base_messages=len(snapshot.messages)
-    )

@@ -813,12 +813,17 @@ class SQLiteSnapshotStore:
         cursor.ending = Request(Trigger.FAIL, cursor.owner)
         self._commit(run_id, cursor)
 
-    def _whole(self, snapshot: AgentSnapshot) -> list[Any]:
-        """``snapshot`` as a batch's entry that holds all of it: messages, trace, the other fields, created_at."""
-        data = snapshot.to_dict()
-        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
+    def _whole(self, snapshot: AgentSnapshot, skip: tuple[int, int] = (0, 0)) -> list[Any]:
+        """``snapshot`` as a batch's entry: messages, trace, the other fields, created_at (all but the ``skip`` first ones).
+
+        The messages skipped are not even encoded: a thread's long conversation costs its turn nothing.
+        """
+        data = snapshot.model_dump(mode="json", exclude={"messages", "trace"})
+        created_at = data.pop("created_at")
         del data["seq"]  # the snapshot's number is where it is stored
-        return [messages, [[r[name] for name in _TRACE_FIELDS] for r in trace], data, created_at]
+        messages = snapshot.messages[skip[0] :] if skip[0] else snapshot.to_dict()["messages"]
+        trace = [[r[name] for name in _TRACE_FIELDS] for r in snapshot.trace[skip[1] :]]
+        return [messages, [[getattr(p, "value", p) for p in r] for r in trace], data, created_at]
 
     def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot, appended: bool = False) -> int:
         """Record ``snapshot`` as the run's next snapshot: its number.
@@ -826,10 +831,11 @@ class SQLiteSnapshotStore:
         All of it, starting a batch; or, when the run's conversation was only ``appended`` to since it
         started, the messages and trace entries after those the run's snapshots hold already.
         """
-        messages, trace, body, created_at = self._whole(snapshot)
         held = self._held(snapshot.run_id, cursor) if appended else None
-        if held is not None and held[0] <= len(messages) and held[1] <= len(trace):
-            return self._add(snapshot.run_id, cursor, False, messages[held[0] :], trace[held[1] :], body, created_at)
+        if held is not None and held[0] <= len(snapshot.messages) and held[1] <= len(snapshot.trace):
+            messages, trace, body, created_at = self._whole(snapshot, held)
+            return self._add(snapshot.run_id, cursor, False, messages, trace, body, created_at)
+        messages, trace, body, created_at = self._whole(snapshot)
         return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at)
 
     def _held(self, run_id: str, cursor: _Cursor) -> tuple[int, int] | None:
