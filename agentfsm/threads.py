@@ -166,7 +166,12 @@ def plan_turn(
             carried = {k: copy.deepcopy(v) for k, v in known.carried.items()}
             conversation = [*known.conversation, *messages]
             return TurnPlan(
-                store, thread_id, head, conversation=conversation, carried=carried, base_messages=len(known.conversation)
+                store,
+                thread_id,
+                head,
+                conversation=conversation,
+                carried=carried,
+                base_messages=len(known.conversation),
             )
         snapshot = store.latest(head.head_run_id)
         return _next_turn(store, thread_id, head, snapshot, messages, system_prompt, decisions, state_values)
@@ -194,9 +199,7 @@ def _next_turn(
     )
 
 
-def _check_next(
-    thread_id: str, messages: list[ChatMessage] | None, system_prompt: str | None, decisions: bool
-) -> None:
+def _check_next(thread_id: str, messages: list[ChatMessage] | None, system_prompt: str | None, decisions: bool) -> None:
     """Refuse what a new turn after a done run cannot take."""
     if not messages:
         raise ConfigurationError(

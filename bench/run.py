@@ -681,7 +681,7 @@ def thread_turns(marks: list[int]) -> dict[str, Any]:
             store = SQLiteSnapshotStore(path, durable=durable)
             spent = [0.0]
 
-            def timed(method: Callable[..., Any]) -> Callable[..., Any]:
+            def timed(method: Callable[..., Any], spent: list[float] = spent) -> Callable[..., Any]:
                 def call(*args: Any, **kwargs: Any) -> Any:
                     started = time.perf_counter()
                     try:
@@ -694,7 +694,9 @@ def thread_turns(marks: list[int]) -> dict[str, Any]:
             for name in ("begin_turn", "release", "save", "observe"):  # its writes (reading the head is the run's)
                 setattr(store, name, timed(getattr(store, name)))
             replies: list[ChatMessage | str] = ["A reply of a few words, as a chat has."] * (max(marks) + 1)
-            agent = Agent(chat_generator=ScriptedChatGenerator(replies), system_prompt="Be brief.", snapshot_store=store)
+            agent = Agent(
+                chat_generator=ScriptedChatGenerator(replies), system_prompt="Be brief.", snapshot_store=store
+            )
             rows = {}
             for turn in range(1, max(marks) + 1):
                 before, spent[0] = _stored_bytes(path), 0.0
@@ -809,7 +811,9 @@ def markdown(results: dict[str, Any]) -> str:
         ]
         for store, rows in results["threads"].items():
             for turn, row in rows.items():
-                lines.append(f"| {turn}, {store.replace('_', ' ')} | {row['bytes']} | {row['store_us']} | {row['turn_us']} |")
+                lines.append(
+                    f"| {turn}, {store.replace('_', ' ')} | {row['bytes']} | {row['store_us']} | {row['turn_us']} |"
+                )
     c, inline = results["concurrency"], results["concurrency_inline_tools"]
     lines += [
         "",

@@ -128,6 +128,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "SnapshotInfo",
         "SnapshotStore",
         "StoredEvent",
+        "ThreadInfo",
+        "ThreadStore",
+        "ThreadTurn",
     ),
     "agentfsm.durable": (
         "DEFAULT_QUEUE",
@@ -229,6 +232,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 #: Public modules with an ``__all__`` of their own (their imports are not checked for completeness).
 EXPECTED_MODULES: dict[str, tuple[str, ...]] = {
     "agentfsm.telemetry": ("current_trace_context", "instrument", "uninstrument"),
+    "agentfsm.threads": ("ThreadInfo", "ThreadStore", "ThreadTurn", "thread_store", "turn_messages"),
 }
 
 

@@ -543,7 +543,9 @@ class JsonFileStore:
         while at is not None:
             turn = self._read_fields(self._folder(at) / "thread.json", _TURN_FIELDS)
             if turn is None:
-                raise SnapshotError(f"Thread {thread_id!r} names run {at!r}, which is no thread's turn in {self.directory}.")
+                raise SnapshotError(
+                    f"Thread {thread_id!r} names run {at!r}, which is no thread's turn in {self.directory}."
+                )
             base, base_seq = turn["base_run_id"], turn["base_seq"]
             chain.append(ThreadTurn(0, at, self._stored(at).status, base, base_seq, turn["base_messages"], until))
             at, until = base, base_seq

@@ -562,7 +562,10 @@ class SQLiteSnapshotStore:
                 parameters,
             ).fetchall()
         try:
-            return [ThreadInfo(t, run, seq, turns, status and RunStatus(status), *rest) for t, run, seq, turns, status, *rest in rows]
+            return [
+                ThreadInfo(t, run, seq, turns, status and RunStatus(status), *rest)
+                for t, run, seq, turns, status, *rest in rows
+            ]
         except ValueError as exc:
             raise self._damaged(exc) from None
 
@@ -648,7 +651,8 @@ class SQLiteSnapshotStore:
                 if self._db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (new_id,)).fetchone():
                     raise ConfigurationError(f"Thread {new_id!r} exists already: fork into a new thread id.")
                 self._db.execute(
-                    "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)", (new_id, run, point, number, thread_id, now, now)
+                    "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (new_id, run, point, number, thread_id, now, now),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -822,8 +826,11 @@ class SQLiteSnapshotStore:
         created_at = data.pop("created_at")
         del data["seq"]  # the snapshot's number is where it is stored
         messages = snapshot.messages[skip[0] :] if skip[0] else snapshot.to_dict()["messages"]
-        trace = [[r[name] for name in _TRACE_FIELDS] for r in snapshot.trace[skip[1] :]]
-        return [messages, [[getattr(p, "value", p) for p in r] for r in trace], data, created_at]
+        trace = [
+            [r["step"], r["source"].value, r["dest"].value, r["trigger"], r["duration_us"]]  # _TRACE_FIELDS' order
+            for r in snapshot.trace[skip[1] :]
+        ]
+        return [messages, trace, data, created_at]
 
     def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot, appended: bool = False) -> int:
         """Record ``snapshot`` as the run's next snapshot: its number.
@@ -1002,7 +1009,9 @@ class SQLiteSnapshotStore:
             return []
         messages = self._conversation(base_run, base_seq)
         if len(messages) != count:
-            raise self._damaged(ValueError(f"run {run_id!r} continues {count} messages, its base holds {len(messages)}"))
+            raise self._damaged(
+                ValueError(f"run {run_id!r} continues {count} messages, its base holds {len(messages)}")
+            )
         return messages
 
     def _conversation(self, run_id: str, seq: int) -> list[Any]:
