@@ -922,6 +922,18 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
     resume.set_defaults(handler=_resume)
 
 
+def _add_threads_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    threads = commands.add_parser(
+        "threads", parents=[common], help="list the threads of a snapshot store, or read one turn by turn"
+    )
+    threads.add_argument(
+        "--store", required=True, metavar="PATH", help="an SQLite file or a directory of JSON snapshots"
+    )
+    threads.add_argument("thread", nargs="?", help="the thread to read back, turn by turn")
+    threads.add_argument("--json", action="store_true", help="print JSON")
+    threads.set_defaults(handler=_threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
@@ -1014,15 +1026,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="print JSON")
     runs.set_defaults(handler=_runs)
 
-    threads = commands.add_parser(
-        "threads", parents=[common], help="list the threads of a snapshot store, or read one turn by turn"
-    )
-    threads.add_argument(
-        "--store", required=True, metavar="PATH", help="an SQLite file or a directory of JSON snapshots"
-    )
-    threads.add_argument("thread", nargs="?", help="the thread to read back, turn by turn")
-    threads.add_argument("--json", action="store_true", help="print JSON")
-    threads.set_defaults(handler=_threads)
+    _add_threads_command(commands, common)
 
     _add_worker_command(commands, common)
     return parser
