@@ -25,6 +25,7 @@ def remember(like: Annotated[str, "something the user likes"]) -> dict[str, str]
 
 
 def chat_agent(store: SQLiteSnapshotStore) -> Agent:
+    """An agent that remembers likes in State, on a scripted model, keeping its threads in ``store``."""
     replies: list[ChatMessage | str] = [
         ChatMessage.from_assistant(tool_calls=[ToolCall("remember", {"like": "tea"}, "c1")]),
         "Noted: you like tea.",
@@ -41,6 +42,7 @@ def chat_agent(store: SQLiteSnapshotStore) -> Agent:
 
 
 def main(folder: Path) -> None:
+    """Two turns of a thread, a fork at its first turn, and both threads read back."""
     store = SQLiteSnapshotStore(folder / "chat.db")
     agent = chat_agent(store)
     agent.run([ChatMessage.from_user("I like tea.")], thread="chat")
