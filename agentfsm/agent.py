@@ -55,7 +55,7 @@ from agentfsm.hooks import (
 from agentfsm.limits import UsageLimits
 from agentfsm.logs import logger
 from agentfsm.loops import LoopDetection
-from agentfsm.machine import ConstantFacts, Work, constant_facts
+from agentfsm.machine import ConstantFacts, Phase, Work, constant_facts
 from agentfsm.messages import ChatMessage, StreamingCallback
 from agentfsm.output import FINAL_ANSWER_TOOL, OutputType, resolve_output_type
 from agentfsm.pauses import RunStatus
@@ -81,6 +81,7 @@ from agentfsm.state import (
     values_from_dict,
 )
 from agentfsm.stores import DurableSnapshotStore, EventStore, SnapshotStore
+from agentfsm.threads import KnownHead, Turn, TurnPlan, plan_turn, thread_store
 from agentfsm.tools.invoker import ToolInvoker
 from agentfsm.tools.tool import Tool
 from agentfsm.tools.toolset import (
@@ -93,6 +94,8 @@ from agentfsm.tools.toolset import (
 )
 
 ToolSelection = Sequence[Tool | Toolset] | Toolset | Sequence[str]
+#: How many threads' last turns an agent keeps in memory to continue them without reading them back.
+_KNOWN_HEADS = 64
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -173,6 +176,8 @@ class RunRequest:
     cancel: RunHandle | None = None
     #: The run may find tool calls that started before a crash and have no result (a durable run's).
     recovers: bool = False
+    #: The thread the run is the next turn of (``agentfsm.threads``), in the agent's snapshot store.
+    thread: str | None = None
 
 
 class Agent:
@@ -270,6 +275,10 @@ class Agent:
         self._guardrails = check_guardrails(guardrails)
         self._async_only_guardrails = [g.name for gs in self._guardrails.values() for g in gs if g.is_async]
         self._is_warmed_up = False
+        #: The runs of threads this agent runs now, by run id (``agentfsm.threads``).
+        self._turns: dict[str, Turn] = {}
+        #: The done turns this agent ran last, by thread (the newest last): the next turn need not read them back.
+        self._heads: dict[str, KnownHead] = {}
 
     def _set_guard_rails(
         self,
@@ -574,6 +583,8 @@ class Agent:
     def new_run(self, request: RunRequest) -> AgentRun:
         """The run a request asks for, ready for a driver (``run`` and the durable workflows use it)."""
         self.warm_up()
+        if request.thread is not None:
+            return self._thread_run(request)
         config = self._run_config(request)
         if request.snapshot is None and (request.decisions or request.fork or request.take_over):
             raise ConfigurationError(
@@ -605,25 +616,91 @@ class Agent:
                 if store is not None:
                     store.claim(checked.run_id, checked.seq, take_over=request.take_over, parent=parent)
 
-            return resume_run(
-                config,
-                self._full_schema,
-                snapshot,
-                strict=request.strict,
-                decisions=request.decisions,
-                before_resume=claim,
-            )
+            return self._resumed(config, request, snapshot, claim)
         messages = request.messages
         if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
             raise ConfigurationTypeError("messages must be a list of ChatMessage.")
+        prompt = request.system_prompt if request.system_prompt is not None else self.system_prompt
+        conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
+        return self._fresh(config, request, conversation)
+
+    def _resumed(
+        self, config: RunConfig, request: RunRequest, snapshot: AgentSnapshot, claim: Callable[[AgentSnapshot], None]
+    ) -> AgentRun:
+        """The run ``snapshot`` holds, resumed as ``request`` asks, once ``claim`` took it in the store."""
+        return resume_run(
+            config, self._full_schema, snapshot, strict=request.strict, decisions=request.decisions, before_resume=claim
+        )
+
+    def _fresh(
+        self,
+        config: RunConfig,
+        request: RunRequest,
+        conversation: list[ChatMessage],
+        carried: Mapping[str, Any] | None = None,
+    ) -> AgentRun:
+        """A new run on ``conversation``, its State the ``carried`` values, then the request's merged in."""
         reserved = sorted(set(request.state) & {*AGENT_STATE_KEYS, "messages"})
         if reserved:
             raise ConfigurationError(f"{reserved} are maintained by the agent; pass the conversation as `messages`.")
-        prompt = request.system_prompt if request.system_prompt is not None else self.system_prompt
-        conversation = [ChatMessage.from_system(prompt), *messages] if prompt is not None else list(messages)
-        state = State.from_complete_schema(self._full_schema, {**request.state, "messages": conversation})
+        state = State.from_complete_schema(self._full_schema, {**(carried or {}), "messages": conversation})
+        for key, value in request.state.items():
+            state.set(key, value)
         state.set("step_count", 0)
         return AgentRun(config, state, request.run_id)
+
+    def _thread_run(self, request: RunRequest) -> AgentRun:
+        """The next run of the request's thread (``agentfsm.threads``): a new turn, or its head run going on."""
+        if request.snapshot is not None or request.fork:
+            raise ConfigurationError(
+                "thread= goes on from where the thread stands: pass no snapshot= or fork= with it (fork a thread "
+                "with store.fork_thread(...))."
+            )
+        plan = plan_turn(
+            thread_store(self.snapshot_store),
+            request.thread,
+            request.messages,
+            system_prompt=request.system_prompt,
+            decisions=bool(request.decisions),
+            take_over=request.take_over,
+            state_values=self.state_values,
+            known=self._heads.get(request.thread) if isinstance(request.thread, str) else None,
+        )
+        store, config = plan.store, self._run_config(request)
+        if plan.snapshot is None:  # a new turn
+            messages = plan.conversation
+            if plan.head is None:
+                return self._turn(plan, self.new_run(replace(request, thread=None, messages=messages)), flat=True)
+            assert messages is not None
+            run = self._fresh(config, replace(request, system_prompt=None), messages, plan.carried)
+            store.begin_turn(plan.thread_id, run.run_id, head=plan.head, base_messages=plan.base_messages)
+            run.continues(plan.base_messages)
+            return self._turn(plan, run, flat=True)
+        snapshot = plan.snapshot
+        if plan.fork:  # a thread forked mid-run goes on from its point, as a new run: the branch's next turn
+
+            def begin(checked: AgentSnapshot) -> None:
+                store.begin_turn(
+                    plan.thread_id, checked.run_id, head=plan.head, base_messages=plan.base_messages, fork=True
+                )
+
+            return self._turn(plan, self._resumed(config, request, snapshot.fork(), begin), flat=True)
+        resumed = self.new_run(replace(request, thread=None, snapshot=snapshot))
+        if snapshot.phase is not Phase.FAILED:
+            resumed.continues(len(snapshot.messages), len(snapshot.trace))
+        return self._turn(plan, resumed, flat=snapshot.phase is not Phase.FAILED)
+
+    def _turn(self, plan: TurnPlan, run: AgentRun, *, flat: bool) -> AgentRun:
+        """Keep ``run`` as a turn of ``plan``'s thread until it is released; a thread's first run begins it here."""
+        if plan.head is None:
+            plan.store.begin_turn(plan.thread_id, run.run_id, head=None, base_messages=0)
+        self._turns[run.run_id] = Turn(plan.store, plan.thread_id, flat, run.state.version("messages"))
+        return run
+
+    def _saver(self, run: AgentRun) -> SavePause | None:
+        """What keeps ``run``'s pause: its thread's store, keeping what the run added, or the agent's store."""
+        turn = self._turns.get(run.run_id)
+        return turn.save(run) if turn is not None else self._save_pause
 
     def run(
         self,
@@ -643,6 +720,7 @@ class Agent:
         on_event: EventHandler | None = None,
         usage_limits: UsageLimits | None = None,
         cancel: RunHandle | None = None,
+        thread: str | None = None,
         **kwargs: Any,
     ) -> AgentResult:
         """Run until an exit condition is met or ``max_agent_steps`` model calls were made.
@@ -669,12 +747,17 @@ class Agent:
 
         ``on_event`` is called with each event of the run (``agentfsm.events``), in the run's
         thread, as it happens; ``iter`` hands them out as an iterator instead.
+
+        ``thread`` names a conversation that goes on across runs, in the snapshot store: the run
+        continues the conversation and State of the thread's last run, and is recorded as its next
+        turn; without messages, it resumes the thread's paused run (with ``decisions``). See
+        ``agentfsm.threads``.
         """
         arguments = locals()  # run's arguments, as given: the one declaration of every way to run (``_request``)
         request, callback = self._request("run", arguments)
         run = self.new_run(request)
         try:
-            return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._save_pause))
+            return cast(AgentResult, drive_sync(run, self.chat_generator, callback, self._saver(run)))
         except RunCancelled as exc:
             if request.cancel is not None:
                 request.cancel.snapshot = exc.snapshot
@@ -688,7 +771,7 @@ class Agent:
         request, callback = self._request("run_async", RUN_ARGUMENTS.bind(self, *args, **kwargs))
         run = self.new_run(request)
         try:
-            return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._save_pause))
+            return cast(AgentResult, await drive_async(run, self.chat_generator, callback, self._saver(run)))
         except RunCancelled as exc:
             if request.cancel is not None:
                 request.cancel.snapshot = exc.snapshot
@@ -714,7 +797,7 @@ class Agent:
     def _events(self, request: RunRequest, callback: StreamingCallback | None, outbox: Outbox) -> Iterator[Event]:
         run = self.new_run(request)
         try:
-            yield from steps_sync(run, self.chat_generator, callback, self._save_pause, outbox)
+            yield from steps_sync(run, self.chat_generator, callback, self._saver(run), outbox)
         except BreakpointException as exc:  # its RunPaused event was the last
             if isinstance(exc, RunCancelled) and request.cancel is not None:
                 request.cancel.snapshot = exc.snapshot
@@ -737,7 +820,7 @@ class Agent:
     ) -> AsyncIterator[Event]:
         run = self.new_run(request)
         try:
-            steps = steps_async(run, self.chat_generator, callback, self._save_pause, outbox, [])
+            steps = steps_async(run, self.chat_generator, callback, self._saver(run), outbox, [])
             async with contextlib.aclosing(steps):  # closing the loop over the events closes the run's steps
                 async for event in steps:
                     yield event
@@ -800,7 +883,17 @@ class Agent:
 
         A durable store recorded the finished run at its last edge; any other is given its record.
         """
-        if self.snapshot_store is not None:
+        turn = self._turns.pop(run.run_id, None)
+        if turn is not None:
+            record = None if self._observers else finished_record(run)
+            status, reason = RunStatus.ended_in(run.phase), ending_reason(run)
+            turn.store.release(run.run_id, status, reason, snapshot=record, appended=turn.appended(run))
+            self._heads.pop(turn.thread_id, None)
+            if status is RunStatus.DONE:
+                self._heads[turn.thread_id] = KnownHead.of(run)
+                if len(self._heads) > _KNOWN_HEADS:
+                    del self._heads[next(iter(self._heads))]
+        elif self.snapshot_store is not None:
             record = None if self._observers else finished_record(run)
             self.snapshot_store.release(run.run_id, RunStatus.ended_in(run.phase), ending_reason(run), snapshot=record)
 

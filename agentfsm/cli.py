@@ -552,6 +552,61 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _threads(args: argparse.Namespace) -> int:
+    """``agentfsm threads --store PATH [THREAD]``: the store's threads, or one thread turn by turn."""
+    from agentfsm.threads import turn_messages
+
+    store = open_store(args.store)
+    if args.thread is None:
+        threads = store.threads()
+        if args.json:
+            rows = [
+                {
+                    "thread_id": t.thread_id,
+                    "turns": t.turns,
+                    "status": t.status,
+                    "head_run_id": t.head_run_id,
+                    "head_seq": t.head_seq,
+                    "forked_from": t.parent_thread_id,
+                    "updated_at": t.updated_at,
+                }
+                for t in threads
+            ]
+            sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+            return 0
+        print(f"{'thread':<34} {'turns':>5} {'status':<8} {'head run':<34} {'updated':<32}  forked from")
+        for t in threads:
+            head = t.head_run_id if t.head_seq is None else f"{t.head_run_id} #{t.head_seq}"
+            status = t.status or "-"
+            print(
+                f"{t.thread_id:<34} {t.turns:>5} {status:<8} {head:<34} {t.updated_at:<32}  {t.parent_thread_id or '-'}"
+            )
+        return 0
+    turns = store.thread_turns(args.thread)
+    if not turns:
+        raise CLIError(f"no thread {args.thread!r} in {args.store}.")
+    rows = []
+    for turn in turns:
+        said = [{"role": m.role.value, "text": _said(m)} for m in turn_messages(store, turn)]
+        rows.append({"turn": turn.number, "run_id": turn.run_id, "status": turn.status, "messages": said})
+    if args.json:
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    for row in rows:
+        print(f"turn {row['turn']}  run {row['run_id']}  {row['status'] or '-'}")
+        for said_one in row["messages"]:
+            print(f"  {said_one['role']:<9} {said_one['text'][:200]}")
+    return 0
+
+
+def _said(message: ChatMessage) -> str:
+    """A message as one line: its text, the calls it asks for, or the result it gives."""
+    if message.tool_call_result is not None:
+        return _result_text(message)
+    calls = [f"{c.tool_name}({orjson.dumps(c.arguments).decode()})" for c in message.tool_calls]
+    return " ".join([*([message.text] if message.text else []), *calls])
+
+
 def _list_durable_runs(args: argparse.Namespace) -> int:
     with _dbos_client(args.system_db) as client:
         records = _durable_module().list_runs(client)
@@ -867,6 +922,18 @@ def _add_resume_command(commands: Any, common: argparse.ArgumentParser) -> None:
     resume.set_defaults(handler=_resume)
 
 
+def _add_threads_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    threads = commands.add_parser(
+        "threads", parents=[common], help="list the threads of a snapshot store, or read one turn by turn"
+    )
+    threads.add_argument(
+        "--store", required=True, metavar="PATH", help="an SQLite file or a directory of JSON snapshots"
+    )
+    threads.add_argument("thread", nargs="?", help="the thread to read back, turn by turn")
+    threads.add_argument("--json", action="store_true", help="print JSON")
+    threads.set_defaults(handler=_threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``agentfsm`` command."""
     parser = argparse.ArgumentParser(prog="agentfsm", description="Tool-using LLM agents as declared state machines.")
@@ -958,6 +1025,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_source(runs)
     runs.add_argument("--json", action="store_true", help="print JSON")
     runs.set_defaults(handler=_runs)
+
+    _add_threads_command(commands, common)
 
     _add_worker_command(commands, common)
     return parser

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import platform
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -660,6 +661,59 @@ def compaction(lengths: list[int], runs: int) -> dict[str, Any]:
     return out
 
 
+def _stored_bytes(path: Path) -> int:
+    """The bytes a store's snapshot rows hold, read by another connection (as another process would)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT COALESCE(SUM(LENGTH(entries)), 0) FROM snapshot_batches").fetchone()[0])
+
+
+def thread_turns(marks: list[int]) -> dict[str, Any]:
+    """What turn ``n`` of one thread costs the SQLite store, plain and durable: the bytes it wrote, its writes' µs.
+
+    One thread grows to ``max(marks)`` turns of a user message and a reply; at each mark the next turn
+    is measured. The whole turn's µs are given too: the run builds and checks the conversation it
+    continues in memory, which grows with it.
+    """
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for durable in (False, True):
+            path = Path(tmp) / f"thread-{durable}.db"
+            store = SQLiteSnapshotStore(path, durable=durable)
+            spent = [0.0]
+
+            def timed(method: Callable[..., Any], spent: list[float] = spent) -> Callable[..., Any]:
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    started = time.perf_counter()
+                    try:
+                        return method(*args, **kwargs)
+                    finally:
+                        spent[0] += time.perf_counter() - started
+
+                return call
+
+            for name in ("begin_turn", "release", "save", "observe"):  # its writes (reading the head is the run's)
+                setattr(store, name, timed(getattr(store, name)))
+            replies: list[ChatMessage | str] = ["A reply of a few words, as a chat has."] * (max(marks) + 1)
+            agent = Agent(
+                chat_generator=ScriptedChatGenerator(replies), system_prompt="Be brief.", snapshot_store=store
+            )
+            rows = {}
+            for turn in range(1, max(marks) + 1):
+                before, spent[0] = _stored_bytes(path), 0.0
+                started = time.perf_counter()
+                agent.run([ChatMessage.from_user(f"Question number {turn:05d}?")], thread="chat")
+                took = time.perf_counter() - started
+                if turn in marks:
+                    rows[str(turn)] = {
+                        "bytes": _stored_bytes(path) - before,
+                        "store_us": round(spent[0] * 1e6, 1),
+                        "turn_us": round(took * 1e6, 1),
+                    }
+            store.close()
+            out["sqlite_durable" if durable else "sqlite"] = rows
+    return out
+
+
 def snapshot_costs(sizes: list[int], runs: int) -> dict[str, Any]:
     """Encode/decode time and size of a snapshot paused after a conversation of each length."""
     out: dict[str, Any] = {}
@@ -749,6 +803,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {size} | {row['bytes']} | {row['encode_us']} | {row['decode_us']} | "
             f"{row['resume_from_file_us']} | {row['resume_from_sqlite_us']} |"
         )
+    if results.get("threads"):
+        lines += [
+            "",
+            "| turn of one thread (SQLite) | bytes the turn wrote | its writes µs | the whole turn µs |",
+            "|---|---:|---:|---:|",
+        ]
+        for store, rows in results["threads"].items():
+            for turn, row in rows.items():
+                lines.append(
+                    f"| {turn}, {store.replace('_', ' ')} | {row['bytes']} | {row['store_us']} | {row['turn_us']} |"
+                )
     c, inline = results["concurrency"], results["concurrency_inline_tools"]
     lines += [
         "",
@@ -912,6 +977,17 @@ def target_table(results: dict[str, Any]) -> list[str]:
             "yes" if flatness <= 2 else "no",
         )
     )
+    threads = results.get("threads", {}).get("sqlite")
+    if threads:
+        first, last = threads[min(threads, key=int)], threads[max(threads, key=int)]
+        ratio = last["bytes"] / first["bytes"]
+        rows.append(
+            (
+                f"turn {max(threads, key=int)} of a thread writes what turn {min(threads, key=int)} does (≤ 1.1x bytes)",
+                f"{ratio:.2f}x",
+                "yes" if ratio <= 1.1 else "no",
+            )
+        )
     lines = ["", "| target (median) | this run | met |", "|---|---:|---|"]
     lines += [f"| {target} | {measured} | {verdict} |" for target, measured, verdict in rows]
     return lines
@@ -1135,6 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
         "growth": growth(sizes, steps, runs),
         "snapshots": snapshot_costs(sizes, runs),
         "compaction": compaction([5, 20] if args.quick else [50, 500], runs),
+        "threads": thread_turns([2, 5] if args.quick else [10, 1000]),
         **concurrency_in_a_fresh_process(agents, 10, step_us, 1 if args.quick else 5),
     }
     if not (args.quick or args.no_peers):

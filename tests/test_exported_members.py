@@ -129,6 +129,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "SnapshotInfo",
         "SnapshotStore",
         "StoredEvent",
+        "ThreadInfo",
+        "ThreadStore",
+        "ThreadTurn",
     ),
     "agentfsm.durable": (
         "DEFAULT_QUEUE",
@@ -209,13 +212,22 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "RELAY_ANSWERS",
         "RemoteAgent",
         "RemoteRelay",
+        "StoreThreads",
         "ThreadHead",
         "ThreadRuns",
         "agent_card",
         "create_app",
         "serve",
     ),
-    "agentfsm.ag_ui": ("AGUIEndpoint", "EventStream", "ThreadHead", "ThreadRuns", "create_app", "serve"),
+    "agentfsm.ag_ui": (
+        "AGUIEndpoint",
+        "EventStream",
+        "StoreThreads",
+        "ThreadHead",
+        "ThreadRuns",
+        "create_app",
+        "serve",
+    ),
     "agentfsm.web": (
         "LOOPBACK_HOSTS",
         "MAX_FORM_BYTES",
@@ -236,6 +248,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 #: Public modules with an ``__all__`` of their own (their imports are not checked for completeness).
 EXPECTED_MODULES: dict[str, tuple[str, ...]] = {
     "agentfsm.telemetry": ("current_trace_context", "instrument", "uninstrument"),
+    "agentfsm.threads": ("ThreadInfo", "ThreadStore", "ThreadTurn", "thread_store", "turn_messages"),
 }
 
 

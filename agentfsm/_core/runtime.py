@@ -747,6 +747,16 @@ class AgentRun(RunFacts):
             RunDelta(self.run_id, record, new_messages, rewritten, trace, fields, snapshot, self.exit_reason)
         )
 
+    def continues(self, messages: int, trace: int = 0) -> None:
+        """The observers hold the conversation's first ``messages`` messages and ``trace`` edges already.
+
+        A thread's next turn starts from the conversation its earlier turns stored: its first delta
+        holds only what comes after (unless the conversation is rewritten first). Call it before the
+        run's first step.
+        """
+        self._told = (self.state.version("messages"), messages)
+        self._told_trace = trace
+
     def take_deltas(self) -> list[RunDelta]:
         """The deltas recorded since the last call, oldest first, for the driver to give the observers."""
         deltas, self._deltas = self._deltas, []

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from agentfsm._serving.threads import ThreadRuns
+from agentfsm._serving.threads import StoreThreads, ThreadRuns
 from agentfsm.errors import ConfigurationError
+from agentfsm.stores.base import ThreadStore
 
 if TYPE_CHECKING:
     from agentfsm.agent import Agent
@@ -13,7 +14,10 @@ if TYPE_CHECKING:
 
 
 class ServedAgent:
-    """An agent served to a protocol's clients; ``ConfigurationError`` if it has no snapshot store for its pauses."""
+    """An agent served to a protocol's clients; ``ConfigurationError`` if it has no snapshot store for its pauses.
+
+    ``threads``: where threads stand; by default the store's, when it holds threads (``StoreThreads``).
+    """
 
     #: How the endpoint's errors name it ("An AG-UI endpoint").
     ENDPOINT: ClassVar[str]
@@ -25,6 +29,9 @@ class ServedAgent:
                 "(snapshot_store=SQLiteSnapshotStore(path))."
             )
         self.agent = agent
-        self.threads = threads if threads is not None else ThreadRuns()
+        store = agent.snapshot_store
+        if threads is None:
+            threads = StoreThreads(store) if isinstance(store, ThreadStore) else ThreadRuns()
+        self.threads = threads
         self.expose_errors = expose_errors
         self.tools: dict[str, Tool] = {t.name: t for t in agent.known_tools()}

@@ -6,9 +6,12 @@ whether that run is paused (its snapshot waits in the agent's snapshot store for
 holds the one-timeline rule for threads: while a run of a thread goes on, a second one is refused
 (``ThreadBusyError``).
 
-This is the seam where conversation threads plug in: the endpoints ask only ``head``, ``running``
-and ``moved``. ``ThreadRuns`` keeps them in this process (a restart forgets which run a thread
-was at, not the runs: they stay in the store, and a paused one resumes from there).
+The endpoints ask only ``head``, ``running`` and ``moved``. ``ThreadRuns`` keeps the heads in
+this process (a restart forgets which run a thread was at, not the runs). ``StoreThreads``, the
+endpoints' default for an agent whose snapshot store holds threads (``agentfsm.threads``), reads
+them from the store: each run is the thread's next turn (the endpoint runs it with ``thread=``),
+a restarted endpoint, or another one on the same store, knows where every thread stands, and the
+store refuses a second run on a thread whichever process starts it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agentfsm.errors import ThreadBusyError
+from agentfsm.pauses import RunStatus
+from agentfsm.stores.base import ThreadStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +37,9 @@ class ThreadHead:
 
 class ThreadRuns:
     """The head of each thread, and the threads a run goes on in now (one at a time each)."""
+
+    #: The runs are the turns of threads the agent's store holds: the endpoint runs them with ``thread=``.
+    in_store = False
 
     def __init__(self) -> None:
         self._heads: dict[str, ThreadHead] = {}
@@ -70,3 +78,23 @@ class ThreadRuns:
                 self._heads.pop(thread_id, None)
             else:
                 self._heads[thread_id] = head
+
+
+class StoreThreads(ThreadRuns):
+    """The threads a store holds (``agentfsm.threads``): where each stands is read from the store, not kept here."""
+
+    in_store = True
+
+    def __init__(self, store: ThreadStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def head(self, thread_id: str) -> ThreadHead | None:
+        """The thread's head run, as the store has it (paused: it waits for answers)."""
+        info = self.store.thread(thread_id)
+        if info is None:
+            return None
+        return ThreadHead(info.head_run_id, paused=info.head_seq is None and info.status is RunStatus.PAUSED)
+
+    def moved(self, thread_id: str, head: ThreadHead | None) -> None:
+        """Nothing to keep: the store moved the thread's head as the run began, paused or ended."""

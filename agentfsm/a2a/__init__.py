@@ -19,7 +19,7 @@ with _extras.extra_needed("agentfsm.a2a", "a2a"):
     import a2a.server.routes  # noqa: F401 - the SDK's server side, with its HTTP routes
     import sse_starlette  # noqa: F401
 
-from agentfsm._serving.threads import ThreadHead, ThreadRuns
+from agentfsm._serving.threads import StoreThreads, ThreadHead, ThreadRuns
 from agentfsm.a2a.app import create_app, serve
 from agentfsm.a2a.card import agent_card
 from agentfsm.a2a.executor import AgentTaskExecutor
@@ -33,6 +33,7 @@ __all__ = [  # noqa: RUF022
     "RELAY_ANSWERS",
     "RemoteAgent",
     "RemoteRelay",
+    "StoreThreads",
     "ThreadHead",
     "ThreadRuns",
     "agent_card",

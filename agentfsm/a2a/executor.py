@@ -12,8 +12,9 @@ same single-use, argument-bound check as every path), as the same task. An answe
 leaves the task waiting, and its status says why; nothing runs.
 
 The context (``contextId``) is the thread: a run goes on in one task of a context at a time (a
-second task while one runs is ``rejected``), and the context's head run is kept (``ThreadRuns``,
-the seam conversation threads will fill).
+second task while one runs is ``rejected``), and the context's head run is kept: in the agent's
+store, whose threads hold the conversation across tasks (``StoreThreads``, the default for a store
+that holds threads: each task's run is the context's next turn), or in this process (``ThreadRuns``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class AgentTaskExecutor(ServedAgent, AgentExecutor):
                     text = message_text(context)
                     await updater.start_work()
                     options = {"messages": [ChatMessage.from_user(text)]}
+                    if self.threads.in_store:  # the run is the context's next turn, in the agent's store
+                        options["thread"] = context_id
                 await self._run(options, updater, context_id)
         except ThreadBusyError as exc:
             if waiting:

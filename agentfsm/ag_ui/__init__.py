@@ -24,8 +24,8 @@ with _extras.extra_needed("agentfsm.ag_ui", "ag-ui"):
     import ag_ui.core  # noqa: F401 - the protocol's own event types
     import starlette  # noqa: F401
 
-from agentfsm._serving.threads import ThreadHead, ThreadRuns
+from agentfsm._serving.threads import StoreThreads, ThreadHead, ThreadRuns
 from agentfsm.ag_ui.app import AGUIEndpoint, create_app, serve
 from agentfsm.ag_ui.stream import EventStream
 
-__all__ = ["AGUIEndpoint", "EventStream", "ThreadHead", "ThreadRuns", "create_app", "serve"]
+__all__ = ["AGUIEndpoint", "EventStream", "StoreThreads", "ThreadHead", "ThreadRuns", "create_app", "serve"]

@@ -9,7 +9,9 @@ What the input asks for depends on where its thread (``threadId``) stands (``Thr
   store with those decisions (``agent.iter_async(snapshot=..., decisions=...)``: the same
   single-use, argument-bound check as every other path) and goes on in the same agentfsm run;
 - any other thread starts a new run on the input's ``messages`` (the client sends the whole
-  conversation) and the declared State keys of its ``state``.
+  conversation) and the declared State keys of its ``state``. With threads the agent's store holds
+  (``StoreThreads``, the default for such a store) the run is the thread's next turn, on the user
+  messages that end the input: the store holds the conversation before them.
 
 An input that is not a ``RunAgentInput`` is a ``422`` JSON error and nothing runs. An input that
 does not fit its thread (answers to nothing, a waiting thread without them, an answer that does
@@ -50,7 +52,7 @@ from agentfsm.errors import (
 from agentfsm.events import Event, RunPaused, RunStarted
 from agentfsm.logs import logger
 from agentfsm.machine import TERMINAL_PHASES
-from agentfsm.messages import StreamingChunk, ToolCall
+from agentfsm.messages import ChatMessage, ChatRole, StreamingChunk, ToolCall
 from agentfsm.pauses import Cancelled
 
 if TYPE_CHECKING:
@@ -130,12 +132,17 @@ class AGUIEndpoint(ServedAgent):
                 f"Thread {run_input.thread_id!r} waits for no answers: resume[] answers nothing. Nothing ran."
             )
         messages = to_chat_messages(run_input.messages)
+        thread: dict[str, Any] = {}
+        if self.threads.in_store:  # the run is the thread's next turn: its store holds the conversation so far
+            thread = {"thread": run_input.thread_id}
+            if head is not None:
+                messages = new_messages(messages)
         if not messages:
             raise ProtocolRequestError("The input has no message the agent can read. Nothing ran.")
         declared = self.agent.state_schema
         given = run_input.state if isinstance(run_input.state, dict) else {}
         state = {k: v for k, v in given.items() if k in declared}
-        return Plan({"messages": messages, **state}, run_input.state)
+        return Plan({"messages": messages, **thread, **state}, run_input.state)
 
     async def _relay(self, chunk: StreamingChunk) -> None:
         """The run's streaming callback (so that the model streams): the agent's own gets each chunk too."""
@@ -199,6 +206,17 @@ class AGUIEndpoint(ServedAgent):
                 logger.warning("AG-UI run failed", thread=thread, error=type(exc).__name__)
                 message = str(exc) if self.expose_errors else None
                 yield encode(stream.error(message or f"The run failed ({type(exc).__name__}).", type(exc).__name__))
+
+
+def new_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """What a client adds to a thread its store holds: the user's messages after the conversation's last other one.
+
+    A client sends the whole conversation each time; the thread's earlier turns are in the store already.
+    """
+    start = len(messages)
+    while start > 0 and messages[start - 1].role is ChatRole.USER:
+        start -= 1
+    return messages[start:]
 
 
 def announced_calls(snapshot: AgentSnapshot | None) -> list[str]:

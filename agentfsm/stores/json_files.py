@@ -22,6 +22,11 @@ paused run to resume, never a claim with nothing behind it.
 
 With ``record_events=True`` a run's folder also holds its events, ``events.jsonl``: one line each
 (``agentfsm.events.stored_dict``), appended from a thread of the store's own as they happen.
+
+Threads live in ``.threads/<thread id>/thread.json`` (the head, the number of turns, the thread a
+fork came from), written holding that folder's lock; a run that is a thread's turn has a
+``thread.json`` of its own (its thread, and the snapshot whose conversation it continued). Each
+snapshot file holds its whole conversation, as ever: readable, not delta-stored.
 """
 
 from __future__ import annotations
@@ -32,16 +37,23 @@ import os
 import sys
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
 from agentfsm._core.records import RunDelta
-from agentfsm.errors import DeserializationError, SerializationError, SnapshotError, StaleSnapshotError
+from agentfsm.errors import (
+    ConfigurationError,
+    DeserializationError,
+    SerializationError,
+    SnapshotError,
+    StaleSnapshotError,
+)
 from agentfsm.files import atomic_write, exclusive_write, read_regular
 from agentfsm.lifecycle import CANCELLED, Request, StoredRun, Trigger, claim_trigger, ending_trigger, move
 from agentfsm.logs import logger
@@ -50,7 +62,18 @@ from agentfsm.pauses import Cancelled, RunStatus
 from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._events import EventWriter, check_window, read_event
-from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
+from agentfsm.stores.base import (
+    RunInfo,
+    SnapshotInfo,
+    StoredEvent,
+    ThreadInfo,
+    ThreadTurn,
+    fork_point,
+    new_claim,
+    of_run,
+    thread_busy,
+    thread_moved,
+)
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
@@ -78,12 +101,30 @@ def _is_folder_name(run_id: object) -> bool:
         return False
 
 
+#: The folder of the threads, beside the runs' folders.
+_THREADS = ".threads"
+#: The fields of a thread's ``thread.json`` and of a turn's, and their types.
+_THREAD_FIELDS: dict[str, tuple[type, ...]] = {
+    "head_run_id": (str,),
+    "head_seq": (int, type(None)),
+    "turns": (int,),
+    "parent_thread_id": (str, type(None)),
+    "updated_at": (str,),
+}
+_TURN_FIELDS: dict[str, tuple[type, ...]] = {
+    "thread_id": (str,),
+    "base_run_id": (str, type(None)),
+    "base_seq": (int, type(None)),
+    "base_messages": (int,),
+}
+
+
 def _run_folder(directory: Path, run_id: str) -> Path:
     """The folder of ``run_id`` in ``directory``; ``SnapshotError`` for a run id that is not a plain file name."""
-    if not _is_folder_name(run_id):
+    if not _is_folder_name(run_id) or run_id == _THREADS:
         raise SnapshotError(
             f"Run id {str(run_id)[:80]!r} cannot name a folder of a JsonFileStore: it needs 1 to 200 "
-            "bytes, no '/', '\\' or NUL, and is not '.' or '..' (or keep such runs in an SQLiteSnapshotStore)."
+            "bytes, no '/', '\\' or NUL, and is not '.', '..' or '.threads' (or keep such runs in an SQLiteSnapshotStore)."
         )
     return directory / run_id
 
@@ -345,9 +386,18 @@ class JsonFileStore:
 
     @_writes_the_run
     def release(
-        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+        self,
+        run_id: str,
+        status: RunStatus,
+        exit_reason: str | None = None,
+        *,
+        snapshot: AgentSnapshot | None = None,
+        appended: bool = False,
     ) -> None:
-        """Give up this process's claim on the run, leaving it ``status`` and its exit reason (and ``snapshot``, its record)."""
+        """Give up this process's claim on the run, leaving it ``status`` and its exit reason (and ``snapshot``, its record).
+
+        ``appended`` changes nothing here: every snapshot file holds its whole conversation.
+        """
         owner = self._claims.pop(run_id, None)
         live = self._live.pop(run_id, None)
         if owner is None:
@@ -439,11 +489,12 @@ class JsonFileStore:
     # -- snapshots ----------------------------------------------------------------------------------
 
     @_writes_the_run
-    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
+    def save(self, snapshot: AgentSnapshot, *, appended: bool = False) -> SnapshotInfo:
         """Write the snapshot atomically as the next file of its run, which is then paused.
 
         The snapshot of a run this process runs is its pause (its cancel, for a run cancelled from
         outside); any other is saved from outside the run, refused while another process's claim holds it.
+        ``appended`` changes nothing here: every snapshot file holds its whole conversation.
         """
         run_id = snapshot.run_id
         reason = CANCELLED if isinstance(snapshot.pause, Cancelled) else None
@@ -540,6 +591,136 @@ class JsonFileStore:
             record.get("parent_seq"),
             record.get("exit_reason"),
         )
+
+    # -- threads ------------------------------------------------------------------------------------
+
+    def _thread_folder(self, thread_id: str) -> Path:
+        """The thread's folder; ``SnapshotError`` for a thread id that is not a plain file name."""
+        return _run_folder(self.directory / _THREADS, thread_id)
+
+    def _read_fields(self, path: Path, fields: dict[str, tuple[type, ...]]) -> dict[str, Any] | None:
+        """A thread's or a turn's ``thread.json`` (None: none); ``SnapshotError`` when it is damaged."""
+        try:
+            data = load_json(read_regular(path))
+        except FileNotFoundError:
+            return None
+        except (OSError, DeserializationError) as exc:
+            raise SnapshotError(f"{path} cannot be read ({exc}).") from None
+        if not isinstance(data, dict) or set(data) != set(fields):
+            raise SnapshotError(f"{path} is damaged (not an object with the fields {sorted(fields)}).")
+        for key, kinds in fields.items():
+            if not isinstance(data[key], kinds) or isinstance(data[key], bool):
+                raise SnapshotError(f"{path} is damaged ({key!r} is not of its type).")
+        return data
+
+    def _thread_info(self, thread_id: str) -> ThreadInfo | None:
+        data = self._read_fields(self._thread_folder(thread_id) / "thread.json", _THREAD_FIELDS)
+        if data is None:
+            return None
+        status = self._stored(data["head_run_id"]).status
+        return ThreadInfo(
+            thread_id,
+            data["head_run_id"],
+            data["head_seq"],
+            data["turns"],
+            status,
+            data["parent_thread_id"],
+            data["updated_at"],
+        )
+
+    def thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread, or ``None`` for one no run went on in yet."""
+        return self._thread_info(thread_id)
+
+    def threads(self) -> list[ThreadInfo]:
+        """Every thread, most recently updated first (one that cannot be read is left out, and logged)."""
+        folder = self.directory / _THREADS
+        found = []
+        for entry in folder.iterdir() if folder.is_dir() else []:
+            try:
+                info = self._thread_info(entry.name) if _is_folder_name(entry.name) else None
+            except SnapshotError as exc:
+                logger.warning("thread left out of the listing", thread_id=entry.name[:80], error=str(exc)[:300])
+                continue
+            if info is not None:
+                found.append(info)
+        return sorted(found, key=lambda t: t.updated_at, reverse=True)
+
+    def thread_turns(self, thread_id: str) -> list[ThreadTurn]:
+        """The runs of the thread's chain, oldest first, read back from its head along each run's base."""
+        info = self._thread_info(thread_id)
+        if info is None:
+            return []
+        chain: list[ThreadTurn] = []
+        at: str | None = info.head_run_id
+        until = info.head_seq
+        while at is not None:
+            turn = self._read_fields(self._folder(at) / "thread.json", _TURN_FIELDS)
+            if turn is None:
+                raise SnapshotError(
+                    f"Thread {thread_id!r} names run {at!r}, which is no thread's turn in {self.directory}."
+                )
+            base, base_seq = turn["base_run_id"], turn["base_seq"]
+            chain.append(ThreadTurn(0, at, self._stored(at).status, base, base_seq, turn["base_messages"], until))
+            at, until = base, base_seq
+        return [replace(t, number=n) for n, t in enumerate(reversed(chain), start=1)]
+
+    def begin_turn(
+        self, thread_id: str, run_id: str, *, head: ThreadInfo | None, base_messages: int, fork: bool = False
+    ) -> None:
+        """Claim new run ``run_id`` as the thread's next turn, continuing ``head`` (see ``ThreadStore.begin_turn``)."""
+        with _locked(self._thread_folder(thread_id)):
+            now = self._thread_info(thread_id)
+            if head is None:
+                if now is not None:
+                    raise thread_moved(thread_id, now.head_run_id)
+                base_run, base_seq, turns = None, None, 0
+            else:
+                if now is None or (now.head_run_id, now.head_seq) != (head.head_run_id, head.head_seq):
+                    raise thread_moved(thread_id, None if now is None else now.head_run_id)
+                base_run, base_seq, turns = now.head_run_id, now.head_seq, now.turns
+                if base_seq is None:
+                    stored = self._stored(base_run)
+                    if stored.status is not RunStatus.DONE:
+                        raise thread_busy(thread_id, base_run, stored.status and stored.status.value)
+                    base_seq = stored.head
+            if self._stored(run_id).status is not None:
+                raise ConfigurationError(f"Run {run_id!r} is stored already: a thread's next turn is a new run.")
+            parent = (base_run, base_seq) if fork and base_run is not None else None
+            self.claim(run_id, None, parent=parent)
+            turn = {
+                "thread_id": thread_id,
+                "base_run_id": base_run,
+                "base_seq": base_seq,
+                "base_messages": base_messages if base_run is not None else 0,
+            }
+            atomic_write(self._folder(run_id) / "thread.json", dump_json(turn))
+            parent_thread = None if now is None else now.parent_thread_id
+            self._write_thread(thread_id, run_id, None, turns + 1, parent_thread)
+
+    def _write_thread(self, thread_id: str, run_id: str, seq: int | None, turns: int, parent: str | None) -> None:
+        record = {
+            "head_run_id": run_id,
+            "head_seq": seq,
+            "turns": turns,
+            "parent_thread_id": parent,
+            "updated_at": now_iso(),
+        }
+        atomic_write(self._thread_folder(thread_id) / "thread.json", dump_json(record))
+
+    def fork_thread(
+        self, thread_id: str, run_id: str | None = None, seq: int | None = None, *, new_thread_id: str | None = None
+    ) -> ThreadInfo:
+        """A new thread sharing ``thread_id``'s chain up to snapshot ``seq`` of its run ``run_id`` (see ``ThreadStore``)."""
+        run, point, number = fork_point(thread_id, self.thread_turns(thread_id), run_id, seq, self.history)
+        new_id = new_thread_id or uuid.uuid4().hex
+        with _locked(self._thread_folder(new_id)):
+            if self._thread_info(new_id) is not None:
+                raise ConfigurationError(f"Thread {new_id!r} exists already: fork into a new thread id.")
+            self._write_thread(new_id, run, point, number, thread_id)
+        info = self._thread_info(new_id)
+        assert info is not None
+        return info
 
     # -- events -------------------------------------------------------------------------------------
 

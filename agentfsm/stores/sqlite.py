@@ -35,6 +35,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,13 +51,24 @@ from agentfsm.serialization import dump_json, load_json
 from agentfsm.snapshot import AgentSnapshot, iso_from_timestamp, now_iso
 from agentfsm.stores._checkpoint import WAL_RESTART_BYTES, Checkpointer
 from agentfsm.stores._events import EventWriter, check_window, read_event
-from agentfsm.stores.base import RunInfo, SnapshotInfo, StoredEvent, new_claim, of_run
+from agentfsm.stores.base import (
+    RunInfo,
+    SnapshotInfo,
+    StoredEvent,
+    ThreadInfo,
+    ThreadTurn,
+    fork_point,
+    new_claim,
+    of_run,
+    thread_busy,
+    thread_moved,
+)
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
 
 #: ``PRAGMA user_version`` of the database layout below.
-_LAYOUT_VERSION = 5
+_LAYOUT_VERSION = 6
 #: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
 #: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
 #: holds unless renewed, the claim it was last taken over from and the claim that took it over,
@@ -80,6 +92,27 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (run_id, number)
 ) WITHOUT ROWID;
 """
+#: The columns that layout 6 added to ``runs`` (an older file gets them when opened): the thread the
+#: run is a turn of, the snapshot whose conversation and State it continued, and how many messages
+#: that conversation held (a run's first batch that is not ``full`` holds the messages after them).
+_THREAD_COLUMNS = (
+    ("thread_id", "TEXT"),
+    ("base_run_id", "TEXT"),
+    ("base_seq", "INTEGER"),
+    ("base_messages", "INTEGER"),
+)
+#: The table that layout 6 added (an older file gets it when opened): each thread's head.
+_THREADS_TABLE = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id TEXT PRIMARY KEY,
+    head_run_id TEXT NOT NULL,
+    head_seq INTEGER,           -- NULL: the head run's newest snapshot; a number: a fork's point
+    turns INTEGER NOT NULL,
+    parent_thread_id TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     number INTEGER PRIMARY KEY,
@@ -87,7 +120,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,       -- active, paused, done, failed
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    {", ".join(f"{name} {kind}" for name, kind in _CLAIM_COLUMNS)}
+    {", ".join(f"{name} {kind}" for name, kind in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS))}
 );
 -- The key packs the run's number and the number of the batch's first snapshot: a batch is one row
 -- of one B-tree (no separate index to update), and a run's batches are one key range.
@@ -104,14 +137,25 @@ CREATE TABLE IF NOT EXISTS snapshot_batches (
     entries BLOB NOT NULL
 );
 {_EVENTS_TABLE}
+{_THREADS_TABLE}
 PRAGMA user_version = {_LAYOUT_VERSION};
 """
 #: The columns of each table of the current layout: a file without one of them is not a store of this layout.
 _COLUMNS = {
-    "runs": ("number", "run_id", "status", "created_at", "updated_at", *(name for name, _ in _CLAIM_COLUMNS)),
+    "runs": (
+        "number",
+        "run_id",
+        "status",
+        "created_at",
+        "updated_at",
+        *(name for name, _ in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS)),
+    ),
     "snapshot_batches": ("key", "count", "phase", "step", "full", "entries"),
     "events": ("run_id", "number", "data"),
+    "threads": ("thread_id", "head_run_id", "head_seq", "turns", "parent_thread_id", "created_at", "updated_at"),
 }
+#: Conversations rebuilt for threads' turns, kept by (run id, seq): a stored snapshot never changes.
+_KEPT_CONVERSATIONS = 8
 #: Snapshot numbers within a run's key range.
 _SEQ_BITS = 32
 _LAST_SEQ = (1 << _SEQ_BITS) - 1
@@ -251,6 +295,10 @@ class _Cursor:
     ending: Request | None = None
     #: The fields of the last snapshot recorded in ``entries``: the next one stores what differs.
     body: dict[str, Any] | None = None
+    #: How many messages and trace entries the run's stored and recorded snapshots hold, up to the
+    #: last one (``None``: not counted yet; ``_held`` counts them when a write needs them).
+    messages: int | None = None
+    trace: int | None = None
 
 
 def _insert_events(db: _Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
@@ -331,12 +379,15 @@ class SQLiteSnapshotStore:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         if layout == 0:
             self._db.executescript(_SCHEMA)
-        elif layout in (3, 4):
-            added = "".join(f"ALTER TABLE runs ADD COLUMN {name} {kind};" for name, kind in _CLAIM_COLUMNS)
+        elif layout in (3, 4, 5):
+            columns = [*(_CLAIM_COLUMNS if layout == 3 else ()), *_THREAD_COLUMNS]
+            added = "".join(f"ALTER TABLE runs ADD COLUMN {name} {kind};" for name, kind in columns)
             self._db.executescript(
-                f"BEGIN; {added if layout == 3 else ''} {_EVENTS_TABLE} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;"
+                f"BEGIN; {added} {_EVENTS_TABLE} {_THREADS_TABLE} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;"
             )
         self._cursors: dict[str, _Cursor] = {}
+        #: Conversations of threads' turns rebuilt lately (``_conversation``), newest last.
+        self._conversations: dict[tuple[str, int], list[Any]] = {}
         #: The runs this store runs, and the claim under which it does.
         self._claims: dict[str, str] = {}
         #: Runs this store ran until another process took them over, and the claim each lost.
@@ -375,7 +426,7 @@ class SQLiteSnapshotStore:
             return _LAYOUT_VERSION
         if version == 0 and tables == 0:
             return 0
-        if version in (3, 4):  # the same tables, without the claims' columns (3) and the events (3, 4)
+        if version in (3, 4, 5):  # the same tables, without the claims' columns (3), the events (3, 4), threads (3-5)
             return int(version)
         raise SnapshotError(
             f"{self.path} is not a snapshot database of this agentfsm version (layout {version}, "
@@ -418,12 +469,14 @@ class SQLiteSnapshotStore:
         batch: Callable[[int, int], tuple[Any, ...]] | None = None,
         *,
         claim: Request | None = None,
+        within: Callable[[int], None] | None = None,
     ) -> int:
         """Move the run as the lifecycle decides and write its new record, and ``batch``'s row: the run's number.
 
         ``batch(number, head)`` is the row of snapshots to write with it (the run's number, its head
-        before); ``claim``, a new run's claim, moves it first. One transaction, begun for writing: no
-        other writer comes between the check and the write.
+        before); ``claim``, a new run's claim, moves it first; ``within(number)`` writes more in the
+        same transaction (a thread's turn), or raises to write nothing. One transaction, begun for
+        writing: no other writer comes between the check and the write.
         """
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -441,6 +494,8 @@ class SQLiteSnapshotStore:
                     self._db.execute(_UPDATE_RECORD, (now_iso(), *values, number))
                 if batch is not None:
                     self._db.execute(_INSERT_CHECKED, batch(number, run.head))
+                if within is not None:
+                    within(number)
                 self._db.execute("COMMIT")
             except BaseException:
                 _roll_back(self._db)
@@ -469,22 +524,148 @@ class SQLiteSnapshotStore:
         self._cursors.pop(run_id, None)
 
     def release(
-        self, run_id: str, status: RunStatus, exit_reason: str | None = None, *, snapshot: AgentSnapshot | None = None
+        self,
+        run_id: str,
+        status: RunStatus,
+        exit_reason: str | None = None,
+        *,
+        snapshot: AgentSnapshot | None = None,
+        appended: bool = False,
     ) -> None:
         """Commit what is recorded of the run and give up this process's claim, leaving the run ``status``.
 
         A finished run's record is ``snapshot`` or, in a durable store, the one recorded at its last edge
-        (``observe``), which keeps ``exit_reason`` (a failed run's error) too.
+        (``observe``), which keeps ``exit_reason`` (a failed run's error) too. ``appended``: the run's
+        conversation was only appended to since it started (a thread's turn): only what it added is written.
         """
         if run_id not in self._claims:
             return
         cursor = self._cursor(run_id)
         if snapshot is not None:
-            self._add_whole(cursor, snapshot)
+            self._add_whole(cursor, snapshot, appended)
         elif cursor.entries and cursor.body is not None and cursor.body["phase"] in TERMINAL_PHASES:
             cursor.entries[-1][2]["exit_reason"] = cursor.body["exit_reason"] = exit_reason
         cursor.ending = Request(ending_trigger(status, exit_reason), cursor.owner, exit_reason=exit_reason)
         self._commit(run_id, cursor)
+
+    # -- threads ----------------------------------------------------------------------------------
+
+    def thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread, or ``None`` for one no run went on in yet."""
+        found = self._threads("WHERE t.thread_id = ?", (thread_id,))
+        return found[0] if found else None
+
+    def threads(self) -> list[ThreadInfo]:
+        """Every thread, most recently updated first."""
+        return self._threads("ORDER BY t.updated_at DESC", ())
+
+    def _threads(self, where: str, parameters: tuple[Any, ...]) -> list[ThreadInfo]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT t.thread_id, t.head_run_id, t.head_seq, t.turns, r.status, t.parent_thread_id, t.updated_at "
+                f"FROM threads t LEFT JOIN runs r ON r.run_id = t.head_run_id {where}",
+                parameters,
+            ).fetchall()
+        try:
+            return [
+                ThreadInfo(t, run, seq, turns, status and RunStatus(status), *rest)
+                for t, run, seq, turns, status, *rest in rows
+            ]
+        except ValueError as exc:
+            raise self._damaged(exc) from None
+
+    def thread_turns(self, thread_id: str) -> list[ThreadTurn]:
+        """The runs of the thread's chain, oldest first, read back from its head along each run's base."""
+        info = self.thread(thread_id)
+        if info is None:
+            return []
+        chain: list[tuple[str, RunStatus | None, str | None, int | None, int, int | None]] = []
+        at, until = info.head_run_id, info.head_seq
+        with self._lock:
+            while at is not None:
+                row = self._db.execute(
+                    "SELECT status, base_run_id, base_seq, base_messages FROM runs WHERE run_id = ?", (at,)
+                ).fetchone()
+                if row is None:
+                    raise self._damaged(ValueError(f"thread {thread_id!r} names run {at!r}, which is not stored"))
+                status, base_run, base_seq, count = row
+                chain.append((at, status and RunStatus(status), base_run, base_seq, int(count or 0), until))
+                at, until = base_run, base_seq
+        return [ThreadTurn(number, *entry) for number, entry in enumerate(reversed(chain), start=1)]
+
+    def begin_turn(
+        self, thread_id: str, run_id: str, *, head: ThreadInfo | None, base_messages: int, fork: bool = False
+    ) -> None:
+        """Claim new run ``run_id`` as the thread's next turn, continuing ``head`` (see ``ThreadStore.begin_turn``)."""
+        owner = new_claim()
+        parent = (head.head_run_id, head.head_seq) if fork and head is not None else None
+        request = Request(claim_trigger(False, parent), owner, time.time() + self.lease_seconds, parent=parent)
+
+        def add_turn(number: int) -> None:
+            base_run, base_seq, turns = self._check_head(thread_id, head)
+            now = now_iso()
+            self._db.execute(
+                "UPDATE runs SET thread_id = ?, base_run_id = ?, base_seq = ?, base_messages = ? WHERE number = ?",
+                (thread_id, base_run, base_seq, base_messages if base_run is not None else 0, number),
+            )
+            self._db.execute(
+                "INSERT INTO threads VALUES (?, ?, NULL, ?, NULL, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET "
+                "head_run_id = excluded.head_run_id, head_seq = NULL, turns = excluded.turns, updated_at = excluded.updated_at",
+                (thread_id, run_id, turns + 1, now, now),
+            )
+
+        with self._lock:
+            if self._number(run_id) is not None:
+                raise ConfigurationError(f"Run {run_id!r} is stored already: a thread's next turn is a new run.")
+            self._move(run_id, request, within=add_turn)
+        self._claims[run_id] = owner
+        self._lost.pop(run_id, None)
+        self._cursors.pop(run_id, None)
+
+    def _check_head(self, thread_id: str, head: ThreadInfo | None) -> tuple[str | None, int | None, int]:
+        """The base and the turns of a thread standing where ``head`` says (in a write's transaction); else ``ThreadBusyError``."""
+        row = self._db.execute(
+            "SELECT t.head_run_id, t.head_seq, t.turns, r.status, r.number FROM threads t "
+            "LEFT JOIN runs r ON r.run_id = t.head_run_id WHERE t.thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if head is None:
+            if row is not None:
+                raise thread_moved(thread_id, str(row[0]))
+            return None, None, 0
+        if row is None or (row[0], row[1]) != (head.head_run_id, head.head_seq):
+            raise thread_moved(thread_id, None if row is None else str(row[0]))
+        head_run, head_seq, turns, status, number = row
+        if head_seq is None:
+            if status != RunStatus.DONE.value:
+                raise thread_busy(thread_id, head_run, status)
+            head_seq = self._count(number) - 1
+        return head_run, head_seq, int(turns)
+
+    def fork_thread(
+        self, thread_id: str, run_id: str | None = None, seq: int | None = None, *, new_thread_id: str | None = None
+    ) -> ThreadInfo:
+        """A new thread sharing ``thread_id``'s chain up to snapshot ``seq`` of its run ``run_id`` (see ``ThreadStore``)."""
+        turns = self.thread_turns(thread_id)
+        run, point, number = fork_point(thread_id, turns, run_id, seq, self.history)
+        new_id = new_thread_id or uuid.uuid4().hex
+        now = now_iso()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (new_id,)).fetchone():
+                    raise ConfigurationError(f"Thread {new_id!r} exists already: fork into a new thread id.")
+                self._db.execute(
+                    "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (new_id, run, point, number, thread_id, now, now),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                _roll_back(self._db)
+                raise
+        info = self.thread(new_id)
+        assert info is not None
+        return info
 
     def _lose(self, run_id: str, owner: str) -> None:
         """This process lost the run (another took its claim ``owner`` over): its writes are refused from now on."""
@@ -548,6 +729,10 @@ class SQLiteSnapshotStore:
             body = {key: value for key, value in body.items() if value != last[key]}
         else:
             cursor.full = full
+        if full:
+            cursor.messages, cursor.trace = len(messages), len(trace)
+        elif cursor.messages is not None and cursor.trace is not None:
+            cursor.messages, cursor.trace = cursor.messages + len(messages), cursor.trace + len(trace)
         cursor.entries.append([messages, trace, body, created_at])
         cursor.next_seq += 1
         return cursor.next_seq - 1
@@ -670,24 +855,69 @@ class SQLiteSnapshotStore:
         cursor.ending = Request(Trigger.FAIL, cursor.owner)
         self._commit(run_id, cursor)
 
-    def _whole(self, snapshot: AgentSnapshot) -> list[Any]:
-        """``snapshot`` as a batch's entry that holds all of it: messages, trace, the other fields, created_at."""
-        data = snapshot.to_dict()
-        messages, trace, created_at = data.pop("messages"), data.pop("trace"), data.pop("created_at")
-        del data["seq"]  # the snapshot's number is where it is stored
-        return [messages, [[r[name] for name in _TRACE_FIELDS] for r in trace], data, created_at]
+    def _whole(self, snapshot: AgentSnapshot, skip: tuple[int, int] = (0, 0)) -> list[Any]:
+        """``snapshot`` as a batch's entry: messages, trace, the other fields, created_at (all but the ``skip`` first ones).
 
-    def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot) -> int:
-        """Record all of ``snapshot`` as the run's next snapshot, starting a batch: its number."""
+        The messages skipped are not even encoded: a thread's long conversation costs its turn nothing.
+        """
+        data = snapshot.model_dump(mode="json", exclude={"messages", "trace"})
+        created_at = data.pop("created_at")
+        del data["seq"]  # the snapshot's number is where it is stored
+        messages = snapshot.messages[skip[0] :] if skip[0] else snapshot.to_dict()["messages"]
+        trace = [
+            [r["step"], r["source"].value, r["dest"].value, r["trigger"], r["duration_us"]]  # _TRACE_FIELDS' order
+            for r in snapshot.trace[skip[1] :]
+        ]
+        return [messages, trace, data, created_at]
+
+    def _add_whole(self, cursor: _Cursor, snapshot: AgentSnapshot, appended: bool = False) -> int:
+        """Record ``snapshot`` as the run's next snapshot: its number.
+
+        All of it, starting a batch; or, when the run's conversation was only ``appended`` to since it
+        started, the messages and trace entries after those the run's snapshots hold already.
+        """
+        held = self._held(snapshot.run_id, cursor) if appended else None
+        if held is not None and held[0] <= len(snapshot.messages) and held[1] <= len(snapshot.trace):
+            messages, trace, body, created_at = self._whole(snapshot, held)
+            return self._add(snapshot.run_id, cursor, False, messages, trace, body, created_at)
         messages, trace, body, created_at = self._whole(snapshot)
         return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at)
 
-    def save(self, snapshot: AgentSnapshot) -> SnapshotInfo:
-        """Store a whole snapshot as the newest of its run, which is then paused.
+    def _held(self, run_id: str, cursor: _Cursor) -> tuple[int, int] | None:
+        """How many messages and trace entries the run's snapshots hold (its base's messages included); ``None``: none.
+
+        Counted once from what is stored (the run's own batches since its last whole one, and its
+        base's number of messages), then kept up to date by ``_add``.
+        """
+        if cursor.number is None:  # a new run, registered by its first commit: no turn (a turn is, at its claim)
+            return None
+        if cursor.messages is None or cursor.trace is None:
+            messages = trace = 0
+            started = False
+            for _number, whole, new_messages, new_trace, *_rest in self._replay(cursor.number, _LAST_SEQ):
+                if not started:
+                    started = True
+                    messages = 0 if whole else self._base(cursor.number)[2]
+                messages, trace = messages + len(new_messages), trace + len(new_trace)
+            if not started:  # nothing stored yet: a turn holds its base's messages, another run nothing
+                base_run, _seq, count = self._base(cursor.number)
+                if base_run is None:
+                    return None
+                messages = count
+            if cursor.entries and cursor.full:  # recorded, not committed yet: a whole snapshot first
+                messages = trace = 0
+            for entry in cursor.entries:
+                messages, trace = messages + len(entry[0]), trace + len(entry[1])
+            cursor.messages, cursor.trace = messages, trace
+        return cursor.messages, cursor.trace
+
+    def save(self, snapshot: AgentSnapshot, *, appended: bool = False) -> SnapshotInfo:
+        """Store a snapshot as the newest of its run, which is then paused.
 
         The snapshot of a run this process runs is its pause (its cancel, for a run cancelled from
         outside); any other is saved from outside the run, refused (``StaleSnapshotError``) while
-        another process's claim holds it.
+        another process's claim holds it. ``appended``: the run's conversation was only appended to
+        since it started (a thread's turn), so only what it added is written; else all of it.
         """
         run_id, reason = snapshot.run_id, CANCELLED if isinstance(snapshot.pause, Cancelled) else None
         if run_id not in self._claims and run_id not in self._lost:
@@ -699,7 +929,7 @@ class SQLiteSnapshotStore:
             seq = self._count(number) - 1
         else:
             cursor = self._cursor(run_id)
-            seq = self._add_whole(cursor, snapshot)
+            seq = self._add_whole(cursor, snapshot, appended)
             trigger = Trigger.CANCEL if reason else Trigger.PAUSE
             cursor.ending = Request(trigger, cursor.owner, exit_reason=reason)
             self._commit(run_id, cursor)
@@ -731,16 +961,16 @@ class SQLiteSnapshotStore:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _batches(self, number: int, seq: int | None = None) -> list[tuple[int, bytes]]:
-        """``(first seq, entries)`` of the batches of run ``number`` needed to rebuild snapshot ``seq`` (default: all)."""
+    def _batches(self, number: int, seq: int | None = None) -> list[tuple[int, bytes, int]]:
+        """``(first seq, entries, full)`` of the batches of run ``number`` needed to rebuild snapshot ``seq`` (default: all)."""
         first = number << _SEQ_BITS
         with self._lock:
             if seq is None:
-                query = "SELECT key - ?, entries FROM snapshot_batches WHERE key BETWEEN ? AND ? ORDER BY key"
+                query = "SELECT key - ?, entries, full FROM snapshot_batches WHERE key BETWEEN ? AND ? ORDER BY key"
                 return self._db.execute(query, (first, first, first + _LAST_SEQ)).fetchall()
             upto = first + min(seq, _LAST_SEQ)
             return self._db.execute(
-                "SELECT key - ?, entries FROM snapshot_batches WHERE key <= ? AND key >= "
+                "SELECT key - ?, entries, full FROM snapshot_batches WHERE key <= ? AND key >= "
                 "(SELECT COALESCE(MAX(key), ?) FROM snapshot_batches WHERE key BETWEEN ? AND ? AND full = 1) "
                 "ORDER BY key",
                 (first, upto, first, first, upto),
@@ -756,10 +986,16 @@ class SQLiteSnapshotStore:
     def _load(self, run_id: str, run_number: int, seq: int) -> AgentSnapshot:
         messages: list[Any] = []
         trace: list[Any] = []
-        for number, new_messages, new_trace, body, created_at in self._replay(run_number, seq):
+        started = False
+        for number, whole, new_messages, new_trace, body, created_at in self._replay(run_number, seq):
+            if not started:  # a thread's turn that kept only what it added: its base's conversation first
+                started = True
+                messages = [] if whole else list(self._base_conversation(run_id, run_number))
             messages.extend(new_messages)
             trace.extend(new_trace)
             if number == seq:
+                if not whole:
+                    self._keep_conversation((run_id, seq), messages)
                 try:
                     fields = [dict(zip(_TRACE_FIELDS, r, strict=True)) for r in trace]
                     created = _created_at(created_at)
@@ -773,14 +1009,17 @@ class SQLiteSnapshotStore:
 
     def _replay(
         self, run_number: int, seq: int | None = None
-    ) -> Iterator[tuple[int, list[Any], list[Any], dict[str, Any], str | float]]:
-        """``(number, new messages, new trace, fields, created_at)`` of each stored snapshot needed for ``seq``.
+    ) -> Iterator[tuple[int, bool, list[Any], list[Any], dict[str, Any], str | float]]:
+        """``(number, whole, new messages, new trace, fields, created_at)`` of each stored snapshot needed for ``seq``.
 
-        ``fields`` is every field but messages, trace and created_at: a batch's first snapshot holds
-        them all, the next ones what changed (one dict per batch, updated in place: read it before
-        the next). ``created_at`` is as stored (see ``_created_at``).
+        ``whole``: the first batch read holds the whole conversation (else the messages follow the
+        run's base's, a thread's earlier turns). ``fields`` is every field but messages, trace and
+        created_at: a batch's first snapshot holds them all, the next ones what changed (one dict per
+        batch, updated in place: read it before the next). ``created_at`` is as stored (see ``_created_at``).
         """
-        for first, blob in self._batches(run_number, seq):
+        batches = self._batches(run_number, seq)
+        whole = not batches or bool(batches[0][2])
+        for first, blob, _full in batches:
             try:
                 entries = load_json(blob)
                 decoded = [(list(m), list(t), dict(c), at) for m, t, c, at in entries]
@@ -789,7 +1028,72 @@ class SQLiteSnapshotStore:
             body: dict[str, Any] = {}
             for number, (new_messages, new_trace, changed, created_at) in enumerate(decoded, start=first):
                 body.update(changed)
-                yield number, new_messages, new_trace, body, created_at
+                yield number, whole, new_messages, new_trace, body, created_at
+
+    # -- threads' conversations ----------------------------------------------------------------------
+
+    def _base(self, run_number: int) -> tuple[str | None, int | None, int]:
+        """The run's base, the snapshot a thread's turn continued (``None``s: it has none), and its messages."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT base_run_id, base_seq, base_messages FROM runs WHERE number = ?", (run_number,)
+            ).fetchone()
+        if row is None:
+            return None, None, 0
+        return row[0], row[1], int(row[2] or 0)
+
+    def _base_conversation(self, run_id: str, run_number: int) -> list[Any]:
+        """The conversation a thread's turn continued: its base's messages (``StoreError`` when they do not add up)."""
+        base_run, base_seq, count = self._base(run_number)
+        if base_run is None or base_seq is None:
+            return []
+        messages = self._conversation(base_run, base_seq)
+        if len(messages) != count:
+            raise self._damaged(
+                ValueError(f"run {run_id!r} continues {count} messages, its base holds {len(messages)}")
+            )
+        return messages
+
+    def _conversation(self, run_id: str, seq: int) -> list[Any]:
+        """The messages of snapshot ``seq`` of ``run_id``, the thread's earlier turns first.
+
+        Read turn by turn back to a run that holds its whole conversation (or one read lately), in a
+        loop: a thread of a thousand turns is no recursion a thousand deep.
+        """
+        parts: list[list[Any]] = []
+        at: tuple[str, int] | None = (run_id, seq)
+        while at is not None:
+            kept = self._conversations.get(at)
+            if kept is not None:
+                parts.append(kept)
+                break
+            number = self._number(at[0])
+            if number is None:
+                raise SnapshotError(f"Run {at[0]!r} has no snapshot number {at[1]}: a thread's turn continued it.")
+            own, whole = self._own_messages(at[0], number, at[1])
+            parts.append(own)
+            base_run, base_seq, _count = self._base(number)
+            at = None if whole or base_run is None or base_seq is None else (base_run, base_seq)
+        messages = [m for part in reversed(parts) for m in part]
+        self._keep_conversation((run_id, seq), messages)
+        return messages
+
+    def _own_messages(self, run_id: str, run_number: int, seq: int) -> tuple[list[Any], bool]:
+        """The messages the run's batches hold up to snapshot ``seq``, and whether they are the whole conversation."""
+        messages: list[Any] = []
+        for number, whole, new_messages, *_rest in self._replay(run_number, seq):
+            messages.extend(new_messages)
+            if number == seq:
+                return messages, whole
+        raise SnapshotError(f"Run {run_id!r} has no snapshot number {seq}.")
+
+    def _keep_conversation(self, key: tuple[str, int], messages: list[Any]) -> None:
+        """Keep a rebuilt conversation for the next turns (a stored snapshot never changes, whoever reads it)."""
+        with self._lock:
+            self._conversations.pop(key, None)
+            self._conversations[key] = list(messages)
+            while len(self._conversations) > _KEPT_CONVERSATIONS:
+                del self._conversations[next(iter(self._conversations))]
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -849,7 +1153,7 @@ class SQLiteSnapshotStore:
         if run_number is None:
             return []
         infos = []
-        for number, _messages, _trace, body, created_at in self._replay(run_number):
+        for number, _whole, _messages, _trace, body, created_at in self._replay(run_number):
             try:
                 infos.append(SnapshotInfo(run_id, number, Phase(body["phase"]), body["step"], _created_at(created_at)))
             except (KeyError, TypeError, ValueError) as exc:

@@ -68,6 +68,8 @@ def create_app(
             Route("/runs/{run_id}/snapshots/{seq}", guarded(review.snapshot_json)),
             Route("/runs/{run_id}/decide", guarded(review.decide), methods=["POST"]),
             Route("/runs/{run_id}/events", guarded(review.events)),
+            Route("/threads", guarded(review.threads)),
+            Route("/threads/{thread_id}", guarded(review.thread)),
             *(Route(path, guarded(endpoint)) for path, endpoint in static_files().items()),
         ]
     )

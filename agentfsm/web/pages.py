@@ -19,6 +19,7 @@ from agentfsm.machine import Phase
 if TYPE_CHECKING:
     from agentfsm.messages import ChatMessage
     from agentfsm.snapshot import AgentSnapshot
+    from agentfsm.stores.base import ThreadInfo, ThreadTurn
     from agentfsm.web.finding import Found, Query
     from agentfsm.web.timeline import Marker, StateChange, Step
 
@@ -336,3 +337,40 @@ def runs_html(found: Found, query: Query) -> str:
 
 def _status_class(status: str) -> str:
     return {"waiting for approval": "waiting", "running": "running", "paused": "paused"}.get(status, h(status))
+
+
+# -- threads ------------------------------------------------------------------------------------------
+
+
+def threads_html(threads: list[ThreadInfo]) -> str:
+    """The store's threads: turns, the head run and its status, the thread each fork came from."""
+    if not threads:
+        return "<h1>Threads</h1><p>No thread in this store.</p>"
+    rows = []
+    for t in threads:
+        head = f"<a href='/runs/{quote(t.head_run_id, safe='')}'>{h(t.head_run_id)}</a>"
+        point = f" #{t.head_seq}" if t.head_seq is not None else ""
+        parent = (
+            f"<a href='/threads/{quote(t.parent_thread_id, safe='')}'>{h(t.parent_thread_id)}</a>"
+            if t.parent_thread_id
+            else "-"
+        )
+        rows.append(
+            f"<tr><td><a href='/threads/{quote(t.thread_id, safe='')}'>{h(t.thread_id)}</a></td><td>{t.turns}</td>"
+            f"<td>{h(t.status or '-')}</td><td>{head}{point}</td><td>{iso_clock(t.updated_at)}</td><td>{parent}</td></tr>"
+        )
+    return (
+        "<h1>Threads</h1><table><thead><tr><th>thread</th><th>turns</th><th>status</th><th>head run</th>"
+        f"<th>updated</th><th>forked from</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def thread_html(thread_id: str, turns: list[tuple[ThreadTurn, list[ChatMessage]]]) -> str:
+    """One thread turn by turn: each turn's run, its status, and the messages it added."""
+    parts = [f"<h1>Thread {h(thread_id)}</h1>"]
+    for turn, messages in turns:
+        run = f"<a href='/runs/{quote(turn.run_id, safe='')}'>{h(turn.run_id)}</a>"
+        until = f", up to snapshot {turn.until_seq}" if turn.until_seq is not None else ""
+        parts.append(f"<h2>Turn {turn.number}</h2><p>run {run}, {h(turn.status or '-')}{until}</p>")
+        parts += [message_html(m) for m in messages]
+    return "".join(parts)

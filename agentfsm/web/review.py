@@ -42,11 +42,21 @@ from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import RunStatus
 from agentfsm.snapshot import AgentSnapshot
-from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore
+from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore, ThreadStore, ThreadTurn
+from agentfsm.threads import turn_messages
 from agentfsm.web.checks import TOKEN_COOKIE, form_refusal
 from agentfsm.web.finding import Finder, Query
 from agentfsm.web.live import event_stream
-from agentfsm.web.pages import error_page, h, message_html, page, runs_html, timeline_html
+from agentfsm.web.pages import (
+    error_page,
+    h,
+    message_html,
+    page,
+    runs_html,
+    thread_html,
+    threads_html,
+    timeline_html,
+)
 from agentfsm.web.timeline import timeline
 
 
@@ -162,7 +172,30 @@ class ReviewApp:
         query = Query.from_params(request.query_params)
         infos = await run_in_threadpool(self.store.runs)
         found = await run_in_threadpool(self.finder.find, infos, query)
-        return page("agentfsm runs", runs_html(found, query))
+        threads = "<p><a href='/threads'>Threads</a></p>" if isinstance(self.store, ThreadStore) else ""
+        return page("agentfsm runs", threads + runs_html(found, query))
+
+    async def threads(self, request: Request) -> Response:
+        """The store's threads (``agentfsm.threads``), each linking to its turns."""
+        store = self.store
+        if not isinstance(store, ThreadStore):
+            return error_page(404, "These runs are kept where no threads are (durable runs): no threads to show.")
+        return page("agentfsm threads", threads_html(await run_in_threadpool(store.threads)))
+
+    async def thread(self, request: Request) -> Response:
+        """One thread turn by turn: each turn's run and the messages it added."""
+        store = self.store
+        thread_id = request.path_params["thread_id"]
+        if not isinstance(store, ThreadStore):
+            return error_page(404, "These runs are kept where no threads are (durable runs): no threads to show.")
+
+        def read() -> list[tuple[ThreadTurn, list[ChatMessage]]]:
+            return [(turn, turn_messages(store, turn)) for turn in store.thread_turns(thread_id)]
+
+        turns = await run_in_threadpool(read)
+        if not turns:
+            return error_page(404, f"No thread {thread_id!r} in this store.")
+        return page(f"thread {thread_id}", thread_html(thread_id, turns))
 
     async def run(self, request: Request) -> Response:
         """One run: diagram, pending calls and their forms, the live view, conversation, trace, snapshot history."""

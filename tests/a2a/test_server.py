@@ -266,3 +266,34 @@ def test_an_answer_to_a_run_that_went_on_elsewhere_runs_nothing_twice(served: st
     late = asyncio.run(answer_late())
     assert late.status.state == TaskState.TASK_STATE_INPUT_REQUIRED  # refused: the store's claim held
     assert "is done; nothing ran" in status_text(late) and PAID == ["ann:30"]
+
+
+def test_a_context_is_a_thread_in_the_store_that_a_restarted_server_goes_on_with(
+    remote: Agent, store: Any, tmp_path: Any
+) -> None:
+    from agentfsm.stores import SQLiteSnapshotStore
+    from tests.a2a.conftest import payments_agent
+
+    async def task(url: str, text: str, context_id: str = "", then: dict[str, Any] | None = None) -> Task:
+        async with a2a_client(url) as client:
+            done, _ = await send(client, message(new_text_part(text), context_id=context_id))
+            if then is not None:
+                done, _ = await send(client, message(answer(then), task_id=done.id, context_id=done.context_id))
+            return done
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serving(create_app(remote, name="payments", url=url), port=port):
+        first = asyncio.run(task(url, "Pay Ann 30 EUR.", then=APPROVE))
+    assert first.status.state == TaskState.TASK_STATE_COMPLETED
+    again = payments_agent(SQLiteSnapshotStore(tmp_path / "remote.db"), tmp_path, ["You paid Ann 30 EUR."])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serving(create_app(again, name="payments", url=url), port=port):
+        second = asyncio.run(task(url, "What did I pay?", context_id=first.context_id))
+    assert second.status.state == TaskState.TASK_STATE_COMPLETED and status_text(second) == "You paid Ann 30 EUR."
+    [seen] = again.chat_generator.calls  # type: ignore[attr-defined]
+    texts = [m.text for m in seen["messages"]]
+    assert texts[:2] == ["You pay people.", "Pay Ann 30 EUR."] and texts[-2:] == ["Paid Ann 30 EUR.", "What did I pay?"]
+    turns = store.thread_turns(first.context_id)
+    assert len(turns) == 2 and turns[1].run_id == metadata(second)["runId"]

@@ -281,5 +281,48 @@ def test_an_answer_to_a_run_that_went_on_elsewhere_is_a_run_error(agent: Agent, 
         paused = store.latest(events[0]["metadata"]["agentfsm"]["runId"])
         agent.run(snapshot=paused, decisions=[ToolExecutionDecision("pay", True, "p1")])  # the review page, say
         _, events = post(browser, approve("t1", "r2", "p1"))
-    assert kinds(events) == ["RUN_ERROR"] and events[0]["code"] == "StaleSnapshotError"
+    # The thread's store says its run went on: the answer answers nothing.
+    assert kinds(events) == ["RUN_ERROR"] and events[0]["code"] == "ProtocolRequestError"
+    assert "waits for no answers" in events[0]["message"]
     assert PAID == ["ann:30"]
+
+
+def test_a_restarted_endpoint_knows_its_threads_from_the_store(agent: Agent, tmp_path: Path) -> None:
+    with client(agent) as browser:
+        _, events = post(browser, user_input("t1", "r1"))
+    assert finished(events)["outcome"]["type"] == "interrupt"
+
+    def restarted(script: list[ChatMessage | str]) -> Agent:  # a new process: a new agent on the same file
+        return Agent(
+            chat_generator=ScriptedChatGenerator(script),
+            tools=[pay],
+            confirmation_strategies={"pay": BreakpointConfirmationStrategy(str(tmp_path))},
+            snapshot_store=SQLiteSnapshotStore(tmp_path / "runs.db"),
+            state_schema={"cart": {"type": list}},
+        )
+
+    with client(restarted(["Done: paid 30 EUR to Ann."])) as browser:
+        _, events = post(browser, approve("t1", "r2", "p1"))
+    assert finished(events)["result"] == "Done: paid 30 EUR to Ann." and PAID == ["ann:30"]
+    later = restarted(["You paid Ann 30 EUR."])
+    # The client sends the whole conversation; the thread's next turn takes the messages it added.
+    history = [
+        {"id": "r1-u", "role": "user", "content": "Pay Ann 30 EUR."},
+        {"id": "a1", "role": "assistant", "content": "Done: paid 30 EUR to Ann."},
+        {"id": "r3-u", "role": "user", "content": "What did I pay?"},
+    ]
+    with client(later) as browser:
+        _, events = post(browser, {"threadId": "t1", "runId": "r3", "messages": history})
+    assert finished(events)["result"] == "You paid Ann 30 EUR."
+    store = later.snapshot_store
+    assert isinstance(store, SQLiteSnapshotStore)
+    conversation = store.latest(store.thread("t1").head_run_id).messages  # type: ignore[union-attr]
+    texts = [m["content"][0].get("text") for m in conversation if m["content"] and "text" in m["content"][0]]
+    assert texts == [
+        "Pay Ann 30 EUR.",
+        "I will pay Ann.",
+        "Done: paid 30 EUR to Ann.",
+        "What did I pay?",
+        "You paid Ann 30 EUR.",
+    ]
+    assert store.thread("t1").turns == 2  # type: ignore[union-attr]

@@ -347,3 +347,24 @@ def test_each_call_gets_one_decision_and_id_less_calls_answer_to_their_number() 
     assert [d.tool_call_id for d in decisions] == ["#0", "#1"]
     with pytest.raises(CLIError, match="named twice"):
         decisions_from_args(old, ["0"], ["#0:no"], [])
+
+
+def test_threads_lists_a_stores_threads_and_reads_one_back_turn_by_turn(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = SQLiteSnapshotStore(path)
+    agent = Agent(chat_generator=ScriptedChatGenerator(["Hello.", "Goodbye."]), snapshot_store=store)
+    agent.run([ChatMessage.from_user("Hi!")], thread="chat")
+    agent.run([ChatMessage.from_user("Bye!")], thread="chat")
+    store.fork_thread("chat", store.thread_turns("chat")[0].run_id, new_thread_id="other")
+    listing = cli("threads", "--store", str(path))
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0].split()[:3] == ["thread", "turns", "status"]
+    assert any(line.split()[:3] == ["chat", "2", "done"] for line in lines)
+    assert any(line.split()[0] == "other" and line.rstrip().endswith("chat") for line in lines)
+    rows = json.loads(cli("threads", "--store", str(path), "chat", "--json").stdout)
+    assert [[m["text"] for m in row["messages"]] for row in rows] == [["Hi!", "Hello."], ["Bye!", "Goodbye."]]
+    shown = cli("threads", "--store", str(path), "chat").stdout
+    assert "turn 2" in shown and "assistant Goodbye." in shown
+    missing = cli("threads", "--store", str(path), "nope")
+    assert missing.returncode == 1 and "no thread 'nope'" in missing.stderr

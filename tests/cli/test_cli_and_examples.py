@@ -157,3 +157,12 @@ def test_every_example_is_tested() -> None:
         "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
+
+
+def test_chat_thread_example_runs(tmp_path: Path) -> None:
+    done = run("examples/chat_thread.py", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "answer: You like tea. | likes: ['tea']" in done.stdout, "the second turn continued the first"
+    assert "thread chat: 2 turns, done" in done.stdout and "thread chat-coffee: 2 turns, done" in done.stdout
+    assert "  turn 2: ['What do I like?', 'You like tea.']" in done.stdout
+    assert "  turn 2: ['And coffee?', 'On this branch, you asked about coffee instead.']" in done.stdout

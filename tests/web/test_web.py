@@ -830,3 +830,21 @@ def test_a_call_in_doubt_after_a_crash_is_decided_on_the_page(tmp_path: Path, ma
     done = client.get(f"/runs/{run_id}").text
     assert "<p class='status' id='status'>done</p>" in done and "receipt 17" in done
     store.close()
+
+
+def test_the_page_lists_threads_and_shows_one_turn_by_turn(tmp_path: Path, make_client: Any) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "threads.db")
+    agent = Agent(chat_generator=ScriptedChatGenerator(["Hello <b>you</b>.", "Bye."]), snapshot_store=store)
+    agent.run([ChatMessage.from_user("Hi!")], thread="chat <1>")
+    agent.run([ChatMessage.from_user("Bye!")], thread="chat <1>")
+    client = make_client(create_app(store, agent))
+    assert "<a href='/threads'>Threads</a>" in client.get("/").text
+    listing = client.get("/threads").text
+    assert f"<a href='/threads/{quote('chat <1>', safe='')}'>chat &lt;1&gt;</a></td><td>2</td><td>done</td>" in listing
+    shown = client.get(f"/threads/{quote('chat <1>', safe='')}").text
+    assert (
+        shown.index("<h2>Turn 1</h2>") < shown.index("Hello &lt;b&gt;you&lt;/b&gt;.") < shown.index("<h2>Turn 2</h2>")
+    )
+    assert "Bye!" in shown and "<b>you</b>" not in shown
+    missing = client.get("/threads/nope")
+    assert missing.status_code == 404 and "No thread" in missing.text
