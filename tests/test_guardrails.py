@@ -459,3 +459,15 @@ def test_a_tool_call_tripwire_gives_every_call_of_its_batch_a_result(mode: str, 
             assert r.error and f"Not run: the run ended when guardrail 'card_9_ends' refused call {tripped}" in r.result
     assert result["last_message"].tool_call_result is not None
     assert result["tool_call_counts"] == {}, "no call ran"
+
+
+def test_a_call_rewritten_after_a_resume_is_rewritten_in_the_conversation_too() -> None:
+    from agentfsm import Breakpoint
+
+    uninterrupted = _agent(SCRIPT, [_verdict("tool_call", "rewrite")]).run(USER)
+    agent = _agent(SCRIPT, [_verdict("tool_call", "rewrite")])
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(USER, break_point=Breakpoint(phase=Phase.TOOL_PENDING))
+    result = agent.run(snapshot=AgentSnapshot.from_bytes(paused.value.snapshot.to_bytes()))
+    assert result["messages"] == uninterrupted["messages"], "as if it had never paused"
+    assert result["messages"][1].tool_calls[0].arguments == {"card": "0"}, "the model is shown the call that ran"

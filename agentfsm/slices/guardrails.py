@@ -166,7 +166,8 @@ def _set_messages(run: AgentRun, messages: list[ChatMessage]) -> None:
 
 
 def _with_part(message: ChatMessage, old: object, new: Any) -> ChatMessage:
-    content = tuple(new if part is old else part for part in message._content)
+    # Equal, not the same object: a resumed run's pending calls are read apart from its conversation.
+    content = tuple(new if part == old else part for part in message._content)
     return ChatMessage(message._role, content, message._name, message._meta)
 
 
