@@ -218,7 +218,7 @@ SKIP_WORK: Mapping[Work, tuple[tuple[str, bool], ...]] = {
     if any(item in s.skips for s in SLICES)
 }
 #: Work a run does only when its agent has something there: hook points (hooks) and guard points (guardrails).
-OPTIONAL_WORK: frozenset[Work] = frozenset(HOOK_POINTS) | frozenset(guardrails.WORK_OF.values())
+OPTIONAL_WORK: frozenset[Work] = frozenset(HOOK_POINTS) | frozenset(guardrails.POINT_OF)
 #: The life of one tool call, from the model's proposal to its result. A trigger names one edge out
 #: of each status it leaves (``CallDispatch`` checks it), so the run moves a call by naming the trigger.
 CALL_TRANSITIONS: tuple[CallTransition, ...] = tuple(t for s in SLICES for t in s.call_edges)

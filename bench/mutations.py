@@ -87,19 +87,19 @@ def noted(state: State) -> None:
 
 @guardrail("input")
 def input_passes(messages: Any) -> GuardrailResult:
-    """Let every conversation through: its checks are what is checked."""
+    """An input guardrail (check_agent plays its answers: pass, rewrite, tripwire)."""
     return GuardrailResult.passed()
 
 
 @guardrail("tool_call")
 def call_passes(call: Any) -> GuardrailResult:
-    """Let every call through."""
+    """A tool-call guardrail (its answers played too)."""
     return GuardrailResult.passed()
 
 
 @guardrail("output")
 def answer_passes(answer: Any) -> GuardrailResult:
-    """Let every answer through."""
+    """An output guardrail (its answers played too)."""
     return GuardrailResult.passed()
 
 
@@ -130,13 +130,6 @@ def runtime_agents() -> dict[str, Agent]:
         ),
         "payments": Agent(chat_generator=_model(), tools=[pay], confirmation_strategies={"pay": _confirm()}),
         "one_step": Agent(chat_generator=_model(), tools=[add], max_agent_steps=1),
-        "guarded": Agent(
-            chat_generator=_model(),
-            tools=[add, pay],
-            exit_conditions=["text", "pay"],
-            guardrails=[input_passes, call_passes, answer_passes],
-            confirmation_strategies={"pay": _confirm()},
-        ),
         "hooked": Agent(
             chat_generator=_model(),
             tools=[add, pay],
@@ -144,6 +137,14 @@ def runtime_agents() -> dict[str, Agent]:
             confirmation_strategies={"pay": _confirm()},
         ),
         "charges": Agent(chat_generator=_model(), tools=[charge]),
+        # Last: its guardrails' answers make it the costliest to explore, and only guardrail mutants reach it.
+        "guarded": Agent(
+            chat_generator=_model(),
+            tools=[add, pay],
+            exit_conditions=["text", "pay"],
+            guardrails=[input_passes, call_passes, answer_passes],
+            confirmation_strategies={"pay": _confirm()},
+        ),
     }
 
 
@@ -350,6 +351,7 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R23": ("skip a call edge (a covered call is asked about without leaving ready)", _skip_the_ask_edge),
     "R24": ("skip the guardrails after a resume", _skip_guardrails_after_a_resume),
     "R25": ("retry a non-idempotent call after its start (a timed-out charge)", _retry_after_the_start),
+    "R26": ("modified arguments not guarded again", _skip_work(Work.GUARD_DECIDED)),
 }
 
 

@@ -10,8 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, ChatMessage, Guardrail, GuardrailResult, guardrail, tool
-from agentfsm.errors import ConfigurationError, ConfigurationTypeError, GuardrailError, HITLBreakpointException
+from agentfsm import Agent, AgentSnapshot, ChatMessage, Guardrail, GuardrailResult, guardrail, tool
+from agentfsm.errors import (
+    BreakpointException,
+    ConfigurationError,
+    ConfigurationTypeError,
+    GuardrailError,
+    HITLBreakpointException,
+)
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
 from agentfsm.machine import Phase, Work
@@ -337,3 +343,131 @@ def test_with_pass_through_guardrails_any_run_equals_the_run_without_them(script
     plain = _agent(script, [], max_agent_steps=4).run(USER)
     guarded = _agent(script, passing, max_agent_steps=4).run(USER)
     assert comparable_result(guarded) == comparable_result(plain)
+
+
+# -- arguments a person changed are guarded again ---------------------------------------------------------
+
+
+class Modifies:
+    """A person who changes every call to ``arguments`` (a confirmation strategy with the seed's signature)."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+
+    def run(
+        self, tool_name: str, tool_description: str, tool_params: dict[str, Any], tool_call_id: str | None = None
+    ) -> ToolExecutionDecision:
+        return ToolExecutionDecision(tool_name, True, tool_call_id, final_tool_params=dict(self.arguments))
+
+
+@guardrail("tool_call", tools=["lookup"])
+def card_9_ends(call: Any) -> GuardrailResult:
+    """Looking up card 9 ends the run."""
+    return GuardrailResult.tripwire("card 9") if call.arguments.get("card") == "9" else GuardrailResult.passed()
+
+
+@guardrail("tool_call", tools=["lookup"])
+def card_9_masked(call: Any) -> GuardrailResult:
+    """Card 9 is looked up as card 0."""
+    if call.arguments.get("card") == "9":
+        return GuardrailResult.rewrite({"card": "0"}, "card 9 masked")
+    return GuardrailResult.passed()
+
+
+def _results(result: Any) -> dict[str, Any]:
+    return {r.origin.id: r for m in result["messages"] for r in m.tool_call_results}
+
+
+def _looked_up(result: Any) -> list[str]:
+    return [r.origin.arguments["card"] for r in _results(result).values() if not r.error]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["tripwire", "refused", "rewrite"])
+def test_arguments_a_person_changed_pass_the_tool_call_guardrails_before_the_call_runs(mode: str, kind: str) -> None:
+    guard = {"tripwire": card_9_ends, "refused": no_card_9, "rewrite": card_9_masked}[kind]
+    events: list[Any] = []
+    agent = _agent(SCRIPT, [guard], confirmation_strategies={"lookup": Modifies({"card": "9"})})
+    result = run(agent, mode, USER, on_event=events.append)
+    checked = [e.subject for e in events if e.kind == "guardrail"]
+    assert checked == ["c1", "c1"], "the call was checked as the model proposed it, and again as the person changed it"
+    looked_up = _looked_up(result)
+    assert "9" not in looked_up, "card 9 was never looked up"
+    if kind == "tripwire":
+        assert result.exit_reason == "guardrail:card_9_ends"
+        assert result.trace[-1].source is Phase.CONFIRM
+        assert "card 9" in _results(result)["c1"].result
+    elif kind == "refused":
+        assert result.exit_reason == "text"
+        assert _results(result)["c1"].error and "card 9 is off limits" in _results(result)["c1"].result
+    else:
+        assert looked_up == ["0"]
+
+
+def test_changed_arguments_given_on_resume_from_a_store_are_guarded(tmp_path: Path) -> None:
+    store = SQLiteSnapshotStore(tmp_path / "runs.db")
+
+    def agent(position: int = 0) -> Agent:
+        return _agent(
+            SCRIPT,
+            [card_9_ends],
+            confirmation_strategies={"lookup": BreakpointConfirmationStrategy(None)},
+            snapshot_store=store,
+        )
+
+    with pytest.raises(HITLBreakpointException) as paused:
+        agent().run(USER)
+    stored = store.latest(paused.value.snapshot.run_id)
+    decision = ToolExecutionDecision("lookup", True, "c1", final_tool_params={"card": "9"})
+    result = agent(1).run(snapshot=stored, decisions=[decision])
+    assert result.exit_reason == "guardrail:card_9_ends"
+    assert _looked_up(result) == []
+
+
+def test_a_rewrite_of_changed_arguments_is_what_a_resumed_run_runs() -> None:
+    from agentfsm import Breakpoint
+
+    agent = _agent(SCRIPT, [card_9_masked], confirmation_strategies={"lookup": Modifies({"card": "9"})})
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(USER, break_point=Breakpoint(phase=Phase.TOOL_RUN))
+    snapshot = AgentSnapshot.from_bytes(paused.value.snapshot.to_bytes())
+    assert snapshot.decisions[0]["final_tool_params"] == {"card": "9"}, "the record keeps what the person decided"
+    result = agent.run(snapshot=snapshot)
+    assert _looked_up(result) == ["0"], "the resumed run ran the call as the guardrail rewrote it"
+
+
+# -- a tripwire that ends the run leaves a conversation that can be continued ---------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_a_tool_call_tripwire_gives_every_call_of_its_batch_a_result(mode: str, confirmed: bool) -> None:
+    from agentfsm.checking.invariants import transcript_problem
+
+    script = [calls(call("lookup", "c1", card="1"), call("lookup", "c9", card="9"), call("lookup", "c2", card="2"))]
+    options = {"confirmation_strategies": {"lookup": Modifies({"card": "9"})}} if confirmed else {}
+    if confirmed:  # the person changes every call to card 9: the first one trips
+        script = [calls(call("lookup", "c1", card="1"), call("lookup", "c2", card="2"))]
+    result = run(_agent(script, [card_9_ends], **options), mode, USER)
+    assert result.exit_reason == "guardrail:card_9_ends"
+    assert transcript_problem(result["messages"]) is None, "each call is answered, right after the calls"
+    results = _results(result)
+    tripped = "c1" if confirmed else "c9"
+    assert results[tripped].error and "Guardrail 'card_9_ends' refused the call: card 9" in results[tripped].result
+    for key, r in results.items():
+        if key != tripped:
+            assert r.error and f"Not run: the run ended when guardrail 'card_9_ends' refused call {tripped}" in r.result
+    assert result["last_message"].tool_call_result is not None
+    assert result["tool_call_counts"] == {}, "no call ran"
+
+
+def test_a_call_rewritten_after_a_resume_is_rewritten_in_the_conversation_too() -> None:
+    from agentfsm import Breakpoint
+
+    uninterrupted = _agent(SCRIPT, [_verdict("tool_call", "rewrite")]).run(USER)
+    agent = _agent(SCRIPT, [_verdict("tool_call", "rewrite")])
+    with pytest.raises(BreakpointException) as paused:
+        agent.run(USER, break_point=Breakpoint(phase=Phase.TOOL_PENDING))
+    result = agent.run(snapshot=AgentSnapshot.from_bytes(paused.value.snapshot.to_bytes()))
+    assert result["messages"] == uninterrupted["messages"], "as if it had never paused"
+    assert result["messages"][1].tool_calls[0].arguments == {"card": "0"}, "the model is shown the call that ran"

@@ -92,6 +92,8 @@ class Work(StrEnum):
     GUARD_RESULTS = "guard_results"
     #: The output guardrails check the final answer, before it leaves the run.
     GUARD_OUTPUT = "guard_output"
+    #: The tool-call guardrails check the calls a decision gave new arguments, before they run.
+    GUARD_DECIDED = "guard_decided"
     ON_ERROR = "on_error"
     #: Hand the caller the result (the last work of a finished run: it is never done).
     FINISH = "finish"
@@ -122,13 +124,13 @@ HOOK_POINTS: tuple[Work, ...] = (
 #: ``on_exit`` when an exit condition is met (the exit is read again after it), ``on_loop`` when the
 #: model repeats itself, ``after_run`` on entering DONE, ``on_error`` on entering FAILED. The
 #: guardrails come last before what they guard: the input's after ``before_llm`` (what the hooks
-#: left is what the model reads), the calls' once they are checked, the results' after
-#: ``after_tool``, the answer's after ``on_exit`` and ``on_loop``.
+#: left is what the model reads), the calls' once they are checked (and again once a decision gave
+#: a call new arguments), the results' after ``after_tool``, the answer's after ``on_exit`` and ``on_loop``.
 PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.IDLE: (Work.BEFORE_RUN,),
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.GUARD_INPUT, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS, Work.GUARD_CALLS),
-    Phase.CONFIRM: (Work.DECIDE,),
+    Phase.CONFIRM: (Work.DECIDE, Work.GUARD_DECIDED),
     Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS, Work.BACKOFF),
     Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP, Work.GUARD_OUTPUT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),

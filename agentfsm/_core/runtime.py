@@ -523,7 +523,9 @@ class AgentRun(RunFacts):
         It is checked first (``agentfsm._core.decisions.check_decisions``): it must name a pending call
         waiting for a decision, for the same tool, and, when it carries one, the fingerprint of that
         call's tool name and arguments as proposed. Otherwise ``DecisionError``, and nothing changes.
-        ``taken_before``: replayed from the snapshot (checked when it was taken).
+        ``taken_before``: replayed from the snapshot (checked when it was taken), with the arguments a
+        tool-call guardrail rewrote its new ones to, if one did. New arguments are guarded again before
+        the call runs (``guard_decided``, ``agentfsm.slices.guardrails``).
         For a call in doubt, ``execute=False`` records ``feedback`` as its result.
         """
         if taken_before:
@@ -539,7 +541,10 @@ class AgentRun(RunFacts):
         if not unknown:  # a confirmation: the tool result shows it, bound to the call as the snapshot keeps it
             call.decision = d if d.call_fingerprint is not None else replace(d, call_fingerprint=proposed)
         if d.execute and d.final_tool_params is not None and d.final_tool_params != call.call.arguments:
-            modified = ToolCall(call.call.tool_name, dict(d.final_tool_params), call.call.id, call.call.extra)
+            params = d.final_tool_params
+            if taken_before and isinstance(decision, Mapping):  # replayed: as a tool-call guardrail rewrote them
+                params = decision.get(guardrails_slice.REWRITTEN_PARAMS_KEY) or params
+            modified = ToolCall(call.call.tool_name, dict(params), call.call.id, call.call.extra)
             if ran:
                 call.call = modified
             else:  # the new arguments are checked again, as the model's were

@@ -28,6 +28,7 @@ from agentfsm.checking.scenario import Scenario, Subject, execute
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     DEFAULT_TOOL_TIMEOUT,
+    GUARDRAIL_ANSWERS,
     REPLY_KINDS,
     TOOL_OUTCOMES,
     Bounds,
@@ -388,6 +389,7 @@ def check_agent(
     progress: bool | None = None,
     agent_ref: str | None = None,
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+    guardrail_answers: Iterable[str] = GUARDRAIL_ANSWERS,
 ) -> CheckResult:
     """Explore the agent's paths up to the bounds and check the invariants on each; see ``docs/checking.md``.
 
@@ -421,6 +423,9 @@ def check_agent(
         tool_timeout: Seconds a tool call may take (a tool's own or the agent's shorter timeout
             stays): past it the call's outcome is a ``ToolTimeoutError``, and a blocking tool holds
             no path for longer.
+        guardrail_answers: What each of the agent's guardrails may answer each value it is shown
+            (``GUARDRAIL_ANSWERS``: pass, rewrite, tripwire); the answers are played, as the model's
+            replies are (a guardrail's own check is not called).
 
     Returns:
         A ``CheckResult``; ``result.raise_for_violations()`` raises ``AgentCheckFailed``.
@@ -435,15 +440,29 @@ def check_agent(
     if max_steps < 1:
         raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}.")
     kinds = tuple(replies)
-    unknown = sorted(set(kinds) - set(REPLY_KINDS)) + sorted(set(tool_outcomes) - set(TOOL_OUTCOMES))
+    answers = tuple(guardrail_answers)
+    unknown = [
+        *sorted(set(kinds) - set(REPLY_KINDS)),
+        *sorted(set(tool_outcomes) - set(TOOL_OUTCOMES)),
+        *sorted(set(answers) - set(GUARDRAIL_ANSWERS)),
+    ]
     if unknown:
         raise ConfigurationError(
-            f"Unknown reply kinds or tool outcomes {unknown}; replies: {REPLY_KINDS}, tool_outcomes: {TOOL_OUTCOMES}."
+            f"Unknown reply kinds, tool outcomes or guardrail answers {unknown}; replies: {REPLY_KINDS}, "
+            f"tool_outcomes: {TOOL_OUTCOMES}, guardrail_answers: {GUARDRAIL_ANSWERS}."
         )
     if isinstance(tool_timeout, bool) or not isinstance(tool_timeout, int | float) or not tool_timeout > 0:
         raise ConfigurationError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
     hook_choices = dict(hook_choices or {})
-    bounds = Bounds(max_steps, kinds, tuple(tool_outcomes), decisions, hook_choices, tool_timeout=tool_timeout)
+    bounds = Bounds(
+        max_steps,
+        kinds,
+        tuple(tool_outcomes),
+        decisions,
+        hook_choices,
+        tool_timeout=tool_timeout,
+        guardrail_answers=answers,
+    )
     list_tools(agent)
     subject = Subject.of(agent, messages, state, bounds)
     checks = [*(BUILTIN_INVARIANTS if builtin_invariants else ()), *map(as_invariant, invariants)]

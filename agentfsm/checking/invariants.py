@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from agentfsm.checking.record import RecordedRun
+from agentfsm.checking.record import RecordedRun, ToolExecution
 from agentfsm.checking.scenario import MAX_SEGMENTS
 from agentfsm.errors import ConfigurationTypeError
-from agentfsm.events import CallChanged, GuardrailChecked, HookRan, PhaseChanged, value_digest
+from agentfsm.events import CallChanged, DecisionTaken, GuardrailChecked, HookRan, PhaseChanged, value_digest
 from agentfsm.machine import (
     CALL_TRANSITIONS,
     HOOK_POINTS,
@@ -390,12 +390,50 @@ def _guarded(run: RecordedRun) -> Verdict:
                     f"{execution.tool_name} ran for call {execution.call_key} at step {execution.step} without its "
                     f"tool-call guardrails having passed it ({_segments(run)})"
                 )
+            if not _guarded_since_changed(run, execution):
+                return (
+                    f"{execution.tool_name} ran for call {execution.call_key} at step {execution.step} with the "
+                    f"arguments a decision gave it, which no tool-call guardrail passed ({_segments(run)})"
+                )
     exit_reason = (run.result or {}).get("exit_reason") or ""
     if "output" in points and run.ending == "DONE" and (exit_reason == "text" or exit_reason.startswith("tool:")):
         answer = _answer(run.state.get("messages") or [], exit_reason)
         if ("output", value_digest(answer)) not in passed("output", len(run.segments)):
             return f"the run ended on an answer ({exit_reason}) no output guardrail passed ({_segments(run)})"
     return True
+
+
+def _guarded_since_changed(run: RecordedRun, execution: ToolExecution) -> bool:
+    """Whether the tool-call guardrails passed the call after the last decision that gave it new arguments (if one did)."""
+    changed = [
+        d.segment
+        for d in run.decisions
+        if (d.step, d.call_key, d.verb) == (execution.step, execution.call_key, "modify")
+        and d.segment <= execution.segment
+    ]
+    if not changed:
+        return True
+    events = [e for s in run.segments[changed[-1] : execution.segment + 1] for e in s.events]
+    own = len(run.segments[changed[-1]].events)  # the decision is one of its segment's (a later one may settle a doubt)
+    decided = max(
+        (
+            i
+            for i, e in enumerate(events[:own])
+            if isinstance(e, DecisionTaken) and (e.step, e.call) == _at(execution) and e.decision["final_tool_params"]
+        ),
+        default=-1,
+    )
+    return any(
+        isinstance(e, GuardrailChecked)
+        and e.point == "tool_call"
+        and e.tripped is None
+        and (e.step, e.subject) == _at(execution)
+        for e in events[decided + 1 :]
+    )
+
+
+def _at(execution: ToolExecution) -> tuple[int, str]:
+    return execution.step, execution.call_key
 
 
 ENDS_WITHIN_BOUND = Invariant(
@@ -449,7 +487,8 @@ HOOKS_FIRE = Invariant(
 GUARDED = Invariant(
     "guarded",
     "No model call reads a conversation, no call runs, and no answer leaves the run without the agent's "
-    "guardrails of that point having passed it on that path: across pauses, crashes and resumes.",
+    "guardrails of that point having passed it on that path, a call a decision changed once more after "
+    "the decision: across pauses, crashes and resumes.",
     _guarded,
 )
 

@@ -62,6 +62,9 @@ class Scenario:
     resume_decisions: dict[str, str] = field(default_factory=dict)
     #: ``rerun`` (the default) or ``settle``, per call in doubt after the crash.
     in_doubt: dict[str, str] = field(default_factory=dict)
+    #: ``pass`` (the default), ``rewrite`` or ``tripwire``, per guardrail and what it was shown
+    #: (``"<step>/<point>:<guardrail>"``, and ``:<call id>`` for a call's, ``#<digest>`` of a call's arguments).
+    guardrails: dict[str, str] = field(default_factory=dict)
     #: Which of the hook alternatives acted (an index), per hook point and step.
     hook_choices: dict[str, int] = field(default_factory=dict)
     #: The process is killed before this write (counted from 0) to the store, then resumed from it.

@@ -31,9 +31,11 @@ from agentfsm.agent import Agent
 from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
+from agentfsm.events import value_digest
+from agentfsm.guardrails import Guardrail, GuardrailResult
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
-from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall
+from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall, ToolCallResult
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
@@ -49,6 +51,11 @@ DECISIONS: tuple[str, ...] = ("approve", "reject", "modify", "defer")
 RESUME_DECISIONS: tuple[str, ...] = ("approve", "reject", "modify")
 #: The decisions for a call in doubt after a crash: run it again, or give its result.
 IN_DOUBT_DECISIONS: tuple[str, ...] = ("rerun", "settle")
+#: What a guardrail answers a value it is shown (``GuardrailResult``'s kinds).
+GUARDRAIL_ANSWERS: tuple[str, ...] = ("pass", "rewrite", "tripwire")
+#: The text of the world's rewrites (a result's, a text answer's) and its tripwires' reason.
+REWRITTEN_TEXT = "rewritten by the checker"
+TRIPPED_REASON = "tripped by the checker"
 #: The text the world's model ends a conversation with.
 CLOSING_TEXT = "final answer"
 #: The tool a model may call that no agent has.
@@ -89,8 +96,10 @@ DECISION = CallQuestion("decide", "decisions", DECISIONS)
 RESUME_DECISION = CallQuestion("resume", "resume_decisions", RESUME_DECISIONS)
 #: The decision for a call in doubt after a crash.
 IN_DOUBT = CallQuestion("in_doubt", "in_doubt", IN_DOUBT_DECISIONS)
+#: A guardrail's answer for one value: keyed by the guardrail and the value it is shown (``guard_key``).
+GUARDRAIL = CallQuestion("guard", "guardrails", GUARDRAIL_ANSWERS)
 #: Every kind of question about a call: ``Scenario`` and its code read them from here.
-CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT)
+CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT, GUARDRAIL)
 
 
 class Killed(BaseException):
@@ -241,6 +250,8 @@ class Bounds:
     grace: int = 2
     #: Seconds a tool call may take in a checked run (a tool's or the agent's shorter timeout stays).
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
+    #: What a guardrail may answer each value (``check_agent(guardrail_answers=...)``).
+    guardrail_answers: tuple[str, ...] = GUARDRAIL_ANSWERS
 
 
 @dataclass(slots=True)
@@ -379,6 +390,27 @@ class World:
             return ToolExecutionDecision(tool_name, False, call_key, feedback="rejected by the checker")
         return ToolExecutionDecision(tool_name, True, call_key, final_tool_params=dict(arguments or {}))
 
+    def guard(self, guardrail: Guardrail, value: Any) -> GuardrailResult:
+        """The world's answer for ``guardrail`` shown ``value`` (keyed by ``guard_key``): it passes, rewrites or trips."""
+        run = self.run
+        assert run is not None
+        options = self.bounds.guardrail_answers or (GUARDRAIL.default,)
+        answer = str(self.answer(GUARDRAIL.key(run.step, guard_key(guardrail, value)), options))
+        if answer == "tripwire":
+            return GuardrailResult.tripwire(TRIPPED_REASON)
+        if answer == "rewrite":
+            return GuardrailResult.rewrite(self._rewritten(guardrail.point, value), REWRITTEN_TEXT)
+        return GuardrailResult.passed()
+
+    def _rewritten(self, point: str, value: Any) -> Any:
+        """What the world rewrites a value as: other valid arguments, a note, a text; the same value where no other fits."""
+        if point == "tool_call":
+            tool = next((t for t in self.tools if t.name == value.tool_name), None)
+            return valid_arguments(tool, 1) if tool is not None else dict(value.arguments)
+        if point == "input":  # a note at the end: what the conversation held before is kept
+            return [*value, ChatMessage.from_user(REWRITTEN_TEXT)]
+        return REWRITTEN_TEXT if point == "tool_result" or isinstance(value, str) else value
+
     def in_doubt(self, step: int, call_key: str, tool_name: str) -> ToolExecutionDecision:
         """The decision for a call in doubt after a crash: run it again, or settle it with a result."""
         verb = str(self.answer(IN_DOUBT.key(step, call_key), IN_DOUBT.options))
@@ -506,6 +538,33 @@ class WorldStrategy(_InWorld):
         return decision  # type: ignore[no-any-return]
 
 
+def guard_key(guardrail: Guardrail, value: Any) -> str:
+    """A guardrail question's key within its step: the point, the guardrail, and the call it is shown, if one.
+
+    A call's arguments are in its key (a digest of them): a call a decision changed is a new question.
+    A point's other values are keyed by the step alone, so that a resumed run whose conversation
+    rightly differs (a call in doubt settled with a given result) is answered as the uninterrupted one.
+    """
+    key = f"{guardrail.point}:{guardrail.name}"
+    if isinstance(value, ToolCallResult) and value.origin.id:
+        return f"{key}:{value.origin.id}"
+    if isinstance(value, ToolCall):
+        return f"{key}:{value.id}#{value_digest(value)[:8]}"
+    return key
+
+
+class WorldGuardrail(_InWorld, Guardrail):
+    """One of the agent's guardrails, at its point and for its tools: the world answers each value (its own check is not called)."""
+
+    def __init__(self, slot: WorldSlot, inner: Guardrail) -> None:
+        Guardrail.__init__(self, inner.point, name=inner.name, on_trip=inner.on_trip, tools=inner.tools)
+        self.slot = slot
+
+    def check(self, value: Any, /) -> GuardrailResult:
+        """The world's answer: pass, rewrite or tripwire."""
+        return self.world.guard(self, value)
+
+
 class WorldStore(_InWorld, SQLiteSnapshotStore):
     """A durable in-memory store whose process the world can kill before any write.
 
@@ -559,6 +618,7 @@ REPLACED_PARAMETERS = frozenset(
         "snapshot_store",
         "hooks",
         "confirmation_strategies",
+        "guardrails",
     }
 )
 
@@ -575,7 +635,7 @@ def build_agent(
     hook_choices: Mapping[str, Any],
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
 ) -> Agent:
-    """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
+    """A copy of ``agent`` whose model, tools, hooks, strategies, guardrails' answers and store are the world's.
 
     Tools run one at a time, so that which call runs is known, each within ``tool_timeout`` seconds
     (or the tool's or the agent's shorter timeout); everything else (exit conditions, limits, loop
@@ -604,6 +664,7 @@ def build_agent(
         snapshot_store=store,
         hooks=hooks or None,
         confirmation_strategies=dict.fromkeys(sorted(covered), strategy) or None,
+        guardrails=[WorldGuardrail(slot, g) for gs in agent._guardrails.values() for g in gs] or None,
     )
 
 

@@ -2,13 +2,15 @@
 
 Each point is a work item of the phase it guards (``PHASE_WORK``), done last before what it
 guards: ``guard_input`` after ``before_llm`` (before every model call, a resumed run's included),
-``guard_calls`` once TOOL_PENDING's calls are checked, ``guard_results`` after ``after_tool``,
-``guard_output`` after ``on_exit`` and ``on_loop`` when an exit condition is met. A run plans
-only the points its agent has guardrails at: an agent without any does none of this work and
-reads none of these facts (``constants``).
+``guard_calls`` once TOOL_PENDING's calls are checked, ``guard_decided`` once CONFIRM's decisions
+are taken (a call a person gave new arguments is checked again, as the model's call was),
+``guard_results`` after ``after_tool``, ``guard_output`` after ``on_exit`` and ``on_loop`` when an
+exit condition is met. A run plans only the points its agent has guardrails at: an agent without
+any does none of this work and reads none of these facts (``constants``).
 
 A tripwire that ends the run takes ``guardrail_tripped`` out of the phase, to DONE, with the exit
-reason ``guardrail:<name>`` (in LLM_CALL the model is not called). With ``on_trip="model"`` a
+reason ``guardrail:<name>`` (in LLM_CALL the model is not called; out of TOOL_PENDING or CONFIRM,
+every call of the batch gets a result saying it never ran, so the conversation can be continued). With ``on_trip="model"`` a
 refused answer goes back to the model (``guardrail_retry``, within ``go_on``'s bounds; past them
 the run ends as a tripwire does, ``ending``'s ``refused_ended``), a refused call takes its
 ``block`` edge to DONE without running (its result is the reason, as an error), a refused result
@@ -25,6 +27,7 @@ from agentfsm._core.actions import CheckGuardrails
 from agentfsm._core.phases import (
     CALL_READY,
     CALL_UNDECIDED,
+    CONFIRM,
     DONE,
     EXIT_CHECK,
     LLM_CALL,
@@ -34,6 +37,7 @@ from agentfsm._core.phases import (
     Work,
 )
 from agentfsm._core.rules import CallTransition, Fact, Rule, Slice, when
+from agentfsm.decisions import call_fingerprint
 from agentfsm.errors import ToolCallBlockedError
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, ToolCallResult
 from agentfsm.slices.loop import ENDING, GO_ON, exit_condition
@@ -43,24 +47,38 @@ from agentfsm.state import replace_values
 if TYPE_CHECKING:
     from agentfsm._core.runtime import AgentRun, RunConfig
     from agentfsm.guardrails import GuardrailPoint, GuardrailVerdict
+    from agentfsm.tools.invoker import PreparedCall
 
 #: The exit reason of a run a guardrail's tripwire ended (``{guardrail}``: its name).
 TRIPPED: Final = "guardrail:{guardrail}"
 #: The ``meta`` key of the message that tells the model why a guardrail refused its answer (its value: the guardrail's name).
 REFUSED_META_KEY: Final = "guardrail"
-#: The work item of each point, and the point of each work item.
-WORK_OF: Final[Mapping[GuardrailPoint, Work]] = {
-    "input": Work.GUARD_INPUT,
-    "tool_call": Work.GUARD_CALLS,
-    "tool_result": Work.GUARD_RESULTS,
-    "output": Work.GUARD_OUTPUT,
+#: The key of a taken decision's record (``AgentRun.decisions``) that holds the arguments a
+#: tool-call guardrail rewrote its new arguments to: a resumed run replays them, not the decision's.
+REWRITTEN_PARAMS_KEY: Final = "guardrail_params"
+#: The point each guard work item checks (``tool_call``'s twice: once proposed, once a decision changed it).
+POINT_OF: Final[Mapping[Work, GuardrailPoint]] = {
+    Work.GUARD_INPUT: "input",
+    Work.GUARD_CALLS: "tool_call",
+    Work.GUARD_DECIDED: "tool_call",
+    Work.GUARD_RESULTS: "tool_result",
+    Work.GUARD_OUTPUT: "output",
 }
-POINT_OF: Final[Mapping[Work, GuardrailPoint]] = {item: point for point, item in WORK_OF.items()}
 
 
 def guarded_work(config: RunConfig) -> frozenset[Work]:
     """The guard work items a run of ``config`` does: those of the points its agent has guardrails at."""
-    return frozenset(WORK_OF[point] for point in config.guardrails)
+    return frozenset(item for item, point in POINT_OF.items() if point in config.guardrails)
+
+
+def decided_anew(call: PreparedCall) -> bool:
+    """Whether a decision gave ``call`` arguments other than those it was proposed (and guarded) with."""
+    d = call.decision
+    return (
+        d is not None
+        and d.final_tool_params is not None
+        and call_fingerprint(call.call.tool_name, call.call.arguments) != d.call_fingerprint
+    )
 
 
 # -- what each point checks ----------------------------------------------------------------------------
@@ -114,6 +132,8 @@ def check_action(run: AgentRun, item: Work) -> CheckGuardrails | None:
     elif point == "output":
         answer = output_answer(run)
         subjects = [] if answer is None else [("output", answer[1])]
+    elif item is Work.GUARD_DECIDED:
+        subjects = [(c.key, c.call) for c in run.pending if c.status is CALL_READY and decided_anew(c)]
     elif point == "tool_call":
         subjects = [
             (c.key, c.call)
@@ -146,7 +166,8 @@ def _set_messages(run: AgentRun, messages: list[ChatMessage]) -> None:
 
 
 def _with_part(message: ChatMessage, old: object, new: Any) -> ChatMessage:
-    content = tuple(new if part is old else part for part in message._content)
+    # Equal, not the same object: a resumed run's pending calls are read apart from its conversation.
+    content = tuple(new if part == old else part for part in message._content)
     return ChatMessage(message._role, content, message._name, message._meta)
 
 
@@ -203,9 +224,13 @@ def _apply_call(run: AgentRun, verdict: GuardrailVerdict) -> None:
     if verdict.rewrites:
         new: ToolCall = verdict.value
         old = call.call
-        # The conversation and the pending calls say what the call is: a snapshot, a resumed run and the model see it.
-        run.calls = [new if c is old else c for c in run.calls]
-        _set_messages(run, [_with_part(m, old, new) if old in m._content else m for m in run.data["messages"]])
+        if call.decision is not None:
+            # Arguments a decision gave: its record keeps the rewrite, which a resumed run replays.
+            _record_rewrite(run, call.key, new.arguments)
+        else:
+            # The conversation and the pending calls say what the call is: a snapshot, a resumed run and the model see it.
+            run.calls = [new if c is old else c for c in run.calls]
+            _set_messages(run, [_with_part(m, old, new) if old in m._content else m for m in run.data["messages"]])
         [checked] = run.config.invoker.check([new], run.state, run.current_tools())
         call.call, call.tool, call.arguments, call.error = checked.call, checked.tool, checked.arguments, checked.error
         if checked.error is not None:
@@ -219,6 +244,15 @@ def _apply_call(run: AgentRun, verdict: GuardrailVerdict) -> None:
         )
     elif verdict.tripped is not None:
         run.guardrail_trip = verdict
+
+
+def _record_rewrite(run: AgentRun, key: str, arguments: Mapping[str, Any]) -> None:
+    for i in range(len(run.decisions) - 1, -1, -1):
+        taken = run.decisions[i]
+        if taken.get("tool_call_id") == key and taken.get("step") == run.step:
+            # A new record, not the old one changed: snapshots already handed out keep theirs.
+            run.decisions[i] = {**taken, REWRITTEN_PARAMS_KEY: dict(arguments)}
+            return
 
 
 def _apply_result(run: AgentRun, verdict: GuardrailVerdict) -> None:
@@ -271,6 +305,32 @@ def _send_back(run: AgentRun) -> None:
     run.state.append("messages", [message])
 
 
+def _answer_the_batch(run: AgentRun) -> None:
+    """A tool-call tripwire ended the run: each call of the batch not answered yet gets a result saying it never ran.
+
+    An assistant message whose calls have no results cannot be continued (chat APIs refuse it).
+    """
+    trip = run.guardrail_trip
+    assert trip is not None
+    for c in run.pending:
+        if c.status not in (CALL_READY, CALL_UNDECIDED):
+            continue  # it has its result: it failed its checks, was rejected or refused
+        if c.key == trip.subject:
+            run.settle_call(
+                c, "block", ToolCallBlockedError(f"Guardrail {trip.tripped!r} refused the call: {trip.reason}")
+            )
+        else:
+            run.settle_call(
+                c,
+                "run_ended",
+                ToolCallBlockedError(
+                    f"Not run: the run ended when guardrail {trip.tripped!r} refused call {trip.subject}."
+                ),
+            )
+    run.state.append("messages", run.config.invoker.finish(run.pending, run.state))
+    run.calls, run.pending = [], []
+
+
 def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[str, bool]]:
     guardrails = [g for gs in config.guardrails.values() for g in gs]
     if not any(g.on_trip == "end" for g in guardrails):
@@ -279,8 +339,10 @@ def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[st
         yield ("answer_refused", False)
 
 
-def _tripwire(phase: Any, order: int) -> Rule:
-    return Rule(phase, order, "guardrail_tripped", DONE, when(guardrail_tripped=True), exit_reason=TRIPPED)
+def _tripwire(phase: Any, order: int, effect: Any = None) -> Rule:
+    return Rule(
+        phase, order, "guardrail_tripped", DONE, when(guardrail_tripped=True), exit_reason=TRIPPED, effect=effect
+    )
 
 
 R, U = CallStatus.READY, CallStatus.UNDECIDED
@@ -294,7 +356,8 @@ SLICE = Slice(
     # Before continue_run (30): a refused answer goes back to the model, whatever keeps the run going.
     rules=(
         _tripwire(LLM_CALL, 20),
-        _tripwire(TOOL_PENDING, 20),
+        _tripwire(TOOL_PENDING, 20, _answer_the_batch),
+        _tripwire(CONFIRM, 20, _answer_the_batch),
         _tripwire(TOOL_RUN, 20),
         _tripwire(EXIT_CHECK, 15),
         Rule(
@@ -314,6 +377,8 @@ SLICE = Slice(
         CallTransition("block", U, CallStatus.DONE, "a tool-call guardrail refused it: its result says why"),
         CallTransition("guard_refused", R, CallStatus.FAILED, "a guardrail rewrote its arguments, and they do not fit"),
         CallTransition("guard_refused", U, CallStatus.FAILED, "a guardrail rewrote its arguments, and they do not fit"),
+        CallTransition("run_ended", R, CallStatus.DONE, "a tool-call tripwire ended the run: its result says so"),
+        CallTransition("run_ended", U, CallStatus.DONE, "a tool-call tripwire ended the run: its result says so"),
     ),
     # The model is not called once an input guardrail tripped; no answer is guarded unless one is met.
     skips={

@@ -40,6 +40,7 @@ def test_a_seeded_fault_is_caught(mutations: ModuleType, name: str) -> None:
         ("R23", "declared_edges"),
         ("R24", "guarded"),
         ("R25", "no_double_effect"),
+        ("R26", "guarded"),
     ],
 )
 def test_a_skipped_hook_point_or_call_edge_is_caught(mutations: ModuleType, name: str, invariant: str) -> None:

@@ -17,17 +17,22 @@ from agentfsm import (
     Breakpoint,
     BreakpointException,
     ChatMessage,
+    GuardrailResult,
     LoopDetection,
     Phase,
     ToolInvocationError,
     UsageLimits,
+    guardrail,
     tool,
 )
 from agentfsm.errors import MachineError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
+    AlwaysAskPolicy,
     BlockingConfirmationStrategy,
     BreakpointConfirmationStrategy,
+    ConfirmationUI,
+    ConfirmationUIResult,
     HITLBreakpointException,
     NeverAskPolicy,
     SimpleConsoleUI,
@@ -299,6 +304,22 @@ def guardrail_runs() -> set[tuple[Phase, str, Phase]]:
         result = agent.run(USER)
         assert result.exit_reason == f"guardrail:no_{point}"
         edges |= _edges_of(result)
+
+    # A call a person gave new arguments is guarded again in CONFIRM, and trips there.
+    @guardrail("tool_call")
+    def no_five(call: Any) -> GuardrailResult:
+        return GuardrailResult.tripwire("five") if call.arguments["a"] == 5 else GuardrailResult.passed()
+
+    modifying = BlockingConfirmationStrategy(AlwaysAskPolicy(), _Modifies({"a": 5, "b": 2}))
+    agent = Agent(
+        chat_generator=ScriptedChatGenerator(script),
+        tools=[add],
+        guardrails=[no_five],
+        confirmation_strategies={"add": modifying},
+    )
+    result = agent.run(USER)
+    assert result.exit_reason == "guardrail:no_five" and result.trace[-1].source is Phase.CONFIRM
+    edges |= _edges_of(result)
     refusing = [_trips("output", "model")]
     for options in ({"max_agent_steps": 2}, {"usage_limits": UsageLimits(requests=1)}):
         agent = Agent(chat_generator=ScriptedChatGenerator(["no", "no"]), guardrails=refusing, **options)
@@ -313,6 +334,22 @@ def guardrail_call_runs() -> None:
             model = ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"])
             agent = Agent(chat_generator=model, tools=[add], guardrails=[guard], confirmation_strategies=strategies)
             assert agent.run(USER)["last_message"].text == "done"
+        # A tripwire that ends the run: the other call of the batch gets a result, never run.
+        model = ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2), call("add", "a2", a=3, b=4))])
+        agent = Agent(
+            chat_generator=model, tools=[add], guardrails=[_trips("tool_call")], confirmation_strategies=strategies
+        )
+        assert agent.run(USER).exit_reason == "guardrail:no_tool_call"
+
+
+class _Modifies(ConfirmationUI):
+    """A person who confirms each call with ``arguments`` instead of its own."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+
+    def get_user_confirmation(self, tool_name: str, tool_description: str, tool_params: dict[str, Any]) -> Any:
+        return ConfirmationUIResult(action="modify", new_tool_params=dict(self.arguments))
 
 
 def cancelled_runs() -> None:

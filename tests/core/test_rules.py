@@ -179,7 +179,7 @@ ADDED_SINCE_FLAT: dict[tuple[str, Phase, Phase, str | None], Callable[[Any], boo
     },
     **{
         ("guardrail_tripped", phase, Phase.DONE, "guardrail:{guardrail}"): lambda f: f.guardrail_tripped
-        for phase in (Phase.TOOL_PENDING, Phase.TOOL_RUN)
+        for phase in (Phase.TOOL_PENDING, Phase.CONFIRM, Phase.TOOL_RUN)
     },
     ("loop_stop", Phase.EXIT_CHECK, Phase.DONE, "loop_detected"): lambda f: f.loop_ends_run and not f.stop_requested,
     # An answer an output guardrail refused goes back to the model while it may go on.
