@@ -28,6 +28,7 @@ from agentfsm._core.actions import (
     Fail,
     Finish,
     Pause,
+    Reconcile,
     RunHooks,
     RunTools,
 )
@@ -54,6 +55,7 @@ from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown
+from agentfsm.reconcile import ask, ask_async
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -498,6 +500,8 @@ def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drive
                 case Backoff():
                     back_off(action.delay, run.config.cancel)
                     run.backed_off()
+                case Reconcile():
+                    run.reconciled([ask(f, question) for f, question in action.asked()])
                 case RunHooks():
                     run_hooks(run, action, emitter)
                     yield from _drained(outbox)
@@ -691,6 +695,8 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                 case Backoff():
                     await back_off_async(action.delay, run.config.cancel)
                     run.backed_off()
+                case Reconcile():
+                    run.reconciled([await ask_async(f, question) for f, question in action.asked()])
                 case RunHooks():
                     await _run_hooks_async(run, action, emitter)
                     for event in _drained(outbox):  # before the run records what the action did (see steps_sync)
