@@ -31,12 +31,12 @@ call stays in doubt, saying so). A call of an idempotent tool runs again without
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
 from agentfsm.errors import ConfigurationTypeError, SerializationError
-from agentfsm.serialization import brief, deserialize_value, serialize_value
+from agentfsm.serialization import brief, deserialize_callable, deserialize_value, serialize_value
 from agentfsm.workers import run_in_worker
 
 __all__ = ["Happened", "InDoubtCall", "NotHappened", "ReconcileFunction", "Reconciled", "Unknown"]
@@ -100,6 +100,11 @@ def reconcile_of(value: Any, where: str) -> ReconcileFunction | None:
         f"{where}: reconcile takes a function of an InDoubtCall that returns Happened(result), NotHappened() or "
         f"Unknown(reason) (agentfsm.reconcile), or None; got {brief(value, 80)}."
     )
+
+
+def reconcile_at(path: str | None, allowed_modules: Iterable[str] | None = None) -> ReconcileFunction | None:
+    """The reconcile function a tool's ``to_dict`` names by import path, through the allow-list; ``None`` for none."""
+    return None if path is None else reconcile_of(deserialize_callable(path, allowed_modules), "reconcile")
 
 
 def is_async(function: ReconcileFunction) -> bool:

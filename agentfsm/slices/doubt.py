@@ -69,11 +69,13 @@ SLICE = Slice(
     rules=(Rule(TOOL_RUN, 50, "in_doubt", PAUSED, when(calls_in_doubt=True), pause=outcome_unknown),),
     call_edges=(
         CallTransition("in_doubt", CallStatus.READY, K, "started before a crash, result not recorded"),
-        CallTransition("rerun", K, CallStatus.READY, "idempotent tool, decision execute=True, or NotHappened"),
+        CallTransition(
+            "rerun", K, CallStatus.READY, "idempotent tool, decision execute=True, or reconcile NotHappened"
+        ),
         CallTransition("modify", K, CallStatus.READY, "execute=True with new arguments that fit"),
         CallTransition("modify_refused", K, CallStatus.FAILED, "execute=True with new arguments that do not fit"),
         CallTransition(
-            "settle", K, CallStatus.DONE, "decision execute=False (its feedback is the result), or Happened(result)"
+            "settle", K, CallStatus.DONE, "decision execute=False, its feedback the result, or reconcile Happened"
         ),
     ),
     # No call runs until the calls in doubt are decided (nor does after_tool fire: ``slices.retries``'

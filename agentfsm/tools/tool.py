@@ -18,7 +18,7 @@ from agentfsm.errors import (
     as_set,
     check_timeout,
 )
-from agentfsm.reconcile import ReconcileFunction, reconcile_of
+from agentfsm.reconcile import ReconcileFunction, reconcile_at, reconcile_of
 from agentfsm.retries import Retry, retry_of
 from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import (
@@ -328,8 +328,7 @@ class Tool:
         fields["outputs_to_state"] = _deserialize_specs(fields.get("outputs_to_state"), allowed_modules)
         if fields.get("retry") is not None:
             fields["retry"] = Retry.from_dict(fields["retry"], allowed_modules)
-        if fields.get("reconcile") is not None:
-            fields["reconcile"] = deserialize_callable(fields["reconcile"], allowed_modules)
+        fields["reconcile"] = reconcile_at(fields.get("reconcile"), allowed_modules)
         return cls(**fields)
 
 
