@@ -299,3 +299,18 @@ def test_a_charge_the_ledger_cannot_tell_waits_for_a_person_who_settles_it_from_
     assert decided.stdout.strip() == "done: charged 5 (checked by hand)"
     assert len(reconciling.charges(tmp_path / "ledger")) == 1
     assert store.runs()[0].status == "done"
+
+
+def test_the_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reconcile_example", ROOT / "examples" / "reconcile_payments.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the worker process imports this agentfsm
+    monkeypatch.setenv(module.LEDGER, "")  # restored afterwards: main() points it at its own ledger
+    module.main()
+    out = capsys.readouterr().out
+    assert "worker exited with -9" in out and "charges at the bank: 1" in out
+    assert "resume -> reconciled -> tools_done" in out
