@@ -118,7 +118,7 @@ def test_the_function_is_asked_about_the_call_with_the_key_its_tool_is_given() -
 
 def test_unknown_pauses_for_a_person_and_the_pause_says_why() -> None:
     ANSWER.append(Unknown("the bank does not answer"))
-    with pytest.raises(BreakpointException, match="outcome is unknown") as paused:
+    with pytest.raises(BreakpointException, match=r"outcome is unknown.*c1: the bank does not answer") as paused:
         _agent(position=1).run(snapshot=_in_doubt())
     waiting = paused.value.snapshot
     assert waiting.pause == OutcomeUnknown(["c1"], ["charge"], {"c1": "the bank does not answer"})

@@ -80,10 +80,11 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
     if isinstance(pause, OutcomeUnknown):
+        notes = "".join(f" {key}: {note}." for key, note in pause.notes.items())
         return BreakpointException(
             f"Run {snapshot.run_id} stopped in tool_run: tool calls {pause.tool_call_ids} "
             f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
-            f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
+            f"is unknown{where}.{notes} Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
             snapshot,
             path,

@@ -2,8 +2,9 @@
 
 Every driver keeps a journal of the calls it hands to the tools (``started_calls``); a run
 recovered from it applies the in-doubt rule (``crashed_during_tool_run``): a call of an idempotent
-tool runs again, any other waits (its tool's reconcile function is asked first, ``slices.reconcile``),
-and the run pauses (``in_doubt``) until a decision runs it again or gives its result. Only a run that may recover from a journal (a resumed or a durable one,
+tool runs again, any other waits (its tool's reconcile function is asked first:
+``slices.reconcile``), and the run pauses (``in_doubt``) until a decision runs it again or gives its
+result. Only a run that may recover from a journal (a resumed or a durable one,
 ``RunConfig.recovers``) reads the fact.
 """
 
