@@ -514,6 +514,8 @@ class Agent:
                     **t.tool_spec,
                     "inputs_from_state": t.inputs_from_state,
                     "outputs_to_state": sorted(t.outputs_to_state or {}),
+                    # A run settles its calls in doubt as its tools say: with a reconcile function, or not.
+                    **({"reconcile": _code_name(t.reconcile)} if t.reconcile is not None else {}),
                 }
                 for t in self.known_tools()
             ],
@@ -1245,3 +1247,8 @@ def _check_tool_state_keys(tools: list[Tool], schema: dict[str, Any]) -> None:
                     f"Tool {t.name!r} maps State key {key!r}, which is not in the agent's state_schema; "
                     f"declare it, e.g. state_schema={{'{key}': {{'type': ...}}}}."
                 )
+
+
+def _code_name(code: Any) -> str:
+    """How the fingerprint names user code a tool holds (its reconcile function): its qualified name."""
+    return str(getattr(code, "__qualname__", None) or type(code).__qualname__)

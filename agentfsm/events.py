@@ -31,6 +31,10 @@ Every event is a frozen dataclass with a ``kind`` (a string, also its name in ``
   ``None``), ``reason``, ``on_trip`` and ``digest`` (a hash of the value as it went on: the
   checker matches it to what the model read, what ran, what left).
 - ``decision`` (``DecisionTaken``): ``call`` and the ``decision`` (``ToolExecutionDecision.to_dict()``).
+- ``reconciled`` (``CallReconciled``): a call in doubt after a crash was looked up by its tool's
+  reconcile function (``agentfsm.reconcile``): ``call``, ``tool``, ``answer`` (``happened``,
+  ``not_happened`` or ``unknown``) and ``reason`` (why it stays in doubt: the function's reason, or
+  what went wrong with it; ``None`` otherwise).
 - ``paused`` (``RunPaused``): ``reason`` (``breakpoint``, ``confirmation``, ``outcome_unknown`` or ``cancelled``), ``pause`` (the reason's ``to_dict()``), ``seq`` (the stored
   snapshot's number, ``None`` without a store), ``path`` (its file, if written to one), and the
   ``snapshot`` that resumes the run.
@@ -67,6 +71,7 @@ from agentfsm.snapshot import AgentSnapshot
 
 __all__ = [
     "CallChanged",
+    "CallReconciled",
     "DecisionTaken",
     "Event",
     "EventHandler",
@@ -352,6 +357,21 @@ class DecisionTaken(_Event):
 
 @_quick_init
 @dataclass(frozen=True)
+class CallReconciled(_Event):
+    """A call in doubt after a crash was looked up by its tool's reconcile function (``agentfsm.reconcile``)."""
+
+    kind: ClassVar[Literal["reconciled"]] = "reconciled"
+    call: str
+    tool: str
+    #: ``"happened"`` (the call is settled with its result), ``"not_happened"`` (it runs) or
+    #: ``"unknown"`` (it stays in doubt, for a person).
+    answer: str
+    #: Why it stays in doubt: the function's reason, or what went wrong with it (``None`` otherwise).
+    reason: str | None
+
+
+@_quick_init
+@dataclass(frozen=True)
 class RunPaused(_Event):
     """The run paused: a breakpoint, a decision to wait for, calls whose outcome is unknown, or a cancellation."""
 
@@ -415,6 +435,7 @@ Event = (
     | HookRan
     | GuardrailChecked
     | DecisionTaken
+    | CallReconciled
     | RunPaused
     | RunResumed
     | RunEnded
@@ -440,6 +461,7 @@ _KINDS: dict[str, type[_Event]] = {
         HookRan,
         GuardrailChecked,
         DecisionTaken,
+        CallReconciled,
         RunPaused,
         RunResumed,
         RunEnded,

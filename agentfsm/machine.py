@@ -87,7 +87,7 @@ from agentfsm._core.rules import (
     compile_rules,
 )
 from agentfsm.errors import MachineError
-from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output, retries
+from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output, reconcile, retries
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import RunConfig
@@ -167,6 +167,7 @@ SLICES: tuple[Slice, ...] = (
     hitl.SLICE,
     doubt.SLICE,
     retries.SLICE,
+    reconcile.SLICE,
     cancel.SLICE,
     limits.SLICE,
     output.SLICE,

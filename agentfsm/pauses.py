@@ -72,10 +72,16 @@ class OutcomeUnknown:
     kind: ClassVar[str] = "outcome_unknown"
     tool_call_ids: list[str]
     tool_names: list[str]
+    #: Why a call stays in doubt, by key, when its tool's reconcile function could not tell (its
+    #: reason, or what went wrong with it: ``agentfsm.reconcile``).
+    notes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The snapshot's ``break_point`` data."""
-        return {"type": self.kind, **asdict(self)}
+        """The snapshot's ``break_point`` data (``notes`` only when there are some)."""
+        data = {"type": self.kind, **asdict(self)}
+        if not self.notes:
+            del data["notes"]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +112,9 @@ def pause_reason(data: Mapping[str, Any] | None) -> PauseReason | None:
             dict(data.get("tool_descriptions") or {}),
         )
     if kind == OutcomeUnknown.kind:
-        return OutcomeUnknown(list(data["tool_call_ids"]), list(data.get("tool_names", ())))
+        return OutcomeUnknown(
+            list(data["tool_call_ids"]), list(data.get("tool_names", ())), dict(data.get("notes") or {})
+        )
     if kind == Cancelled.kind:
         return Cancelled()
     return BreakpointHit(dict(data))

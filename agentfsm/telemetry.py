@@ -41,6 +41,7 @@ from agentfsm._core import listeners
 from agentfsm._extras import extra_needed
 from agentfsm.events import (
     CallChanged,
+    CallReconciled,
     DecisionTaken,
     Event,
     GuardrailChecked,
@@ -360,6 +361,13 @@ class _RunTrace:
                 attributes["agentfsm.decision.feedback"] = str(event.decision["feedback"])
             self._agent.add_event("agentfsm.decision", attributes, _ns(event.at))
 
+    def _reconciled(self, event: CallReconciled) -> None:
+        if self._agent is not None:
+            attributes = {"agentfsm.call": event.call, "agentfsm.tool": event.tool, "agentfsm.reconciled": event.answer}
+            if self._telemetry.include_content and event.reason is not None:
+                attributes["agentfsm.reconciled.reason"] = event.reason
+            self._agent.add_event("agentfsm.reconciled", attributes, _ns(event.at))
+
     def _error_status(self, error: str) -> Status:
         """A failed span's status: the error's type, and its message only with ``include_content``.
 
@@ -540,6 +548,7 @@ _HANDLERS: Mapping[type, Callable[[_RunTrace, Any], None]] = {
     CallChanged: _RunTrace._call_transition,
     HookRan: _RunTrace._hook,
     DecisionTaken: _RunTrace._decision,
+    CallReconciled: _RunTrace._reconciled,
     GuardrailChecked: _RunTrace._guardrail,
     RunResumed: _RunTrace._resumed,
     RunPaused: _RunTrace._paused,

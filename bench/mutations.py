@@ -37,6 +37,7 @@ from agentfsm.generators import ScriptedChatGenerator  # noqa: E402
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI  # noqa: E402
 from agentfsm.machine import CallStatus, Phase, Transition, Work  # noqa: E402
 from agentfsm.messages import ChatMessage, ToolCall  # noqa: E402
+from agentfsm.reconcile import InDoubtCall, NotHappened, Reconciled, Unknown  # noqa: E402
 from agentfsm.retries import Retry  # noqa: E402
 from agentfsm.slices import doubt  # noqa: E402
 from agentfsm.slices import retries as retries_slice  # noqa: E402
@@ -113,6 +114,18 @@ def charge(amount: int) -> str:
 _SLOW_SERVER = threading.Event()
 
 
+def look_up_charge(call: InDoubtCall) -> Reconciled:
+    """Look a charge in doubt up (the checker answers in its place)."""
+    return Unknown("no ledger here")
+
+
+@tool(reconcile=look_up_charge)
+def pay_looked_up(amount: int) -> str:
+    """Charge a card (not idempotent); a charge in doubt after a crash is looked up."""
+    CHARGES.append(amount)
+    return f"charged {amount}"
+
+
 def runtime_agents() -> dict[str, Agent]:
     """The fixed agents runtime mutants are checked on; each passes unmutated."""
     return {
@@ -137,6 +150,7 @@ def runtime_agents() -> dict[str, Agent]:
             confirmation_strategies={"pay": _confirm()},
         ),
         "charges": Agent(chat_generator=_model(), tools=[charge]),
+        "reconciled": Agent(chat_generator=_model(), tools=[pay_looked_up]),
         # Last: its guardrails' answers make it the costliest to explore, and only guardrail mutants reach it.
         "guarded": Agent(
             chat_generator=_model(),
@@ -325,6 +339,15 @@ def _skip_guardrails_after_a_resume(stack: contextlib.ExitStack) -> None:
         _set_item(stack, runtime._DO, item, guard)
 
 
+def _ignore_reconcile_answers(stack: contextlib.ExitStack) -> None:
+    original = runtime.AgentRun.reconciled
+
+    def reconciled(self: runtime.AgentRun, answers: Any) -> None:
+        original(self, [NotHappened() for _ in answers])  # whatever the function found, the call runs again
+
+    _set(stack, runtime.AgentRun, "reconciled", reconciled)
+
+
 RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R1": ("skip the after_run hooks", _skip_work(Work.AFTER_RUN)),
     "R2": ("skip the before_run hooks", _skip_work(Work.BEFORE_RUN)),
@@ -352,6 +375,7 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R24": ("skip the guardrails after a resume", _skip_guardrails_after_a_resume),
     "R25": ("retry a non-idempotent call after its start (a timed-out charge)", _retry_after_the_start),
     "R26": ("modified arguments not guarded again", _skip_work(Work.GUARD_DECIDED)),
+    "R27": ("ignore a reconcile answer (a charge found done runs again)", _ignore_reconcile_answers),
 }
 
 

@@ -300,6 +300,7 @@ def test_exported_errors_are_the_ones_of_agentfsm_errors() -> None:
 #: ``agentfsm.events``, a module of its own: the event classes, their union and handler type.
 EVENTS = (
     "CallChanged",
+    "CallReconciled",
     "DecisionTaken",
     "Event",
     "EventHandler",

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from agentfsm import Agent, AgentSnapshot, ChatMessage, StreamingChunk, telemetry, tool
+from agentfsm import Agent, AgentSnapshot, Breakpoint, ChatMessage, StreamingChunk, telemetry, tool
 from agentfsm.agent import RunRequest
 from agentfsm.demo import DEMO_QUESTION, demo_agent, demo_script
 from agentfsm.errors import (
@@ -42,6 +42,8 @@ from agentfsm.errors import (
 )
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy, ToolExecutionDecision
+from agentfsm.machine import Phase
+from agentfsm.reconcile import Happened, InDoubtCall, Reconciled
 from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.tools import ProgressReporter
 from tests.helpers import KILL_SCRIPT, call, calls, logged_step
@@ -540,3 +542,33 @@ def test_a_forked_run_is_a_trace_of_its_own(otel: Captured) -> None:
     original, forked = named(otel.finished(), "invoke_agent")
     assert forked.context.trace_id != original.context.trace_id and forked.parent is None
     assert (forked.attributes or {})["gen_ai.conversation.id"] == branch.run_id
+
+
+def test_a_call_in_doubt_a_reconcile_function_settles_is_an_event_of_the_agent_span(
+    otel_with_content: Captured,
+) -> None:
+    def found(call: InDoubtCall) -> Reconciled:
+        return Happened(3)
+
+    @tool(reconcile=found)
+    def charge(a: int, b: int) -> int:
+        """Not idempotent: a call in doubt is looked up."""
+        return a + b
+
+    def agent(position: int = 0) -> Agent:
+        script = [calls(call("charge", "c1", a=1, b=2)), "done"]
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=[charge])
+
+    with pytest.raises(BreakpointException) as paused:
+        agent().run(QUESTION, break_point=Breakpoint(phase=Phase.TOOL_RUN, step=1))
+    crashed = paused.value.snapshot.model_copy(update={"break_point": None, "started_tool_calls": ["c1"]})
+    otel_with_content.spans.clear()
+    agent(1).run(snapshot=crashed)
+    span = only(otel_with_content.finished(), "invoke_agent")
+    [event] = [e for e in span.events if e.name == "agentfsm.reconciled"]
+    assert dict(event.attributes or {}) == {
+        "agentfsm.call": "c1",
+        "agentfsm.tool": "charge",
+        "agentfsm.reconciled": "happened",
+    }
+    assert not named(otel_with_content.finished(), "execute_tool")  # it did not run again

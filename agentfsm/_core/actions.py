@@ -1,7 +1,7 @@
 """What a run asks its driver to do next, as data: ``AgentRun.next_action`` returns one of these.
 
 The driver performs the action and reports the result back to the run (``model_replied``,
-``tools_ran``, ``backed_off``, ``decided``, ``hooks_ran``, ``guardrails_checked``); a ``Pause``,
+``tools_ran``, ``backed_off``, ``reconciled``, ``decided``, ``hooks_ran``, ``guardrails_checked``); a ``Pause``,
 ``Finish`` or ``Fail`` ends the driving.
 Each driver handles every kind (a new one a driver does not handle fails type checking:
 ``assert_never``).
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agentfsm.hitl.strategies import Decider
     from agentfsm.hooks import Hook
     from agentfsm.messages import ChatMessage
+    from agentfsm.reconcile import InDoubtCall, ReconcileFunction
     from agentfsm.snapshot import AgentSnapshot
     from agentfsm.tools.invoker import PreparedCall
     from agentfsm.tools.tool import Tool
@@ -56,6 +57,23 @@ class Backoff:
 
     calls: list[PreparedCall]
     delay: float
+
+
+@dataclass(slots=True)
+class Reconcile:
+    """Ask each call in doubt's reconcile function whether its effect happened, then ``reconciled`` with one answer per call.
+
+    ``agentfsm.reconcile.ask`` / ``ask_async`` ask one (each driver calls one): a function that
+    raises or answers wrong gives an ``Unknown`` saying so, never a guess.
+    """
+
+    calls: list[PreparedCall]
+    questions: list[InDoubtCall]
+    functions: list[ReconcileFunction]
+
+    def asked(self) -> list[tuple[ReconcileFunction, InDoubtCall]]:
+        """Each call's reconcile function, with what it is asked."""
+        return list(zip(self.functions, self.questions, strict=True))
 
 
 @dataclass(slots=True)
@@ -125,4 +143,4 @@ class Fail:
     error: BaseException
 
 
-Action = CallModel | RunTools | Backoff | Confirm | RunHooks | CheckGuardrails | Pause | Finish | Fail
+Action = CallModel | RunTools | Backoff | Reconcile | Confirm | RunHooks | CheckGuardrails | Pause | Finish | Fail

@@ -28,6 +28,7 @@ from agentfsm._core.actions import (
     Fail,
     Finish,
     Pause,
+    Reconcile,
     RunHooks,
     RunTools,
 )
@@ -54,6 +55,7 @@ from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
 from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown
+from agentfsm.reconcile import ask, ask_async
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -78,10 +80,11 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
     path = str(snapshot.to_file(Path(directory) / snapshot.file_name())) if directory else None
     where = f" (saved to {path})" if path else ""
     if isinstance(pause, OutcomeUnknown):
+        notes = "".join(f" {key}: {note}." for key, note in pause.notes.items())
         return BreakpointException(
             f"Run {snapshot.run_id} stopped in tool_run: tool calls {pause.tool_call_ids} "
             f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
-            f"is unknown{where}. Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
+            f"is unknown{where}.{notes} Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
             snapshot,
             path,
@@ -498,6 +501,8 @@ def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drive
                 case Backoff():
                     back_off(action.delay, run.config.cancel)
                     run.backed_off()
+                case Reconcile():
+                    run.reconciled([ask(f, question) for f, question in action.asked()])
                 case RunHooks():
                     run_hooks(run, action, emitter)
                     yield from _drained(outbox)
@@ -691,6 +696,8 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                 case Backoff():
                     await back_off_async(action.delay, run.config.cancel)
                     run.backed_off()
+                case Reconcile():
+                    run.reconciled([await ask_async(f, question) for f, question in action.asked()])
                 case RunHooks():
                     await _run_hooks_async(run, action, emitter)
                     for event in _drained(outbox):  # before the run records what the action did (see steps_sync)

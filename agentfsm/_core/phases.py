@@ -95,6 +95,9 @@ class Work(StrEnum):
     #: The tool-call guardrails check the calls a decision gave new arguments, before they run.
     GUARD_DECIDED = "guard_decided"
     ON_ERROR = "on_error"
+    #: Ask the reconcile functions of the calls in doubt after a crash whether their effect happened
+    #: (``agentfsm.reconcile``); last in TOOL_RUN's work, which a call in doubt skips until then.
+    RECONCILE = "reconcile"
     #: Hand the caller the result (the last work of a finished run: it is never done).
     FINISH = "finish"
     #: Hand the caller the snapshot (the last work of a paused run: it is never done).
@@ -131,7 +134,7 @@ PHASE_WORK: dict[Phase, tuple[Work, ...]] = {
     Phase.LLM_CALL: (Work.BEFORE_LLM, Work.GUARD_INPUT, Work.CALL_MODEL, Work.AFTER_LLM),
     Phase.TOOL_PENDING: (Work.BEFORE_TOOL, Work.PREPARE_CALLS, Work.GUARD_CALLS),
     Phase.CONFIRM: (Work.DECIDE, Work.GUARD_DECIDED),
-    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS, Work.BACKOFF),
+    Phase.TOOL_RUN: (Work.RUN_TOOLS, Work.AFTER_TOOL, Work.GUARD_RESULTS, Work.BACKOFF, Work.RECONCILE),
     Phase.EXIT_CHECK: (Work.CLEAR_CONTINUE, Work.ON_EXIT, Work.ON_LOOP, Work.GUARD_OUTPUT),
     Phase.DONE: (Work.AFTER_RUN, Work.FINISH),
     Phase.PAUSED: (Work.REPORT_PAUSE,),

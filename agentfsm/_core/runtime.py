@@ -34,6 +34,7 @@ from agentfsm._core.actions import (
     Fail,
     Finish,
     Pause,
+    Reconcile,
     RunHooks,
     RunTools,
 )
@@ -42,7 +43,16 @@ from agentfsm._core.decisions import check_decisions
 from agentfsm._core.records import RunDelta, TransitionRecord, new_record, result_of, snapshot_fields, snapshot_of
 from agentfsm.decisions import as_decision, call_fingerprint
 from agentfsm.errors import ConfigurationError, IterationStoppedError, MachineError, ModelClientError
-from agentfsm.events import CallChanged, DecisionTaken, Event, GuardrailChecked, PhaseChanged, RunResumed, RunWarning
+from agentfsm.events import (
+    CallChanged,
+    CallReconciled,
+    DecisionTaken,
+    Event,
+    GuardrailChecked,
+    PhaseChanged,
+    RunResumed,
+    RunWarning,
+)
 from agentfsm.limits import reported_counts
 from agentfsm.logs import logger, stdlib_logger
 from agentfsm.machine import (
@@ -72,10 +82,12 @@ from agentfsm.machine import (
 )
 from agentfsm.messages import ChatMessage, ChatRole, ToolCall, have_own_ids, with_unique_call_ids
 from agentfsm.pauses import BreakpointHit, PauseReason
+from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Unknown, why
 from agentfsm.serialization import brief
 from agentfsm.slices import doubt, retries
 from agentfsm.slices import guardrails as guardrails_slice
 from agentfsm.slices import limits as limits_slice
+from agentfsm.slices import reconcile as reconcile_slice
 from agentfsm.slices.cancel import NOT_CANCELLED
 from agentfsm.slices.output import FINAL_ANSWER_TOOL
 from agentfsm.state import State
@@ -86,6 +98,7 @@ if TYPE_CHECKING:
     from agentfsm.decisions import ToolExecutionDecision
     from agentfsm.guardrails import GuardrailVerdict
     from agentfsm.hitl.strategies import Decider
+    from agentfsm.reconcile import Reconciled
     from agentfsm.result import AgentResult
     from agentfsm.snapshot import AgentSnapshot
 
@@ -291,6 +304,16 @@ class AgentRun(RunFacts):
         calls, delay = retries.backoff(self)
         return Backoff(calls, delay)
 
+    def _reconcile(self, item: Work) -> Action:
+        calls = reconcile_slice.unasked(self)
+        questions, functions = [], []
+        for c in calls:
+            assert c.tool is not None and c.tool.reconcile is not None  # what ``unasked`` gives
+            key = idempotency_key(self.run_id, self.step, c.key)
+            questions.append(InDoubtCall(c.call.tool_name, dict(c.call.arguments), c.key, self.run_id, self.step, key))
+            functions.append(c.tool.reconcile)
+        return Reconcile(calls, questions, functions)
+
     def _decide(self, item: Work) -> Action | None:
         undecided = [c for c in self.pending if c.status is CALL_UNDECIDED]
         if not undecided:
@@ -474,6 +497,30 @@ class AgentRun(RunFacts):
         handle = self.config.cancel
         if handle is not None and handle.cancelled:
             self._take_guarded_interrupt(GUARDED_INTERRUPTS.get(self.phase, ()))
+
+    def reconciled(self, answers: Sequence[Reconciled]) -> None:
+        """Record the reconcile functions' answers for the ``Reconcile`` action's calls, in order.
+
+        Each takes the call edge a person's decision takes: ``Happened`` ``settle`` (its result is the
+        call's), ``NotHappened`` ``rerun``; an ``Unknown`` leaves the call in doubt, for a person.
+        """
+        self._expect(Work.RECONCILE, "reconciled")
+        calls = reconcile_slice.unasked(self)
+        for c, answer in zip(calls, answers, strict=True):
+            c.reconciled = answer
+            if isinstance(answer, Happened):
+                c.outcome = CallOutcome(value=answer.result)
+                self.move_call(c, "settle")
+            elif isinstance(answer, NotHappened):
+                self.move_call(c, "rerun")
+            if self.records_events:
+                reason = why(answer) if isinstance(answer, Unknown) else None
+                self._events.append(
+                    CallReconciled(self.run_id, self.step, time.time(), c.key, c.call.tool_name, answer.kind, reason)
+                )
+        self._complete()
+        if self.config.observers:
+            self._tell(None)
 
     def decided(self, decisions: Sequence[ToolExecutionDecision | None]) -> None:
         """Record the strategies' decisions for the ``Confirm`` action's calls (``None``: deferred)."""
@@ -790,6 +837,7 @@ _DO: dict[Work, Callable[[AgentRun, Work], Action | None]] = {
     Work.RUN_TOOLS: AgentRun._run_tools,
     Work.DECIDE: AgentRun._decide,
     Work.BACKOFF: AgentRun._backoff,
+    Work.RECONCILE: AgentRun._reconcile,
     Work.CLEAR_CONTINUE: AgentRun._clear_continue,
     **dict.fromkeys(guardrails_slice.POINT_OF, AgentRun._guard),
     Work.FINISH: AgentRun._finish,

@@ -63,12 +63,16 @@ class HookFiring:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A decision the world took for a call: in CONFIRM, on a resume after a pause, or for a call in doubt."""
+    """A decision the world took for a call: in CONFIRM, on a resume after a pause, or for a call in doubt.
+
+    For a call in doubt, its tool's reconcile function answers first, if it has one.
+    """
 
     step: int
     call_key: str
     tool_name: str
-    #: ``approve``, ``reject``, ``modify``, ``defer`` (confirmations) or ``rerun``, ``settle`` (in doubt).
+    #: ``approve``, ``reject``, ``modify``, ``defer`` (confirmations), ``rerun``, ``settle`` (in doubt), or
+    #: a reconcile function's ``happened``, ``not_happened``, ``unknown``, ``raises`` (none runs the call again).
     verb: str
     #: The arguments a ``approve``/``modify`` lets the call run with.
     arguments: dict[str, Any] | None

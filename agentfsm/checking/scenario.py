@@ -41,8 +41,9 @@ from agentfsm.tools.tool import Tool
 
 #: The most segments (start, resumes) one path may have before it is cut.
 MAX_SEGMENTS = 12
-#: Triggers that differ between a run and the same run interrupted and resumed.
-_INTERRUPTION_EDGES = frozenset({"pause", "resume", "in_doubt"})
+#: Triggers that differ between a run and the same run interrupted and resumed (a call in doubt,
+#: waited for or settled by its tool's reconcile function).
+_INTERRUPTION_EDGES = frozenset({"pause", "resume", "in_doubt", "reconciled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,9 @@ class Scenario:
     #: ``pass`` (the default), ``rewrite`` or ``tripwire``, per guardrail and what it was shown
     #: (``"<step>/<point>:<guardrail>"``, and ``:<call id>`` for a call's, ``#<digest>`` of a call's arguments).
     guardrails: dict[str, str] = field(default_factory=dict)
+    #: ``truthful`` (the default: what the world saw), ``unknown`` or ``raises``: what a tool's reconcile
+    #: function answers, per call in doubt after the crash.
+    reconciles: dict[str, str] = field(default_factory=dict)
     #: Which of the hook alternatives acted (an index), per hook point and step.
     hook_choices: dict[str, int] = field(default_factory=dict)
     #: The process is killed before this write (counted from 0) to the store, then resumed from it.

@@ -1,8 +1,8 @@
 """The world around an agent under check: what it can answer at each question a run asks.
 
 A run asks the world questions: the model's reply at each step, each tool call's outcome, each
-human decision, which of the user's hook alternatives acts, whether the process dies before a
-write to the store. A ``World`` answers from a path (the answers chosen so far) and, past it, with
+human decision, what a tool's reconcile function answers for a call in doubt, which of the user's
+hook alternatives acts, whether the process dies before a write to the store. A ``World`` answers from a path (the answers chosen so far) and, past it, with
 each question's first option, recording the questions and options so the explorer can branch.
 Answers are keyed by what is asked (the model at step 2, call ``call_1_0``'s outcome...), so a
 question asked again after a crash gets the same answer: the world is deterministic, and a
@@ -36,6 +36,7 @@ from agentfsm.guardrails import Guardrail, GuardrailResult
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall, ToolCallResult
+from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Reconciled, Unknown
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
@@ -56,6 +57,9 @@ GUARDRAIL_ANSWERS: tuple[str, ...] = ("pass", "rewrite", "tripwire")
 #: The text of the world's rewrites (a result's, a text answer's) and its tripwires' reason.
 REWRITTEN_TEXT = "rewritten by the checker"
 TRIPPED_REASON = "tripped by the checker"
+#: What a tool's reconcile function answers for a call in doubt: what the world saw (the effect
+#: happened, with the result the tool returned, or it did not), that it cannot tell, or it raises.
+RECONCILE_ANSWERS: tuple[str, ...] = ("truthful", "unknown", "raises")
 #: The text the world's model ends a conversation with.
 CLOSING_TEXT = "final answer"
 #: The tool a model may call that no agent has.
@@ -98,8 +102,10 @@ RESUME_DECISION = CallQuestion("resume", "resume_decisions", RESUME_DECISIONS)
 IN_DOUBT = CallQuestion("in_doubt", "in_doubt", IN_DOUBT_DECISIONS)
 #: A guardrail's answer for one value: keyed by the guardrail and the value it is shown (``guard_key``).
 GUARDRAIL = CallQuestion("guard", "guardrails", GUARDRAIL_ANSWERS)
+#: A tool's reconcile function's answer for a call in doubt after a crash.
+RECONCILE = CallQuestion("reconcile", "reconciles", RECONCILE_ANSWERS)
 #: Every kind of question about a call: ``Scenario`` and its code read them from here.
-CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT, GUARDRAIL)
+CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT, GUARDRAIL, RECONCILE)
 
 
 class Killed(BaseException):
@@ -115,6 +121,10 @@ class PathCut(BaseException):
 
 class ToolFailure(RuntimeError):
     """The failure the world makes a tool call raise (a tool outcome ``raises``)."""
+
+
+class ReconcileFailure(RuntimeError):
+    """The failure the world makes a reconcile function raise (a reconcile answer ``raises``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +291,9 @@ class World:
     choose: Callable[[tuple[Any, ...]], Any] | None = None
     #: A text that fits the agent's ``output_type`` (``fitting_answer``), offered beside the closing text.
     fitting_answer: str | None = None
+    #: What each execution of a tool's own function returned, by (step, call key): a truthful
+    #: reconcile function finds the effect with that result.
+    results: dict[tuple[int, str], Any] = field(default_factory=dict)
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -358,6 +371,36 @@ class World:
             ToolExecution(run.step, call.key, tool.name, shown, tool.idempotent, covered, outcome, self.segment)
         )
         return outcome
+
+    def tool_returned(self, value: Any) -> None:
+        """Record what the tool's own function returned for the execution under way (the last one recorded)."""
+        e = self.record.tool_executions[-1]
+        self.results[(e.step, e.call_key)] = value
+
+    def reconciled(self, tool: Tool, call: InDoubtCall) -> Reconciled:
+        """The world's answer to ``tool``'s reconcile function for a call in doubt (``RECONCILE``).
+
+        ``truthful`` says what the world saw: the call's effect happened (an execution returned,
+        with what it returned), or it did not (no execution, or one the world made raise); then it
+        cannot tell (``unknown``), or the function raises.
+        """
+        verb = str(self.answer(RECONCILE.key(call.step, call.call_id), RECONCILE.options))
+        where = (call.step, call.call_id)
+        if verb == "raises":
+            self.record.decisions.append(Decision(call.step, call.call_id, tool.name, verb, None, self.segment))
+            raise ReconcileFailure(f"{tool.name}'s reconcile function failed (a failure the checker chose)")
+        ran = [e for e in self.record.tool_executions if (e.step, e.call_key) == where and e.outcome == "returns"]
+        answer: Reconciled
+        if verb == "unknown":
+            answer = Unknown("the checker's reconcile function cannot tell")
+        elif not ran:
+            answer = NotHappened()
+        elif where in self.results:
+            answer = Happened(self.results[where])
+        else:  # it ran and gave nothing back in time (a timeout): its effect may have happened
+            answer = Unknown("the checker's reconcile function cannot tell (the call timed out)")
+        self.record.decisions.append(Decision(call.step, call.call_id, tool.name, answer.kind, None, self.segment))
+        return answer
 
     def hook_fired(self, point: str, index: int, hook: Any) -> None:
         """Record a hook firing."""
@@ -694,10 +737,16 @@ def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) ->
                 tool.name,
                 timeout,
             )
+        slot.current.tool_returned(value)
         return value
+
+    def reconcile(call: InDoubtCall) -> Reconciled:
+        return slot.current.reconciled(tool, call)
 
     object.__setattr__(clone, "invoke", invoke)
     object.__setattr__(clone, "timeout", None)
     if tool.retry is not None:  # the world waits for no backoff: which attempt comes next is what is explored
         object.__setattr__(clone, "retry", dataclasses.replace(tool.retry, backoff=0.0))
+    if tool.reconcile is not None:  # the world answers for it, as it answers for the tool's outcome
+        object.__setattr__(clone, "reconcile", reconcile)
     return clone

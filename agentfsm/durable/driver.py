@@ -26,6 +26,7 @@ from agentfsm._core.actions import (
     Fail,
     Finish,
     Pause,
+    Reconcile,
     RunHooks,
     RunTools,
 )
@@ -40,6 +41,7 @@ from agentfsm.generators.base import ChatGenerator
 from agentfsm.guardrails import GuardrailVerdict, check_sync
 from agentfsm.machine import CANNOT_FAIL, TERMINAL_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage
+from agentfsm.reconcile import answer_from_dict, answer_to_dict, ask
 from agentfsm.serialization import serialize_value
 from agentfsm.slices import doubt, limits
 from agentfsm.snapshot import AgentSnapshot
@@ -79,6 +81,9 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                     _run_tools(run, action.calls, steps, emitter)
                 case Backoff():
                     _back_off(run, action, steps)
+                case Reconcile():
+                    answers = steps.run("reconcile", functools.partial(_reconcile, action))
+                    run.reconciled([answer_from_dict(a) for a in answers])
                 case Confirm():
                     decisions = steps.run("confirm", functools.partial(_confirm, run, action))
                     run.decided(decisions)
@@ -140,6 +145,10 @@ def _call_model(generator: ChatGenerator, action: CallModel, emitter: Emitter | 
 
 def _guardrails(action: CheckGuardrails) -> list[dict[str, Any]]:
     return [v.to_dict() for v in check_sync(action)]
+
+
+def _reconcile(action: Reconcile) -> list[dict[str, Any]]:
+    return [answer_to_dict(ask(f, question)) for f, question in action.asked()]
 
 
 def _confirm(run: AgentRun, action: Confirm) -> list[dict[str, Any] | None]:

@@ -13,6 +13,7 @@ from agentfsm.mcp.annotations import register_tool, tool_hints
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.results import DEFAULT_OUTPUTS_TO_STRING, result_value
 from agentfsm.mcp.server_info import MCPServerInfo
+from agentfsm.reconcile import ReconcileFunction, reconcile_at
 from agentfsm.retries import Retry
 from agentfsm.serialization import object_path
 from agentfsm.tools.progress import ProgressReporter, unheard
@@ -65,6 +66,7 @@ class MCPTool(Tool):
         idempotent: Whether a call may run again after a crash; ``None`` follows the annotations.
         destructive: Whether to ask before a call (``AskDestructiveMCPToolsPolicy``); ``None`` follows them.
         retry: How a failed call is run again (``agentfsm.retries.Retry``); ``None``: never.
+        reconcile: Looks a call in doubt after a crash up (``agentfsm.reconcile``); ``None``: a person decides.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class MCPTool(Tool):
         idempotent: bool | None = None,
         destructive: bool | None = None,
         retry: Retry | None = None,
+        reconcile: ReconcileFunction | None = None,
     ) -> None:
         connection = MCPConnection(
             server_info,
@@ -95,7 +98,15 @@ class MCPTool(Tool):
             progress_callback=progress_callback,
         )
         self._setup(
-            name, connection, description, trust_annotations, idempotent, destructive, owns_connection=True, retry=retry
+            name,
+            connection,
+            description,
+            trust_annotations,
+            idempotent,
+            destructive,
+            owns_connection=True,
+            retry=retry,
+            reconcile=reconcile,
         )
         self.eager_connect = eager_connect
         connection.on_tools_changed(self._listed)
@@ -112,6 +123,7 @@ class MCPTool(Tool):
         idempotent: bool | None,
         destructive: bool | None,
         retry: Retry | None = None,
+        reconcile: ReconcileFunction | None = None,
     ) -> MCPTool:
         """A tool of a toolset: it shares the toolset's connection, which the toolset opens and closes.
 
@@ -119,7 +131,15 @@ class MCPTool(Tool):
         """
         tool = cls.__new__(cls)
         tool._setup(
-            spec.name, connection, None, trust_annotations, idempotent, destructive, owns_connection=False, retry=retry
+            spec.name,
+            connection,
+            None,
+            trust_annotations,
+            idempotent,
+            destructive,
+            owns_connection=False,
+            retry=retry,
+            reconcile=reconcile,
         )
         tool.eager_connect = False
         tool.apply_spec(spec)
@@ -136,6 +156,7 @@ class MCPTool(Tool):
         *,
         owns_connection: bool,
         retry: Retry | None = None,
+        reconcile: ReconcileFunction | None = None,
     ) -> None:
         for label, value in (("idempotent", idempotent), ("destructive", destructive)):
             if value is not None and not isinstance(value, bool):
@@ -148,6 +169,7 @@ class MCPTool(Tool):
             function=self._call,
             outputs_to_string=dict(DEFAULT_OUTPUTS_TO_STRING),
             retry=retry,
+            reconcile=reconcile,
         )
         self.connection = connection
         self.server_info = connection.server_info
@@ -264,6 +286,7 @@ class MCPTool(Tool):
                 "idempotent": self._idempotent_override,
                 "destructive": self._destructive_override,
                 **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
+                **({"reconcile": object_path(self.reconcile)} if self.reconcile is not None else {}),
                 **self.connection.to_dict(),
             },
         }
@@ -283,6 +306,7 @@ class MCPTool(Tool):
             idempotent=fields.get("idempotent"),
             destructive=fields.get("destructive"),
             retry=None if fields.get("retry") is None else Retry.from_dict(fields["retry"], allowed_modules),
+            reconcile=reconcile_at(fields.get("reconcile"), allowed_modules),
         )
 
     def __repr__(self) -> str:

@@ -13,6 +13,7 @@ from agentfsm.mcp.annotations import check_overrides
 from agentfsm.mcp.connection import MCPConnection, ProgressCallback
 from agentfsm.mcp.server_info import MCPServerInfo
 from agentfsm.mcp.tool import MCPTool, raise_not_offered
+from agentfsm.reconcile import ReconcileFunction, reconcile_at, reconcile_of
 from agentfsm.retries import Retry, retry_of
 from agentfsm.serialization import object_path
 from agentfsm.tools.tool import Tool
@@ -46,6 +47,8 @@ class MCPToolset(Toolset):
             the annotations).
         destructive_overrides: Per tool name, whether to ask before a call (instead of the annotations).
         retry: How a failed call of any of its tools is run again (``agentfsm.retries.Retry``); ``None``: never.
+        reconcile: Looks a call in doubt of any of its tools up after a crash (``agentfsm.reconcile``: it is
+            given the tool's name); ``None``: a person decides.
     """
 
     dynamic = True
@@ -66,6 +69,7 @@ class MCPToolset(Toolset):
         idempotent_overrides: Mapping[str, bool] | None = None,
         destructive_overrides: Mapping[str, bool] | None = None,
         retry: Retry | None = None,
+        reconcile: ReconcileFunction | None = None,
     ) -> None:
         if tool_names is not None and (
             not isinstance(tool_names, list) or not all(isinstance(n, str) for n in tool_names)
@@ -80,6 +84,8 @@ class MCPToolset(Toolset):
         self.destructive_overrides = check_overrides("destructive_overrides", destructive_overrides)
         #: How a failed call of any of the server's tools is run again (``None``: never).
         self.retry = retry_of(retry, "MCPToolset")
+        #: Looks a call in doubt of any of the server's tools up after a crash (``None``: a person decides).
+        self.reconcile = reconcile_of(reconcile, "MCPToolset")
         self.connection = MCPConnection(
             server_info,
             connection_timeout=connection_timeout,
@@ -111,7 +117,7 @@ class MCPToolset(Toolset):
                 continue
             self.connection.check_listing_time()  # checking the schemas counts toward list_timeout
             tool = current.get(spec.name)
-            if tool is None or tool.spec != spec or tool.retry != self.retry:
+            if tool is None or tool.spec != spec or tool.retry != self.retry or tool.reconcile is not self.reconcile:
                 try:
                     tool = MCPTool.from_listing(
                         self.connection,
@@ -120,6 +126,7 @@ class MCPToolset(Toolset):
                         idempotent=self.idempotent_overrides.get(spec.name),
                         destructive=self.destructive_overrides.get(spec.name),
                         retry=self.retry,
+                        reconcile=self.reconcile,
                     )
                 except ConfigurationError as exc:  # a schema that is none (SchemaError), a name that is none
                     logger.warning("MCP tool %r of %s is left out: %s", spec.name, self.server_info.describe(), exc)
@@ -172,6 +179,7 @@ class MCPToolset(Toolset):
                 "idempotent_overrides": self.idempotent_overrides or None,
                 "destructive_overrides": self.destructive_overrides or None,
                 **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
+                **({"reconcile": object_path(self.reconcile)} if self.reconcile is not None else {}),
                 **self.connection.to_dict(),
             },
         }
@@ -190,6 +198,7 @@ class MCPToolset(Toolset):
             idempotent_overrides=fields.get("idempotent_overrides"),
             destructive_overrides=fields.get("destructive_overrides"),
             retry=None if fields.get("retry") is None else Retry.from_dict(fields["retry"], allowed_modules),
+            reconcile=reconcile_at(fields.get("reconcile"), allowed_modules),
         )
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@
 - ``hitl``: confirming calls with a person (CONFIRM);
 - ``doubt``: tool calls whose outcome a crash left unknown;
 - ``retries``: a tool call run again after a failed attempt (its tool's ``Retry``);
+- ``reconcile``: a call in doubt settled by its tool's reconcile function;
 - ``cancel``: cancelling a run from outside;
 - ``limits``: usage limits;
 - ``output``: an answer checked against the agent's output type;

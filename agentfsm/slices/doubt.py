@@ -2,8 +2,9 @@
 
 Every driver keeps a journal of the calls it hands to the tools (``started_calls``); a run
 recovered from it applies the in-doubt rule (``crashed_during_tool_run``): a call of an idempotent
-tool runs again, any other waits, and the run pauses (``in_doubt``) until a decision runs it again
-or gives its result. Only a run that may recover from a journal (a resumed or a durable one,
+tool runs again, any other waits (its tool's reconcile function is asked first:
+``slices.reconcile``), and the run pauses (``in_doubt``) until a decision runs it again or gives its
+result. Only a run that may recover from a journal (a resumed or a durable one,
 ``RunConfig.recovers``) reads the fact.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agentfsm._core.phases import CALL_DONE, CALL_READY, CALL_UNKNOWN, PAUSED, PHASE_WORK, TOOL_RUN, CallStatus, Work
 from agentfsm._core.rules import CallTransition, Fact, Rule, Slice, when
 from agentfsm.pauses import OutcomeUnknown
+from agentfsm.reconcile import Unknown, why
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import AgentRun, RunConfig
@@ -49,9 +51,10 @@ def started_calls(run: AgentRun) -> list[str]:
 
 
 def outcome_unknown(run: AgentRun) -> OutcomeUnknown:
-    """Why a run pauses in TOOL_RUN: its calls in doubt."""
+    """Why a run pauses in TOOL_RUN: its calls in doubt, and why a reconcile function left any of them so."""
     unknown = [c for c in run.pending if c.status is CALL_UNKNOWN]
-    return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown])
+    notes = {c.key: why(c.reconciled) for c in unknown if isinstance(c.reconciled, Unknown)}
+    return OutcomeUnknown([c.key for c in unknown], [c.call.tool_name for c in unknown], notes)
 
 
 def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[str, bool]]:
@@ -67,10 +70,14 @@ SLICE = Slice(
     rules=(Rule(TOOL_RUN, 50, "in_doubt", PAUSED, when(calls_in_doubt=True), pause=outcome_unknown),),
     call_edges=(
         CallTransition("in_doubt", CallStatus.READY, K, "started before a crash, result not recorded"),
-        CallTransition("rerun", K, CallStatus.READY, "idempotent tool, or decision execute=True"),
+        CallTransition(
+            "rerun", K, CallStatus.READY, "idempotent tool, decision execute=True, or reconcile NotHappened"
+        ),
         CallTransition("modify", K, CallStatus.READY, "execute=True with new arguments that fit"),
         CallTransition("modify_refused", K, CallStatus.FAILED, "execute=True with new arguments that do not fit"),
-        CallTransition("settle", K, CallStatus.DONE, "decision execute=False: its feedback is the result"),
+        CallTransition(
+            "settle", K, CallStatus.DONE, "decision execute=False, its feedback the result, or reconcile Happened"
+        ),
     ),
     # No call runs until the calls in doubt are decided (nor does after_tool fire: ``slices.retries``'
     # ``results_outstanding`` skips it while a call has no result).

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
+from agentfsm.reconcile import ReconcileFunction
 from agentfsm.retries import Retry
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool, state_inputs
 
@@ -153,6 +154,7 @@ def create_tool_from_function(
     idempotent: bool = False,
     timeout: float | None = None,
     retry: Retry | None = None,
+    reconcile: ReconcileFunction | None = None,
 ) -> Tool:
     """Create a Tool from a typed function; name and description default to its name and docstring.
 
@@ -172,6 +174,7 @@ def create_tool_from_function(
         idempotent=idempotent,
         timeout=timeout,
         retry=retry,
+        reconcile=reconcile,
     )
 
 
@@ -191,6 +194,7 @@ def tool(
     idempotent: bool = False,
     timeout: float | None = None,
     retry: Retry | None = None,
+    reconcile: ReconcileFunction | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -205,6 +209,7 @@ def tool(
     idempotent: bool = False,
     timeout: float | None = None,
     retry: Retry | None = None,
+    reconcile: ReconcileFunction | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator that turns a typed function into a Tool; use bare (``@tool``) or with options."""
 
@@ -219,6 +224,7 @@ def tool(
             idempotent=idempotent,
             timeout=timeout,
             retry=retry,
+            reconcile=reconcile,
         )
 
     return decorate(function) if function is not None else decorate

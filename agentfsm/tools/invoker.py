@@ -46,6 +46,7 @@ from agentfsm.messages import (
     ToolCallResult,
     ToolResultContent,
 )
+from agentfsm.reconcile import Reconciled
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.signatures import names_keyword
 from agentfsm.state import State
@@ -95,6 +96,8 @@ class PreparedCall:
     reporter: ProgressReporter | None = None
     #: Attempts that failed and were retried (its tool's ``Retry``): kept in snapshots, so a resumed run counts on.
     attempts: int = 0
+    #: What its tool's reconcile function answered for it in doubt (``agentfsm.reconcile``), in this run object.
+    reconciled: Reconciled | None = None
 
 
 def blocked(outcome: CallOutcome | None) -> bool:

@@ -18,6 +18,7 @@ from agentfsm.errors import (
     as_set,
     check_timeout,
 )
+from agentfsm.reconcile import ReconcileFunction, reconcile_at, reconcile_of
 from agentfsm.retries import Retry, retry_of
 from agentfsm.schemas import CompiledSchema
 from agentfsm.serialization import (
@@ -202,6 +203,9 @@ class Tool:
     #: How a failed call is run again (``agentfsm.retries.Retry``; ``None``: a failed call is answered
     #: with its error at once). Each attempt is an edge of the call machine.
     retry: Retry | None = None
+    #: Looks a call in doubt up after a crash: did its effect happen? (``agentfsm.reconcile``; ``None``:
+    #: a call in doubt of a tool that is not idempotent waits for a person's decision).
+    reconcile: ReconcileFunction | None = None
     #: A call of this tool is the run's final answer, not a tool call (the final-answer tool's
     #: class sets it): it counts toward neither ``tool_call_counts`` nor ``UsageLimits(tool_calls=...)``,
     #: no ``"*"`` confirmation strategy covers it, and loop detection does not read it.
@@ -236,6 +240,7 @@ class Tool:
         validate_tool_config(self.outputs_to_string, self.inputs_from_state, self.outputs_to_state)
         self.timeout = check_timeout(f"Tool {self.name!r}: timeout", self.timeout)
         self.retry = retry_of(self.retry, f"Tool {self.name!r}")
+        self.reconcile = reconcile_of(self.reconcile, f"Tool {self.name!r}")
         self._check_inputs_from_state()
         self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
         self.takes_progress = names_keyword(self.function, REPORT_PROGRESS)
@@ -308,6 +313,7 @@ class Tool:
                 "idempotent": self.idempotent,
                 **({"timeout": self.timeout} if self.timeout is not None else {}),
                 **({"retry": self.retry.to_dict()} if self.retry is not None else {}),
+                **({"reconcile": serialize_callable(self.reconcile)} if self.reconcile is not None else {}),
             },
         }
 
@@ -322,6 +328,7 @@ class Tool:
         fields["outputs_to_state"] = _deserialize_specs(fields.get("outputs_to_state"), allowed_modules)
         if fields.get("retry") is not None:
             fields["retry"] = Retry.from_dict(fields["retry"], allowed_modules)
+        fields["reconcile"] = reconcile_at(fields.get("reconcile"), allowed_modules)
         return cls(**fields)
 
 

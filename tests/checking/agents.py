@@ -12,6 +12,7 @@ from agentfsm import Agent, State, hook, tool
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI
 from agentfsm.mcp import MCPToolset, StdioServerInfo
+from agentfsm.reconcile import InDoubtCall, Reconciled, Unknown
 from agentfsm.testing import RecordedRun, invariant
 
 #: What the payment tools charged, by call: the external system a payment changes.
@@ -40,6 +41,18 @@ def pay(amount: int) -> str:
 @tool(idempotent=True)
 def pay_marked_idempotent(amount: int) -> str:
     """Charge a card; wrongly marked idempotent, so a crash makes it charge twice."""
+    CHARGES.append(amount)
+    return f"charged {amount}"
+
+
+def look_up_charge(call: InDoubtCall) -> Reconciled:
+    """Look a charge in doubt up (the checker's world answers in its place)."""
+    return Unknown("no ledger here")
+
+
+@tool(reconcile=look_up_charge)
+def pay_looked_up(amount: int) -> str:
+    """Charge a card (not idempotent); a charge in doubt after a crash is looked up."""
     CHARGES.append(amount)
     return f"charged {amount}"
 
@@ -127,3 +140,6 @@ def wait_for_ever() -> str:
 
 #: An agent whose one tool blocks: a check must bound its calls.
 blocking = Agent(chat_generator=_model(), tools=[wait_for_ever])
+
+#: Charges whose calls in doubt are looked up.
+reconciling = Agent(chat_generator=ScriptedChatGenerator(["unused"]), tools=[pay_looked_up])

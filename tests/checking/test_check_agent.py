@@ -72,6 +72,30 @@ def test_a_payment_wrongly_marked_idempotent_charges_twice_after_a_crash() -> No
     assert not again.ok
 
 
+def test_each_reconcile_answer_is_explored_and_a_charge_found_done_never_runs_again() -> None:
+    said: set[str] = set()
+
+    @invariant("charged once per call")
+    def charged_once(run: RecordedRun) -> bool | str:
+        said.update(d.verb for d in run.decisions)
+        charged = [e.call_key for e in run.tool_executions if e.outcome == "returns"]
+        reruns = [d.call_key for d in run.decisions if d.verb == "rerun"]
+        return len(charged) <= len(set(charged)) + len(reruns) or f"charged {charged}"
+
+    result = check_agent(agents.reconciling, max_steps=1, invariants=[charged_once])
+    assert result.ok, result.text()
+    # What the lookup found (happened, did not), that it cannot tell, that it failed: then a person decides.
+    assert {"happened", "not_happened", "unknown", "raises", "rerun"} <= said
+    unknown = Scenario(
+        script=[ChatMessage.from_assistant(tool_calls=[ToolCall("pay_looked_up", {"amount": 1}, id="c")]), "done"],
+        reconciles={"1/c": "unknown"},
+        in_doubt={"1/c": "settle"},
+        crash_at=3,
+    )
+    replayed = replay(agents.reconciling, unknown, invariants=[charged_once])
+    assert replayed.ok, replayed.text()
+
+
 def test_the_regression_test_of_a_user_invariant_fails_until_the_bug_is_fixed() -> None:
     result = check_agent(
         agents.double_charge,

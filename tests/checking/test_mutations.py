@@ -59,3 +59,10 @@ def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
 
 def test_the_retrying_agent_passes_unmutated(mutations: ModuleType) -> None:
     assert mutations._check(mutations.runtime_agents()["charges"]) is None
+
+
+def test_the_reconciling_agent_passes_unmutated_and_catches_an_ignored_reconcile_answer(mutations: ModuleType) -> None:
+    agent = mutations.runtime_agents()["reconciled"]
+    assert mutations._check(agent) is None
+    with mutations.mutated(mutations.RUNTIME_MUTANTS["R27"][1]):  # the agent R27 is caught on, alone
+        assert mutations._check(agent) == "no_double_effect"

@@ -48,6 +48,7 @@ from agentfsm.machine import (
     Facts,
     build_machine,
 )
+from agentfsm.reconcile import Happened, InDoubtCall
 from agentfsm.retries import Retry
 from tests.helpers import (
     add,
@@ -393,6 +394,25 @@ def retried_runs() -> None:
     assert agent.run(USER)["last_message"].text == "done"
 
 
+def reconciled_runs() -> None:
+    """A run resumed with a call in doubt whose tool's reconcile function finds it done."""
+
+    def found(call: InDoubtCall) -> Happened:
+        return Happened(3)
+
+    @tool(reconcile=found)
+    def charge(a: int, b: int) -> int:
+        """Not idempotent: a call in doubt is looked up."""
+        return a + b
+
+    def agent(position: int = 0) -> Agent:
+        script = [calls(call("charge", "c1", a=1, b=2)), "done"]
+        return Agent(chat_generator=ScriptedChatGenerator(script, position=position), tools=[charge])
+
+    crashed = _tool_run_snapshot(agent(), started_tool_calls=["c1"])
+    assert agent(1).run(snapshot=crashed)["messages"][-2].tool_call_result.result == "3"
+
+
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path) | guardrail_runs()
@@ -400,6 +420,7 @@ def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path
         in_doubt_runs(caplog)
         cancelled_runs()
         retried_runs()
+        reconciled_runs()
     taken |= _logged_edges(caplog)
     assert taken == declared
 

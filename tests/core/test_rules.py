@@ -2,9 +2,9 @@
 
 ``FLAT_TABLE`` is the machine as it was written before its rules were ordered and its capabilities
 became slices: every guard spelt out in full. The composed rules must take the same edge (trigger,
-destination, exit reason) for every combination of every fact; the edges added since,
-``loop_stop`` and ``retry`` (TOOL_RUN into itself, ``slices.retries``), are written with the guards
-the rules give them.
+destination, exit reason) for every combination of every fact; the edges added since
+(``ADDED_SINCE_FLAT``: the guardrails', ``loop_stop``, and ``reconciled``, TOOL_RUN into itself,
+``slices.reconcile``) are written with the guards the rules give them.
 """
 
 from __future__ import annotations
@@ -190,6 +190,10 @@ ADDED_SINCE_FLAT: dict[tuple[str, Phase, Phase, str | None], Callable[[Any], boo
         f.answer_refused and not f.stop_requested and f.usage_limit_reached
     ),
     ("guardrail_retry", Phase.EXIT_CHECK, Phase.LLM_CALL, None): lambda f: f.answer_refused and not f.stop_requested,
+    # A call in doubt its tool's reconcile function settled: TOOL_RUN again, after a retry's edge.
+    ("reconciled", Phase.TOOL_RUN, Phase.TOOL_RUN, None): lambda f: (
+        f.calls_reconciled and not (f.guardrail_tripped or f.calls_in_doubt or f.calls_retrying)
+    ),
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.durable import DurableAgent
 from agentfsm.hitl import BreakpointConfirmationStrategy
+from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Reconciled
 from agentfsm.testing import EffectLog
 
 #: A file of one line per tool attempt: ``<label> <idempotency key>``.
@@ -88,6 +89,31 @@ def once(label: str, idempotency_key: str) -> str:
     return label.upper()
 
 
+def _effect_done(key: str) -> str | None:
+    """The label of the effect recorded under ``key``, if any."""
+    path = os.environ.get(EFFECTS)
+    if not path or not Path(path).exists():
+        return None
+    with sqlite3.connect(path, timeout=30) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, label TEXT)")
+        row = db.execute("SELECT label FROM effects WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def find_effect(call: InDoubtCall) -> Reconciled:
+    """Look the call's effect up by its idempotency key: done, with the tool's result, or not."""
+    label = _effect_done(call.idempotency_key)
+    return NotHappened() if label is None else Happened(label.upper())
+
+
+@tool(reconcile=find_effect)
+def charge_first(label: str, idempotency_key: str) -> str:
+    """Not idempotent: its effect comes first, then the attempt is logged (a slow one waits there)."""
+    _effect(label, idempotency_key)
+    _attempt(label, idempotency_key)
+    return label.upper()
+
+
 def _agent(model: TurnModel, tools: list[Any], **kwargs: Any) -> Agent:
     return Agent(chat_generator=model, tools=tools, tool_concurrency=4, **kwargs)
 
@@ -98,6 +124,10 @@ parallel = DurableAgent(_agent(TurnModel(), [effect]), "parallel")
 killable = DurableAgent(_agent(TurnModel(slow=True), [effect]), "killable")
 #: The same, with a tool that is not idempotent.
 killable_once = DurableAgent(_agent(TurnModel(slow=True, tool="once"), [once]), "killable_once")
+#: The same, with a tool whose reconcile function finds the effect of a call in doubt.
+killable_reconciled = DurableAgent(
+    _agent(TurnModel(slow=True, tool="charge_first"), [charge_first]), "killable_reconciled"
+)
 #: Every call waits for a person's decision (the run pauses; no snapshot file is written).
 confirmed = DurableAgent(
     _agent(TurnModel(), [effect], confirmation_strategies={"effect": BreakpointConfirmationStrategy("")}),

@@ -491,6 +491,35 @@ def test_a_call_in_doubt_of_a_tool_that_is_not_idempotent_waits_for_a_decision_f
     assert _attempts(tmp_path) == {"8-a": 1, "8-b": 1, "8-slow": 2}
 
 
+def test_a_call_in_doubt_whose_effect_its_reconcile_function_finds_is_settled_without_running_again(
+    tmp_path: Path,
+) -> None:
+    system_db = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    env = _env(tmp_path)
+    (tmp_path / "block").touch()
+    worker = Worker(system_db, "tests.durable.durable_agents:killable_reconciled", "w1", env)
+    client = DBOSClient(system_database_url=system_db)
+    try:
+        handle = durable_agents.killable_reconciled.start(user("9"), run_id="r1", client=client)
+        kill_during_the_slow_call(worker, client, tmp_path, "r1", "9-slow")  # its effect is done, its step is not
+        (tmp_path / "block").unlink()
+        worker = Worker(system_db, "tests.durable.durable_agents:killable_reconciled", "w1", env)
+        result = handle.result(timeout=TIMEOUT)
+        steps = [n for _, n in step_names("r1", client)]
+    finally:
+        worker.stop()
+        client.destroy()
+    assert "reconcile" in steps
+    got = comparable_result(result)
+    assert [r for r in got["trace"] if r[3] == "reconciled"] == [(1, "TOOL_RUN", "TOOL_RUN", "reconciled")]
+    # The uninterrupted run's result, but the edge the crash added.
+    got["trace"] = [r for r in got["trace"] if r[3] != "reconciled"]
+    assert got == comparable_result(durable_agents.killable_reconciled.agent.run(user("9")))
+    # The slow call's effect was found: it did not run again, and nobody was asked.
+    assert _attempts(tmp_path) == {"9-a": 1, "9-b": 1, "9-slow": 1}
+    assert _effects(tmp_path) == ["9-a", "9-b", "9-slow"]
+
+
 def test_a_run_cancelled_from_another_process_is_paused_resumes_and_ends_in_done(
     system_db: str, tmp_path: Path
 ) -> None:

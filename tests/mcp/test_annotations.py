@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, BreakpointException, ChatMessage, Phase, ToolCall
+from agentfsm import Agent, BreakpointException, ChatMessage, Phase, TextContent, ToolCall
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BlockingConfirmationStrategy, ConfirmationUIResult
 from agentfsm.mcp import AskDestructiveMCPToolsPolicy, ConnectionState, MCPTool, MCPToolset
+from agentfsm.reconcile import Happened, InDoubtCall, Reconciled
 from agentfsm.stores import SQLiteSnapshotStore
 from tests.mcp.conftest import stdio_info
 
@@ -159,7 +160,16 @@ Agent(chat_generator=ScriptedChatGenerator([reply, "done"]), tools=toolset, snap
 """
 
 
-@pytest.mark.parametrize("kind", ["idempotent", "not idempotent"])
+def slept(call: InDoubtCall) -> Reconciled:
+    """The toolset's reconcile function: the server's log says the call in doubt finished.
+
+    Its result is what the tool returns (an MCP tool's: its content, text...), shown to the model as the tool's is.
+    """
+    text = f"{call.tool_name} finished before the crash"
+    return Happened({"content": [TextContent(text)], "text": text, "structured_content": None, "raw_result": []})
+
+
+@pytest.mark.parametrize("kind", ["idempotent", "not idempotent", "reconciled"])
 def test_a_call_in_doubt_after_a_crash_reruns_only_if_idempotent(tmp_path: Path, kind: str) -> None:
     root = Path(__file__).resolve().parents[2]
     db, marker = tmp_path / "runs.db", tmp_path / "marker"
@@ -177,7 +187,10 @@ def test_a_call_in_doubt_after_a_crash_reruns_only_if_idempotent(tmp_path: Path,
     assert snapshot.phase is Phase.TOOL_RUN and snapshot.outcome_unknown_calls() == {"s": "slow"}
     reply = ChatMessage.from_assistant(tool_calls=[ToolCall("slow", {"seconds": 0.1, "marker": str(marker)}, id="s")])
     toolset = MCPToolset(
-        stdio_info(), tool_names=["slow"], idempotent_overrides={"slow": True} if kind == "idempotent" else None
+        stdio_info(),
+        tool_names=["slow"],
+        idempotent_overrides={"slow": True} if kind == "idempotent" else None,
+        reconcile=slept if kind == "reconciled" else None,
     )
     agent = Agent(
         chat_generator=ScriptedChatGenerator([reply, "done"], position=snapshot.step),
@@ -189,6 +202,10 @@ def test_a_call_in_doubt_after_a_crash_reruns_only_if_idempotent(tmp_path: Path,
             result = agent.run(snapshot=snapshot, take_over=True)
             assert result["messages"][-2].tool_call_result.result[0].text == "slept"
             assert result["last_message"].text == "done"
+        elif kind == "reconciled":  # the toolset's reconcile function settles it: the tool is not called again
+            result = agent.run(snapshot=snapshot, take_over=True)
+            assert result["messages"][-2].tool_call_result.result[0].text == "slow finished before the crash"
+            assert toolset.to_dict()["data"]["reconcile"] == "tests.mcp.test_annotations.slept"
         else:  # it may have had its effect (the orphaned server may finish it): a person decides
             with pytest.raises(BreakpointException, match="outcome is unknown"):
                 agent.run(snapshot=snapshot, take_over=True)
