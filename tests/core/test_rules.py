@@ -190,6 +190,10 @@ ADDED_SINCE_FLAT: dict[tuple[str, Phase, Phase, str | None], Callable[[Any], boo
         f.answer_refused and not f.stop_requested and f.usage_limit_reached
     ),
     ("guardrail_retry", Phase.EXIT_CHECK, Phase.LLM_CALL, None): lambda f: f.answer_refused and not f.stop_requested,
+    # A call asked a person (agentfsm.slices.interrupts): once the step's other calls are settled, the run waits.
+    ("input_pause", Phase.TOOL_RUN, Phase.PAUSED, None): lambda f: (
+        f.calls_asking and not f.calls_in_doubt and not f.calls_retrying
+    ),
 }
 
 
