@@ -220,3 +220,12 @@ def test_an_agent_that_asks_nothing_reads_none_of_the_facts() -> None:
     assert {("calls_asking", False), ("hook_asking", False)} <= run.constants
     assert not run.asks and not run.config.asking_hooks
     assert _agent(5).new_run(RunRequest(messages=USER)).asks
+
+
+def test_the_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from examples import interrupts
+
+    interrupts.LOOKUPS.clear()
+    interrupts.main()
+    printed = capsys.readouterr().out
+    assert "refused: The answer 'gold'" in printed and printed.strip().endswith("Rent is paid.")
