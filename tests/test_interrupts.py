@@ -229,3 +229,31 @@ def test_the_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     interrupts.main()
     printed = capsys.readouterr().out
     assert "refused: The answer 'gold'" in printed and printed.strip().endswith("Rent is paid.")
+
+
+@tool(idempotent=True)
+def which(ask_user: AskUser) -> str:
+    """Asks which account pays, before doing anything."""
+    return str(ask_user("Which account?", ACCOUNT))
+
+
+def test_check_agent_explores_a_fitting_and_an_unfitting_answer_per_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentfsm._core import decisions
+    from agentfsm.checking import check_agent
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["unused"]), tools=[which])
+    assert check_agent(agent, max_steps=1).ok
+    # Answers taken unchecked: the unfitting one is taken, and the invariant says so.
+    monkeypatch.setattr(decisions, "check_answers", lambda run_id, pause, answers: list(answers))
+    result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
+    assert [v.invariant for v in result.violations] == ["answers_checked"]
+    assert "breaks its question's schema" in result.violations[0].message
+
+
+def test_check_agent_flags_a_tool_that_asks_and_is_not_idempotent() -> None:
+    from agentfsm.checking import check_agent
+
+    agent = Agent(chat_generator=ScriptedChatGenerator(["unused"]), tools=[transfer])
+    result = check_agent(agent, max_steps=1, crashes=False, breakpoints=False)
+    [violation] = result.violations
+    assert violation.invariant == "no_double_effect" and "asks a person (ask_user)" in violation.message

@@ -58,3 +58,10 @@ def test_the_runtime_is_restored_after_a_mutant(mutations: ModuleType) -> None:
 
 def test_the_retrying_agent_passes_unmutated(mutations: ModuleType) -> None:
     assert mutations._check(mutations.runtime_agents()["charges"]) is None
+
+
+def test_an_answer_applied_to_the_wrong_question_is_caught(mutations: ModuleType) -> None:
+    asking = mutations.runtime_agents()["asking"]
+    assert mutations._check(asking) is None, "the asking agent passes unmutated"
+    with mutations.mutated(mutations.RUNTIME_MUTANTS["R26"][1]):
+        assert mutations._check(asking) == "answers_checked"
