@@ -71,6 +71,7 @@ from agentfsm.serialization import (
     serialize_callable,
 )
 from agentfsm.signatures import accepted_keywords
+from agentfsm.slices import interrupts as interrupts_slice
 from agentfsm.snapshot import AgentSnapshot, fingerprint
 from agentfsm.state import (
     AGENT_STATE_KEYS,
@@ -299,6 +300,8 @@ class Agent:
         if loop_detection is not None and loop_detection.consequence():
             on_loop = (*self._hooks.get(Work.ON_LOOP, ()), *loop_detection.consequence())
             self._run_hooks = {**self._hooks, Work.ON_LOOP: on_loop}
+        #: The hook points with a hook that may ask a person (``ask_user``), worked out once.
+        self._asking_hooks = interrupts_slice.asking_hooks(self._run_hooks)
         #: The type the final answer must fit: a pydantic model, a dataclass or a JSON schema (``agentfsm.output``).
         self.output_type = output_type
         #: Seconds a model call may take before the run stops waiting and fails (``ModelDeadlineError``).
@@ -580,6 +583,7 @@ class Agent:
             model_timeout=self.model_timeout,
             recovers=request.recovers,
             guardrails=self._guardrails,
+            asking_hooks=self._asking_hooks,
         )
 
     def new_run(self, request: RunRequest) -> AgentRun:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import json
 import logging
 import os
 import re
@@ -501,13 +502,17 @@ def _paused_again(args: argparse.Namespace, paused: Any) -> str:
             snapshot.to_file(os.path.join(os.path.dirname(args.target), f"{snapshot.run_id}-step{snapshot.step}.json"))
         )
         where = f"{shlex.quote(path)} {agent}"
+    verb = "decide" if args.store else "resume"
+    questions = snapshot.awaited_answers()
+    if questions:
+        asked = "; ".join(f"{q.id}: {q.question} (schema {json.dumps(q.response_schema)})" for q in questions)
+        return f"run {snapshot.run_id} asks: {asked}; go on with: agentfsm {verb} {where} --answer ID=JSON"
     waiting = snapshot.awaited_decisions()
     if not waiting:
         return (
             f"run {snapshot.run_id} paused at a breakpoint before {snapshot.phase.value} at step {snapshot.step}; "
             f"go on with: agentfsm resume {where}"
         )
-    verb = "decide" if args.store else "resume"
     return (
         f"run {snapshot.run_id} paused again: it waits for a decision on {', '.join(waiting)}; go on with: "
         f"agentfsm {verb} {where} --approve ID | --reject ID:FEEDBACK | --modify ID:JSON"
@@ -665,16 +670,40 @@ def _decisions_taken(
 ) -> list[Any]:
     """The decision options as decisions; ``--approve-all`` approves every awaited call not decided otherwise."""
     approve = list(args.approve)
-    if args.approve_all or (args.approve_all is None and not (approve or args.reject or args.modify)):
+    answers = answers_from_args(args.answer)
+    if args.approve_all or (args.approve_all is None and not (approve or args.reject or args.modify or answers)):
         named = {entry.partition(":")[0] for entry in [*args.reject, *args.modify]}
         approve += [key for key in snapshot.awaited_decisions() if key not in named and key not in approve]
-    if required and not (approve or args.reject or args.modify):
+    if required and not (approve or args.reject or args.modify or answers):
+        questions = [q.id for q in snapshot.awaited_answers()]
+        if questions:
+            raise CLIError(f"run {snapshot.run_id} waits for answers to {', '.join(questions)}: --answer ID=JSON.")
         waiting = ", ".join(snapshot.awaited_decisions()) or "nothing: a breakpoint paused it"
         raise CLIError(
             f"say what to do with the calls run {snapshot.run_id} waits for ({waiting}): "
             "--approve ID, --reject ID:FEEDBACK, --modify ID:JSON or --approve-all."
         )
-    return decisions_from_args(snapshot, approve, args.reject, args.modify, tools)
+    return [*decisions_from_args(snapshot, approve, args.reject, args.modify, tools), *answers]
+
+
+def answers_from_args(given: Iterable[str]) -> list[Any]:
+    """``--answer ID=JSON`` as ``InputAnswer``s; ``CLIError`` for one without ``=`` or whose value is not JSON."""
+    from agentfsm.errors import DeserializationError
+    from agentfsm.interrupts import InputAnswer
+    from agentfsm.serialization import load_json
+
+    answers = []
+    for entry in given:
+        question_id, equals, text = entry.partition("=")
+        if not equals or not question_id:
+            raise CLIError(f"--answer takes ID=JSON (a question's id, then its answer as JSON), got {entry!r}.")
+        try:
+            answers.append(InputAnswer(question_id, load_json(text.encode())))
+        except DeserializationError as exc:
+            raise CLIError(
+                f"the answer to {question_id} is not JSON ({exc}); quote a string: {question_id}='\"text\"'."
+            ) from None
+    return answers
 
 
 class _Holder(logging.Filter):
@@ -801,6 +830,13 @@ def _add_decision_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--modify", action="append", default=[], metavar="ID:JSON", help="run call ID with these arguments instead"
+    )
+    parser.add_argument(
+        "--answer",
+        action="append",
+        default=[],
+        metavar="ID=JSON",
+        help="answer question ID a tool or a hook asked (a JSON value, checked against its schema)",
     )
 
 

@@ -488,6 +488,8 @@ def to_dot(model: DiagramModel) -> str:
             attributes.append('color="#9e9e9e"')
         if edge.interrupt:
             attributes.append("style=dashed")
+            if ANY_ACTIVE not in (edge.source, edge.dest):  # from one phase: it does not shape the layout
+                attributes.append("constraint=false")
         attributes.insert(0, f"label={_dot_quote(label, LABEL_WIDTH)}")
         lines.append(f"    {edge.source} -> {edge.dest} [{', '.join(attributes)}];")
     # The interrupts (any active phase, PAUSED, FAILED) form their own row under the main loop.

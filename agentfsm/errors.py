@@ -25,6 +25,7 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     │   └── StoreError                                   a store cannot be read or written: damaged, locked, not one
     ├── DurabilityError (RuntimeError)                   a durable run cannot start or be found as asked
     ├── DecisionError (ValueError)                       a decision names no waiting call, or a changed one
+    │   └── AnswerError                                  an answer names no open question, or breaks its schema
     ├── ProtocolRequestError (ValueError)                an AG-UI or A2A request does not fit the agent or its thread
     │   └── ThreadBusyError                              the thread has a run going on already
     ├── RemoteAgentError (RuntimeError)                  a remote A2A agent was not reached, or did not do the task
@@ -63,9 +64,11 @@ Subpackages re-export their errors (``agentfsm.mcp.MCPToolError``); they are def
     └── AgentCheckFailed (AssertionError)                ``check_agent`` found paths that violate invariants
 
     AgentFSMSignal                                       the run stopped where it can go on: no failure
-    └── BreakpointException                              a breakpoint paused the run; carries the snapshot
-        ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
-        └── RunCancelled                                 the run was cancelled from outside; carries the snapshot
+    ├── BreakpointException                              a breakpoint paused the run; carries the snapshot
+    │   ├── HITLBreakpointException                      a confirmation strategy paused the run for a decision
+    │   ├── InputBreakpointException                     a tool or a hook paused the run to ask a person
+    │   └── RunCancelled                                 the run was cancelled from outside; carries the snapshot
+    └── InputRequired                                    raised by ask_user inside a tool or hook: no answer yet
 """
 
 from __future__ import annotations
@@ -246,12 +249,47 @@ class HITLBreakpointException(BreakpointException):
         return type(self), (str(self), self.tool_name, self.snapshot_file_path, self.tool_call_id, self.snapshot)
 
 
+class InputBreakpointException(BreakpointException):
+    """A tool or a hook asked a person (``ask_user``): the run waits for the answers; ``questions`` lists them.
+
+    Resume it with ``agent.run(snapshot=exc.snapshot, decisions=[InputAnswer(question_id, answer), ...])``.
+    """
+
+    def __init__(self, message: str, snapshot: Any = None, snapshot_file_path: str | None = None) -> None:
+        super().__init__(message, snapshot, snapshot_file_path)
+        pause = getattr(snapshot, "pause", None)
+        #: The open questions (``agentfsm.pauses.InputQuestion``), each answered by its ``id``.
+        self.questions: list[Any] = list(getattr(pause, "questions", ()))
+
+
+class InputRequired(AgentFSMSignal):
+    """Raised by ``ask_user`` in a tool or a hook when its question has no answer yet: the run pauses for it.
+
+    Let it through: the run catches it. A tool that swallows it has asked all the same (the run
+    records the question when it is asked), and what the tool returns then is dropped.
+    """
+
+    def __init__(self, message: str, question_id: str) -> None:
+        super().__init__(message)
+        self.question_id = question_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.question_id)
+
+
 class RunCancelled(BreakpointException):
     """The run was cancelled (``RunHandle.cancel()``) and stopped at a transition; ``snapshot`` resumes it."""
 
 
 class DecisionError(AgentFSMError, ValueError):
     """A confirmation decision cannot be applied: unknown call, a call that changed, or one decided already."""
+
+
+class AnswerError(DecisionError):
+    """An answer cannot be taken: it names no open question, answers one twice, or does not fit the question's schema.
+
+    Nothing ran, and the run still waits where it paused.
+    """
 
 
 class ProtocolRequestError(AgentFSMError, ValueError):

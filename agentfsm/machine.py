@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentfsm._core.phases import (
     ACTIVE_PHASES,
+    CALL_AWAITING_INPUT,
     CALL_DONE,
     CALL_FAILED,
     CALL_PROPOSED,
@@ -87,13 +88,27 @@ from agentfsm._core.rules import (
     compile_rules,
 )
 from agentfsm.errors import MachineError
-from agentfsm.slices import cancel, doubt, flow, guardrails, hitl, limits, loop, loops, output, reconcile, retries
+from agentfsm.slices import (
+    cancel,
+    doubt,
+    flow,
+    guardrails,
+    hitl,
+    interrupts,
+    limits,
+    loop,
+    loops,
+    output,
+    reconcile,
+    retries,
+)
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import RunConfig
 
 __all__ = [
     "ACTIVE_PHASES",
+    "CALL_AWAITING_INPUT",
     "CALL_DISPATCH",
     "CALL_DONE",
     "CALL_FAILED",
@@ -170,6 +185,7 @@ SLICES: tuple[Slice, ...] = (
     reconcile.SLICE,
     cancel.SLICE,
     limits.SLICE,
+    interrupts.SLICE,
     output.SLICE,
     guardrails.SLICE,
 )

@@ -2,7 +2,8 @@
 
 A paused run's snapshot says why it paused (``AgentSnapshot.pause``): a breakpoint matched
 (``BreakpointHit``), calls wait for a confirmation decision (``AwaitingDecision``), or calls may have
-run before a crash without their result being recorded (``OutcomeUnknown``). Each reason's
+run before a crash without their result being recorded (``OutcomeUnknown``), a tool or a hook asked
+a person (``AwaitingInput``), or the run was cancelled (``Cancelled``). Each reason's
 ``kind`` is its ``"type"`` in the snapshot's ``break_point`` data, the form snapshots have always
 stored it in (a breakpoint's ``type`` is its class name). ``RunStatus`` is what stores, durable
 views, the CLI and the review page say of a run.
@@ -85,6 +86,65 @@ class OutcomeUnknown:
 
 
 @dataclass(frozen=True, slots=True)
+class InputQuestion:
+    """One question a tool call or a hook asked a person (``ask_user``), answered by its ``id``.
+
+    ``id`` is ``<asker>.<n>``: the asking call's key (or ``<hook point>.<hook's position>``) and
+    the question's position among those the asker asked, counted from 0.
+    """
+
+    id: str
+    question: str
+    #: The JSON schema the answer must fit (``{}``: any JSON value).
+    response_schema: dict[str, Any]
+    #: The asking call (its key) and its tool, or the asking hook (its point, its position there).
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    hook_point: str | None = None
+    hook: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored in the pause's data."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InputQuestion:
+        """Invert ``to_dict``; ``TypeError`` for a field of the wrong type (a damaged snapshot)."""
+        question = cls(
+            data["id"],
+            data["question"],
+            data["response_schema"],
+            data.get("tool_call_id"),
+            data.get("tool_name"),
+            data.get("hook_point"),
+            data.get("hook"),
+        )
+        texts = (question.id, question.question)
+        optional = (question.tool_call_id, question.tool_name, question.hook_point)
+        if (
+            not all(isinstance(t, str) for t in texts)
+            or not isinstance(question.response_schema, dict)
+            or not all(t is None or isinstance(t, str) for t in optional)
+            or not (question.hook is None or (type(question.hook) is int and question.hook >= 0))
+            or (question.tool_call_id is None) == (question.hook_point is None)
+        ):
+            raise TypeError(f"question {data.get('id')!r} is not a question a tool call or a hook asked")
+        return question
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingInput:
+    """Tool calls or a hook asked a person (``ask_user``): the run waits for the answers to ``questions``."""
+
+    kind: ClassVar[str] = "input"
+    questions: list[InputQuestion]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot's ``break_point`` data."""
+        return {"type": self.kind, "questions": [q.to_dict() for q in self.questions]}
+
+
+@dataclass(frozen=True, slots=True)
 class Cancelled:
     """The run was cancelled from outside (``RunHandle.cancel()``, or its task): it resumes where it stopped."""
 
@@ -95,7 +155,7 @@ class Cancelled:
         return {"type": self.kind}
 
 
-PauseReason = BreakpointHit | AwaitingDecision | OutcomeUnknown | Cancelled
+PauseReason = BreakpointHit | AwaitingDecision | OutcomeUnknown | AwaitingInput | Cancelled
 
 
 def pause_reason(data: Mapping[str, Any] | None) -> PauseReason | None:
@@ -115,6 +175,11 @@ def pause_reason(data: Mapping[str, Any] | None) -> PauseReason | None:
         return OutcomeUnknown(
             list(data["tool_call_ids"]), list(data.get("tool_names", ())), dict(data.get("notes") or {})
         )
+    if kind == AwaitingInput.kind:
+        questions = data["questions"]
+        if not isinstance(questions, list) or not all(isinstance(q, Mapping) for q in questions):
+            raise TypeError("an input pause lists its questions")
+        return AwaitingInput([InputQuestion.from_dict(q) for q in questions])
     if kind == Cancelled.kind:
         return Cancelled()
     return BreakpointHit(dict(data))

@@ -31,7 +31,7 @@ from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import DecisionError, DeserializationError, SnapshotError
 from agentfsm.files import atomic_write, read_file
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import AwaitingDecision, OutcomeUnknown, PauseReason, pause_reason
+from agentfsm.pauses import AwaitingDecision, AwaitingInput, InputQuestion, OutcomeUnknown, PauseReason, pause_reason
 from agentfsm.serialization import dump_json, load_json, nests_deeper
 from agentfsm.tools.invoker import key_of
 
@@ -120,6 +120,9 @@ class AgentSnapshot(BaseModel):
     tool_call_attempts: dict[str, Annotated[int, Field(ge=1)]] = {}
     #: The calls whose attempt failed and whose backoff is still owed: a resumed run waits it out first.
     retrying_tool_calls: list[str] = []
+    #: The answers a person gave to the questions of work still under way (the step's calls, a hook
+    #: point), by question id: an asker run again reads them (``agentfsm.interrupts``).
+    input_answers: dict[str, Any] = {}
     exit_reason: str | None = None
     trace: list[TraceData] = []
     break_point: dict[str, Any] | None = None
@@ -320,6 +323,11 @@ class AgentSnapshot(BaseModel):
         if isinstance(pause, OutcomeUnknown):
             return list(pause.tool_call_ids)
         return []
+
+    def awaited_answers(self) -> list[InputQuestion]:
+        """The questions a paused run waits for answers to (a tool call or a hook asked a person)."""
+        pause = self.pause
+        return list(pause.questions) if isinstance(pause, AwaitingInput) else []
 
     @property
     def pause(self) -> PauseReason | None:

@@ -35,11 +35,13 @@ from agentfsm._core import runtime  # noqa: E402
 from agentfsm.checking import RecordedRun, check_agent, invariant  # noqa: E402
 from agentfsm.generators import ScriptedChatGenerator  # noqa: E402
 from agentfsm.hitl import AlwaysAskPolicy, BlockingConfirmationStrategy, SimpleConsoleUI  # noqa: E402
+from agentfsm.interrupts import Asker, AskUser  # noqa: E402
 from agentfsm.machine import CallStatus, Phase, Transition, Work  # noqa: E402
 from agentfsm.messages import ChatMessage, ToolCall  # noqa: E402
 from agentfsm.reconcile import InDoubtCall, NotHappened, Reconciled, Unknown  # noqa: E402
 from agentfsm.retries import Retry  # noqa: E402
 from agentfsm.slices import doubt  # noqa: E402
+from agentfsm.slices import interrupts as interrupts_slice  # noqa: E402
 from agentfsm.slices import retries as retries_slice  # noqa: E402
 from agentfsm.stores import sqlite as sqlite_store  # noqa: E402
 from agentfsm.tools.invoker import ToolInvoker  # noqa: E402
@@ -73,6 +75,12 @@ def pay(amount: int) -> str:
     """Charge a card (not idempotent)."""
     CHARGES.append(amount)
     return f"charged {amount}"
+
+
+@tool(idempotent=True)
+def which_account(ask_user: AskUser) -> str:
+    """Ask the user which account pays (it does nothing before asking)."""
+    return str(ask_user("Which account?", {"enum": ["checking", "savings"]}))
 
 
 @hook
@@ -150,6 +158,7 @@ def runtime_agents() -> dict[str, Agent]:
             confirmation_strategies={"pay": _confirm()},
         ),
         "charges": Agent(chat_generator=_model(), tools=[charge]),
+        "asking": Agent(chat_generator=_model(), tools=[which_account]),
         "reconciled": Agent(chat_generator=_model(), tools=[pay_looked_up]),
         # Last: its guardrails' answers make it the costliest to explore, and only guardrail mutants reach it.
         "guarded": Agent(
@@ -321,6 +330,16 @@ def _retry_after_the_start(stack: contextlib.ExitStack) -> None:
     _set(stack, retries_slice, "retryable", retryable)
 
 
+def _answers_to_the_next_call(stack: contextlib.ExitStack) -> None:
+    def give_askers(run: runtime.AgentRun, calls: Any) -> None:
+        """Each asking call reads the answers of the next asking call of its step: bound by position, not by id."""
+        asking = [c for c in calls if c.status is CallStatus.READY and c.tool is not None and c.tool.takes_ask]
+        for c, other in zip(asking, asking[1:] + asking[:1], strict=True):
+            c.asker = Asker(run.answers, other.key, tool_call_id=c.key, tool_name=c.call.tool_name)
+
+    _set(stack, interrupts_slice, "give_askers", give_askers)
+
+
 def _skip_the_ask_edge(stack: contextlib.ExitStack) -> None:
     moves = dict(runtime._CALL_MOVES)
     moves[(CallStatus.READY, "ask")] = CallStatus.READY  # a covered call is decided while still ready
@@ -376,6 +395,7 @@ RUNTIME_MUTANTS: dict[str, tuple[str, Patch]] = {
     "R25": ("retry a non-idempotent call after its start (a timed-out charge)", _retry_after_the_start),
     "R26": ("modified arguments not guarded again", _skip_work(Work.GUARD_DECIDED)),
     "R27": ("ignore a reconcile answer (a charge found done runs again)", _ignore_reconcile_answers),
+    "R28": ("apply an answer to the wrong question (the next parallel call's)", _answers_to_the_next_call),
 }
 
 

@@ -105,6 +105,8 @@ class RunHooks:
     error: BaseException | None = None
     #: The run's ``hook_context`` (``Agent.run(hook_context=...)``): hooks that take it are given it.
     context: dict[str, Any] | None = None
+    #: The position among the point's hooks of the first of ``hooks`` (a run resumed at a hook that asked).
+    first: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,3 +73,5 @@ class RunConfig:
     recovers: bool = False
     #: The guardrails of each point that has some (``Agent(guardrails=...)``, ``agentfsm.slices.guardrails``).
     guardrails: Mapping[GuardrailPoint, tuple[Guardrail, ...]] = field(default_factory=dict)
+    #: The hook points with a hook that may ask a person (``ask_user``; ``agentfsm.slices.interrupts``).
+    asking_hooks: frozenset[Work] = frozenset()

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentfsm.decisions import ToolExecutionDecision, as_decisions, call_fingerprint
 from agentfsm.errors import DecisionError
+from agentfsm.interrupts import InputAnswer, check_answers, split_answers
 from agentfsm.machine import Phase
 from agentfsm.snapshot import AgentSnapshot
 
@@ -77,8 +78,18 @@ def decidable_calls(snapshot: AgentSnapshot) -> list[str]:
     return list(keys)
 
 
-def check_snapshot_decisions(snapshot: AgentSnapshot, decisions: Sequence[Any]) -> list[ToolExecutionDecision]:
-    """``check_decisions`` for the run ``snapshot`` holds: the paths that decide a stored or paused run."""
+def check_snapshot_decisions(
+    snapshot: AgentSnapshot, decisions: Sequence[Any]
+) -> list[ToolExecutionDecision | InputAnswer]:
+    """``check_decisions`` for the run ``snapshot`` holds: the paths that decide a stored or paused run.
+
+    Answers to the questions it asked (``InputAnswer``, or their dicts) among ``decisions`` are
+    checked against those questions (``agentfsm.interrupts.check_answers``); they come last.
+    """
+    given, answers = split_answers(decisions)
     calls = {key: (c["tool_name"], c["arguments"]) for key, c in snapshot.pending_calls_by_key().items()}
     where = f": it resumes in {snapshot.phase.value}"
-    return check_decisions(snapshot.run_id, calls, decidable_calls(snapshot), decisions, where)
+    taken: list[ToolExecutionDecision | InputAnswer] = list(
+        check_decisions(snapshot.run_id, calls, decidable_calls(snapshot), given, where)
+    )
+    return taken + check_answers(snapshot.run_id, snapshot.pause, answers)

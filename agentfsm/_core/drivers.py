@@ -43,6 +43,7 @@ from agentfsm.errors import (
     AgentFSMSignal,
     BreakpointException,
     HITLBreakpointException,
+    InputBreakpointException,
     ModelDeadlineError,
     RunCancelled,
 )
@@ -51,11 +52,13 @@ from agentfsm.generators.base import ChatGenerator
 from agentfsm.guardrails import check_async, check_sync
 from agentfsm.hitl.strategies import Decider, optional_keywords
 from agentfsm.hooks import Hook, accepts, hook_name
+from agentfsm.interrupts import ASK_USER, Asker, AskUser, outside_run
 from agentfsm.logs import logger
 from agentfsm.machine import Work
 from agentfsm.messages import ChatMessage, StreamingCallback, StreamingChunk
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, Cancelled, OutcomeUnknown
+from agentfsm.pauses import AwaitingDecision, AwaitingInput, BreakpointHit, Cancelled, InputQuestion, OutcomeUnknown
 from agentfsm.reconcile import ask, ask_async
+from agentfsm.slices.interrupts import hook_asks
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import SnapshotInfo
 from agentfsm.tools.invoker import PreparedCall
@@ -86,6 +89,14 @@ def pause_exception(snapshot: AgentSnapshot, save: SavePause | None = None) -> B
             f"({', '.join(pause.tool_names)}) started before the run was interrupted, and their outcome "
             f"is unknown{where}.{notes} Resume it with agent.run(snapshot=exc.snapshot, decisions=[...]): "
             "execute=True runs a call again, execute=False records its feedback as the call's result.",
+            snapshot,
+            path,
+        )
+    if isinstance(pause, AwaitingInput):
+        asked = "; ".join(f"{q.id}: {q.question!r}" for q in pause.questions)
+        return InputBreakpointException(
+            f"Run {snapshot.run_id} waits for a person's answers ({asked}){where}. Resume it with "
+            "agent.run(snapshot=exc.snapshot, decisions=[InputAnswer(question_id, answer), ...]).",
             snapshot,
             path,
         )
@@ -382,19 +393,47 @@ def _observe_all(observers: tuple[RunObserver, ...], deltas: list[RunDelta]) -> 
             observer.observe(delta)
 
 
-def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -> None:
-    """Run the action's hooks on the run's State, in order, in this thread; each firing an event with an ``emitter``."""
-    if emitter is not None:
-        for h in action.hooks:
+def _hook_asker(run: AgentRun, action: RunHooks, index: int, h: Hook) -> AskUser | None:
+    """What the ``index``-th of the action's hooks is given as ``ask_user``, when it declares it (else ``None``)."""
+    if not hook_asks(h):
+        return None
+    asker = run.hook_asker(action.point, action.first + index)
+    return outside_run if asker is None else asker
+
+
+def _question_of(asker: AskUser | None) -> InputQuestion | None:
+    """The question a hook's asker was asked and has no answer for, if any."""
+    return asker.asked if isinstance(asker, Asker) else None
+
+
+def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -> InputQuestion | None:
+    """Run the action's hooks on the run's State, in order, in this thread; each firing an event with an ``emitter``.
+
+    A hook that asks a person (``ask_user``) without an answer stops the point there: its question is returned.
+    """
+    asking = action.point in run.config.asking_hooks
+    if emitter is not None or asking:
+        for i, h in enumerate(action.hooks):
+            kwargs = _hook_kwargs(action, h)
+            asker = _hook_asker(run, action, i, h) if asking else None
+            if asker is not None:
+                kwargs[ASK_USER] = asker
             started = time.perf_counter()
             try:
-                h.run(run.state, **_hook_kwargs(action, h))
+                h.run(run.state, **kwargs)
             except Exception as exc:
-                emitter.send(emitter.hook_ran(action.point, hook_name(h), started, exc))
+                question = _question_of(asker)
+                if emitter is not None:
+                    emitter.send(emitter.hook_ran(action.point, hook_name(h), started, None if question else exc))
+                if question is not None:
+                    return question
                 _hook_failed(action, h, exc)
             else:
-                emitter.send(emitter.hook_ran(action.point, hook_name(h), started, None))
-        return
+                if emitter is not None:
+                    emitter.send(emitter.hook_ran(action.point, hook_name(h), started, None))
+                if (question := _question_of(asker)) is not None:
+                    return question
+        return None
     for h in action.hooks:
         try:
             if action.error is None and action.context is None:
@@ -403,6 +442,7 @@ def run_hooks(run: AgentRun, action: RunHooks, emitter: Emitter | None = None) -
                 h.run(run.state, **_hook_kwargs(action, h))
         except Exception as exc:
             _hook_failed(action, h, exc)
+    return None
 
 
 def ask_strategies(run: AgentRun, action: Confirm) -> list[ToolExecutionDecision | None]:
@@ -504,9 +544,9 @@ def steps_sync(  # noqa: PLR0915 (one match over every kind of action, the drive
                 case Reconcile():
                     run.reconciled([ask(f, question) for f, question in action.asked()])
                 case RunHooks():
-                    run_hooks(run, action, emitter)
+                    asked = run_hooks(run, action, emitter)
                     yield from _drained(outbox)
-                    run.hooks_ran(action.point)
+                    run.hooks_ran(action.point, asked)
                 case Confirm():
                     decisions = ask_strategies(run, action)
                     yield from _drained(outbox)
@@ -621,11 +661,18 @@ async def _call_model_with_events(
     return await emitter.call_model_async(call, action)
 
 
-async def _run_hooks_async(run: AgentRun, action: RunHooks, emitter: Emitter | None) -> None:
-    """Run the action's hooks on the event loop, in order (sync ones in worker threads); each firing an event with an ``emitter``."""
-    for h in action.hooks:
+async def _run_hooks_async(run: AgentRun, action: RunHooks, emitter: Emitter | None) -> InputQuestion | None:
+    """Run the action's hooks on the event loop, in order (sync ones in worker threads); each firing an event with an ``emitter``.
+
+    A hook that asks a person (``ask_user``) without an answer stops the point there: its question is returned.
+    """
+    asking = action.point in run.config.asking_hooks
+    for i, h in enumerate(action.hooks):
         hook_async = getattr(h, "run_async", None)
         kwargs = {} if action.error is None and action.context is None else _hook_kwargs(action, h)
+        asker = _hook_asker(run, action, i, h) if asking else None
+        if asker is not None:
+            kwargs[ASK_USER] = asker
         started = time.perf_counter()
         try:
             if hook_async is not None:
@@ -633,12 +680,20 @@ async def _run_hooks_async(run: AgentRun, action: RunHooks, emitter: Emitter | N
             else:  # a sync hook runs off the event loop
                 await run_in_worker(h.run, run.state, **kwargs)
         except Exception as exc:
+            question = _question_of(asker)
             if emitter is not None:
-                await emitter.send_async(emitter.hook_ran(action.point, hook_name(h), started, exc))
+                await emitter.send_async(
+                    emitter.hook_ran(action.point, hook_name(h), started, None if question else exc)
+                )
+            if question is not None:
+                return question
             _hook_failed(action, h, exc)
             continue
         if emitter is not None:
             await emitter.send_async(emitter.hook_ran(action.point, hook_name(h), started, None))
+        if (question := _question_of(asker)) is not None:
+            return question
+    return None
 
 
 async def drive_async(
@@ -699,10 +754,10 @@ async def steps_async(  # noqa: PLR0915 (one match over every kind of action, as
                 case Reconcile():
                     run.reconciled([await ask_async(f, question) for f, question in action.asked()])
                 case RunHooks():
-                    await _run_hooks_async(run, action, emitter)
+                    asked = await _run_hooks_async(run, action, emitter)
                     for event in _drained(outbox):  # before the run records what the action did (see steps_sync)
                         yield event
-                    run.hooks_ran(action.point)
+                    run.hooks_ran(action.point, asked)
                 case Confirm():
                     run.decided(
                         [

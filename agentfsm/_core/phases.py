@@ -165,6 +165,8 @@ class CallStatus(StrEnum):
     UNKNOWN = "outcome_unknown"
     #: An attempt failed with an error its tool's ``Retry`` covers: it runs again after its backoff.
     RETRYING = "retrying"
+    #: Its tool asked a person (``ask_user``) and has no answer yet: it runs again once answered.
+    AWAITING_INPUT = "awaiting_input"
 
 
 # The call statuses by name, as module constants (see the phases'): ``CALL_`` and the member's name.
@@ -176,6 +178,7 @@ CALL_REJECTED: Final = CallStatus.REJECTED
 CALL_DONE: Final = CallStatus.DONE
 CALL_UNKNOWN: Final = CallStatus.UNKNOWN
 CALL_RETRYING: Final = CallStatus.RETRYING
+CALL_AWAITING_INPUT: Final = CallStatus.AWAITING_INPUT
 
 #: Call statuses a call never leaves.
 TERMINAL_CALL_STATUSES: frozenset[CallStatus] = frozenset({CallStatus.DONE, CallStatus.FAILED, CallStatus.REJECTED})

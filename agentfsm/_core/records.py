@@ -109,6 +109,7 @@ def snapshot_fields(run: AgentRun, pause: PauseReason | None = None, stage: int 
         "started_tool_calls": started_calls(run) if pause is None or isinstance(pause, Cancelled) else [],
         "tool_call_attempts": attempts_of(run) if run.retries else {},
         "retrying_tool_calls": retrying_of(run) if run.retries else [],
+        "input_answers": dict(run.answers),
         "exit_reason": run.exit_reason,
         "break_point": None if pause is None else pause.to_dict(),
         "decisions": list(run.decisions),

@@ -16,13 +16,14 @@ from agentfsm._core.decisions import check_snapshot_decisions
 from agentfsm._core.records import TransitionRecord
 from agentfsm._core.runtime import AgentRun, RunConfig
 from agentfsm.decisions import ToolExecutionDecision, as_decisions
-from agentfsm.errors import AgentFSMError, AgentFSMSignal, DecisionError, SnapshotError
+from agentfsm.errors import AgentFSMError, AgentFSMSignal, AnswerError, DecisionError, SnapshotError
+from agentfsm.interrupts import InputAnswer, split_answers
 from agentfsm.lifecycle import run_done
 from agentfsm.logs import logger
 from agentfsm.machine import PREPARED_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage, ToolCall
-from agentfsm.pauses import AwaitingDecision
-from agentfsm.slices import limits, retries
+from agentfsm.pauses import AwaitingDecision, AwaitingInput
+from agentfsm.slices import interrupts, limits, retries
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.state import State, values_from_dict
 from agentfsm.tools.invoker import CallOutcome
@@ -55,7 +56,8 @@ def resume_run(
     A finished run's record resumes nowhere: a done one is refused (``StaleSnapshotError``), a failed
     one goes on from where it stood before its ``fail`` edge, retrying the work that failed.
     """
-    decisions = as_decisions(decisions)
+    given, answers = split_answers(decisions)
+    decisions = [*as_decisions(given), *answers]
     snap = snapshot if isinstance(snapshot, AgentSnapshot) else AgentSnapshot.from_dict(snapshot)
     if snap.phase is Phase.DONE:
         raise run_done(snap.run_id, snap.seq, snap.seq)
@@ -74,7 +76,19 @@ def resume_run(
     pause = snap.pause
     waiting = set(pause.waiting) if isinstance(pause, AwaitingDecision) else set()
     unknown = snap.outcome_unknown_calls()
-    checked = check_snapshot_decisions(snap, decisions)
+    checked_all = check_snapshot_decisions(snap, decisions)
+    checked = [d for d in checked_all if isinstance(d, ToolExecutionDecision)]
+    answered = [a for a in checked_all if isinstance(a, InputAnswer)]
+    if isinstance(pause, AwaitingInput):
+        if not answered:
+            raise AnswerError(
+                f"Run {snap.run_id} waits for answers to {[q.id for q in pause.questions]}: pass "
+                "decisions=[InputAnswer(question_id, answer), ...] for them. Nothing ran."
+            )
+        run.answers = {**snap.input_answers, **{a.question_id: a.answer for a in answered}}
+        interrupts.restore(run, pause, [a.question_id for a in answered])
+    elif snap.input_answers:
+        run.answers = dict(snap.input_answers)
     for c in run.pending:
         # A call that waited for a decision still waits, whatever this agent's strategies cover.
         if c.key in waiting and c.status is CallStatus.READY and c.decision is None:

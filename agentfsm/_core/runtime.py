@@ -86,6 +86,7 @@ from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Unknown, why
 from agentfsm.serialization import brief
 from agentfsm.slices import doubt, retries
 from agentfsm.slices import guardrails as guardrails_slice
+from agentfsm.slices import interrupts as interrupts_slice
 from agentfsm.slices import limits as limits_slice
 from agentfsm.slices import reconcile as reconcile_slice
 from agentfsm.slices.cancel import NOT_CANCELLED
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
     from agentfsm.decisions import ToolExecutionDecision
     from agentfsm.guardrails import GuardrailVerdict
     from agentfsm.hitl.strategies import Decider
+    from agentfsm.pauses import InputQuestion
     from agentfsm.reconcile import Reconciled
     from agentfsm.result import AgentResult
     from agentfsm.snapshot import AgentSnapshot
@@ -112,6 +114,11 @@ _CALL_MOVES = CALL_DISPATCH.moves
 _DECIDABLE = (CALL_UNDECIDED, CALL_UNKNOWN)
 #: The phase whose work each work item is.
 _PHASE_OF: dict[Work, Phase] = {item: phase for phase, items in PHASE_WORK.items() for item in items}
+#: The interrupt a hook that asked a person takes, out of each phase a hook may ask in (``slices.interrupts``).
+_HOOK_INPUT: dict[Phase, tuple[Transition, ...]] = {
+    phase: tuple(t for t in GUARDED_INTERRUPTS[phase] if t.trigger == "hook_input")
+    for phase in set(interrupts_slice.ASKING_POINTS.values())
+}
 
 
 def add_usage(totals: Mapping[str, int] | None, usages: list[dict[str, Any]]) -> dict[str, int]:
@@ -222,6 +229,14 @@ class AgentRun(RunFacts):
         self._keyed = bool(config.dynamic) or any(t.takes_idempotency_key for t in config.tools.values())
         #: Whether a call of the run may be retried (a tool has a ``Retry``, or a dynamic toolset may show one).
         self.retries = retries.configured(config)
+        #: Whether a call of the run may ask a person (a tool takes ``ask_user``, or a dynamic toolset may show one).
+        self.asks = interrupts_slice.tools_ask(config)
+        #: The answers a person gave to the questions of the work under way, by question id (``slices.interrupts``).
+        self.answers: dict[str, Any] = {}
+        #: The question a hook of the point under way asked, until the run pauses for it.
+        self.hook_question: InputQuestion | None = None
+        #: The hook a resumed run's hook point starts at (the one that asked): its point and position.
+        self.hook_restart: tuple[Work, int] | None = None
         #: Whether the run records its events, for its ``on_event`` handler, its store or its log (decided
         #: when it starts: nobody listening costs nothing). The drivers hand them out (``agentfsm._core.emitting``).
         self.records_events = (
@@ -298,6 +313,8 @@ class AgentRun(RunFacts):
         self.prepare_calls()
 
     def _run_tools(self, item: Work) -> Action:
+        if self.asks:
+            interrupts_slice.give_askers(self, self.pending)
         return RunTools(self.pending)
 
     def _backoff(self, item: Work) -> Action:
@@ -333,6 +350,11 @@ class AgentRun(RunFacts):
             self._conversation_before_hooks = self.conversation_version()
         if self.error is not None:  # on_error's hooks are given the error
             return RunHooks(item, self.config.hooks[item], self.error, self.config.hook_context)
+        restart = self.hook_restart
+        if restart is not None and restart[0] is item:  # resumed at the hook that asked: the ones before it ran
+            self.hook_restart = None
+            first = restart[1]
+            return RunHooks(item, self.config.hooks[item][first:], None, self.config.hook_context, first)
         return self._hook_actions[item]
 
     def _finish(self, item: Work) -> Action:
@@ -467,7 +489,10 @@ class AgentRun(RunFacts):
         """
         if call.outcome is None:
             raise MachineError(f"tool_completed takes a call with its outcome; {call.key} has none.")
-        if self.retries and retries.retries_call(self, call):
+        if self.asks and interrupts_slice.asked(call):  # no result: it runs again once answered
+            call.question, call.asker = call.asker.asked, None  # type: ignore[union-attr]
+            self.move_call(call, "await_input")
+        elif self.retries and retries.retries_call(self, call):
             call.attempts += 1
             self.move_call(call, "retry")
         else:
@@ -478,12 +503,18 @@ class AgentRun(RunFacts):
     def tools_ran(self) -> list[ChatMessage]:
         """Record the step's tool results in the conversation and State; returns the new messages."""
         self._expect(Work.RUN_TOOLS, "tools_ran")
-        if (self.config.recovers and doubt.calls_in_doubt(self)) or (self.retries and retries.calls_retrying(self)):
+        if (
+            (self.config.recovers and doubt.calls_in_doubt(self))
+            or (self.retries and retries.calls_retrying(self))
+            or (self.asks and interrupts_slice.calls_asking(self))
+        ):
             self._complete()
-            return []  # the run pauses for them (``in_doubt``), or retries them (``retry``): no result yet
+            return []  # the run pauses for them (``in_doubt``, ``input_pause``), or retries them (``retry``): no result yet
         messages = self.config.invoker.finish(self.pending, self.state)
         self.state.append("messages", messages)
         self.calls, self.pending = [], []
+        if self.answers:  # the calls that asked are done: their answers with them
+            self.answers = {}
         self._complete()
         return messages
 
@@ -551,13 +582,23 @@ class AgentRun(RunFacts):
                 self._events.append(GuardrailChecked.of(self.run_id, self.step, time.time(), point, v))
         self._complete()
 
-    def hooks_ran(self, point: Work) -> None:
-        """Record that the hooks of ``point`` ran.
+    def hooks_ran(self, point: Work, asked: InputQuestion | None = None) -> None:
+        """Record that the hooks of ``point`` ran, or that one of them asked a person (``asked``) and the rest did not.
 
         After ``after_llm`` and ``before_tool`` hooks, the pending calls are those the conversation now
-        holds: the hooks may have changed them, and what is checked and run is what they left.
+        holds: the hooks may have changed them, and what is checked and run is what they left. A
+        hook that asked stops the point where it stands: the run takes ``hook_input`` to PAUSED,
+        and resumes at that hook.
         """
         self._expect(point, "hooks_ran")
+        if asked is not None:
+            self._awaiting = None
+            self.hook_question = asked
+            self._take_guarded_interrupt(_HOOK_INPUT[self.phase])
+            self.hook_question = None
+            return
+        if self.answers:  # the point's hooks are done: their answers with them
+            self.answers = {}
         if point in _REREAD_CALLS and self.conversation_version() != self._conversation_before_hooks:
             self.calls = unanswered_calls(self.data["messages"]) if self.has_tools else []
         self._complete()
@@ -625,6 +666,10 @@ class AgentRun(RunFacts):
                 self.move_call(c, "in_doubt")
                 if c.key not in decided and doubt.runs_again_after_crash(c):
                     self.move_call(c, "rerun")
+
+    def hook_asker(self, point: Work, index: int) -> Any:
+        """What the ``index``-th hook of ``point`` is given as ``ask_user`` (``slices.interrupts.hook_asker``)."""
+        return interrupts_slice.hook_asker(self, point, index)
 
     def settle_call(self, call: PreparedCall, trigger: str, error: Exception) -> None:
         """Give a call that does not run ``error`` as its outcome, and move it along ``trigger`` (a guardrail's ``block``)."""

@@ -8,7 +8,9 @@ A2A server as the data of an ``input-required`` task. ``decide`` reads the ``Rep
 the run's decisions, which the run then checks as every decision is checked (single-use, bound to
 the call's exact arguments: ``agentfsm._core.decisions``).
 
-A call's question is answered ``{"approved": true}`` (run it), ``{"approved": true, "editedArgs":
+A question a tool call or a hook asked (``ask_user``, reason ``INPUT``) keeps its id and its own
+schema, and is answered with a value that fits it: the answer becomes an ``InputAnswer``; a
+cancelled one leaves the run paused. A call's question is answered ``{"approved": true}`` (run it), ``{"approved": true, "editedArgs":
 {...}}`` (run it with these arguments instead, checked against the tool), or ``{"approved":
 false, "feedback": "..."}`` (do not run it; the model is told the feedback); a cancelled one is
 not run. Every open question must be answered at once, and nothing else; otherwise
@@ -26,7 +28,8 @@ import jsonschema
 
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import DecisionError, ProtocolRequestError, ToolArgumentsError
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.interrupts import InputAnswer
+from agentfsm.pauses import AwaitingDecision, AwaitingInput, BreakpointHit, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.tool import Tool
 
@@ -35,6 +38,8 @@ from agentfsm.tools.tool import Tool
 TOOL_CALL = "tool_call"
 OUTCOME_UNKNOWN = "agentfsm:outcome_unknown"
 BREAKPOINT = "agentfsm:breakpoint"
+#: A tool call or a hook asked a person (``ask_user``): the answer is a JSON value fitting the question's schema.
+INPUT = "agentfsm:input"
 
 #: The id of the question a breakpoint asks (one per pause).
 BREAKPOINT_ID = "breakpoint"
@@ -63,7 +68,7 @@ class Question:
 
     #: The question's id, which its answer names: the call's key, or ``BREAKPOINT_ID``.
     id: str
-    #: Why: ``TOOL_CALL``, ``OUTCOME_UNKNOWN`` or ``BREAKPOINT``.
+    #: Why: ``TOOL_CALL``, ``OUTCOME_UNKNOWN``, ``INPUT`` or ``BREAKPOINT``.
     reason: str
     #: What to ask a person.
     message: str
@@ -109,6 +114,20 @@ def questions_of(snapshot: AgentSnapshot, tools: Mapping[str, Tool]) -> list[Que
             f"The run stopped at a breakpoint before {snapshot.phase.value} (step {snapshot.step}): answer to go on."
         )
         return [Question(BREAKPOINT_ID, BREAKPOINT, message, {"type": "object"})]
+    if isinstance(pause, AwaitingInput):
+        calls = snapshot.pending_calls_by_key()
+        return [
+            Question(
+                q.id,
+                INPUT,
+                q.question,
+                q.response_schema,
+                q.tool_call_id,
+                q.tool_name,
+                dict(calls[q.tool_call_id]["arguments"]) if q.tool_call_id in calls else {},
+            )
+            for q in pause.questions
+        ]
     if not isinstance(pause, AwaitingDecision | OutcomeUnknown):
         return []
     calls = snapshot.pending_calls_by_key()
@@ -136,7 +155,8 @@ def questions_of(snapshot: AgentSnapshot, tools: Mapping[str, Tool]) -> list[Que
 class Resumption:
     """What the answers say: resume the run with ``decisions``, or (a breakpoint's question cancelled) leave it."""
 
-    decisions: list[ToolExecutionDecision]
+    #: ``ToolExecutionDecision``s, and ``InputAnswer``s for the questions a tool or a hook asked.
+    decisions: list[ToolExecutionDecision | InputAnswer]
     go_on: bool = True
 
 
@@ -167,6 +187,7 @@ def decide(questions: Sequence[Question], replies: Sequence[Reply], tools: Mappi
             f"The run waits for answers to every open interrupt at once; {missing} are not answered. Nothing ran."
         )
     answers: dict[str, Answer] = {}
+    answered: list[InputAnswer] = []
     calls: dict[str, dict[str, Any]] = {}
     for question in questions:
         reply = given[question.id]
@@ -177,9 +198,11 @@ def decide(questions: Sequence[Question], replies: Sequence[Reply], tools: Mappi
                 raise ProtocolRequestError(
                     f"The answer to interrupt {question.id!r} does not fit its schema: {exc.message}. Nothing ran."
                 ) from None
-        if question.reason == BREAKPOINT:
+        if question.reason in (BREAKPOINT, INPUT):
             if reply.status == "cancelled":
                 return Resumption([], go_on=False)
+            if question.reason == INPUT:
+                answered.append(InputAnswer(question.id, reply.payload))
             continue
         assert question.tool_name is not None
         calls[question.id] = {"tool_name": question.tool_name, "arguments": question.arguments}
@@ -195,6 +218,6 @@ def decide(questions: Sequence[Question], replies: Sequence[Reply], tools: Mappi
             feedback = payload.get("feedback")
             answers[question.id] = Answer("reject", feedback=feedback if isinstance(feedback, str) else None)
     try:
-        return Resumption(decisions_from_answers(calls, answers, tools.values()))
+        return Resumption([*decisions_from_answers(calls, answers, tools.values()), *answered])
     except (DecisionError, ToolArgumentsError) as exc:
         raise ProtocolRequestError(f"{exc} Nothing ran.") from None

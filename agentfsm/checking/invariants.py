@@ -131,6 +131,8 @@ def _hooks_once(run: RecordedRun) -> Verdict:
     seen: dict[tuple[str, int, int], list[int]] = {}
     for i, f in enumerate(run.hook_firings):
         earlier = seen.setdefault((f.point, f.step, f.index), [])
+        if any(run.hook_firings[j].asked for j in earlier):  # it asked a person: it fires again with the answer
+            earlier = seen[(f.point, f.step, f.index)] = []
         for j in earlier:
             first = run.hook_firings[j]
             crashed_between = any(s.ended == "crashed" for s in run.segments[first.segment : f.segment])
@@ -184,9 +186,36 @@ def _no_double_effect(run: RecordedRun) -> Verdict:
         reruns = sum(1 for d in run.decisions if d.step == step and d.call_key == key and d.verb == "rerun")
         if count > 1 + reruns:
             name = next(e.tool_name for e in run.tool_executions if e.call_key == key and e.step == step)
+            if any(e.outcome == "asks" for e in run.tool_executions if e.call_key == key and e.step == step):
+                return (
+                    f"{name} is not idempotent and asks a person (ask_user): it ran {count} times for call {key} "
+                    f"(step {step}), once more with each answer, so whatever it does before its ask is done again; "
+                    "ask before any effect and mark the tool idempotent=True, or confirm the call before it runs "
+                    f"(a confirmation strategy) ({_segments(run)})"
+                )
             return (
                 f"{name} is not idempotent and ran {count} times for call {key} (step {step}) with "
                 f"{reruns} decision(s) to run it again ({_segments(run)})"
+            )
+    return True
+
+
+def _answers_checked(run: RecordedRun) -> Verdict:
+    for d in run.decisions:
+        if d.verb == "invalid answer taken":
+            return (
+                f"a resume took {d.arguments} as the answer to {d.call_key} (step {d.step}), which breaks its "
+                "question's schema: it must be refused before anything runs"
+            )
+    given = {(d.step, d.call_key): (d.arguments or {}).get("answer") for d in run.decisions if d.verb == "answer"}
+    for read in run.answers_read:
+        question = f"{read.call_key}.{read.index}"
+        if (read.step, question) not in given:
+            return f"ask {read.index} of call {read.call_key} (step {read.step}) returned {read.value!r}, an answer never given"
+        if given[(read.step, question)] != read.value:
+            return (
+                f"ask {read.index} of call {read.call_key} (step {read.step}) returned {read.value!r}; the answer "
+                f"to {question} was {given[(read.step, question)]!r}: an answer reached the wrong question"
             )
     return True
 
@@ -484,6 +513,13 @@ HOOKS_FIRE = Invariant(
     _hooks_fire,
 )
 
+ANSWERS_CHECKED = Invariant(
+    "answers_checked",
+    "A person's answer to a question a tool or a hook asked is taken only when it fits the question's "
+    "schema, and each ask of a call returns the answer to its own question.",
+    _answers_checked,
+)
+
 GUARDED = Invariant(
     "guarded",
     "No model call reads a conversation, no call runs, and no answer leaves the run without the agent's "
@@ -503,4 +539,5 @@ BUILTIN_INVARIANTS: tuple[Invariant, ...] = (
     NO_DOUBLE_EFFECT,
     RESUME_EQUIVALENT,
     GUARDED,
+    ANSWERS_CHECKED,
 )

@@ -42,7 +42,8 @@ class ToolExecution:
     idempotent: bool
     #: A confirmation strategy covers the tool.
     covered: bool
-    #: ``"returns"`` (the tool's own function ran) or ``"raises"`` (a failure the world chose).
+    #: ``"returns"`` (the tool's own function ran), ``"raises"`` (a failure the world chose) or
+    #: ``"asks"`` (it asked a person, ``ask_user``, and ended without a result).
     outcome: str
     segment: int
 
@@ -59,6 +60,8 @@ class HookFiring:
     segment: int
     #: A commit of the store followed the firing before the run stopped: a resume knows it happened.
     committed: bool = False
+    #: The hook asked a person (``ask_user``) and stopped there: it fires again once answered.
+    asked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +74,24 @@ class Decision:
     step: int
     call_key: str
     tool_name: str
-    #: ``approve``, ``reject``, ``modify``, ``defer`` (confirmations), ``rerun``, ``settle`` (in doubt), or
-    #: a reconcile function's ``happened``, ``not_happened``, ``unknown``, ``raises`` (none runs the call again).
+    #: ``approve``, ``reject``, ``modify``, ``defer`` (confirmations), ``rerun``, ``settle`` (in doubt), a
+    #: reconcile function's ``happened``, ``not_happened``, ``unknown``, ``raises`` (none runs the call again),
+    #: ``answer`` (a question a tool or a hook asked: ``call_key`` is the question's id, ``arguments``
+    #: ``{"answer": value}``) or ``invalid answer taken`` (a resume took an answer that breaks its schema).
     verb: str
     #: The arguments a ``approve``/``modify`` lets the call run with.
     arguments: dict[str, Any] | None
+    segment: int
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRead:
+    """What one ``ask_user`` of a tool call returned: the ``index``-th question (from 0) of call ``call_key``."""
+
+    step: int
+    call_key: str
+    index: int
+    value: Any
     segment: int
 
 
@@ -107,6 +123,8 @@ class RecordedRun:
     tool_executions: list[ToolExecution] = field(default_factory=list)
     hook_firings: list[HookFiring] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    #: What each ``ask_user`` of a tool call returned, in order.
+    answers_read: list[AnswerRead] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     #: ``DONE``, ``PAUSED``, ``FAILED`` or ``cut`` (the path went past the exploration's bound).
     ending: str = ""

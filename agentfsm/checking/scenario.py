@@ -16,7 +16,7 @@ from agentfsm._core.drivers import drive_sync
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
-from agentfsm.checking.record import RecordedRun, Segment
+from agentfsm.checking.record import Decision, RecordedRun, Segment
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     RESUME_DECISION,
@@ -31,11 +31,11 @@ from agentfsm.checking.world import (
     fitting_answer,
 )
 from agentfsm.decisions import ToolExecutionDecision
-from agentfsm.errors import BreakpointException, SnapshotError
+from agentfsm.errors import AnswerError, BreakpointException, SnapshotError
 from agentfsm.events import Event, ModelFailed
 from agentfsm.machine import Phase
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
+from agentfsm.pauses import AwaitingDecision, AwaitingInput, BreakpointHit, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.tool import Tool
 
@@ -69,6 +69,9 @@ class Scenario:
     #: ``truthful`` (the default: what the world saw), ``unknown`` or ``raises``: what a tool's reconcile
     #: function answers, per call in doubt after the crash.
     reconciles: dict[str, str] = field(default_factory=dict)
+    #: ``valid`` (the default) or ``invalid`` (first an answer that breaks the schema), per question a
+    #: tool or a hook asked, keyed ``"<step>/<question id>"``.
+    input_answers: dict[str, str] = field(default_factory=dict)
     #: Which of the hook alternatives acted (an index), per hook point and step.
     hook_choices: dict[str, int] = field(default_factory=dict)
     #: The process is killed before this write (counted from 0) to the store, then resumed from it.
@@ -275,6 +278,8 @@ def _segment(
         assert isinstance(outcome, AgentSnapshot)
         snapshot = AgentSnapshot.from_bytes(outcome.to_bytes())
         decisions = _decisions(world, snapshot)
+        if isinstance(snapshot.pause, AwaitingInput):
+            decisions = _answers(world, agent, snapshot)
         if decisions is None:  # paused for good (nothing the world decides)
             record.ending = "PAUSED"
             return None, started
@@ -304,6 +309,33 @@ def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:
     finally:
         if not world.dead:
             agent._release(run)
+
+
+def _answers(world: World, agent: Agent, snapshot: AgentSnapshot) -> list[Any]:
+    """The world's answers to the questions a paused run asks; an unfitting one is tried first where the path says.
+
+    A resume with an answer that breaks its schema must be refused before anything runs: one that
+    is taken is recorded (``invalid answer taken``), and the fitting answers are given all the same.
+    """
+    fitting, unfitting = world.input_answers(snapshot.step, snapshot.awaited_answers())
+    if unfitting:
+        try:
+            bad = {a.question_id: a for a in unfitting}
+            refused = agent.new_run(
+                RunRequest(snapshot=snapshot, decisions=[bad.get(a.question_id, a) for a in fitting])
+            )
+        except AnswerError:
+            pass
+        else:
+            agent._release(refused)
+            for a in unfitting:
+                world.record.decisions.append(
+                    Decision(
+                        snapshot.step, a.question_id, "", "invalid answer taken", {"answer": a.answer}, world.segment
+                    )
+                )
+    # Answers name their questions: a person's may come in any order, so give them backwards.
+    return fitting[::-1]
 
 
 def _decisions(world: World, snapshot: AgentSnapshot) -> list[ToolExecutionDecision] | None:

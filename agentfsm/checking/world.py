@@ -28,15 +28,19 @@ import orjson
 from agentfsm._core.records import RunDelta, snapshot_fields
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
-from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
+from agentfsm.checking.record import AnswerRead, Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
 from agentfsm.events import value_digest
 from agentfsm.guardrails import Guardrail, GuardrailResult
 from agentfsm.hooks import accepts, hook_name
+from agentfsm.interrupts import ASK_USER, Asker, InputAnswer
 from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall, ToolCallResult
+from agentfsm.pauses import InputQuestion
 from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Reconciled, Unknown
+from agentfsm.schemas import CompiledSchema
+from agentfsm.slices.interrupts import hook_asks
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
@@ -104,8 +108,21 @@ IN_DOUBT = CallQuestion("in_doubt", "in_doubt", IN_DOUBT_DECISIONS)
 GUARDRAIL = CallQuestion("guard", "guardrails", GUARDRAIL_ANSWERS)
 #: A tool's reconcile function's answer for a call in doubt after a crash.
 RECONCILE = CallQuestion("reconcile", "reconciles", RECONCILE_ANSWERS)
+#: The answer to a question a tool or a hook asked (keyed by the question's id): one that fits its
+#: schema, or one that does not (the resume must refuse it; then the fitting one is given).
+INPUT_ANSWER = CallQuestion("answer", "input_answers", ("valid", "invalid"))
 #: Every kind of question about a call: ``Scenario`` and its code read them from here.
-CALL_QUESTIONS: tuple[CallQuestion, ...] = (TOOL_OUTCOME, DECISION, RESUME_DECISION, IN_DOUBT, GUARDRAIL, RECONCILE)
+CALL_QUESTIONS: tuple[CallQuestion, ...] = (
+    TOOL_OUTCOME,
+    DECISION,
+    RESUME_DECISION,
+    IN_DOUBT,
+    GUARDRAIL,
+    RECONCILE,
+    INPUT_ANSWER,
+)
+#: Values tried, in order, for an answer that breaks a question's schema.
+_UNFITTING: tuple[Any, ...] = (None, "not an answer", -1, {"unexpected": [1]}, [None])
 
 
 class Killed(BaseException):
@@ -462,6 +479,35 @@ class World:
             return ToolExecutionDecision(tool_name, True, call_key)
         return ToolExecutionDecision(tool_name, False, call_key, feedback="settled by the checker")
 
+    def input_answers(self, step: int, questions: Sequence[InputQuestion]) -> tuple[list[Any], list[Any]]:
+        """The world's answers to a pause's questions: the fitting ones, and those that do not fit (maybe none).
+
+        Each question's fitting answer is an example of its schema (the second example for every
+        other question, so that answers bound to the wrong question show); an unfitting one is
+        given first where the path says ``invalid`` and the schema refuses some value.
+        """
+        fitting: list[Any] = []
+        unfitting: list[Any] = []
+        for i, q in enumerate(questions):
+            schema = CompiledSchema(q.response_schema, f"question {q.id}")
+            examples = [_example(q.response_schema, q.response_schema.get("$defs", {}), v) for v in (i % 2, 0)]
+            value = next((e for e in examples if schema.is_valid(e)), examples[0])
+            bad = [v for v in _UNFITTING if not schema.is_valid(v)][:1]  # none: the schema takes any value
+            options = INPUT_ANSWER.options if bad else (INPUT_ANSWER.default,)
+            verb = str(self.answer(INPUT_ANSWER.key(step, q.id), options))
+            if verb == "invalid":
+                unfitting.append(InputAnswer(q.id, bad[0]))
+            fitting.append(InputAnswer(q.id, value))
+            where = q.tool_name or f"hook {q.hook_point}"
+            self.record.decisions.append(Decision(step, q.id, where, "answer", {"answer": value}, self.segment))
+        return fitting, unfitting
+
+    def answer_read(self, call_key: str, index: int, value: Any) -> None:
+        """Record what a tool call's ``index``-th ``ask_user`` returned."""
+        run = self.run
+        assert run is not None
+        self.record.answers_read.append(AnswerRead(run.step, call_key, index, value, self.segment))
+
     def writing(self, delta: RunDelta) -> None:
         """The run is about to write ``delta`` to its store: the process dies here if the path says so."""
         if self.dead:
@@ -541,11 +587,18 @@ class _RecordedHook(_InWorld):
 
     def __init__(self, slot: WorldSlot, point: str, index: int, inner: Any) -> None:
         self.slot, self.point, self.index, self.inner = slot, point, index, inner
+        #: The hook it wraps asks a person: the run gives this one ``ask_user``, for it.
+        self.asks_user = hook_asks(inner)
 
     def run(self, state: State, /, **kwargs: Any) -> Any:
         self.world.hook_fired(self.point, self.index, self.inner)
         given = {k: v for k, v in kwargs.items() if accepts(self.inner, k)}
-        return self.inner.run(state, **given)
+        try:
+            return self.inner.run(state, **given)
+        finally:
+            asker = kwargs.get(ASK_USER)
+            if isinstance(asker, Asker) and asker.asked is not None:
+                self.world.record.hook_firings[-1].asked = True
 
 
 class _ChoiceHook(_InWorld):
@@ -606,6 +659,20 @@ class WorldGuardrail(_InWorld, Guardrail):
     def check(self, value: Any, /) -> GuardrailResult:
         """The world's answer: pass, rewrite or tripwire."""
         return self.world.guard(self, value)
+
+
+class _ReadAnswers:
+    """A tool call's ``ask_user``, recording what each of its questions returned (``World.answer_read``)."""
+
+    def __init__(self, world: World, asker: Asker) -> None:
+        self.world, self.asker, self.count = world, asker, 0
+
+    def __call__(self, question: str, response_schema: Any = None) -> Any:
+        index = self.count
+        self.count += 1
+        value = self.asker(question, response_schema)
+        self.world.answer_read(self.asker.tool_call_id or self.asker.prefix, index, value)
+        return value
 
 
 class WorldStore(_InWorld, SQLiteSnapshotStore):
@@ -726,6 +793,18 @@ def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) ->
     def invoke(**kwargs: Any) -> Any:
         if slot.current.tool_ran(tool, covered, kwargs) == "raises":
             raise ToolFailure(f"{tool.name} failed (a failure the checker chose)")
+        asker = kwargs.get(ASK_USER)
+        if isinstance(asker, Asker):
+            kwargs[ASK_USER] = _ReadAnswers(slot.current, asker)
+            try:
+                return _call(kwargs)
+            finally:
+                if asker.asked is not None:  # it ended without a result: it runs again once answered
+                    executions = slot.current.record.tool_executions
+                    executions[-1] = dataclasses.replace(executions[-1], outcome="asks")
+        return _call(kwargs)
+
+    def _call(kwargs: dict[str, Any]) -> Any:
         if callable(played):
             schema = getattr(tool, "output_schema", None)
             return played(_example(schema, schema.get("$defs", {}), 0) if isinstance(schema, dict) else None)

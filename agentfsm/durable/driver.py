@@ -39,8 +39,10 @@ from agentfsm.durable.steps import EndOfRecord, Steps
 from agentfsm.errors import SnapshotError
 from agentfsm.generators.base import ChatGenerator
 from agentfsm.guardrails import GuardrailVerdict, check_sync
+from agentfsm.interrupts import Asker
 from agentfsm.machine import CANNOT_FAIL, TERMINAL_PHASES, CallStatus, Phase
 from agentfsm.messages import ChatMessage
+from agentfsm.pauses import InputQuestion
 from agentfsm.reconcile import answer_from_dict, answer_to_dict, ask
 from agentfsm.serialization import serialize_value
 from agentfsm.slices import doubt, limits
@@ -97,7 +99,8 @@ def drive_durable(run: AgentRun, generator: ChatGenerator, steps: Steps) -> dict
                     )
                     if not ran:  # recorded: the State the hooks left
                         _restore_state(run.state, record)
-                    run.hooks_ran(action.point)
+                    asked = record.get("asked")
+                    run.hooks_ran(action.point, None if asked is None else InputQuestion.from_dict(asked))
                 case Pause():
                     if emitter is not None:
                         emitter.send(emitter.paused(action.snapshot, None))
@@ -156,9 +159,10 @@ def _confirm(run: AgentRun, action: Confirm) -> list[dict[str, Any] | None]:
 
 
 def _hooks(run: AgentRun, action: RunHooks, ran: list[bool], emitter: Emitter | None) -> dict[str, Any]:
-    run_hooks(run, action, emitter)
+    asked = run_hooks(run, action, emitter)
     ran.append(True)
-    return _state_record(run.state)
+    record = _state_record(run.state)
+    return record if asked is None else {**record, "asked": asked.to_dict()}
 
 
 def _state_record(state: State) -> dict[str, Any]:
@@ -227,13 +231,20 @@ def _run_calls(
         if started_before:
             return {"outcome_unknown": True}
         started[c.key] = (time.time(), time.perf_counter())
-        return run.config.invoker.invoke(c).to_dict()
+        outcome = run.config.invoker.invoke(c).to_dict()
+        asker = c.asker
+        question = asker.asked if isinstance(asker, Asker) else None  # the step records what the tool asked
+        return outcome if question is None else {**outcome, "asked": question.to_dict()}
 
     def done(i: int, output: dict[str, Any]) -> None:
         c = ready[i]
         if output.get("outcome_unknown"):
             in_doubt.append(c.key)
             return
+        asked = output.get("asked")
+        if asked is not None:  # read back from the record: the call asked as it did then
+            c.asker = Asker({}, c.key)
+            c.asker.asked = InputQuestion.from_dict(asked)
         c.outcome = CallOutcome.from_dict(output)
         progress = [] if relay is None else relay.take(c)
         if emitter is not None and c.key in started:

@@ -9,6 +9,7 @@
 - ``reconcile``: a call in doubt settled by its tool's reconcile function;
 - ``cancel``: cancelling a run from outside;
 - ``limits``: usage limits;
+- ``interrupts``: a tool call or a hook asking a person a typed question (``ask_user``);
 - ``output``: an answer checked against the agent's output type;
 - ``guardrails``: checks of the model's input, its answer, a call's arguments and its result.
 

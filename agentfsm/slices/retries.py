@@ -18,10 +18,20 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentfsm._core.phases import CALL_READY, CALL_RETRYING, CALL_UNKNOWN, PHASE_WORK, TOOL_RUN, CallStatus, Work
+from agentfsm._core.phases import (
+    CALL_AWAITING_INPUT,
+    CALL_READY,
+    CALL_RETRYING,
+    CALL_UNKNOWN,
+    PHASE_WORK,
+    TOOL_RUN,
+    CallStatus,
+    Work,
+)
 from agentfsm._core.rules import CallTransition, Fact, Rule, Slice, when
 from agentfsm.errors import ToolTimeoutError
 from agentfsm.limits import RUN_USAGE_KEY
+from agentfsm.slices.interrupts import tools_ask
 
 if TYPE_CHECKING:
     from agentfsm._core.runtime import AgentRun, RunConfig
@@ -43,13 +53,14 @@ def calls_retrying(run: AgentRun) -> bool:
 
 #: ``results_outstanding`` holds exactly when one of these facts does: an edge whose guard gives
 #: them all as false says it did not hold (``agentfsm.checking``'s ``hooks_fire`` reads it so).
-OUTSTANDING_WHEN = ("calls_in_doubt", "calls_retrying")
+OUTSTANDING_WHEN = ("calls_in_doubt", "calls_retrying", "calls_asking")
 
 
 def results_outstanding(run: AgentRun) -> bool:
-    """Whether a call of the step has no result yet: it waits for its next attempt, or it is in doubt after a crash."""
-    for c in run.pending:  # noqa: SIM110 (as calls_retrying)
-        if c.status is CALL_RETRYING or c.status is CALL_UNKNOWN:
+    """Whether a call of the step has no result yet: it waits for its next attempt, is in doubt after a crash, or asked a person."""
+    for c in run.pending:
+        status = c.status
+        if status is CALL_RETRYING or status is CALL_UNKNOWN or status is CALL_AWAITING_INPUT:
             return True
     return False
 
@@ -132,7 +143,8 @@ def retrying_of(run: AgentRun) -> list[str]:
 def _constants(config: RunConfig, state: Mapping[str, Any]) -> Iterable[tuple[str, bool]]:
     if configured(config):
         return []
-    return [("calls_retrying", False)] + ([] if config.recovers else [("results_outstanding", False)])
+    outstanding = config.recovers or tools_ask(config)
+    return [("calls_retrying", False)] + ([] if outstanding else [("results_outstanding", False)])
 
 
 R = CallStatus.RETRYING

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from agentfsm.errors import ConfigurationError, SchemaGenerationError
+from agentfsm.interrupts import ASK_USER
 from agentfsm.reconcile import ReconcileFunction
 from agentfsm.retries import Retry
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool, state_inputs
@@ -160,9 +161,9 @@ def create_tool_from_function(
 
     Parameters fed from State (``inputs_from_state``) are left out of the schema the model sees, and so
     are an ``idempotency_key`` parameter (the run gives it: see ``Tool.takes_idempotency_key``) and a
-    ``report_progress`` one (``agentfsm.tools.progress``).
+    ``report_progress`` one (``agentfsm.tools.progress``) and an ``ask_user`` one (``agentfsm.interrupts``).
     """
-    skip = state_inputs(inputs_from_state) | {IDEMPOTENCY_KEY, REPORT_PROGRESS}
+    skip = state_inputs(inputs_from_state) | {IDEMPOTENCY_KEY, REPORT_PROGRESS, ASK_USER}
     return Tool(
         name=name or function.__name__,
         description=description if description is not None else inspect.getdoc(function) or "",

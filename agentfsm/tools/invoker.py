@@ -26,6 +26,7 @@ from agentfsm.errors import (
     ToolTimeoutError,
     check_timeout,
 )
+from agentfsm.interrupts import ASK_USER, AskUser, outside_run
 from agentfsm.machine import (
     CALL_DISPATCH,
     CALL_DONE,
@@ -46,6 +47,7 @@ from agentfsm.messages import (
     ToolCallResult,
     ToolResultContent,
 )
+from agentfsm.pauses import InputQuestion
 from agentfsm.reconcile import Reconciled
 from agentfsm.serialization import deserialize_value, serialize_value
 from agentfsm.signatures import names_keyword
@@ -98,6 +100,11 @@ class PreparedCall:
     attempts: int = 0
     #: What its tool's reconcile function answered for it in doubt (``agentfsm.reconcile``), in this run object.
     reconciled: Reconciled | None = None
+    #: What its tool's ``ask_user`` is given (``agentfsm.interrupts.Asker``), set by the run for the
+    #: call's attempt (``None``: asking raises ``ConfigurationError``, no run can pause for it).
+    asker: AskUser | None = None
+    #: The question it asked and waits for an answer to (an ``InputQuestion``), while it waits.
+    question: InputQuestion | None = None
 
 
 def blocked(outcome: CallOutcome | None) -> bool:
@@ -298,6 +305,8 @@ class ToolInvoker:
             arguments = {**arguments, "streaming_callback": streaming_callback}
         if tool.takes_progress:
             arguments = {**arguments, REPORT_PROGRESS: unheard if prepared.reporter is None else prepared.reporter}
+        if tool.takes_ask:
+            arguments = {**arguments, ASK_USER: outside_run if prepared.asker is None else prepared.asker}
         return arguments
 
     def timeout_of(self, tool: Tool) -> float | None:
@@ -315,7 +324,7 @@ class ToolInvoker:
         # Without a streaming callback or a reporter to pass: the call's own arguments.
         arguments = (
             prepared.arguments
-            if streaming_callback is None and not tool.takes_progress
+            if streaming_callback is None and not tool.takes_progress and not tool.takes_ask
             else self._arguments(tool, prepared, streaming_callback)
         )
         timeout = self.timeout_of(tool)

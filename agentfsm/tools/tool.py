@@ -18,6 +18,7 @@ from agentfsm.errors import (
     as_set,
     check_timeout,
 )
+from agentfsm.interrupts import ASK_USER
 from agentfsm.reconcile import ReconcileFunction, reconcile_at, reconcile_of
 from agentfsm.retries import Retry, retry_of
 from agentfsm.schemas import CompiledSchema
@@ -218,6 +219,9 @@ class Tool:
     #: The function has a ``report_progress`` parameter: each call is given a ``ProgressReporter``
     #: whose reports are ``tool_progress`` events of the run (``agentfsm.tools.progress``).
     takes_progress: bool = field(init=False, repr=False, compare=False)
+    #: The function has an ``ask_user`` parameter: it may ask a person mid-call (``agentfsm.interrupts``);
+    #: the run pauses, and the call runs again with the answers.
+    takes_ask: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -244,6 +248,7 @@ class Tool:
         self._check_inputs_from_state()
         self.takes_idempotency_key = names_keyword(self.function, IDEMPOTENCY_KEY)
         self.takes_progress = names_keyword(self.function, REPORT_PROGRESS)
+        self.takes_ask = names_keyword(self.function, ASK_USER)
 
     def _valid_inputs(self) -> set[str] | None:
         """The parameters ``inputs_from_state`` may name (``None``: any).

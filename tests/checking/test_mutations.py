@@ -66,3 +66,10 @@ def test_the_reconciling_agent_passes_unmutated_and_catches_an_ignored_reconcile
     assert mutations._check(agent) is None
     with mutations.mutated(mutations.RUNTIME_MUTANTS["R27"][1]):  # the agent R27 is caught on, alone
         assert mutations._check(agent) == "no_double_effect"
+
+
+def test_an_answer_applied_to_the_wrong_question_is_caught(mutations: ModuleType) -> None:
+    asking = mutations.runtime_agents()["asking"]
+    assert mutations._check(asking) is None, "the asking agent passes unmutated"
+    with mutations.mutated(mutations.RUNTIME_MUTANTS["R28"][1]):
+        assert mutations._check(asking) == "answers_checked"

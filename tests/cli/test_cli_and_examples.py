@@ -154,6 +154,7 @@ def test_every_example_is_tested() -> None:
         "check_payments.py",  # tested in tests/checking/test_example.py
         "guardrails.py",
         "tool_retries.py",  # tested in tests/test_retries.py
+        "interrupts.py",  # tested in tests/test_interrupts.py (and from the command line in tests/cli/test_cli_answers.py)
         "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested

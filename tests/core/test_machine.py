@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -20,12 +21,14 @@ from agentfsm import (
     GuardrailResult,
     LoopDetection,
     Phase,
+    State,
     ToolInvocationError,
     UsageLimits,
     guardrail,
+    hook,
     tool,
 )
-from agentfsm.errors import MachineError
+from agentfsm.errors import InputBreakpointException, MachineError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import (
     AlwaysAskPolicy,
@@ -38,6 +41,7 @@ from agentfsm.hitl import (
     SimpleConsoleUI,
     ToolExecutionDecision,
 )
+from agentfsm.interrupts import AskUser, InputAnswer
 from agentfsm.machine import (
     ACTIVE_PHASES,
     CALL_TRANSITIONS,
@@ -413,6 +417,36 @@ def reconciled_runs() -> None:
     assert agent(1).run(snapshot=crashed)["messages"][-2].tool_call_result.result == "3"
 
 
+def asked_runs() -> None:
+    """Runs whose tool asks a person, and whose hooks ask at each point of a phase a run can pause from."""
+
+    @tool
+    def which(ask_user: AskUser) -> str:
+        """Asks which account."""
+        return str(ask_user("Which account?", {"type": "string"}))
+
+    agent = Agent(chat_generator=ScriptedChatGenerator([calls(call("which", "w1")), "done"]), tools=[which])
+    with pytest.raises(InputBreakpointException) as asked:
+        agent.run(USER)
+    resumed = agent.run(snapshot=asked.value.snapshot, decisions=[InputAnswer("w1.0", "savings")])
+    assert resumed["messages"][-2].tool_call_result.result == "savings"
+
+    for point in ("before_llm", "before_tool", "after_tool", "on_exit"):
+
+        @hook
+        def confirm(state: State, ask_user: AskUser) -> None:
+            """Asks whether to go on."""
+            ask_user("Go on?", {"type": "boolean"})
+
+        script = ScriptedChatGenerator([calls(call("add", "a1", a=1, b=2)), "done"])
+        hooked = Agent(chat_generator=script, tools=[add], hooks={point: [confirm]})
+        with pytest.raises(InputBreakpointException) as paused:
+            hooked.run(USER)
+        answers = [InputAnswer(q.id, True) for q in paused.value.questions]
+        with contextlib.suppress(InputBreakpointException):  # a hook that fires again asks again
+            hooked.run(snapshot=paused.value.snapshot, decisions=answers)
+
+
 def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     declared = {(t.source, t.trigger, t.dest) for t in TRANSITIONS}
     taken = agent_runs_edges(caplog, tmp_path) | guardrail_runs()
@@ -421,6 +455,7 @@ def test_every_declared_edge_is_taken(caplog: pytest.LogCaptureFixture, tmp_path
         cancelled_runs()
         retried_runs()
         reconciled_runs()
+        asked_runs()
     taken |= _logged_edges(caplog)
     assert taken == declared
 
@@ -513,6 +548,7 @@ def test_every_declared_call_edge_is_taken(caplog: pytest.LogCaptureFixture, mon
     confirmed_runs()
     guardrail_call_runs()
     retried_runs()
+    asked_runs()
     released = threading.Event()
 
     @tool(timeout=0.05)

@@ -194,6 +194,10 @@ ADDED_SINCE_FLAT: dict[tuple[str, Phase, Phase, str | None], Callable[[Any], boo
     ("reconciled", Phase.TOOL_RUN, Phase.TOOL_RUN, None): lambda f: (
         f.calls_reconciled and not (f.guardrail_tripped or f.calls_in_doubt or f.calls_retrying)
     ),
+    # A call asked a person (agentfsm.slices.interrupts): once the step's other calls are settled, the run waits.
+    ("input_pause", Phase.TOOL_RUN, Phase.PAUSED, None): lambda f: (
+        f.calls_asking and not f.calls_in_doubt and not f.calls_retrying and not f.calls_reconciled
+    ),
 }
 
 

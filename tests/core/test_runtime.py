@@ -132,7 +132,12 @@ def test_the_cancel_interrupt_is_taken_when_its_fact_holds() -> None:
     from agentfsm.pauses import Cancelled
 
     assert {p: [t.trigger for t in ts] for p, ts in GUARDED_INTERRUPTS.items()} == {
-        p: ["cancel", "usage_limit"] if p is Phase.LLM_CALL else ["cancel"] for p in GUARDED_INTERRUPTS
+        p: ["cancel", "usage_limit", "hook_input"]
+        if p is Phase.LLM_CALL
+        else ["cancel"]
+        if p is Phase.CONFIRM
+        else ["cancel", "hook_input"]
+        for p in GUARDED_INTERRUPTS
     }
     assert all(t in TRANSITIONS for ts in GUARDED_INTERRUPTS.values() for t in ts)
     base = new_run()
@@ -153,6 +158,7 @@ def test_a_run_reads_only_the_guarded_interrupts_that_can_hold_after_the_edge_it
         # A handle not cancelled, no usage limits: facts the run holds constant (its watch leaves them out).
         constants = {("cancel_requested", False)} if not given.get("cancel") else set()
         constants |= {("usage_limit_reached", False)} if not given.get("limits") else set()
+        constants.add(("hook_asking", False))  # no hook asks a person
         watched = watched_interrupts(frozenset(constants))
         after = watched.get(phase)
         return [] if after is None else [t.trigger for t in after.get(trigger, after[None])]

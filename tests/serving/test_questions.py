@@ -11,15 +11,17 @@ from agentfsm._serving.questions import (
     BREAKPOINT,
     BREAKPOINT_ID,
     CANCELLED_FEEDBACK,
+    INPUT,
     OUTCOME_UNKNOWN,
     TOOL_CALL,
     Reply,
     decide,
     questions_of,
 )
-from agentfsm.errors import BreakpointException, ProtocolRequestError
+from agentfsm.errors import BreakpointException, InputBreakpointException, ProtocolRequestError
 from agentfsm.generators import ScriptedChatGenerator
 from agentfsm.hitl import BreakpointConfirmationStrategy
+from agentfsm.interrupts import AskUser, InputAnswer
 from agentfsm.pauses import Cancelled, OutcomeUnknown
 
 
@@ -113,3 +115,26 @@ def test_a_breakpoint_is_resolved_to_go_on_or_cancelled_to_leave_it() -> None:
     questions = questions_of(stopped, TOOLS)
     assert decide(questions, [Reply(BREAKPOINT_ID, "resolved", {})], TOOLS).go_on
     assert not decide(questions, [Reply(BREAKPOINT_ID, "cancelled")], TOOLS).go_on
+
+
+@tool
+def which(ask_user: AskUser) -> str:
+    """Asks which account pays."""
+    return str(ask_user("Which account?", {"enum": ["checking", "savings"]}))
+
+
+def test_a_question_a_tool_asked_is_asked_with_its_own_schema_and_answered_as_an_input_answer() -> None:
+    model = ScriptedChatGenerator([ChatMessage.from_assistant(tool_calls=[ToolCall("which", {}, "w1")]), "Done."])
+    agent = Agent(chat_generator=model, tools=[which])
+    with pytest.raises(InputBreakpointException) as raised:
+        agent.run([ChatMessage.from_user("Pay.")])
+    [question] = questions_of(raised.value.snapshot, {"which": which})
+    assert (question.id, question.reason, question.message) == ("w1.0", INPUT, "Which account?")
+    assert question.response_schema == {"enum": ["checking", "savings"]} and question.tool_call_id == "w1"
+    with pytest.raises(ProtocolRequestError, match="does not fit its schema"):
+        decide([question], [Reply("w1.0", "resolved", "gold")], {"which": which})
+    resumption = decide([question], [Reply("w1.0", "resolved", "savings")], {"which": which})
+    assert resumption.decisions == [InputAnswer("w1.0", "savings")] and resumption.go_on
+    assert not decide([question], [Reply("w1.0", "cancelled")], {"which": which}).go_on
+    result = agent.run(snapshot=raised.value.snapshot, decisions=resumption.decisions)
+    assert result["messages"][-2].tool_call_result.result == "savings"
