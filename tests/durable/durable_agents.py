@@ -18,6 +18,7 @@ from typing import Any
 from agentfsm import Agent, ChatMessage, ToolCall, tool
 from agentfsm.durable import DurableAgent
 from agentfsm.hitl import BreakpointConfirmationStrategy
+from agentfsm.interrupts import AskUser
 from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Reconciled
 from agentfsm.testing import EffectLog
 
@@ -114,6 +115,13 @@ def charge_first(label: str, idempotency_key: str) -> str:
     return label.upper()
 
 
+@tool(idempotent=True)
+def which_account(label: str, ask_user: AskUser) -> str:
+    """Ask a person which account pays (asked before any effect: running it again repeats nothing)."""
+    account = ask_user(f"Which account pays {label}?", {"type": "string", "enum": ["savings", "checking"]})
+    return f"{label} from {account}"
+
+
 def _agent(model: TurnModel, tools: list[Any], **kwargs: Any) -> Agent:
     return Agent(chat_generator=model, tools=tools, tool_concurrency=4, **kwargs)
 
@@ -128,6 +136,8 @@ killable_once = DurableAgent(_agent(TurnModel(slow=True, tool="once"), [once]), 
 killable_reconciled = DurableAgent(
     _agent(TurnModel(slow=True, tool="charge_first"), [charge_first]), "killable_reconciled"
 )
+#: Each of its two parallel calls asks a person a question (the run pauses for their answers).
+asking = DurableAgent(_agent(TurnModel(tool="which_account"), [which_account]), "asking")
 #: Every call waits for a person's decision (the run pauses; no snapshot file is written).
 confirmed = DurableAgent(
     _agent(TurnModel(), [effect], confirmation_strategies={"effect": BreakpointConfirmationStrategy("")}),

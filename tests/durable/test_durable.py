@@ -244,6 +244,28 @@ def test_a_run_waiting_for_a_decision_is_a_finished_workflow_and_a_decision_cont
         confirmed.run(snapshot=snapshot, decisions=decisions)
 
 
+def test_a_durable_run_paused_by_its_tools_questions_is_answered_by_id_and_goes_on(launched: str) -> None:
+    from agentfsm.errors import AnswerError, InputBreakpointException
+    from agentfsm.interrupts import InputAnswer
+
+    asking = durable_agents.asking
+    with pytest.raises(InputBreakpointException) as paused:
+        asking.run(user("8"), run_id="q1")
+    questions = {q.question: q.id for q in paused.value.questions}
+    assert sorted(questions) == ["Which account pays 8-a?", "Which account pays 8-b?"]
+    assert DBOS.retrieve_workflow("q1").get_status().status == "SUCCESS", "the wait is the record, no process"
+    a, b = questions["Which account pays 8-a?"], questions["Which account pays 8-b?"]
+    with pytest.raises(AnswerError):
+        asking.resume("q1", [InputAnswer(a, "bitcoin"), InputAnswer(b, "savings")])  # not in the schema
+    # Answered in the other order, by id: each call reads its own answer.
+    result = asking.run(
+        snapshot=paused.value.snapshot, decisions=[InputAnswer(b, "checking"), InputAnswer(a, "savings")]
+    )
+    assert result["last_message"].text == "done: 8-a from savings, 8-b from checking"
+    with pytest.raises(StaleSnapshotError, match="moved on"):
+        asking.run(snapshot=paused.value.snapshot, decisions=[InputAnswer(a, "savings"), InputAnswer(b, "savings")])
+
+
 def test_decisions_that_do_not_fit_are_refused_before_anything_runs(launched: str) -> None:
     confirmed = durable_agents.confirmed
     with pytest.raises(HITLBreakpointException):
