@@ -242,6 +242,7 @@ def _segment(
     store = subject.store
     assert store is not None
     events: list[Event] = []
+    world.events = events
     try:
         run = agent.new_run(dataclasses.replace(request, on_event=events.append))
     except Exception as exc:  # a resume refused: the run cannot go on
@@ -253,6 +254,8 @@ def _segment(
     trace = list(run.trace)
     while ended in ("crashed", "cut") and trace and trace[-1].trigger == "fail":
         trace.pop()  # the dying process's own failure, or the checker's cut: not the run's doing
+    if ended == "crashed":
+        del events[world.events_at_death :]  # a killed process tells nothing after its death
     if ended == "cut":
         events = events[: next((i for i, e in enumerate(events) if isinstance(e, ModelFailed)), len(events))]
     record.segments.append(Segment(started, trace, ended, events))

@@ -30,6 +30,7 @@ from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
 from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
 from agentfsm.decisions import ToolExecutionDecision
+from agentfsm.events import Event
 from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
@@ -270,6 +271,10 @@ class World:
     choose: Callable[[tuple[Any, ...]], Any] | None = None
     #: A text that fits the agent's ``output_type`` (``fitting_answer``), offered beside the closing text.
     fitting_answer: str | None = None
+    #: The events of the segment under way, as its ``on_event`` handler gets them.
+    events: list[Event] = field(default_factory=list)
+    #: How many events the first segment's process had told when it was killed.
+    events_at_death: int = 0
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -396,6 +401,7 @@ class World:
             self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
             if self.crash_at == self.writes:
                 self.dead = True
+                self.events_at_death = len(self.events)
                 self.record.died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
