@@ -24,7 +24,7 @@ from agentfsm.agent import Agent
 from agentfsm.checking.counterexample import path_diagram, regression_test, trace_text
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
-from agentfsm.checking.scenario import Scenario, Subject, execute
+from agentfsm.checking.scenario import Scenario, Subject, after_crash, execute
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     DEFAULT_TOOL_TIMEOUT,
@@ -240,38 +240,41 @@ class _Checker:
                     self.result.deduplicated += 1
                     continue
                 seen.add(point)
-                self._variant(answers, baseline, f"killed before write {index} to the store", crash_at=index)
+
+                def killed(answers: Mapping[Key, Any], index: int = index) -> World:
+                    return after_crash(self.subject, base, index, answers)
+
+                self._variant(killed, answers, baseline, f"killed before write {index} to the store", crash_at=index)
                 if self.done():
                     return
         if self.breakpoints:
             for phase, step in sorted(_pause_points(base), key=lambda p: (p[1], p[0])):
-                self._variant(answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
+
+                def paused(answers: Mapping[Key, Any], at: tuple[str, int] = (phase, step)) -> World:
+                    return execute(self.subject, answers, pause_at=at, fingerprints=False)
+
+                self._variant(paused, answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
                 if self.done():
                     return
 
     def _variant(
         self,
+        run: Callable[[Mapping[Key, Any]], World],
         answers: Mapping[Key, Any],
         baseline: dict[str, Any] | None,
         where: str,
         crash_at: int | None = None,
         pause_at: tuple[str, int] | None = None,
     ) -> None:
-        world = execute(self.subject, answers, crash_at=crash_at, pause_at=pause_at, fingerprints=False)
+        """Judge the variant ``run`` makes of the path with ``answers``, and with each answer only its interruption asks."""
+        world = run(answers)
         self._judge_variant(world, baseline, where, crash_at, pause_at)
         # Questions only an interruption asks (a call in doubt) get each of their answers.
         for asked, _ in world.asked:
             if asked.fixed or len(asked.options) < 2:
                 continue
             for other in asked.options[1:]:
-                again = execute(
-                    self.subject,
-                    {**answers, asked.key: other},
-                    crash_at=crash_at,
-                    pause_at=pause_at,
-                    fingerprints=False,
-                )
-                self._judge_variant(again, baseline, where, crash_at, pause_at)
+                self._judge_variant(run({**answers, asked.key: other}), baseline, where, crash_at, pause_at)
 
     def _judge_variant(
         self,
@@ -293,7 +296,7 @@ class _Checker:
                 self.result.exhaustive = False
                 return
             prefix = queue.popleft()
-            world = execute(self.subject, dict(prefix))
+            world = execute(self.subject, dict(prefix), remains=self.crashes)
             self.result.paths += 1
             if progress is not None:
                 progress(self.result.paths)

@@ -29,6 +29,7 @@ from agentfsm.checking.world import (
     WorldStore,
     build_agent,
     fitting_answer,
+    survived,
 )
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import BreakpointException, SnapshotError
@@ -197,11 +198,47 @@ def execute(
     pause_at: tuple[str, int] | None = None,
     fingerprints: bool = True,
     choose: Any = None,
+    remains: bool = False,
 ) -> World:
     """Run the subject's agent along ``answers`` (killed before write ``crash_at``, paused at ``pause_at``).
 
-    Returns the world, holding the questions asked and the ``RecordedRun``.
+    Returns the world, holding the questions asked and the ``RecordedRun``; with ``remains``, also
+    what a kill before each write of the first segment would leave (``after_crash`` goes on from it).
     """
+    world = _world(subject, answers, crash_at, fingerprints, choose)
+    world.keeps_remains = remains
+    agent = subject.prepared(world)
+    break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
+    request = RunRequest(messages=list(subject.messages), state=dict(subject.state), break_point=break_point)
+    _go_on(subject, world, agent, request, "start")
+    return world
+
+
+def after_crash(subject: Subject, base: World, crash_at: int, answers: Mapping[Key, Any]) -> World:
+    """The path of ``base`` killed before write ``crash_at`` to its store, then resumed from what the store committed.
+
+    The first segment is not run again: it is what ``base`` (executed with ``remains``) recorded up
+    to that write, with the store as it was committed then. The world is the one ``execute`` with
+    ``crash_at`` gives: the same questions, records and answers (``answers``: the path's, and the
+    ones only the resumed run asks).
+    """
+    remains = base.remains[crash_at]
+    world = _world(subject, answers, crash_at, False, None)
+    world.record = remains.record(base.record)
+    world.asked = [(dataclasses.replace(asked, fixed=True), answer) for asked, answer in base.asked[: remains.asked]]
+    world.segment = 1
+    agent = subject.prepared(world)
+    store = subject.store
+    assert store is not None
+    store.reopen(remains.store)
+    request, started = _resumed_after_crash(subject, store, remains.run_id)
+    _go_on(subject, world, agent, request, started)
+    return world
+
+
+def _world(
+    subject: Subject, answers: Mapping[Key, Any], crash_at: int | None, fingerprints: bool, choose: Any
+) -> World:
     world = World(subject.bounds, subject.tools, dict(answers), crash_at=crash_at, fingerprints=fingerprints)
     world.choose = choose
     world.menus = subject.menus
@@ -209,12 +246,11 @@ def execute(
     world.record.hooked = subject.hooked
     world.record.guarded = tuple(subject.agent._guardrails)
     world.record.max_agent_steps = subject.agent.max_agent_steps
-    agent = subject.prepared(world)
-    break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
-    request: RunRequest | None = RunRequest(
-        messages=list(subject.messages), state=dict(subject.state), break_point=break_point
-    )
-    started = "start"
+    return world
+
+
+def _go_on(subject: Subject, world: World, agent: Agent, request: RunRequest | None, started: str) -> None:
+    """Run the segments of the path from ``request`` on, until the run ends, stays paused, or is cut."""
     try:
         while request is not None:
             if len(world.record.segments) >= MAX_SEGMENTS:
@@ -227,7 +263,6 @@ def execute(
         if world.run is not None:
             world.record.state = dict(world.run.state.data)
         world.dead = False
-    return world
 
 
 def _segment(
@@ -251,9 +286,7 @@ def _segment(
         return None, started
     world.run = run
     ended, outcome = _drive(agent, run, world)
-    trace = list(run.trace)
-    while ended in ("crashed", "cut") and trace and trace[-1].trigger == "fail":
-        trace.pop()  # the dying process's own failure, or the checker's cut: not the run's doing
+    trace = survived(run.trace) if ended in ("crashed", "cut") else list(run.trace)
     if ended == "crashed":
         del events[world.events_at_death :]  # a killed process tells nothing after its death
     if ended == "cut":
@@ -262,11 +295,7 @@ def _segment(
     world.segment += 1
     if ended == "crashed":
         store.revive()
-        try:
-            stored = store.latest(run.run_id)
-        except SnapshotError:  # nothing was committed: the run starts again
-            return RunRequest(messages=list(subject.messages), state=dict(subject.state)), "restart"
-        return RunRequest(snapshot=stored, take_over=True), "resume after crash"
+        return _resumed_after_crash(subject, store, run.run_id)
     if ended == "PAUSED":
         assert isinstance(outcome, AgentSnapshot)
         snapshot = AgentSnapshot.from_bytes(outcome.to_bytes())
@@ -283,6 +312,15 @@ def _segment(
     elif ended == "FAILED":
         record.error = outcome
     return None, started
+
+
+def _resumed_after_crash(subject: Subject, store: WorldStore, run_id: str) -> tuple[RunRequest, str]:
+    """The request a new process continues a killed run with: from the store's latest snapshot, or from the start."""
+    try:
+        stored = store.latest(run_id)
+    except SnapshotError:  # nothing was committed: the run starts again
+        return RunRequest(messages=list(subject.messages), state=dict(subject.state)), "restart"
+    return RunRequest(snapshot=stored, take_over=True), "resume after crash"
 
 
 def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:

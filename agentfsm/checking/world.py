@@ -25,13 +25,13 @@ from typing import Any
 
 import orjson
 
-from agentfsm._core.records import RunDelta, snapshot_fields
+from agentfsm._core.records import RunDelta, TransitionRecord, snapshot_fields
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
-from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
+from agentfsm.checking.record import Decision, HookFiring, ModelInput, RecordedRun, Segment, ToolExecution
 from agentfsm.decisions import ToolExecutionDecision
-from agentfsm.events import Event
 from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
+from agentfsm.events import Event
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.machine import CallStatus
 from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback, ToolCall
@@ -244,6 +244,56 @@ class Bounds:
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT
 
 
+@dataclass(frozen=True, slots=True)
+class Remains:
+    """What a process killed before one write of the first segment leaves: what the world saw, and what its store committed.
+
+    A killed process runs nothing more, so this is all a crash variant needs of the run before its
+    death: the uninterrupted run keeps one at each write (``World.keeps_remains``), and the crash
+    variant starts from it where it would otherwise run the same first segment again.
+    """
+
+    run_id: str
+    died_before: str
+    #: The first segment's transitions up to the kill (``survived``).
+    trace: list[TransitionRecord]
+    #: How much of the uninterrupted run's record was there when the process died: events told,
+    #: model inputs, tool executions, hook firings (and how many a commit had followed), decisions,
+    #: questions asked.
+    events: int
+    model_inputs: int
+    tool_executions: int
+    hook_firings: int
+    committed_firings: int
+    decisions: int
+    asked: int
+    #: The store's database as committed (``WorldStore.image``).
+    store: bytes
+
+    def record(self, whole: RecordedRun) -> RecordedRun:
+        """The record of the killed first segment, cut from ``whole``, the uninterrupted run's."""
+        firings = whole.hook_firings[: self.hook_firings]
+        return RecordedRun(
+            model_inputs=whole.model_inputs[: self.model_inputs],
+            tool_executions=whole.tool_executions[: self.tool_executions],
+            hook_firings=[dataclasses.replace(f, committed=i < self.committed_firings) for i, f in enumerate(firings)],
+            decisions=whole.decisions[: self.decisions],
+            segments=[Segment("start", self.trace, "crashed", whole.segments[0].events[: self.events])],
+            died_before=self.died_before,
+            max_agent_steps=whole.max_agent_steps,
+            hooked=whole.hooked,
+            guarded=whole.guarded,
+        )
+
+
+def survived(trace: Sequence[TransitionRecord]) -> list[TransitionRecord]:
+    """The transitions a killed or cut segment leaves: its trailing ``fail`` edges are the dying process's, or the cut's."""
+    kept = list(trace)
+    while kept and kept[-1].trigger == "fail":
+        kept.pop()
+    return kept
+
+
 @dataclass(slots=True)
 class World:
     """Answers one path's questions and records the run (see the module docstring)."""
@@ -275,6 +325,9 @@ class World:
     events: list[Event] = field(default_factory=list)
     #: How many events the first segment's process had told when it was killed.
     events_at_death: int = 0
+    #: Keep what a kill before each write of the first segment would leave (``remains``).
+    keeps_remains: bool = False
+    remains: list[Remains] = field(default_factory=list)
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -392,17 +445,36 @@ class World:
             return ToolExecutionDecision(tool_name, True, call_key)
         return ToolExecutionDecision(tool_name, False, call_key, feedback="settled by the checker")
 
-    def writing(self, delta: RunDelta) -> None:
-        """The run is about to write ``delta`` to its store: the process dies here if the path says so."""
+    def writing(self, delta: RunDelta, committed: Callable[[], bytes]) -> None:
+        """The run is about to write ``delta`` to its store (``committed``: the store's image): the process dies here if the path says so."""
         if self.dead:
             raise Killed("the process is gone")
         if self.segment == 0:
-            effects = len(self.record.tool_executions) + len(self.record.hook_firings) + len(self.record.decisions)
+            record = self.record
+            effects = len(record.tool_executions) + len(record.hook_firings) + len(record.decisions)
             self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
+            died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
+            if self.keeps_remains:
+                assert self.run is not None
+                self.remains.append(
+                    Remains(
+                        self.run.run_id,
+                        died_before,
+                        survived(self.run.trace),
+                        len(self.events),
+                        len(record.model_inputs),
+                        len(record.tool_executions),
+                        len(record.hook_firings),
+                        sum(f.committed for f in record.hook_firings),
+                        len(record.decisions),
+                        len(self.asked),
+                        committed(),
+                    )
+                )
             if self.crash_at == self.writes:
                 self.dead = True
                 self.events_at_death = len(self.events)
-                self.record.died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
+                record.died_before = died_before
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
 
@@ -525,7 +597,7 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
     def observe(self, delta: RunDelta) -> None:
         """Write ``delta`` unless the process dies first."""
-        self.world.writing(delta)
+        self.world.writing(delta, self.image)
         super().observe(delta)
 
     def _commit(self, run_id: str, cursor: Any) -> None:
@@ -549,6 +621,17 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
         with self._lock:
             self._db.execute("DELETE FROM snapshot_batches")
             self._db.execute("DELETE FROM runs")
+
+    def image(self) -> bytes:
+        """What the store committed, as bytes (what is recorded and not committed is in the process only)."""
+        with self._lock:
+            return self._db.raw.serialize()
+
+    def reopen(self, image: bytes) -> None:
+        """A new process opens the store a killed one left: ``image`` is what it had committed."""
+        with self._lock:
+            self._db.raw.deserialize(image)
+        self.revive()
 
 
 #: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
