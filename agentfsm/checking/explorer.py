@@ -24,7 +24,8 @@ from agentfsm.agent import Agent
 from agentfsm.checking.counterexample import path_diagram, regression_test, trace_text
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
-from agentfsm.checking.scenario import Scenario, Subject, after_crash, execute
+from agentfsm.checking.scenario import Scenario, Subject, after_crash, execute, paused_at
+from agentfsm.checking.stretches import Stretches
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     DEFAULT_TOOL_TIMEOUT,
@@ -185,6 +186,8 @@ class _Checker:
     stop_on_violation: bool
     result: CheckResult = field(default_factory=CheckResult)
     found: dict[str, Violation] = field(default_factory=dict)
+    #: The first segments of paths paused at a breakpoint, found again for a path with the same answers so far.
+    first_segments: Stretches = field(default_factory=Stretches)
 
     def judge(self, world: World, scenario: Scenario) -> bool:
         """Check every invariant on the world's run; record the first violation of each. True: all hold."""
@@ -234,6 +237,8 @@ class _Checker:
         answers = dict(base.answers)
         baseline = base.record.comparable
         if self.crashes:
+            # Kills that leave the store as an earlier one did: the run resumed from it is found again.
+            resumed = Stretches()
             seen: set[tuple[int, int, int]] = set()
             for index, point in enumerate(base.write_points):
                 if point in seen:  # the same commits, effects and step: the same crash
@@ -242,7 +247,7 @@ class _Checker:
                 seen.add(point)
 
                 def killed(answers: Mapping[Key, Any], index: int = index) -> World:
-                    return after_crash(self.subject, base, index, answers)
+                    return after_crash(self.subject, base, index, answers, resumed)
 
                 self._variant(killed, answers, baseline, f"killed before write {index} to the store", crash_at=index)
                 if self.done():
@@ -251,7 +256,7 @@ class _Checker:
             for phase, step in sorted(_pause_points(base), key=lambda p: (p[1], p[0])):
 
                 def paused(answers: Mapping[Key, Any], at: tuple[str, int] = (phase, step)) -> World:
-                    return execute(self.subject, answers, pause_at=at, fingerprints=False)
+                    return paused_at(self.subject, answers, at, self.first_segments)
 
                 self._variant(paused, answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
                 if self.done():

@@ -38,7 +38,7 @@ from agentfsm.messages import RAW_ARGUMENTS_KEY, ChatMessage, StreamingCallback,
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
-from agentfsm.workers import result_within, run_in_own_thread
+from agentfsm.workers import CallThread, result_within
 
 #: The kinds of model reply the world can give (``check_agent(replies=...)``).
 REPLY_KINDS: tuple[str, ...] = ("text", "tool", "invalid", "unknown", "parallel", "error")
@@ -663,16 +663,21 @@ def build_agent(
     store: WorldStore,
     hook_choices: Mapping[str, Any],
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+    *,
+    thread: CallThread,
 ) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies and store are the world's.
 
     Tools run one at a time, so that which call runs is known, each within ``tool_timeout`` seconds
-    (or the tool's or the agent's shorter timeout); everything else (exit conditions, limits, loop
-    detection, streaming options...) is the agent's own.
+    (or the tool's or the agent's shorter timeout), in ``thread``; everything else (exit conditions, limits, loop detection, streaming options...) is
+    the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
     bound = min(tool_timeout, agent.tool_timeout or math.inf)
-    tools = [_wrapped_tool(slot, t, t.name in covered, min(bound, t.timeout or math.inf)) for t in agent.known_tools()]
+    tools = [
+        _wrapped_tool(slot, t, t.name in covered, min(bound, t.timeout or math.inf), thread)
+        for t in agent.known_tools()
+    ]
     hooks: dict[str, list[Any]] = {
         point.value: [_RecordedHook(slot, point.value, i, h) for i, h in enumerate(given)]
         for point, given in agent._hooks.items()
@@ -696,13 +701,13 @@ def build_agent(
     )
 
 
-def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) -> Tool:
+def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float, thread: CallThread) -> Tool:
     """The checked copy of ``tool``: the world says whether a call raises, and a call that runs stops within ``timeout``.
 
     A tool that reaches a server outside the process (an MCP server's: it has ``played_result``)
     is never called: the world plays its result from its output schema, as it plays the model.
-    The world is asked in the run's thread; the tool's own function runs in a thread of its own,
-    abandoned past ``timeout`` (the call's outcome is then a ``ToolTimeoutError``).
+    The world is asked in the run's thread; the tool's own function runs in ``thread``, abandoned
+    past ``timeout`` (the call's outcome is then a ``ToolTimeoutError``).
     """
     clone = copy.copy(tool)
     inner = tool.invoke
@@ -714,8 +719,9 @@ def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) ->
         if callable(played):
             schema = getattr(tool, "output_schema", None)
             return played(_example(schema, schema.get("$defs", {}), 0) if isinstance(schema, dict) else None)
-        done, value = result_within(run_in_own_thread(inner, **kwargs), timeout)
+        done, value = result_within(thread.call(inner, **kwargs), timeout)
         if not done:
+            thread.abandon()
             raise ToolTimeoutError(
                 f"Tool {tool.name!r} did not finish within {timeout:g} s (agentfsm check's tool_timeout); the check "
                 "stopped waiting for it.",
