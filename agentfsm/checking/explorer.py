@@ -5,7 +5,10 @@ breadth first, so the first violation of each invariant is on a shortest path. E
 as it is, then once more killed before each write to its store (resumed from what the store
 holds) and once more paused at each transition (resumed from the snapshot), and the invariants
 are checked on every run. A state met before (same phase, work, State and history) is not
-branched from again. Past ``max_paths``, the rest is sampled with hypothesis instead.
+branched from again, and a stretch of a run the world is bound to repeat is not run again: a crash
+variant goes on from what the uninterrupted run left at that write (``World.remains``), and the
+first segment of a paused path, or the run resumed after a kill, is found again when met before
+(``agentfsm.checking.stretches``). Past ``max_paths``, the rest is sampled with hypothesis instead.
 """
 
 from __future__ import annotations
