@@ -9,7 +9,8 @@ once. Like ``asyncio.to_thread``, each call runs in a copy of the caller's ``con
 The workers are daemon threads shared by the whole process, started as needed up to
 ``DEFAULT_MAX_WORKERS`` (``set_max_workers`` changes it; the event loop's default executor is not
 used). A call still running when the interpreter exits (its run was cancelled) stops with it.
-``run_in_own_thread`` starts a call that may be abandoned at a timeout in a thread of its own.
+``run_in_own_thread`` starts a call that may be abandoned at a timeout in a thread of its own;
+``CallThread`` runs such calls one after the other in one thread, until one is abandoned.
 """
 
 from __future__ import annotations
@@ -179,6 +180,50 @@ def run_in_own_thread(function: Callable[..., T], /, *args: Any, **kwargs: Any) 
 
     threading.Thread(target=run, name="agentfsm-timed-call", daemon=True).start()
     return future
+
+
+class CallThread:
+    """Runs calls that may be abandoned at a timeout one after the other, in one thread kept between them.
+
+    Starting a thread per call (``run_in_own_thread``) costs more than a short call. A call that is
+    abandoned (``abandon``) keeps the thread until it ends, and the next call starts a new one.
+    Each call runs in a copy of the caller's ``contextvars`` context.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._calls: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] | None = None
+
+    def call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        """Run ``function(*args, **kwargs)`` in the thread once the calls before it are done; its future gives the result."""
+        if self._calls is None:
+            self._calls = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(self._calls,), name=self.name, daemon=True).start()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        context = contextvars.copy_context()
+        self._calls.put((future, lambda: context.run(function, *args, **kwargs)))
+        return future
+
+    def abandon(self) -> None:
+        """Nobody waits for the call under way any more: the thread ends once it is done, and the next call gets a new one."""
+        if self._calls is not None:
+            self._calls.put(None)
+            self._calls = None
+
+    close = abandon
+
+
+def _serve(calls: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None]) -> None:
+    """A ``CallThread``'s loop: each call in turn, until told to stop."""
+    while (item := calls.get()) is not None:
+        future, call = item
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(call())
+        except BaseException as error:  # handed to whoever still waits, as a pool's future does
+            future.set_exception(error)
+        del future, call, item  # nothing of a finished call is kept while the thread waits for the next
 
 
 def result_within(future: concurrent.futures.Future[T], timeout: float) -> tuple[bool, T | None]:

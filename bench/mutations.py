@@ -27,6 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import checker  # noqa: E402
 
 from agentfsm import Agent, GuardrailResult, State, guardrail, hook, tool  # noqa: E402
 from agentfsm._core import decisions as core_decisions  # noqa: E402
@@ -608,24 +611,8 @@ def run(selected: list[str] | None = None) -> list[Outcome]:
 
 
 def speed() -> list[tuple[str, Any]]:
-    """``check_agent`` at its default bounds on the demo agent and on a 3-tool agent with a hook and a strategy."""
-    from agentfsm.demo import demo_agent
-    from agentfsm.hitl import AlwaysAskPolicy as Ask
-
-    @tool
-    def search(query: str) -> str:
-        """Look something up."""
-        return f"results for {query}"
-
-    three_tools = Agent(
-        chat_generator=_model(),
-        tools=[add, search, pay],
-        state_schema={"llm_calls": {"type": int}},
-        hooks={"before_llm": [count_llm_calls]},
-        confirmation_strategies={"pay": BlockingConfirmationStrategy(Ask(), SimpleConsoleUI())},
-    )
-    agents = {"the demo agent (`agentfsm demo`)": demo_agent(), "3 tools, a hook, a confirmation strategy": three_tools}
-    return [(name, check_agent(agent, progress=False)) for name, agent in agents.items()]
+    """``check_agent`` at its default bounds on the agents of ``bench/checker.py`` (the demo agent, and 3 tools with a hook and a strategy)."""
+    return [(label, check_agent(make(), progress=False)) for label, make in checker.AGENTS.values()]
 
 
 def report(
@@ -663,13 +650,15 @@ def report(
         "before every write to the store and a breakpoint at every transition, in one process (one core).",
         "CPU seconds are the check's own work; wall seconds also count the other work of a shared machine.",
         "",
-        "| agent | paths | runs | CPU seconds | wall seconds | runs per CPU second | states | deduplicated | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| agent | paths | runs | CPU seconds | wall seconds | paths per CPU second | runs per CPU second | states | "
+        "deduplicated | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in speeds:
         verdict = "no violation" if r.ok else ", ".join(v.invariant for v in r.violations)
         lines.append(
             f"| {name} | {r.paths} | {r.runs} | {r.cpu_seconds:.1f} | {r.seconds:.1f} | "
+            f"{r.paths / r.cpu_seconds if r.cpu_seconds else 0:.1f} | "
             f"{r.runs / r.cpu_seconds if r.cpu_seconds else 0:.0f} | {r.states} | {r.deduplicated} | {verdict} |"
         )
     return "\n".join(lines) + "\n"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for timing.py when imported from elsewhere
+import checker
 from timing import Setup, import_ms, timed_run
 
 from agentfsm import (
@@ -839,6 +840,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"{row['peak_kib_per_run']} |"
         )
     lines += durable_table(results["durable"])
+    if "checker" in results:
+        lines += checker.table(results["checker"])
     peers = results["peers"]
     if "error" in peers:
         lines += ["", f"The peers were not measured: {peers['error']}"]
@@ -1159,7 +1162,9 @@ def only(rows: list[str], steps: int, runs: int) -> dict[str, Any]:
             out[f"{name} x plain"] = round(out[name]["median_us"] / out["plain"]["median_us"], 2)
     if "usage" in out and "limits" in out:
         out["limits x usage"] = round(out["limits"]["median_us"] / out["usage"]["median_us"], 2)
-    peer_rows = [name for name in rows if name not in OWN_ROWS]
+    if "checker" in rows:
+        out["checker"] = checker.speed()
+    peer_rows = [name for name in rows if name not in OWN_ROWS and name != "checker"]
     if peer_rows:
         python = HERE / ".peers-venv" / "bin" / "python"
         measured = run_script(python, "workloads.py", "the workload", steps, runs, ",".join(peer_rows))
@@ -1182,7 +1187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="time only these rows, comma-separated, and print them as JSON (no file is written): "
-        f"{', '.join(OWN_ROWS)} and the peers' rows by name ({', '.join(PEER_ROWS)}, ...)",
+        f"{', '.join(OWN_ROWS)}, checker (check_agent's speed) and the peers' rows by name ({', '.join(PEER_ROWS)}, ...)",
     )
     args = parser.parse_args(argv)
     cpu = pin_to_one_cpu(args.cpu)
@@ -1226,6 +1231,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_runs": throughput_runs,
         **durable_runs(peers_python if use_peers else Path(sys.executable), durable_steps, runs, throughput_runs),
     }
+    results["checker"] = checker.speed(args.quick)
     # The same floor measured again at the end: how steady the machine was during the run.
     results["bare_loop_at_end"] = bare_loop_us(steps, runs)
     args.out.mkdir(parents=True, exist_ok=True)

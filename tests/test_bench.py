@@ -44,6 +44,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert results["concurrency"]["cross_talk"] == "none (checked)"
     assert results["concurrency_inline_tools"]["cross_talk"] == "none (checked)"
     assert results["peers"] == {}, "the quick run does not install the peers"
+    assert set(results["checker"]) == {"demo", "three_tools"}
+    assert all(row["ok"] and row["paths_per_cpu_s"] > 0 for row in results["checker"].values())
 
 
 def test_the_performance_page_includes_the_committed_results() -> None:

@@ -5,7 +5,10 @@ breadth first, so the first violation of each invariant is on a shortest path. E
 as it is, then once more killed before each write to its store (resumed from what the store
 holds) and once more paused at each transition (resumed from the snapshot), and the invariants
 are checked on every run. A state met before (same phase, work, State and history) is not
-branched from again. Past ``max_paths``, the rest is sampled with hypothesis instead.
+branched from again, and a stretch of a run the world is bound to repeat is not run again: a crash
+variant goes on from what the uninterrupted run left at that write (``World.remains``), and the
+first segment of a paused path, or the run resumed after a kill, is found again when met before
+(``agentfsm.checking.stretches``). Past ``max_paths``, the rest is sampled with hypothesis instead.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from agentfsm.agent import Agent
 from agentfsm.checking.counterexample import path_diagram, regression_test, trace_text
 from agentfsm.checking.invariants import BUILTIN_INVARIANTS, Invariant, Verdict, as_invariant
 from agentfsm.checking.record import RecordedRun
-from agentfsm.checking.scenario import Scenario, Subject, execute
+from agentfsm.checking.scenario import Scenario, Subject, after_crash, execute, paused_at
+from agentfsm.checking.stretches import Stretches
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     DEFAULT_TOOL_TIMEOUT,
@@ -186,6 +190,8 @@ class _Checker:
     stop_on_violation: bool
     result: CheckResult = field(default_factory=CheckResult)
     found: dict[str, Violation] = field(default_factory=dict)
+    #: The first segments of paths paused at a breakpoint, found again for a path with the same answers so far.
+    first_segments: Stretches = field(default_factory=Stretches)
 
     def judge(self, world: World, scenario: Scenario) -> bool:
         """Check every invariant on the world's run; record the first violation of each. True: all hold."""
@@ -235,44 +241,49 @@ class _Checker:
         answers = dict(base.answers)
         baseline = base.record.comparable
         if self.crashes:
+            # Kills that leave the store as an earlier one did: the run resumed from it is found again.
+            resumed = Stretches()
             seen: set[tuple[int, int, int]] = set()
             for index, point in enumerate(base.write_points):
                 if point in seen:  # the same commits, effects and step: the same crash
                     self.result.deduplicated += 1
                     continue
                 seen.add(point)
-                self._variant(answers, baseline, f"killed before write {index} to the store", crash_at=index)
+
+                def killed(answers: Mapping[Key, Any], index: int = index) -> World:
+                    return after_crash(self.subject, base, index, answers, resumed)
+
+                self._variant(killed, answers, baseline, f"killed before write {index} to the store", crash_at=index)
                 if self.done():
                     return
         if self.breakpoints:
             for phase, step in sorted(_pause_points(base), key=lambda p: (p[1], p[0])):
-                self._variant(answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
+
+                def paused(answers: Mapping[Key, Any], at: tuple[str, int] = (phase, step)) -> World:
+                    return paused_at(self.subject, answers, at, self.first_segments)
+
+                self._variant(paused, answers, baseline, f"paused at {phase}, step {step}", pause_at=(phase, step))
                 if self.done():
                     return
 
     def _variant(
         self,
+        run: Callable[[Mapping[Key, Any]], World],
         answers: Mapping[Key, Any],
         baseline: dict[str, Any] | None,
         where: str,
         crash_at: int | None = None,
         pause_at: tuple[str, int] | None = None,
     ) -> None:
-        world = execute(self.subject, answers, crash_at=crash_at, pause_at=pause_at, fingerprints=False)
+        """Judge the variant ``run`` makes of the path with ``answers``, and with each answer only its interruption asks."""
+        world = run(answers)
         self._judge_variant(world, baseline, where, crash_at, pause_at)
         # Questions only an interruption asks (a call in doubt) get each of their answers.
         for asked, _ in world.asked:
             if asked.fixed or len(asked.options) < 2:
                 continue
             for other in asked.options[1:]:
-                again = execute(
-                    self.subject,
-                    {**answers, asked.key: other},
-                    crash_at=crash_at,
-                    pause_at=pause_at,
-                    fingerprints=False,
-                )
-                self._judge_variant(again, baseline, where, crash_at, pause_at)
+                self._judge_variant(run({**answers, asked.key: other}), baseline, where, crash_at, pause_at)
 
     def _judge_variant(
         self,
@@ -294,7 +305,7 @@ class _Checker:
                 self.result.exhaustive = False
                 return
             prefix = queue.popleft()
-            world = execute(self.subject, dict(prefix))
+            world = execute(self.subject, dict(prefix), remains=self.crashes)
             self.result.paths += 1
             if progress is not None:
                 progress(self.result.paths)

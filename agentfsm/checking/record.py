@@ -106,7 +106,7 @@ class Segment:
     #: How it stopped: ``DONE``, ``PAUSED``, ``FAILED``, ``crashed``, ``cut`` (the bound was hit).
     ended: str
     #: The segment's events (``agentfsm.events``), as an ``on_event`` handler got them: a crashed
-    #: process's last events may be missing, as they would be from a real one's.
+    #: process's stop where it was killed, as a real one's would.
     events: list[Event] = field(default_factory=list)
 
 

@@ -17,6 +17,7 @@ from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent, RunRequest
 from agentfsm.breakpoints import Breakpoint
 from agentfsm.checking.record import Decision, RecordedRun, Segment
+from agentfsm.checking.stretches import Mark, Stretch, Stretches
 from agentfsm.checking.world import (
     CALL_QUESTIONS,
     RESUME_DECISION,
@@ -29,6 +30,7 @@ from agentfsm.checking.world import (
     WorldStore,
     build_agent,
     fitting_answer,
+    survived,
 )
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import AnswerError, BreakpointException, SnapshotError
@@ -38,6 +40,7 @@ from agentfsm.messages import ChatMessage
 from agentfsm.pauses import AwaitingDecision, AwaitingInput, BreakpointHit, OutcomeUnknown
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.tools.tool import Tool
+from agentfsm.workers import CallThread
 
 #: The most segments (start, resumes) one path may have before it is cut.
 MAX_SEGMENTS = 12
@@ -142,6 +145,8 @@ class Subject:
     slot: WorldSlot = field(default_factory=WorldSlot)
     store: WorldStore | None = None
     checked: Agent | None = None
+    #: Where the checked agent's tools run their own functions.
+    thread: CallThread = field(default_factory=lambda: CallThread("agentfsm-checked-tools"))
 
     def prepared(self, world: World) -> Agent:
         """The checked agent and an empty store, with ``world`` answering."""
@@ -149,14 +154,20 @@ class Subject:
         if self.store is None or self.checked is None:
             self.store = WorldStore(self.slot)
             self.checked = build_agent(
-                self.agent, self.slot, self.store, self.bounds.hook_choices, self.bounds.tool_timeout
+                self.agent,
+                self.slot,
+                self.store,
+                self.bounds.hook_choices,
+                self.bounds.tool_timeout,
+                thread=self.thread,
             )
         else:
             self.store.empty()
         return self.checked
 
     def close(self) -> None:
-        """Close the store."""
+        """Close the store, and end the tools' thread."""
+        self.thread.close()
         if self.store is not None:
             self.store.close()
             self.store = self.checked = None
@@ -207,11 +218,87 @@ def execute(
     pause_at: tuple[str, int] | None = None,
     fingerprints: bool = True,
     choose: Any = None,
+    remains: bool = False,
 ) -> World:
     """Run the subject's agent along ``answers`` (killed before write ``crash_at``, paused at ``pause_at``).
 
-    Returns the world, holding the questions asked and the ``RecordedRun``.
+    Returns the world, holding the questions asked and the ``RecordedRun``; with ``remains``, also
+    what a kill before each write of the first segment would leave (``after_crash`` goes on from it).
     """
+    world = _world(subject, answers, crash_at, fingerprints, choose)
+    world.keeps_remains = remains
+    agent = subject.prepared(world)
+    _go_on(subject, world, agent, _first_request(subject, pause_at), "start")
+    return world
+
+
+def after_crash(
+    subject: Subject, base: World, crash_at: int, answers: Mapping[Key, Any], resumed: Stretches | None = None
+) -> World:
+    """The path of ``base`` killed before write ``crash_at`` to its store, then resumed from what the store committed.
+
+    The first segment is not run again: it is what ``base`` (executed with ``remains``) recorded up
+    to that write, with the store as it was committed then. The world is the one ``execute`` with
+    ``crash_at`` gives: the same questions, records and answers (``answers``: the path's, and the
+    ones only the resumed run asks). ``resumed``: the runs resumed so far, by the store they were
+    resumed from; a kill that leaves the store as an earlier one did is resumed as it was.
+    """
+    remains = base.remains[crash_at]
+    world = _world(subject, answers, crash_at, False, None)
+    world.record = remains.record(base.record)
+    world.results = dict(remains.results)
+    world.asked = [(dataclasses.replace(asked, fixed=True), answer) for asked, answer in base.asked[: remains.asked]]
+    world.segment = 1
+    known = resumed.find(remains.store, world.answers) if resumed is not None else None
+    if known is not None:
+        known.continue_in(world)
+        return world
+    agent = subject.prepared(world)
+    store = subject.store
+    assert store is not None
+    store.reopen(remains.store)
+    mark = Mark.of(world)
+    request, started = _resumed_after_crash(subject, store, remains.run_id)
+    _go_on(subject, world, agent, request, started)
+    if resumed is not None:
+        resumed.add(remains.store, Stretch.since(mark, world))
+    return world
+
+
+def paused_at(subject: Subject, answers: Mapping[Key, Any], pause_at: tuple[str, int], first: Stretches) -> World:
+    """``execute`` with ``pause_at``; a first segment that a path with the same answers ran before is not run again.
+
+    ``first``: the first segments run so far, by where they paused.
+    """
+    world = _world(subject, answers, None, False, None)
+    agent = subject.prepared(world)
+    store = subject.store
+    assert store is not None
+    known = first.find(pause_at, world.answers)
+    if known is not None:
+        assert known.then is not None
+        known.continue_in(world)
+        request, started, image = known.then
+        store.reopen(image)
+        _go_on(subject, world, agent, request, started)
+        return world
+    mark = Mark.of(world)
+    again, started = _segment(subject, world, agent, _first_request(subject, pause_at), "start")
+    if again is not None:  # paused: the rest is the path's own
+        first.add(pause_at, Stretch.since(mark, world, (again, started, store.image())))
+    _go_on(subject, world, agent, again, started)
+    return world
+
+
+def _first_request(subject: Subject, pause_at: tuple[str, int] | None) -> RunRequest:
+    """The request a path starts with: the subject's conversation and State, and a breakpoint at ``pause_at``."""
+    break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
+    return RunRequest(messages=list(subject.messages), state=dict(subject.state), break_point=break_point)
+
+
+def _world(
+    subject: Subject, answers: Mapping[Key, Any], crash_at: int | None, fingerprints: bool, choose: Any
+) -> World:
     world = World(subject.bounds, subject.tools, dict(answers), crash_at=crash_at, fingerprints=fingerprints)
     world.choose = choose
     world.menus = subject.menus
@@ -219,12 +306,11 @@ def execute(
     world.record.hooked = subject.hooked
     world.record.guarded = tuple(subject.agent._guardrails)
     world.record.max_agent_steps = subject.agent.max_agent_steps
-    agent = subject.prepared(world)
-    break_point = Breakpoint(phase=Phase(pause_at[0]), step=pause_at[1]) if pause_at is not None else None
-    request: RunRequest | None = RunRequest(
-        messages=list(subject.messages), state=dict(subject.state), break_point=break_point
-    )
-    started = "start"
+    return world
+
+
+def _go_on(subject: Subject, world: World, agent: Agent, request: RunRequest | None, started: str) -> None:
+    """Run the segments of the path from ``request`` on, until the run ends, stays paused, or is cut."""
     try:
         while request is not None:
             if len(world.record.segments) >= MAX_SEGMENTS:
@@ -237,7 +323,6 @@ def execute(
         if world.run is not None:
             world.record.state = dict(world.run.state.data)
         world.dead = False
-    return world
 
 
 def _segment(
@@ -252,6 +337,7 @@ def _segment(
     store = subject.store
     assert store is not None
     events: list[Event] = []
+    world.events = events
     try:
         run = agent.new_run(dataclasses.replace(request, on_event=events.append))
     except Exception as exc:  # a resume refused: the run cannot go on
@@ -260,20 +346,16 @@ def _segment(
         return None, started
     world.run = run
     ended, outcome = _drive(agent, run, world)
-    trace = list(run.trace)
-    while ended in ("crashed", "cut") and trace and trace[-1].trigger == "fail":
-        trace.pop()  # the dying process's own failure, or the checker's cut: not the run's doing
+    trace = survived(run.trace) if ended in ("crashed", "cut") else list(run.trace)
+    if ended == "crashed":
+        del events[world.events_at_death :]  # a killed process tells nothing after its death
     if ended == "cut":
         events = events[: next((i for i, e in enumerate(events) if isinstance(e, ModelFailed)), len(events))]
     record.segments.append(Segment(started, trace, ended, events))
     world.segment += 1
     if ended == "crashed":
         store.revive()
-        try:
-            stored = store.latest(run.run_id)
-        except SnapshotError:  # nothing was committed: the run starts again
-            return RunRequest(messages=list(subject.messages), state=dict(subject.state)), "restart"
-        return RunRequest(snapshot=stored, take_over=True), "resume after crash"
+        return _resumed_after_crash(subject, store, run.run_id)
     if ended == "PAUSED":
         assert isinstance(outcome, AgentSnapshot)
         snapshot = AgentSnapshot.from_bytes(outcome.to_bytes())
@@ -292,6 +374,15 @@ def _segment(
     elif ended == "FAILED":
         record.error = outcome
     return None, started
+
+
+def _resumed_after_crash(subject: Subject, store: WorldStore, run_id: str) -> tuple[RunRequest, str]:
+    """The request a new process continues a killed run with: from the store's latest snapshot, or from the start."""
+    try:
+        stored = store.latest(run_id)
+    except SnapshotError:  # nothing was committed: the run starts again
+        return RunRequest(messages=list(subject.messages), state=dict(subject.state)), "restart"
+    return RunRequest(snapshot=stored, take_over=True), "resume after crash"
 
 
 def _drive(agent: Agent, run: AgentRun, world: World) -> tuple[str, Any]:

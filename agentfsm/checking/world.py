@@ -25,13 +25,21 @@ from typing import Any
 
 import orjson
 
-from agentfsm._core.records import RunDelta, snapshot_fields
+from agentfsm._core.records import RunDelta, TransitionRecord, snapshot_fields
 from agentfsm._core.runtime import AgentRun
 from agentfsm.agent import Agent
-from agentfsm.checking.record import AnswerRead, Decision, HookFiring, ModelInput, RecordedRun, ToolExecution
+from agentfsm.checking.record import (
+    AnswerRead,
+    Decision,
+    HookFiring,
+    ModelInput,
+    RecordedRun,
+    Segment,
+    ToolExecution,
+)
 from agentfsm.decisions import ToolExecutionDecision
 from agentfsm.errors import HITLBreakpointException, ModelClientError, ToolTimeoutError
-from agentfsm.events import value_digest
+from agentfsm.events import Event, value_digest
 from agentfsm.guardrails import Guardrail, GuardrailResult
 from agentfsm.hooks import accepts, hook_name
 from agentfsm.interrupts import ASK_USER, Asker, InputAnswer
@@ -44,7 +52,7 @@ from agentfsm.slices.interrupts import hook_asks
 from agentfsm.state import State
 from agentfsm.stores.sqlite import SQLiteSnapshotStore
 from agentfsm.tools.tool import IDEMPOTENCY_KEY, REPORT_PROGRESS, Tool
-from agentfsm.workers import result_within, run_in_own_thread
+from agentfsm.workers import CallThread, result_within
 
 #: The kinds of model reply the world can give (``check_agent(replies=...)``).
 REPLY_KINDS: tuple[str, ...] = ("text", "tool", "invalid", "unknown", "parallel", "error")
@@ -281,6 +289,59 @@ class Bounds:
     guardrail_answers: tuple[str, ...] = GUARDRAIL_ANSWERS
 
 
+@dataclass(frozen=True, slots=True)
+class Remains:
+    """What a process killed before one write of the first segment leaves: what the world saw, and what its store committed.
+
+    A killed process runs nothing more, so this is all a crash variant needs of the run before its
+    death: the uninterrupted run keeps one at each write (``World.keeps_remains``), and the crash
+    variant starts from it where it would otherwise run the same first segment again.
+    """
+
+    run_id: str
+    died_before: str
+    #: The first segment's transitions up to the kill (``survived``).
+    trace: list[TransitionRecord]
+    #: How much of the uninterrupted run's record was there when the process died: events told,
+    #: model inputs, tool executions, hook firings (and how many a commit had followed), decisions,
+    #: answers read, questions asked; and what the tools' own functions had returned (``World.results``).
+    events: int
+    model_inputs: int
+    tool_executions: int
+    hook_firings: int
+    committed_firings: int
+    decisions: int
+    answers_read: int
+    asked: int
+    results: dict[tuple[int, str], Any]
+    #: The store's database as committed (``WorldStore.image``).
+    store: bytes
+
+    def record(self, whole: RecordedRun) -> RecordedRun:
+        """The record of the killed first segment, cut from ``whole``, the uninterrupted run's."""
+        firings = whole.hook_firings[: self.hook_firings]
+        return RecordedRun(
+            model_inputs=whole.model_inputs[: self.model_inputs],
+            tool_executions=whole.tool_executions[: self.tool_executions],
+            hook_firings=[dataclasses.replace(f, committed=i < self.committed_firings) for i, f in enumerate(firings)],
+            decisions=whole.decisions[: self.decisions],
+            answers_read=whole.answers_read[: self.answers_read],
+            segments=[Segment("start", self.trace, "crashed", whole.segments[0].events[: self.events])],
+            died_before=self.died_before,
+            max_agent_steps=whole.max_agent_steps,
+            hooked=whole.hooked,
+            guarded=whole.guarded,
+        )
+
+
+def survived(trace: Sequence[TransitionRecord]) -> list[TransitionRecord]:
+    """The transitions a killed or cut segment leaves: its trailing ``fail`` edges are the dying process's, or the cut's."""
+    kept = list(trace)
+    while kept and kept[-1].trigger == "fail":
+        kept.pop()
+    return kept
+
+
 @dataclass(slots=True)
 class World:
     """Answers one path's questions and records the run (see the module docstring)."""
@@ -311,6 +372,13 @@ class World:
     #: What each execution of a tool's own function returned, by (step, call key): a truthful
     #: reconcile function finds the effect with that result.
     results: dict[tuple[int, str], Any] = field(default_factory=dict)
+    #: The events of the segment under way, as its ``on_event`` handler gets them.
+    events: list[Event] = field(default_factory=list)
+    #: How many events the first segment's process had told when it was killed.
+    events_at_death: int = 0
+    #: Keep what a kill before each write of the first segment would leave (``remains``).
+    keeps_remains: bool = False
+    remains: list[Remains] = field(default_factory=list)
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -508,16 +576,38 @@ class World:
         assert run is not None
         self.record.answers_read.append(AnswerRead(run.step, call_key, index, value, self.segment))
 
-    def writing(self, delta: RunDelta) -> None:
-        """The run is about to write ``delta`` to its store: the process dies here if the path says so."""
+    def writing(self, delta: RunDelta, committed: Callable[[], bytes]) -> None:
+        """The run is about to write ``delta`` to its store (``committed``: the store's image): the process dies here if the path says so."""
         if self.dead:
             raise Killed("the process is gone")
         if self.segment == 0:
-            effects = len(self.record.tool_executions) + len(self.record.hook_firings) + len(self.record.decisions)
+            record = self.record
+            effects = len(record.tool_executions) + len(record.hook_firings) + len(record.decisions)
             self.write_points.append((self.commits, effects, self.run.step if self.run else 0))
+            died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
+            if self.keeps_remains:
+                assert self.run is not None
+                self.remains.append(
+                    Remains(
+                        self.run.run_id,
+                        died_before,
+                        survived(self.run.trace),
+                        len(self.events),
+                        len(record.model_inputs),
+                        len(record.tool_executions),
+                        len(record.hook_firings),
+                        sum(f.committed for f in record.hook_firings),
+                        len(record.decisions),
+                        len(record.answers_read),
+                        len(self.asked),
+                        dict(self.results),
+                        committed(),
+                    )
+                )
             if self.crash_at == self.writes:
                 self.dead = True
-                self.record.died_before = f"write {self.writes} to the store, {_what_is_written(delta)}"
+                self.events_at_death = len(self.events)
+                record.died_before = died_before
                 raise Killed(f"killed before write {self.writes} to the store")
         self.writes += 1
 
@@ -688,7 +778,7 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
 
     def observe(self, delta: RunDelta) -> None:
         """Write ``delta`` unless the process dies first."""
-        self.world.writing(delta)
+        self.world.writing(delta, self.image)
         super().observe(delta)
 
     def _commit(self, run_id: str, cursor: Any) -> None:
@@ -712,6 +802,17 @@ class WorldStore(_InWorld, SQLiteSnapshotStore):
         with self._lock:
             self._db.execute("DELETE FROM snapshot_batches")
             self._db.execute("DELETE FROM runs")
+
+    def image(self) -> bytes:
+        """What the store committed, as bytes (what is recorded and not committed is in the process only)."""
+        with self._lock:
+            return self._db.raw.serialize()
+
+    def reopen(self, image: bytes) -> None:
+        """A new process opens the store a killed one left: ``image`` is what it had committed."""
+        with self._lock:
+            self._db.raw.deserialize(image)
+        self.revive()
 
 
 #: The tool runner's options that set how many calls run at once (the checked agent runs one at a time).
@@ -744,16 +845,21 @@ def build_agent(
     store: WorldStore,
     hook_choices: Mapping[str, Any],
     tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+    *,
+    thread: CallThread,
 ) -> Agent:
     """A copy of ``agent`` whose model, tools, hooks, strategies, guardrails' answers and store are the world's.
 
     Tools run one at a time, so that which call runs is known, each within ``tool_timeout`` seconds
-    (or the tool's or the agent's shorter timeout); everything else (exit conditions, limits, loop
-    detection, streaming options...) is the agent's own.
+    (or the tool's or the agent's shorter timeout), in ``thread``; everything else (exit conditions, limits, loop detection, streaming options...) is
+    the agent's own.
     """
     covered = {t.name for t in agent.known_tools() if agent._confirmation.strategy_for(t.name) is not None}
     bound = min(tool_timeout, agent.tool_timeout or math.inf)
-    tools = [_wrapped_tool(slot, t, t.name in covered, min(bound, t.timeout or math.inf)) for t in agent.known_tools()]
+    tools = [
+        _wrapped_tool(slot, t, t.name in covered, min(bound, t.timeout or math.inf), thread)
+        for t in agent.known_tools()
+    ]
     hooks: dict[str, list[Any]] = {
         point.value: [_RecordedHook(slot, point.value, i, h) for i, h in enumerate(given)]
         for point, given in agent._hooks.items()
@@ -778,13 +884,13 @@ def build_agent(
     )
 
 
-def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) -> Tool:
+def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float, thread: CallThread) -> Tool:
     """The checked copy of ``tool``: the world says whether a call raises, and a call that runs stops within ``timeout``.
 
     A tool that reaches a server outside the process (an MCP server's: it has ``played_result``)
     is never called: the world plays its result from its output schema, as it plays the model.
-    The world is asked in the run's thread; the tool's own function runs in a thread of its own,
-    abandoned past ``timeout`` (the call's outcome is then a ``ToolTimeoutError``).
+    The world is asked in the run's thread; the tool's own function runs in ``thread``, abandoned
+    past ``timeout`` (the call's outcome is then a ``ToolTimeoutError``).
     """
     clone = copy.copy(tool)
     inner = tool.invoke
@@ -808,8 +914,9 @@ def _wrapped_tool(slot: WorldSlot, tool: Tool, covered: bool, timeout: float) ->
         if callable(played):
             schema = getattr(tool, "output_schema", None)
             return played(_example(schema, schema.get("$defs", {}), 0) if isinstance(schema, dict) else None)
-        done, value = result_within(run_in_own_thread(inner, **kwargs), timeout)
+        done, value = result_within(thread.call(inner, **kwargs), timeout)
         if not done:
+            thread.abandon()
             raise ToolTimeoutError(
                 f"Tool {tool.name!r} did not finish within {timeout:g} s (agentfsm check's tool_timeout); the check "
                 "stopped waiting for it.",

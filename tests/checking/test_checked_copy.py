@@ -10,6 +10,7 @@ from agentfsm.limits import UsageLimits
 from agentfsm.loops import LoopDetection
 from agentfsm.messages import StreamingChunk
 from agentfsm.testing import RecordedRun, check_agent
+from agentfsm.workers import CallThread
 from tests.checking import agents
 
 
@@ -32,7 +33,7 @@ def test_the_checked_copy_keeps_every_parameter_it_does_not_replace() -> None:
     slot = WorldSlot()
     store = WorldStore(slot)
     try:
-        copy = build_agent(agent, slot, store, {})
+        copy = build_agent(agent, slot, store, {}, thread=CallThread("checked-tools"))
     finally:
         store.close()
     # A parameter Agent gains is copied by name, or listed as replaced: either way, never dropped.
