@@ -461,7 +461,7 @@ def to_dot(model: DiagramModel) -> str:
     lines = [
         "digraph agentfsm {",
         f"    label={_dot_quote(model.title)}; labelloc=t; fontname=Helvetica; fontsize=20;",
-        "    rankdir=TB; nodesep=0.4; ranksep=0.5;",
+        "    rankdir=TB; nodesep=0.25; ranksep=0.5;",
         '    node [shape=box, style="rounded,filled", fillcolor=white, fontname=Helvetica, fontsize=16];',
         "    edge [fontname=Helvetica, fontsize=14];",
         '    start [shape=point, width=0.15, label=""];',

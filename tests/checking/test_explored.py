@@ -120,19 +120,19 @@ PINNED: dict[str, tuple[Callable[[], Agent], dict[str, Any], dict[str, Any], str
         demo_agent,
         {"max_steps": 1},
         {"paths": 12, "runs": 146, "states": 6, "deduplicated": 32},
-        "5330a0dfdc0b9754",
+        "a713e68e2f8f6da5",
     ),
     "shop": (
         lambda: agents.shop,
         {"max_steps": 1},
         {"paths": 22, "runs": 302, "states": 12, "deduplicated": 51},
-        "7de9d822b8057b90",
+        "1ab55bcb4df6bc3c",
     ),
     "hooked": (
         hooked,
         {"max_steps": 1},
-        {"paths": 28, "runs": 515, "states": 18, "deduplicated": 15},
-        "c17999c1efa1e4af",
+        {"paths": 175, "runs": 3083, "states": 93, "deduplicated": 104},
+        "213c7376c944b52b",
     ),
 }
 
