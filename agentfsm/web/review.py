@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
+import jsonschema
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -37,10 +38,11 @@ from agentfsm.errors import (
     StaleSnapshotError,
     ToolArgumentsError,
 )
-from agentfsm.events import Event, PhaseChanged
+from agentfsm.events import Event, RunResumed
+from agentfsm.interrupts import InputAnswer
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import RunStatus
+from agentfsm.pauses import InputQuestion, RunStatus
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore, ThreadStore, ThreadTurn
 from agentfsm.threads import turn_messages
@@ -88,8 +90,8 @@ Resume = Callable[[AgentSnapshot, list[Any]], None]
 def resume_here(agent: Agent, snapshot: AgentSnapshot, decisions: list[Any]) -> None:
     """Resume the run in a thread of this process; return once its decisions are taken, while it goes on.
 
-    The run claims its record in the store it comes from, checks and applies the decisions, and
-    leaves CONFIRM: then this returns, and the run goes on in its thread to its end or next pause
+    The run claims its record in the store it comes from, checks and applies the decisions (and
+    answers), and resumes: then this returns, and the run goes on in its thread to its end or next pause
     (the run page and its live view follow it). An error before that (a stale snapshot, a decision
     that does not fit) is raised here, and nothing ran; one after it is the run's, kept in its record.
     The thread is not a daemon: a server stopping lets the runs under way finish.
@@ -98,7 +100,7 @@ def resume_here(agent: Agent, snapshot: AgentSnapshot, decisions: list[Any]) -> 
     refused: list[BaseException] = []
 
     def on_event(event: Event) -> None:
-        if isinstance(event, PhaseChanged) and event.source == "CONFIRM":
+        if isinstance(event, RunResumed):
             taken.set()
 
     def go_on() -> None:
@@ -318,7 +320,7 @@ class ReviewApp:
             return "<p>Start the page with an agent (<code>--agent</code>) to decide.</p>"
         _, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
         schemas = {t.name: t.parameters for t in self.agent.known_tools()}
-        blocks = []
+        blocks = [question_block(q) for q in snapshot.awaited_answers()]
         for call_id, call in waiting_calls(snapshot).items():
             arguments = orjson.dumps(call["arguments"], option=orjson.OPT_INDENT_2).decode()
             schema = orjson.dumps(schemas.get(call["tool_name"], {})).decode()
@@ -377,7 +379,7 @@ class ReviewApp:
                 409,
                 f"Run {run_id} moved on since this page was shown (it is no longer at that snapshot). Nothing was changed.",
             )
-        if not waiting_calls(snapshot):
+        if not waiting_calls(snapshot) and not snapshot.awaited_answers():
             return error_page(409, f"Run {run_id} is not waiting for a decision. Nothing was changed.")
         try:
             decisions = self.decisions(snapshot, {k: str(v) for k, v in form.items()})
@@ -399,6 +401,7 @@ class ReviewApp:
 
         assert self.agent is not None
         calls = waiting_calls(snapshot)
+        given = [InputAnswer(q.id, answer_of(q, form.get(f"answer:{q.id}"))) for q in snapshot.awaited_answers()]
         answers = {}
         for call_id in calls:
             action = form.get(f"action:{call_id}")
@@ -406,16 +409,77 @@ class ReviewApp:
                 raise ValueError(f"No decision for {call_id}: choose approve, reject or modify for every call.")
             feedback, arguments = form.get(f"feedback:{call_id}") or None, form.get(f"params:{call_id}")
             answers[call_id] = Answer(action, feedback, arguments if action == "modify" else None)
-        return decisions_from_answers(calls, answers, self.agent.known_tools())
+        return [*decisions_from_answers(calls, answers, self.agent.known_tools()), *given]
 
 
 def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
-    """What the page calls a run's status: running, paused, waiting for approval, done or failed."""
+    """What the page calls a run's status: running, paused, waiting for approval, done or failed.
+
+    A run waits for approval when a person is to decide a call or answer a question a tool or a hook asked.
+    """
     if info.status is RunStatus.ACTIVE:
         return "running"
-    if info.status is RunStatus.PAUSED and snapshot is not None and waiting_calls(snapshot):
+    if (
+        info.status is RunStatus.PAUSED
+        and snapshot is not None
+        and (waiting_calls(snapshot) or snapshot.awaited_answers())
+    ):
         return "waiting for approval"
     return info.status.value
+
+
+def question_block(question: InputQuestion) -> str:
+    """A question a tool or a hook asked, with a field for its answer made from its schema.
+
+    A schema's ``enum`` (or a boolean) is a choice, an integer or a number a number field, a
+    string a text field; any other answer is written as JSON. ``answer_of`` reads it back.
+    """
+    schema = question.response_schema
+    name = f"answer:{h(question.id)}"
+    options = [True, False] if schema.get("type") == "boolean" else schema.get("enum")
+    if isinstance(options, list) and options:
+        choices = "".join(
+            f"<option value='{h(orjson.dumps(o).decode())}'>{h(o if isinstance(o, str) else orjson.dumps(o).decode())}</option>"
+            for o in options
+        )
+        field = f"<select name='{name}' required><option value=''>choose</option>{choices}</select>"
+    elif schema.get("type") in ("integer", "number"):
+        step = "1" if schema["type"] == "integer" else "any"
+        field = f"<input type='number' step='{step}' name='{name}' required>"
+    elif schema.get("type") == "string":
+        field = f"<input name='{name}' size='60' required>"
+    else:
+        field = f"<textarea name='{name}' rows='4' required></textarea> <small>(JSON)</small>"
+    asker = question.tool_name or f"the {question.hook_point} hook"
+    return (
+        f"<div class='question' data-question='{h(question.id)}' "
+        f"data-schema='{h(orjson.dumps(schema).decode())}'><h3>{h(question.question)} <small>{h(question.id)}</small>"
+        f"</h3><p>asked by {h(asker)}</p><label>answer {field}</label></div>"
+    )
+
+
+def answer_of(question: InputQuestion, text: str | None) -> Any:
+    """The answer a question's field holds (``question_block``), checked against its schema.
+
+    Raises:
+        ValueError: the field is missing, not of the form it was given, or its value breaks the schema.
+    """
+    if not text:
+        raise ValueError(f"No answer for {question.id}: answer every question.")
+    schema = question.response_schema
+    kind = schema.get("type")
+    is_choice = kind == "boolean" or isinstance(schema.get("enum"), list)
+    if kind == "string" and not is_choice:
+        value: Any = text
+    else:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise ValueError(f"The answer to {question.id} is not JSON: {text[:80]!r}.") from None
+    problem = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(value)), None)
+    if problem is not None:
+        raise ValueError(f"The answer to {question.id} does not fit its schema: {problem.message}.")
+    return value
 
 
 def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
