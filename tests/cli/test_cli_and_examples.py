@@ -156,6 +156,8 @@ def test_every_example_is_tested() -> None:
         "tool_retries.py",  # tested in tests/test_retries.py
         "interrupts.py",  # tested in tests/test_interrupts.py (and from the command line in tests/cli/test_cli_answers.py)
         "a2a_agents.py",  # tested in tests/a2a/test_example.py (and ag_ui_chat/ in tests/ag_ui/test_chat_example.py)
+        "chat_thread.py",
+        "reconcile_payments.py",  # tested in tests/test_reconcile.py
     }
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
 

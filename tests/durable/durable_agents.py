@@ -110,7 +110,7 @@ def find_effect(call: InDoubtCall) -> Reconciled:
 @tool(reconcile=find_effect)
 def charge_first(label: str, idempotency_key: str) -> str:
     """Not idempotent: its effect comes first, then the attempt is logged (a slow one waits there)."""
-    _effect(label, idempotency_key)
+    _effect("charge_first", label, idempotency_key)
     _attempt(label, idempotency_key)
     return label.upper()
 
