@@ -47,3 +47,13 @@ def test_the_wheel_installs_alone_and_runs_the_demo(tmp_path: Path) -> None:
     assert "Lisbon is 5.5 °C warmer" in demo and "exit: text" in demo
     version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
     assert run(env / "bin" / "agentfsm", "--version", cwd=tmp_path).strip() == f"agentfsm {version}"
+
+
+def test_the_repository_tracks_no_symbolic_link() -> None:
+    # A worktree's link to another checkout's node_modules, committed once, replaced the directory
+    # `make node-tools` installs into on every clone: links are machine-local, never part of the tree.
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in listed.splitlines() if line.startswith("120000 ")]
+    assert links == [], f"tracked symbolic links: {links}"
