@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
-import jsonschema
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -43,6 +42,7 @@ from agentfsm.interrupts import InputAnswer
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
 from agentfsm.pauses import InputQuestion, RunStatus
+from agentfsm.schemas import CompiledSchema
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore, ThreadStore, ThreadTurn
 from agentfsm.threads import turn_messages
@@ -476,9 +476,9 @@ def answer_of(question: InputQuestion, text: str | None) -> Any:
             value = orjson.loads(text)
         except orjson.JSONDecodeError:
             raise ValueError(f"The answer to {question.id} is not JSON: {text[:80]!r}.") from None
-    problem = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(value)), None)
-    if problem is not None:
-        raise ValueError(f"The answer to {question.id} does not fit its schema: {problem.message}.")
+    problems = CompiledSchema(schema, f"question {question.id}").errors(value)
+    if problems:
+        raise ValueError(f"The answer to {question.id} does not fit its schema: {problems[0].message}.")
     return value
 
 
