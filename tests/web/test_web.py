@@ -826,6 +826,7 @@ def test_a_call_in_doubt_after_a_crash_is_decided_on_the_page(tmp_path: Path, ma
         follow_redirects=False,
     )
     assert decided.status_code == 303
+    settled(store, run_id)
     assert PAID == [], "the decision gave the call's result: it did not run again"
     done = client.get(f"/runs/{run_id}").text
     assert "<p class='status' id='status'>done</p>" in done and "receipt 17" in done
