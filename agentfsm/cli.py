@@ -25,7 +25,7 @@ import orjson
 from agentfsm._extras import extra_needed
 from agentfsm.errors import AgentFSMError, BreakpointException
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import AwaitingDecision, BreakpointHit
+from agentfsm.pauses import AwaitingDecision, BreakpointHit, OutcomeUnknown
 from agentfsm.serialization import dump_json, import_named_module
 
 if TYPE_CHECKING:
@@ -377,11 +377,14 @@ def _snapshot_show(args: argparse.Namespace) -> int:
         print("pending tool calls:")
         decided = {d["tool_call_id"]: d for d in snapshot.decisions if d.get("step") == snapshot.step}
         waiting = isinstance(snapshot.pause, AwaitingDecision)
+        doubt = snapshot.pause if isinstance(snapshot.pause, OutcomeUnknown) else None
         for key, call in snapshot.pending_calls_by_key().items():
             if key in snapshot.completed_tool_results:
                 status = " (finished)"
             elif key in decided:
                 status = " (approved)" if decided[key]["execute"] else " (rejected)"
+            elif doubt is not None and key in doubt.tool_call_ids:
+                status = f" ({_doubt_text(doubt, key)})"
             else:
                 status = " (waiting for a decision)" if waiting else ""
             print(f"  {key}: {call['tool_name']}({dump_json(call['arguments']).decode()}){status}")
@@ -394,6 +397,12 @@ def _snapshot_show(args: argparse.Namespace) -> int:
             body = (text + (f" [calls: {calls}]" if calls else "")) or _result_text(message)
             print(f"  {message.role.value:>9}: {body[:200]}")
     return 0
+
+
+def _doubt_text(pause: OutcomeUnknown, key: str) -> str:
+    """Why a call waits: in doubt after a crash, and why its reconcile function could not tell, if it said."""
+    note = pause.notes.get(key)
+    return "in doubt after a crash" + (f": {note}" if note else "")
 
 
 def _result_text(message: ChatMessage) -> str:
@@ -513,6 +522,8 @@ def _paused_again(args: argparse.Namespace, paused: Any) -> str:
             f"run {snapshot.run_id} paused at a breakpoint before {snapshot.phase.value} at step {snapshot.step}; "
             f"go on with: agentfsm resume {where}"
         )
+    if isinstance(snapshot.pause, OutcomeUnknown):
+        waiting = [f"{key} ({_doubt_text(snapshot.pause, key)})" for key in waiting]
     return (
         f"run {snapshot.run_id} paused again: it waits for a decision on {', '.join(waiting)}; go on with: "
         f"agentfsm {verb} {where} --approve ID | --reject ID:FEEDBACK | --modify ID:JSON"

@@ -22,7 +22,7 @@ from agentfsm.reconcile import Happened, InDoubtCall, NotHappened, Reconciled, U
 from agentfsm.stores import SQLiteSnapshotStore
 from agentfsm.tools.tool import idempotency_key, tool_from_dict
 from tests import reconciling
-from tests.helpers import call, calls
+from tests.helpers import call, calls, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = [ChatMessage.from_user("go")]
@@ -284,6 +284,18 @@ def test_a_charge_the_ledger_cannot_tell_waits_for_a_person_who_settles_it_from_
     assert run.status == "paused" and waiting.pause == OutcomeUnknown(
         ["c1"], ["pay"], {"c1": "the ledger does not answer"}
     )
+    # The person deciding reads why code could not settle it: in the CLI and on the review page.
+    shown = run_cli("snapshot", "show", run.run_id, "--store", str(tmp_path / "runs.db"))
+    assert "  c1: pay(" in shown.stdout and "(in doubt after a crash: the ledger does not answer)" in shown.stdout
+    from agentfsm.web import create_app
+    from tests.web.test_web import ASGIClient
+
+    page = ASGIClient(create_app(store, resumed))
+    try:
+        html = page.get(f"/runs/{run.run_id}").text
+    finally:
+        page.close()
+    assert "In doubt after a crash" in html and "could not tell: the ledger does not answer." in html
     # A person who checked the bank by hand settles the call, from another process.
     command = ["decide", run.run_id, "--store", str(tmp_path / "runs.db"), "--agent", "tests.reconciling:agent"]
     decided = subprocess.run(

@@ -41,7 +41,7 @@ from agentfsm.events import Event, RunResumed
 from agentfsm.interrupts import InputAnswer
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import InputQuestion, RunStatus
+from agentfsm.pauses import InputQuestion, OutcomeUnknown, RunStatus
 from agentfsm.schemas import CompiledSchema
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore, ThreadStore, ThreadTurn
@@ -321,13 +321,14 @@ class ReviewApp:
         _, descriptions = get_tool_calls_and_descriptions_from_snapshot(snapshot, breakpoint_tool_only=False)
         schemas = {t.name: t.parameters for t in self.agent.known_tools()}
         blocks = [question_block(q) for q in snapshot.awaited_answers()]
+        doubt = snapshot.pause if isinstance(snapshot.pause, OutcomeUnknown) else None
         for call_id, call in waiting_calls(snapshot).items():
             arguments = orjson.dumps(call["arguments"], option=orjson.OPT_INDENT_2).decode()
             schema = orjson.dumps(schemas.get(call["tool_name"], {})).decode()
             blocks.append(
                 f"<div class='call' data-call='{h(call_id)}' data-schema='{h(schema)}'>"
                 f"<h3>{h(call['tool_name'])} <small>{h(call_id)}</small></h3>"
-                f"<p>{h(descriptions.get(call['tool_name'], ''))}</p><pre>{h(arguments)}</pre>"
+                f"<p>{h(descriptions.get(call['tool_name'], ''))}</p>{doubt_note(doubt, call_id)}<pre>{h(arguments)}</pre>"
                 f"<label><input type='radio' name='action:{h(call_id)}' value='approve'> approve</label> "
                 f"<label><input type='radio' name='action:{h(call_id)}' value='reject'> reject</label> "
                 f"<label><input type='radio' name='action:{h(call_id)}' value='modify'> modify</label>"
@@ -480,6 +481,18 @@ def answer_of(question: InputQuestion, text: str | None) -> Any:
     if problems:
         raise ValueError(f"The answer to {question.id} does not fit its schema: {problems[0].message}.")
     return value
+
+
+def doubt_note(pause: OutcomeUnknown | None, call_id: str) -> str:
+    """What a person deciding a call in doubt should know: it may have run, and why code could not tell."""
+    if pause is None or call_id not in pause.tool_call_ids:
+        return ""
+    note = pause.notes.get(call_id)
+    why = f" Its reconcile function could not tell: {h(note)}." if note else ""
+    return (
+        "<p class='doubt'>In doubt after a crash: it started and its result was never recorded, so it may have "
+        f"happened. Approve runs it again; reject gives your feedback as its result.{why}</p>"
+    )
 
 
 def waiting_calls(snapshot: AgentSnapshot) -> dict[str, Any]:
