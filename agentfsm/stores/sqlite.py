@@ -213,6 +213,22 @@ _SELECT_RUNS = (
     "r.title, r.tools, r.waits FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) "
     f"FROM snapshot_batches WHERE key BETWEEN r.number << {_SEQ_BITS} AND (r.number << {_SEQ_BITS}) + {_LAST_SEQ}) "
 )
+#: A run's status as a list names it (``agentfsm.stores.summaries.named_status``).
+_NAMED_STATUS = (
+    "(CASE WHEN r.status = 'active' THEN 'running' WHEN r.status = 'paused' AND r.waits THEN 'waiting for approval' "
+    "ELSE r.status END)"
+)
+#: The orders of a list (``agentfsm.web.finding.SORTS``), ties in the order of the last change, newest first.
+_ORDERS = {
+    "updated": "r.updated_at DESC, r.number DESC",
+    "oldest": "r.updated_at, r.number DESC",
+    "steps": (
+        "COALESCE((SELECT b.step FROM snapshot_batches b WHERE b.key = (SELECT MAX(key) FROM snapshot_batches "
+        f"WHERE key BETWEEN r.number << {_SEQ_BITS} AND (r.number << {_SEQ_BITS}) + {_LAST_SEQ})), 0) DESC, "
+        "r.updated_at DESC, r.number DESC"
+    ),
+    "title": "CASE WHEN r.title = '' THEN char(65535) ELSE agentfsm_lower(r.title) END, r.run_id",
+}
 #: A word of a search, found in a run's id or among its texts.
 _WORD_FOUND = (
     "(instr(agentfsm_lower(r.run_id), ?) > 0 OR EXISTS "
@@ -1328,16 +1344,46 @@ class SQLiteSnapshotStore:
 
     def runs(self) -> list[RunInfo]:
         """Every run, most recently updated first."""
-        return [found.info for found in self._summaries("ORDER BY r.updated_at DESC", ())]
+        return [found.info for found in self._summaries("ORDER BY r.updated_at DESC, r.number DESC", ())]
 
     def run_info(self, run_id: str) -> RunInfo | None:
         """The run's record, or ``None`` for a run this database does not know."""
         found = self._summaries("WHERE r.run_id = ?", (run_id,))
         return found[0].info if found else None
 
-    def summaries(self, finding: Finding) -> list[RunSummary]:
-        """The summaries of the runs ``finding`` asks for, most recently updated first (one query; see ``SummaryStore``)."""
-        where, parameters = [], []
+    def summaries(
+        self, finding: Finding, *, status: str = "", sort: str = "updated", offset: int = 0, limit: int | None = None
+    ) -> list[RunSummary]:
+        """The summaries of the runs ``finding`` asks for, in the order ``sort`` names (see ``SummaryStore``).
+
+        The runs are picked and ordered from their records alone; only those returned are read whole.
+        """
+        where, parameters = self._where(finding)
+        if status:
+            where += f" AND {_NAMED_STATUS} = ?"
+            parameters += (status,)
+        query = f"SELECT r.number, r.run_id FROM runs r WHERE {where} ORDER BY {_ORDERS[sort]} LIMIT ? OFFSET ?"
+        with self._lock:
+            picked = self._db.execute(query, (*parameters, -1 if limit is None else limit, offset)).fetchall()
+            found: dict[str, RunSummary] = {}
+            for at in range(0, len(picked), 500):  # SQLite takes that many parameters, whatever its version
+                chunk = [number for number, _ in picked[at : at + 500]]
+                marks = ", ".join("?" * len(chunk))
+                found.update((s.info.run_id, s) for s in self._summaries(f"WHERE r.number IN ({marks})", tuple(chunk)))
+        return [found[run_id] for _, run_id in picked if run_id in found]
+
+    def counts(self, finding: Finding) -> dict[str, int]:
+        """How many of the runs ``finding`` asks for are in each status (as ``named_status`` names them)."""
+        where, parameters = self._where(finding)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_NAMED_STATUS}, COUNT(*) FROM runs r WHERE {where} GROUP BY 1", parameters
+            ).fetchall()
+        return {str(status): int(count) for status, count in rows}
+
+    @staticmethod
+    def _where(finding: Finding) -> tuple[str, tuple[Any, ...]]:
+        where, parameters = ["1"], []
         if finding.since:
             where.append("substr(r.updated_at, 1, 10) >= ?")
             parameters.append(finding.since)
@@ -1347,8 +1393,7 @@ class SQLiteSnapshotStore:
         for word in finding.words:
             where.append(_WORD_FOUND)
             parameters += [word, word]
-        condition = f"WHERE {' AND '.join(where)} " if where else ""
-        return self._summaries(f"{condition}ORDER BY r.updated_at DESC", tuple(parameters))
+        return " AND ".join(where), tuple(parameters)
 
     def _summaries(self, where: str, parameters: tuple[Any, ...]) -> list[RunSummary]:
         with self._lock:

@@ -133,8 +133,18 @@ class Finding:
 class SummaryStore(Protocol):
     """A store that keeps a summary of each run beside its snapshots, and answers lists from them."""
 
-    def summaries(self, finding: Finding) -> list[RunSummary]:
-        """The summaries of the runs ``finding`` asks for, most recently updated first."""
+    def summaries(
+        self, finding: Finding, *, status: str = "", sort: str = "updated", offset: int = 0, limit: int | None = None
+    ) -> list[RunSummary]:
+        """The summaries of the runs ``finding`` asks for (in ``status``, as ``named_status`` names it, if given).
+
+        Ordered by ``sort``: ``updated`` (last change, newest first), ``oldest``, ``steps`` (most first) or
+        ``title`` (lower-cased, untitled last, then by run id), ties newest first; ``limit`` of them from ``offset``.
+        """
+        ...
+
+    def counts(self, finding: Finding) -> dict[str, int]:
+        """How many of the runs ``finding`` asks for are in each status (``named_status``; those with none left out)."""
         ...
 
     def run_info(self, run_id: str) -> RunInfo | None:

@@ -98,27 +98,30 @@ class Finder:
         self.store = store
         self.summarised = Summarised(latest)
 
-    def summaries(self, finding: Finding) -> list[RunSummary]:
-        """The runs ``finding`` asks for, most recently updated first."""
-        if isinstance(self.store, SummaryStore):
-            return self.store.summaries(finding)
-        return self.summarised.find(self.store.runs(), finding)
-
     def find(self, query: Query) -> Found:
         """The page of runs ``query`` asks for, in its order, with the counts per status."""
-        matching = self.summaries(Finding(tuple(query.text.lower().split()), query.since, query.until))
+        finding = Finding(tuple(query.text.lower().split()), query.since, query.until)
         counts = dict.fromkeys(STATUSES, 0)
+        store = self.store
+        if isinstance(store, SummaryStore):
+            counts.update(store.counts(finding))
+            matched = counts.get(query.status, 0) if query.status else sum(counts.values())
+            pages = max(1, -(-matched // PER_PAGE))
+            start = (min(query.page, pages) - 1) * PER_PAGE
+            shown = store.summaries(finding, status=query.status, sort=query.sort, offset=start, limit=PER_PAGE)
+            return Found(shown, matched, counts, pages)
+        matching = self.summarised.find(store.runs(), finding)
         for item in matching:
             counts[item.status] = counts.get(item.status, 0) + 1
-        shown = [item for item in matching if not query.status or item.status == query.status]
+        chosen = [item for item in matching if not query.status or item.status == query.status]
         if query.sort == "oldest":
-            shown.sort(key=lambda item: item.info.updated_at)
+            chosen.sort(key=lambda item: item.info.updated_at)
         elif query.sort == "steps":
-            shown.sort(key=lambda item: -item.info.step)
+            chosen.sort(key=lambda item: -item.info.step)
         elif query.sort == "title":
-            shown.sort(key=lambda item: (item.title.lower() or "\uffff", item.info.run_id))
+            chosen.sort(key=lambda item: (item.title.lower() or "\uffff", item.info.run_id))
         else:
-            shown.sort(key=lambda item: item.info.updated_at, reverse=True)
-        pages = max(1, -(-len(shown) // PER_PAGE))
+            chosen.sort(key=lambda item: item.info.updated_at, reverse=True)
+        pages = max(1, -(-len(chosen) // PER_PAGE))
         start = (min(query.page, pages) - 1) * PER_PAGE
-        return Found(shown[start : start + PER_PAGE], len(shown), counts, pages)
+        return Found(chosen[start : start + PER_PAGE], len(chosen), counts, pages)
