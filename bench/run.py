@@ -743,6 +743,54 @@ def snapshot_costs(sizes: list[int], runs: int) -> dict[str, Any]:
     return out
 
 
+def review_page(count: int, runs: int) -> dict[str, Any]:
+    """Server time of the review page (ms) over ``count`` stored runs: the list (first, warm, a search, a filter) and a run's page.
+
+    The runs are one step each (a user question, a call of ``add``, a reply), in one durable SQLite file.
+    """
+    import httpx
+
+    from agentfsm.web import create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteSnapshotStore(Path(tmp) / "runs.db", durable=True)
+        started = time.perf_counter()
+        for i in range(count):
+            workload_agent(1, snapshot_store=store).run([ChatMessage.from_user(f"Question {i:05d}: add one to {i}")])
+        filled_s = time.perf_counter() - started
+        run_id = store.runs()[count // 2].run_id
+        store.close()
+        store = SQLiteSnapshotStore(Path(tmp) / "runs.db")
+
+        async def timed(urls: list[str]) -> list[float]:
+            app = create_app(store)
+            transport = httpx.ASGITransport(app=app)
+            spent = []
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                for url in urls:
+                    begun = time.perf_counter()
+                    response = await client.get(url)
+                    spent.append((time.perf_counter() - begun) * 1e3)
+                    assert response.status_code == 200, (url, response.status_code)
+            return spent
+
+        def median_ms(url: str) -> float:
+            return round(statistics.median(asyncio.run(timed([url] * (runs + 1)))[1:]), 1)
+
+        first = asyncio.run(timed(["/"]))[0]
+        out = {
+            "runs": count,
+            "fill_s": round(filled_s, 1),
+            "list_first_ms": round(first, 1),
+            "list_ms": median_ms("/"),
+            "search_ms": median_ms(f"/?q=question+{count // 3:05d}"),
+            "filter_sorted_ms": median_ms("/?status=done&sort=title&page=3"),
+            "run_page_ms": median_ms(f"/runs/{run_id}"),
+        }
+        store.close()
+    return out
+
+
 def _time(fn: Callable[[], Any]) -> float:
     started = time.perf_counter()
     fn()
@@ -1142,6 +1190,8 @@ OWN_ROWS: dict[str, Callable[[int], Configuration]] = {
         partial(workload_agent, steps), [ChatMessage.from_user("go")], opentelemetry_no_op_export
     ),
 }
+#: How many stored runs the review page's row lists.
+REVIEW_RUNS = 10_000
 #: Some of the rows of ``peers/workloads.py`` (its ``CONFIGURATIONS``), for ``--help``.
 PEER_ROWS = ("agentfsm", "haystack", "langgraph", "pydantic-ai")
 
@@ -1164,7 +1214,9 @@ def only(rows: list[str], steps: int, runs: int) -> dict[str, Any]:
         out["limits x usage"] = round(out["limits"]["median_us"] / out["usage"]["median_us"], 2)
     if "checker" in rows:
         out["checker"] = checker.speed()
-    peer_rows = [name for name in rows if name not in OWN_ROWS and name != "checker"]
+    if "review" in rows:
+        out["review"] = review_page(REVIEW_RUNS, runs)
+    peer_rows = [name for name in rows if name not in OWN_ROWS and name not in ("checker", "review")]
     if peer_rows:
         python = HERE / ".peers-venv" / "bin" / "python"
         measured = run_script(python, "workloads.py", "the workload", steps, runs, ",".join(peer_rows))
@@ -1187,7 +1239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="time only these rows, comma-separated, and print them as JSON (no file is written): "
-        f"{', '.join(OWN_ROWS)}, checker (check_agent's speed) and the peers' rows by name ({', '.join(PEER_ROWS)}, ...)",
+        f"{', '.join(OWN_ROWS)}, checker (check_agent's speed), review (the review page over {REVIEW_RUNS} runs) and the peers' rows by name ({', '.join(PEER_ROWS)}, ...)",
     )
     args = parser.parse_args(argv)
     cpu = pin_to_one_cpu(args.cpu)
@@ -1232,6 +1284,7 @@ def main(argv: list[str] | None = None) -> int:
         **durable_runs(peers_python if use_peers else Path(sys.executable), durable_steps, runs, throughput_runs),
     }
     results["checker"] = checker.speed(args.quick)
+    results["review"] = review_page(50 if args.quick else REVIEW_RUNS, runs)
     # The same floor measured again at the end: how steady the machine was during the run.
     results["bare_loop_at_end"] = bare_loop_us(steps, runs)
     args.out.mkdir(parents=True, exist_ok=True)

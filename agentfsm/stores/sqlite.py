@@ -63,12 +63,13 @@ from agentfsm.stores.base import (
     thread_busy,
     thread_moved,
 )
+from agentfsm.stores.summaries import Finding, RunSummary, Summary, waits_for_person
 
 if TYPE_CHECKING:
     from agentfsm.events import Event
 
 #: ``PRAGMA user_version`` of the database layout below.
-_LAYOUT_VERSION = 6
+_LAYOUT_VERSION = 7
 #: The columns that layout 4 added to ``runs`` (a layout-3 file gets them when opened): the claim
 #: running the run (``host:pid:token``, while it is active), the time.time() until which that claim
 #: holds unless renewed, the claim it was last taken over from and the claim that took it over,
@@ -113,6 +114,24 @@ CREATE TABLE IF NOT EXISTS threads (
     updated_at TEXT NOT NULL
 );
 """
+#: The columns that layout 7 added to ``runs`` (an older file gets them when opened, filled from each
+#: run's newest snapshot): the run's summary (``agentfsm.stores.summaries``), written with its snapshots.
+_SUMMARY_COLUMNS = (
+    ("title", "TEXT NOT NULL DEFAULT ''"),  # its first user message, as a title
+    ("tools", "TEXT NOT NULL DEFAULT ''"),  # the tools its conversation called, one a line, first called first
+    ("waits", "INTEGER NOT NULL DEFAULT 0"),  # 1: its newest snapshot waits for a person (read when paused)
+)
+#: The table that layout 7 added: what a run's search matches, besides its id. A batch that adds
+#: texts or tools adds a row; a batch holding the whole conversation replaces the run's rows.
+_TEXTS_TABLE = """
+CREATE TABLE IF NOT EXISTS run_texts (
+    number INTEGER NOT NULL,    -- the run's number in runs
+    part INTEGER NOT NULL,      -- the first snapshot of the batch that added them; -1: those before it
+                                -- (a thread's earlier turns, or what an upgraded file held)
+    text TEXT NOT NULL,         -- the messages' texts and new tools' names, lower-cased, one a line
+    PRIMARY KEY (number, part)
+) WITHOUT ROWID;
+"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     number INTEGER PRIMARY KEY,
@@ -120,7 +139,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,       -- active, paused, done, failed
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
-    {", ".join(f"{name} {kind}" for name, kind in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS))}
+    {", ".join(f"{name} {kind}" for name, kind in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS, *_SUMMARY_COLUMNS))}
 );
 -- The key packs the run's number and the number of the batch's first snapshot: a batch is one row
 -- of one B-tree (no separate index to update), and a run's batches are one key range.
@@ -138,6 +157,7 @@ CREATE TABLE IF NOT EXISTS snapshot_batches (
 );
 {_EVENTS_TABLE}
 {_THREADS_TABLE}
+{_TEXTS_TABLE}
 PRAGMA user_version = {_LAYOUT_VERSION};
 """
 #: The columns of each table of the current layout: a file without one of them is not a store of this layout.
@@ -148,11 +168,12 @@ _COLUMNS = {
         "status",
         "created_at",
         "updated_at",
-        *(name for name, _ in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS)),
+        *(name for name, _ in (*_CLAIM_COLUMNS, *_THREAD_COLUMNS, *_SUMMARY_COLUMNS)),
     ),
     "snapshot_batches": ("key", "count", "phase", "step", "full", "entries"),
     "events": ("run_id", "number", "data"),
     "threads": ("thread_id", "head_run_id", "head_seq", "turns", "parent_thread_id", "created_at", "updated_at"),
+    "run_texts": ("number", "part", "text"),
 }
 #: Conversations rebuilt for threads' turns, kept by (run id, seq): a stored snapshot never changes.
 _KEPT_CONVERSATIONS = 8
@@ -185,6 +206,34 @@ _INSERT_RECORD = (
     f"INSERT INTO runs (run_id, created_at, updated_at, {', '.join(_RECORD)}) VALUES ({', '.join('?' * 11)})"
 )
 _UPDATE_RECORD = f"UPDATE runs SET updated_at = ?, {', '.join(f'{name} = ?' for name in _RECORD)} WHERE number = ?"
+#: A run as ``RunInfo`` has it, and its summary: its newest batch gives its phase, step and number of snapshots.
+_SELECT_RUNS = (
+    f"SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << {_SEQ_BITS}) + b.count, r.updated_at, "
+    "r.owner, r.taken_over_from, r.taken_over_by, r.parent_run_id, r.parent_seq, r.exit_reason, "
+    "r.title, r.tools, r.waits FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) "
+    f"FROM snapshot_batches WHERE key BETWEEN r.number << {_SEQ_BITS} AND (r.number << {_SEQ_BITS}) + {_LAST_SEQ}) "
+)
+#: A run's status as a list names it (``agentfsm.stores.summaries.named_status``).
+_NAMED_STATUS = (
+    "(CASE WHEN r.status = 'active' THEN 'running' WHEN r.status = 'paused' AND r.waits THEN 'waiting for approval' "
+    "ELSE r.status END)"
+)
+#: The orders of a list (``agentfsm.web.finding.SORTS``), ties in the order of the last change, newest first.
+_ORDERS = {
+    "updated": "r.updated_at DESC, r.number DESC",
+    "oldest": "r.updated_at, r.number DESC",
+    "steps": (
+        "COALESCE((SELECT b.step FROM snapshot_batches b WHERE b.key = (SELECT MAX(key) FROM snapshot_batches "
+        f"WHERE key BETWEEN r.number << {_SEQ_BITS} AND (r.number << {_SEQ_BITS}) + {_LAST_SEQ})), 0) DESC, "
+        "r.updated_at DESC, r.number DESC"
+    ),
+    "title": "CASE WHEN r.title = '' THEN char(65535) ELSE agentfsm_lower(r.title) END, r.run_id",
+}
+#: A word of a search, found in a run's id or among its texts.
+_WORD_FOUND = (
+    "(instr(agentfsm_lower(r.run_id), ?) > 0 OR EXISTS "
+    "(SELECT 1 FROM run_texts t WHERE t.number = r.number AND instr(t.text, ?) > 0))"
+)
 #: The next event of a run: numbered after its newest, in the same statement (atomic on its own).
 _INSERT_EVENT = "INSERT INTO events SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM events WHERE run_id = ?"
 
@@ -200,6 +249,8 @@ class _Connection:
     def __init__(self, path: str, lock_timeout: float) -> None:
         # Another process's transaction is waited for (it is short) rather than failed, up to lock_timeout.
         self.raw = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+        # Searches lower-case a run's id as Python does (SQLite's lower() knows ASCII only).
+        self.raw.create_function("agentfsm_lower", 1, _lower, deterministic=True)
         self.path, self.lock_timeout = path, lock_timeout
 
     def execute(self, sql: str, parameters: Iterable[Any] = ()) -> _Rows:
@@ -248,6 +299,10 @@ class _Connection:
         if "no such" in reason:
             return StoreError(f"{self.path} is not a snapshot database of this layout ({reason}).")
         return StoreError(f"{self.path} cannot be used: {reason}.")
+
+
+def _lower(value: str | None) -> str | None:
+    return value.lower() if isinstance(value, str) else value
 
 
 class _Rows:
@@ -299,6 +354,8 @@ class _Cursor:
     #: last one (``None``: not counted yet; ``_held`` counts them when a write needs them).
     messages: int | None = None
     trace: int | None = None
+    #: Whether the last snapshot recorded waits for a person (``waits_for_person``; only saved ones can).
+    waits: bool = False
 
 
 def _insert_events(db: _Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
@@ -322,6 +379,16 @@ def _roll_back(db: _Connection) -> None:
     """
     if db.raw.in_transaction:
         db.execute("ROLLBACK")
+
+
+def _tells(entries: list[list[Any]]) -> bool:
+    """Whether recorded snapshots add messages with a text or a tool call: what a run's summary is made of."""
+    return any(
+        isinstance(part, dict) and ("text" in part or "tool_call" in part)
+        for entry in entries
+        for message in entry[0]
+        for part in message.get("content") or ()
+    )
 
 
 def _created_at(stored: str | float) -> str:
@@ -379,12 +446,6 @@ class SQLiteSnapshotStore:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         if layout == 0:
             self._db.executescript(_SCHEMA)
-        elif layout in (3, 4, 5):
-            columns = [*(_CLAIM_COLUMNS if layout == 3 else ()), *_THREAD_COLUMNS]
-            added = "".join(f"ALTER TABLE runs ADD COLUMN {name} {kind};" for name, kind in columns)
-            self._db.executescript(
-                f"BEGIN; {added} {_EVENTS_TABLE} {_THREADS_TABLE} PRAGMA user_version = {_LAYOUT_VERSION}; COMMIT;"
-            )
         self._cursors: dict[str, _Cursor] = {}
         #: Conversations of threads' turns rebuilt lately (``_conversation``), newest last.
         self._conversations: dict[tuple[str, int], list[Any]] = {}
@@ -392,6 +453,8 @@ class SQLiteSnapshotStore:
         self._claims: dict[str, str] = {}
         #: Runs this store ran until another process took them over, and the claim each lost.
         self._lost: dict[str, str] = {}
+        if layout not in (0, _LAYOUT_VERSION):
+            self._upgrade(layout)
         self._checkpointer: Checkpointer | None = None
         if wal:  # not for ":memory:"
             # A checkpoint copies the WAL into the database and waits for the disk: done in a thread
@@ -426,13 +489,74 @@ class SQLiteSnapshotStore:
             return _LAYOUT_VERSION
         if version == 0 and tables == 0:
             return 0
-        if version in (3, 4, 5):  # the same tables, without the claims' columns (3), the events (3, 4), threads (3-5)
+        if version in (
+            3,
+            4,
+            5,
+            6,
+        ):  # without the claims' columns (3), the events (3, 4), threads (3-5), summaries (3-6)
             return int(version)
         raise SnapshotError(
             f"{self.path} is not a snapshot database of this agentfsm version (layout {version}, "
             f"expected {_LAYOUT_VERSION}). Use a new file; older snapshots can be moved with "
             "load() and save() from the agentfsm version that wrote them."
         )
+
+    def _upgrade(self, layout: int) -> None:
+        """Bring a file of an older layout (3 to 6) up to date, in one transaction: each run's summary from its newest snapshot."""
+        columns = [
+            *(_CLAIM_COLUMNS if layout == 3 else ()),
+            *(_THREAD_COLUMNS if layout < 6 else ()),
+            *_SUMMARY_COLUMNS,
+        ]
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for name, kind in columns:
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+                for table in (_EVENTS_TABLE, _THREADS_TABLE, _TEXTS_TABLE):
+                    self._db.execute(table)
+                for number, run_id in self._db.execute("SELECT number, run_id FROM runs").fetchall():
+                    self._summarise_stored(number, run_id)
+                self._db.execute(f"PRAGMA user_version = {_LAYOUT_VERSION}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                _roll_back(self._db)
+                raise
+
+    def _summarise_stored(self, number: int, run_id: str, seq: int | None = None) -> None:
+        """Write the summary of the run's snapshot ``seq`` (default: its newest), a run it cannot read left unsummarised."""
+        count = self._count(number)
+        if count == 0:
+            return
+        try:
+            snapshot = self._load(run_id, number, count - 1 if seq is None else seq)
+        except (SnapshotError, StoreError) as exc:  # reading the run says so; the others are summarised
+            logger.warning("run left unsummarised", run_id=str(run_id)[:80], error=str(exc)[:200])
+            return
+        self._write_summary(number, -1, Summary.of(snapshot.messages), waits_for_person(snapshot), whole=True)
+
+    def _write_summary(self, number: int, part: int, summary: Summary, waits: bool, *, whole: bool) -> None:
+        """Write the run's summary (within a transaction); ``whole``: its texts replace those stored, else they add to them."""
+        if whole:
+            self._db.execute("DELETE FROM run_texts WHERE number = ?", (number,))
+        if summary.texts:
+            self._db.execute("INSERT INTO run_texts VALUES (?, ?, ?)", (number, part, "\n".join(summary.texts)))
+        self._db.execute(
+            "UPDATE runs SET title = ?, tools = ?, waits = ? WHERE number = ?",
+            (summary.title, "\n".join(summary.tools), int(waits), number),
+        )
+
+    def _summarise(self, number: int, first_seq: int, entries: list[list[Any]], full: bool, waits: bool) -> None:
+        """Write what a batch of snapshots changes in the run's summary, in the transaction that writes the batch."""
+        messages = (m for entry in entries for m in entry[0])
+        if full:
+            self._write_summary(number, first_seq, Summary.of(messages), waits, whole=True)
+            return
+        title, tools = self._db.execute("SELECT title, tools FROM runs WHERE number = ?", (number,)).fetchone()
+        summary = Summary(title, tools.split("\n") if tools else [])
+        summary.texts = summary.add(messages)
+        self._write_summary(number, first_seq, summary, waits, whole=False)
 
     def _number(self, run_id: str) -> int | None:
         """The run's row number in ``runs``, or None for a run this database does not know."""
@@ -608,6 +732,8 @@ class SQLiteSnapshotStore:
                 "UPDATE runs SET thread_id = ?, base_run_id = ?, base_seq = ?, base_messages = ? WHERE number = ?",
                 (thread_id, base_run, base_seq, base_messages if base_run is not None else 0, number),
             )
+            if base_run is not None and base_seq is not None:
+                self._continue_summary(number, base_run, base_seq)
             self._db.execute(
                 "INSERT INTO threads VALUES (?, ?, NULL, ?, NULL, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET "
                 "head_run_id = excluded.head_run_id, head_seq = NULL, turns = excluded.turns, updated_at = excluded.updated_at",
@@ -641,6 +767,25 @@ class SQLiteSnapshotStore:
                 raise thread_busy(thread_id, head_run, status)
             head_seq = self._count(number) - 1
         return head_run, head_seq, int(turns)
+
+    def _continue_summary(self, number: int, base_run: str, base_seq: int) -> None:
+        """Begin a thread's turn's summary with that of the conversation it continues (snapshot ``base_seq`` of ``base_run``).
+
+        Copied from the base run's when that is its newest snapshot; else (a fork's point) made from its conversation.
+        """
+        base = self._number(base_run)
+        if base is not None and self._count(base) - 1 == base_seq:
+            self._db.execute(
+                "UPDATE runs SET (title, tools) = (SELECT title, tools FROM runs WHERE number = ?) WHERE number = ?",
+                (base, number),
+            )
+            self._db.execute(
+                "INSERT INTO run_texts SELECT ?, -1, group_concat(text, char(10)) FROM run_texts WHERE number = ? "
+                "HAVING COUNT(*) > 0",
+                (number, base),
+            )
+        else:
+            self._write_summary(number, -1, Summary.of(self._conversation(base_run, base_seq)), False, whole=True)
 
     def fork_thread(
         self, thread_id: str, run_id: str | None = None, seq: int | None = None, *, new_thread_id: str | None = None
@@ -716,8 +861,12 @@ class SQLiteSnapshotStore:
         trace: list[Any],
         body: dict[str, Any],
         created_at: str | float,
+        waits: bool = False,
     ) -> int:
-        """Record a snapshot, committed by the next ``_commit``; returns its number. A full one starts a batch."""
+        """Record a snapshot, committed by the next ``_commit``; returns its number. A full one starts a batch.
+
+        ``waits``: the snapshot waits for a person (``waits_for_person``).
+        """
         if cursor.next_seq > _LAST_SEQ:
             raise SnapshotError(f"Run {run_id!r} has {cursor.next_seq} snapshots, the most one run can keep.")
         if full and cursor.entries:
@@ -734,6 +883,7 @@ class SQLiteSnapshotStore:
         elif cursor.messages is not None and cursor.trace is not None:
             cursor.messages, cursor.trace = cursor.messages + len(messages), cursor.trace + len(trace)
         cursor.entries.append([messages, trace, body, created_at])
+        cursor.waits = waits
         cursor.next_seq += 1
         return cursor.next_seq - 1
 
@@ -749,6 +899,7 @@ class SQLiteSnapshotStore:
         if not entries and ending is None:
             return
         batch: Callable[[int], tuple[Any, ...]] | None = None
+        summarise: Callable[[int], None] | None = None
         if entries:
             last = cursor.body
             assert last is not None
@@ -763,23 +914,30 @@ class SQLiteSnapshotStore:
             def batch(number: int) -> tuple[Any, ...]:
                 return ((number << _SEQ_BITS) + first_seq, count, phase, step, full, encoded)
 
+            if full or _tells(entries):
+                waits = cursor.waits
+
+                def summarise(number: int) -> None:
+                    self._summarise(number, first_seq, entries, full, waits)
+
         now = time.time()
         try:
             with self._lock:
                 if cursor.number is None:  # a new run: its claim, its first snapshots (and its ending) at once
                     claim = Request(Trigger.CLAIM, cursor.owner, now + self.lease_seconds)
                     rows = None if batch is None else (lambda number, head: batch(number))
-                    cursor.number = self._move(run_id, ending, rows, claim=claim)
+                    cursor.number = self._move(run_id, ending, rows, claim=claim, within=summarise)
                     cursor.renew_at = now + self.lease_seconds / 3
                 # A batch that the claim's check refused (taken over) goes the checked way: the lifecycle says why.
                 elif not (
                     ending is None
                     and now < cursor.renew_at
                     and batch is not None
-                    and self._db.execute(_INSERT, (*batch(cursor.number), cursor.number, cursor.owner)).rowcount == 1
+                    and self._append(cursor.number, cursor.owner, batch(cursor.number), summarise)
                 ):
                     request = ending or Request(Trigger.RENEW, cursor.owner, now + self.lease_seconds)
-                    self._move(run_id, request, None if batch is None else (lambda number, head: batch(number)))
+                    rows = None if batch is None else (lambda number, head: batch(number))
+                    self._move(run_id, request, rows, within=summarise)
                     cursor.renew_at = now + self.lease_seconds / 3
         except (StoreError, StaleSnapshotError, sqlite3.IntegrityError) as exc:
             # The write reported an error, yet it may have happened (the database committed, the caller
@@ -795,6 +953,25 @@ class SQLiteSnapshotStore:
             self._claims.pop(run_id, None)
         if self._checkpointer is not None:
             self._checkpointer.committed()
+
+    def _append(self, number: int, owner: str, row: tuple[Any, ...], summarise: Callable[[int], None] | None) -> bool:
+        """Write a batch while claim ``owner`` holds the run, and what it changes in the run's summary: whether it did.
+
+        A batch alone is one statement, which checks the claim itself; with its summary, one transaction.
+        """
+        if summarise is None:
+            return bool(self._db.execute(_INSERT, (*row, number, owner)).rowcount == 1)
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._db.execute(_INSERT, (*row, number, owner)).rowcount != 1:
+                self._db.execute("ROLLBACK")
+                return False
+            summarise(number)
+            self._db.execute("COMMIT")
+        except BaseException:
+            _roll_back(self._db)
+            raise
+        return True
 
     def _failed_commit(self, run_id: str, cursor: _Cursor, exc: BaseException) -> None:
         """Raise for a commit that did not happen: the snapshots recorded stay for the next commit."""
@@ -877,11 +1054,12 @@ class SQLiteSnapshotStore:
         started, the messages and trace entries after those the run's snapshots hold already.
         """
         held = self._held(snapshot.run_id, cursor) if appended else None
+        waits = waits_for_person(snapshot)
         if held is not None and held[0] <= len(snapshot.messages) and held[1] <= len(snapshot.trace):
             messages, trace, body, created_at = self._whole(snapshot, held)
-            return self._add(snapshot.run_id, cursor, False, messages, trace, body, created_at)
+            return self._add(snapshot.run_id, cursor, False, messages, trace, body, created_at, waits)
         messages, trace, body, created_at = self._whole(snapshot)
-        return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at)
+        return self._add(snapshot.run_id, cursor, True, messages, trace, body, created_at, waits)
 
     def _held(self, run_id: str, cursor: _Cursor) -> tuple[int, int] | None:
         """How many messages and trace entries the run's snapshots hold (its base's messages included); ``None``: none.
@@ -923,8 +1101,12 @@ class SQLiteSnapshotStore:
         if run_id not in self._claims and run_id not in self._lost:
             encoded, phase, step = dump_json([self._whole(snapshot)]), snapshot.phase.value, snapshot.step
             request = Request(Trigger.SAVE, new_claim(), exit_reason=reason)
+            summary, waits = Summary.of(snapshot.messages), waits_for_person(snapshot)
             number = self._move(
-                run_id, request, lambda n, head: ((n << _SEQ_BITS) + head + 1, 1, phase, step, 1, encoded)
+                run_id,
+                request,
+                lambda n, head: ((n << _SEQ_BITS) + head + 1, 1, phase, step, 1, encoded),
+                within=lambda n: self._write_summary(n, self._count(n) - 1, summary, waits, whole=True),
             )
             seq = self._count(number) - 1
         else:
@@ -1162,20 +1344,68 @@ class SQLiteSnapshotStore:
 
     def runs(self) -> list[RunInfo]:
         """Every run, most recently updated first."""
+        return [found.info for found in self._summaries("ORDER BY r.updated_at DESC, r.number DESC", ())]
+
+    def run_info(self, run_id: str) -> RunInfo | None:
+        """The run's record, or ``None`` for a run this database does not know."""
+        found = self._summaries("WHERE r.run_id = ?", (run_id,))
+        return found[0].info if found else None
+
+    def summaries(
+        self, finding: Finding, *, status: str = "", sort: str = "updated", offset: int = 0, limit: int | None = None
+    ) -> list[RunSummary]:
+        """The summaries of the runs ``finding`` asks for, in the order ``sort`` names (see ``SummaryStore``).
+
+        The runs are picked and ordered from their records alone; only those returned are read whole.
+        """
+        where, parameters = self._where(finding)
+        if status:
+            where += f" AND {_NAMED_STATUS} = ?"
+            parameters += (status,)
+        query = f"SELECT r.number, r.run_id FROM runs r WHERE {where} ORDER BY {_ORDERS[sort]} LIMIT ? OFFSET ?"
+        with self._lock:
+            picked = self._db.execute(query, (*parameters, -1 if limit is None else limit, offset)).fetchall()
+            found: dict[str, RunSummary] = {}
+            for at in range(0, len(picked), 500):  # SQLite takes that many parameters, whatever its version
+                chunk = [number for number, _ in picked[at : at + 500]]
+                marks = ", ".join("?" * len(chunk))
+                found.update((s.info.run_id, s) for s in self._summaries(f"WHERE r.number IN ({marks})", tuple(chunk)))
+        return [found[run_id] for _, run_id in picked if run_id in found]
+
+    def counts(self, finding: Finding) -> dict[str, int]:
+        """How many of the runs ``finding`` asks for are in each status (as ``named_status`` names them)."""
+        where, parameters = self._where(finding)
         with self._lock:
             rows = self._db.execute(
-                "SELECT r.run_id, r.status, b.phase, b.step, b.key - (r.number << ?) + b.count, r.updated_at, "
-                "r.owner, r.taken_over_from, r.taken_over_by, r.parent_run_id, r.parent_seq, r.exit_reason "
-                "FROM runs r LEFT JOIN snapshot_batches b ON b.key = (SELECT MAX(key) FROM snapshot_batches "
-                "WHERE key BETWEEN r.number << ? AND (r.number << ?) + ?) "
-                "ORDER BY r.updated_at DESC",
-                (_SEQ_BITS, _SEQ_BITS, _SEQ_BITS, _LAST_SEQ),
+                f"SELECT {_NAMED_STATUS}, COUNT(*) FROM runs r WHERE {where} GROUP BY 1", parameters
             ).fetchall()
+        return {str(status): int(count) for status, count in rows}
+
+    @staticmethod
+    def _where(finding: Finding) -> tuple[str, tuple[Any, ...]]:
+        where, parameters = ["1"], []
+        if finding.since:
+            where.append("substr(r.updated_at, 1, 10) >= ?")
+            parameters.append(finding.since)
+        if finding.until:
+            where.append("substr(r.updated_at, 1, 10) <= ?")
+            parameters.append(finding.until)
+        for word in finding.words:
+            where.append(_WORD_FOUND)
+            parameters += [word, word]
+        return " AND ".join(where), tuple(parameters)
+
+    def _summaries(self, where: str, parameters: tuple[Any, ...]) -> list[RunSummary]:
+        with self._lock:
+            rows = self._db.execute(_SELECT_RUNS + where, parameters).fetchall()
         # A run without snapshots yet (claimed, or a fork in a store that keeps pauses only): no phase.
         found = []
-        for run_id, status, phase, step, count, *rest in rows:
+        for run_id, status, phase, step, count, *rest, title, tools, waits in rows:
             try:
-                found.append(RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest))
+                info = RunInfo(run_id, RunStatus(status), phase and Phase(phase), step or 0, count or 0, *rest)
             except ValueError as exc:  # a row someone changed: reading the run says so, the others are listed
                 logger.warning("run left out of the listing", run_id=str(run_id)[:80], error=str(self._damaged(exc)))
+                continue
+            tools_called = tuple(tools.split("\n")) if tools else ()
+            found.append(RunSummary(info, title, tools_called, bool(waits), info.exit_reason))
         return found

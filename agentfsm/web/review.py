@@ -41,10 +41,11 @@ from agentfsm.events import Event, RunResumed
 from agentfsm.interrupts import InputAnswer
 from agentfsm.logs import logger
 from agentfsm.messages import ChatMessage
-from agentfsm.pauses import InputQuestion, OutcomeUnknown, RunStatus
+from agentfsm.pauses import InputQuestion, OutcomeUnknown
 from agentfsm.schemas import CompiledSchema
 from agentfsm.snapshot import AgentSnapshot
 from agentfsm.stores.base import EventStore, RunInfo, SnapshotInfo, SnapshotStore, ThreadStore, ThreadTurn
+from agentfsm.stores.summaries import SummaryStore, named_status, waits_for_person
 from agentfsm.threads import turn_messages
 from agentfsm.web.checks import TOKEN_COOKIE, form_refusal
 from agentfsm.web.finding import Finder, Query
@@ -136,7 +137,7 @@ class ReviewApp:
         self.resume = resume
         self.token = token
         self.secret = secrets.token_bytes(32)  # signs CSRF tokens; a restart makes the open forms stale
-        self.finder = Finder(self.latest, status_of)
+        self.finder = Finder(store, self.latest)
 
     # -- access --------------------------------------------------------------------------------------
 
@@ -160,6 +161,12 @@ class ReviewApp:
         bound = "\0".join((session, run_id, seq)).encode("utf-8", "surrogatepass")
         return hmac.new(self.secret, bound, hashlib.sha256).hexdigest()
 
+    def run_info(self, run_id: str) -> RunInfo | None:
+        """The run's record, or None for a run the store does not hold (a summary store reads it alone)."""
+        if isinstance(self.store, SummaryStore):
+            return self.store.run_info(run_id)
+        return next((r for r in self.store.runs() if r.run_id == run_id), None)
+
     def latest(self, run_id: str) -> AgentSnapshot | None:
         """The run's newest snapshot, or None for a run without one yet."""
         try:
@@ -172,8 +179,7 @@ class ReviewApp:
     async def runs(self, request: Request) -> Response:
         """The runs list: titled, searched, filtered by status and date, counted per status, sorted and paged (``Query``)."""
         query = Query.from_params(request.query_params)
-        infos = await run_in_threadpool(self.store.runs)
-        found = await run_in_threadpool(self.finder.find, infos, query)
+        found = await run_in_threadpool(self.finder.find, query)
         threads = "<p><a href='/threads'>Threads</a></p>" if isinstance(self.store, ThreadStore) else ""
         return page("agentfsm runs", threads + runs_html(found, query))
 
@@ -202,7 +208,7 @@ class ReviewApp:
     async def run(self, request: Request) -> Response:
         """One run: diagram, pending calls and their forms, the live view, conversation, trace, snapshot history."""
         run_id = request.path_params["run_id"]
-        info = next((r for r in await run_in_threadpool(self.store.runs) if r.run_id == run_id), None)
+        info = await run_in_threadpool(self.run_info, run_id)
         # Counted before the snapshot is read: the live view follows from there, so no event after
         # the snapshot goes unseen (one before it may only redraw the page once more).
         counted = await run_in_threadpool(self.event_count, run_id) if info is not None else None
@@ -294,7 +300,7 @@ class ReviewApp:
         if not (given.isascii() and given.isdigit() and len(given) < 19):  # a number the store's column holds
             return PlainTextResponse(f"Events are numbered 1, 2, 3...; {given[:40]!r} is not one.", 400)
         counted = await run_in_threadpool(self.event_count, run_id)
-        if not counted and not any(r.run_id == run_id for r in await run_in_threadpool(store.runs)):
+        if not counted and await run_in_threadpool(self.run_info, run_id) is None:
             return PlainTextResponse(f"No run {run_id!r} in this store.", 404)
         return StreamingResponse(
             event_stream(store, run_id, int(given)),
@@ -418,15 +424,7 @@ def status_of(info: RunInfo, snapshot: AgentSnapshot | None) -> str:
 
     A run waits for approval when a person is to decide a call or answer a question a tool or a hook asked.
     """
-    if info.status is RunStatus.ACTIVE:
-        return "running"
-    if (
-        info.status is RunStatus.PAUSED
-        and snapshot is not None
-        and (waiting_calls(snapshot) or snapshot.awaited_answers())
-    ):
-        return "waiting for approval"
-    return info.status.value
+    return named_status(info.status, snapshot is not None and waits_for_person(snapshot))
 
 
 def question_block(question: InputQuestion) -> str:

@@ -390,7 +390,7 @@ def test_a_layout_3_database_is_brought_up_to_date(tmp_path: Path) -> None:
     store = SQLiteSnapshotStore(db, durable=True)
     snapshot = paused(agent(store), Breakpoint(phase=Phase.TOOL_RUN, step=1))
     assert agent(store, position=1).run(snapshot=snapshot)["last_message"].text == "done"
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 6
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 7
 
 
 PAYMENTS: dict[str, int] = {}

@@ -225,6 +225,8 @@ def test_a_layout_4_database_gets_the_events_table(tmp_path: Path) -> None:
     SQLiteSnapshotStore(tmp_path / "runs.db").close()
     with sqlite3.connect(tmp_path / "runs.db") as db:  # as layout 4 left it: no events, no threads
         db.executescript(
+            "DROP TABLE run_texts; ALTER TABLE runs DROP COLUMN title; ALTER TABLE runs DROP COLUMN tools; "
+            "ALTER TABLE runs DROP COLUMN waits; "
             "DROP TABLE events; DROP TABLE threads; ALTER TABLE runs DROP COLUMN thread_id; "
             "ALTER TABLE runs DROP COLUMN base_run_id; ALTER TABLE runs DROP COLUMN base_seq; "
             "ALTER TABLE runs DROP COLUMN base_messages; PRAGMA user_version = 4;"
@@ -233,7 +235,7 @@ def test_a_layout_4_database_gets_the_events_table(tmp_path: Path) -> None:
     store.record_event(edge("r", 0, "IDLE", "LLM_CALL"))
     assert [s.number for s in store.events("r")] == [1]
     store.close()
-    assert sqlite3.connect(tmp_path / "runs.db").execute("PRAGMA user_version").fetchone()[0] == 6
+    assert sqlite3.connect(tmp_path / "runs.db").execute("PRAGMA user_version").fetchone()[0] == 7
 
 
 @pytest.mark.parametrize("in_async", [False, True], ids=["run", "run_async"])

@@ -52,11 +52,13 @@ def test_a_layout_5_database_gets_the_thread_columns_and_table(tmp_path: Path) -
     store.close()
     with sqlite3.connect(path) as db:  # the file as layout 5 wrote it
         db.executescript(
+            "DROP TABLE run_texts; ALTER TABLE runs DROP COLUMN title; ALTER TABLE runs DROP COLUMN tools; "
+            "ALTER TABLE runs DROP COLUMN waits; "
             "DROP TABLE threads; ALTER TABLE runs DROP COLUMN thread_id; ALTER TABLE runs DROP COLUMN base_run_id; "
             "ALTER TABLE runs DROP COLUMN base_seq; ALTER TABLE runs DROP COLUMN base_messages; PRAGMA user_version = 5;"
         )
     upgraded = SQLiteSnapshotStore(path)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 6
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 7
     assert upgraded.latest(run_id).messages[-1]["content"][0]["text"] == "old", "its runs read as before"
     assert upgraded.threads() == []
     agent = Agent(chat_generator=ScriptedChatGenerator(["new"]), snapshot_store=upgraded)
