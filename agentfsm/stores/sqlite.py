@@ -360,25 +360,26 @@ class _Cursor:
 
 def _insert_events(db: _Connection, lock: threading.RLock, run_id: str, encoded: list[bytes]) -> None:
     """Write a run's events after its stored ones, in one transaction (the writer thread of ``EventWriter``)."""
-    with lock:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany(_INSERT_EVENT, [(run_id, data, run_id) for data in encoded])
-        except BaseException:
-            _roll_back(db)
-            raise
-        db.execute("COMMIT")
+    with lock, _writing(db):
+        db.executemany(_INSERT_EVENT, [(run_id, data, run_id) for data in encoded])
 
 
-def _roll_back(db: _Connection) -> None:
-    """Roll back the transaction a write began, if it is still open.
+@contextlib.contextmanager
+def _writing(db: _Connection) -> Iterator[None]:
+    """One transaction begun for writing (no other writer comes between its reads and its writes), committed at the end.
 
-    A ``COMMIT`` that raised may have committed all the same (the database did it, the caller got an
-    error): there is nothing to roll back then, and the error the caller sees must be the commit's,
-    not "cannot rollback - no transaction is active".
+    Rolled back if the block raises. A ``COMMIT`` that raised may have committed all the same (the
+    database did it, the caller got an error): there is nothing to roll back then, and the error the
+    caller sees must be the commit's, not "cannot rollback - no transaction is active".
     """
-    if db.raw.in_transaction:
-        db.execute("ROLLBACK")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.raw.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _tells(entries: list[list[Any]]) -> bool:
@@ -509,20 +510,14 @@ class SQLiteSnapshotStore:
             *(_THREAD_COLUMNS if layout < 6 else ()),
             *_SUMMARY_COLUMNS,
         ]
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for name, kind in columns:
-                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
-                for table in (_EVENTS_TABLE, _THREADS_TABLE, _TEXTS_TABLE):
-                    self._db.execute(table)
-                for number, run_id in self._db.execute("SELECT number, run_id FROM runs").fetchall():
-                    self._summarise_stored(number, run_id)
-                self._db.execute(f"PRAGMA user_version = {_LAYOUT_VERSION}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                _roll_back(self._db)
-                raise
+        with self._lock, _writing(self._db):
+            for name, kind in columns:
+                self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+            for table in (_EVENTS_TABLE, _THREADS_TABLE, _TEXTS_TABLE):
+                self._db.execute(table)
+            for number, run_id in self._db.execute("SELECT number, run_id FROM runs").fetchall():
+                self._summarise_stored(number, run_id)
+            self._db.execute(f"PRAGMA user_version = {_LAYOUT_VERSION}")
 
     def _summarise_stored(self, number: int, run_id: str, seq: int | None = None) -> None:
         """Write the summary of the run's snapshot ``seq`` (default: its newest), a run it cannot read left unsummarised."""
@@ -602,28 +597,22 @@ class SQLiteSnapshotStore:
         same transaction (a thread's turn), or raises to write nothing. One transaction, begun for
         writing: no other writer comes between the check and the write.
         """
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                number, run = self._stored(run_id)
-                moved = run
-                for step in (claim, request):
-                    if step is not None:
-                        moved = move(run_id, moved, step)
-                values = [getattr(moved, name) for name in _RECORD]
-                if number is None:
-                    number = self._db.execute(_INSERT_RECORD, (run_id, now_iso(), now_iso(), *values)).lastrowid
-                    assert number is not None
-                else:
-                    self._db.execute(_UPDATE_RECORD, (now_iso(), *values, number))
-                if batch is not None:
-                    self._db.execute(_INSERT_CHECKED, batch(number, run.head))
-                if within is not None:
-                    within(number)
-                self._db.execute("COMMIT")
-            except BaseException:
-                _roll_back(self._db)
-                raise
+        with self._lock, _writing(self._db):
+            number, run = self._stored(run_id)
+            moved = run
+            for step in (claim, request):
+                if step is not None:
+                    moved = move(run_id, moved, step)
+            values = [getattr(moved, name) for name in _RECORD]
+            if number is None:
+                number = self._db.execute(_INSERT_RECORD, (run_id, now_iso(), now_iso(), *values)).lastrowid
+                assert number is not None
+            else:
+                self._db.execute(_UPDATE_RECORD, (now_iso(), *values, number))
+            if batch is not None:
+                self._db.execute(_INSERT_CHECKED, batch(number, run.head))
+            if within is not None:
+                within(number)
         return number
 
     # -- claims ---------------------------------------------------------------------------------
@@ -795,19 +784,13 @@ class SQLiteSnapshotStore:
         run, point, number = fork_point(thread_id, turns, run_id, seq, self.history)
         new_id = new_thread_id or uuid.uuid4().hex
         now = now_iso()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if self._db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (new_id,)).fetchone():
-                    raise ConfigurationError(f"Thread {new_id!r} exists already: fork into a new thread id.")
-                self._db.execute(
-                    "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (new_id, run, point, number, thread_id, now, now),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                _roll_back(self._db)
-                raise
+        with self._lock, _writing(self._db):
+            if self._db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (new_id,)).fetchone():
+                raise ConfigurationError(f"Thread {new_id!r} exists already: fork into a new thread id.")
+            self._db.execute(
+                "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (new_id, run, point, number, thread_id, now, now),
+            )
         info = self.thread(new_id)
         assert info is not None
         return info
@@ -961,16 +944,10 @@ class SQLiteSnapshotStore:
         """
         if summarise is None:
             return bool(self._db.execute(_INSERT, (*row, number, owner)).rowcount == 1)
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
+        with _writing(self._db):
             if self._db.execute(_INSERT, (*row, number, owner)).rowcount != 1:
-                self._db.execute("ROLLBACK")
-                return False
+                return False  # nothing was written (another claim holds the run): an empty transaction ends
             summarise(number)
-            self._db.execute("COMMIT")
-        except BaseException:
-            _roll_back(self._db)
-            raise
         return True
 
     def _failed_commit(self, run_id: str, cursor: _Cursor, exc: BaseException) -> None:
